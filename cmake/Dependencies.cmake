@@ -1,0 +1,76 @@
+# Finds kiln's dependencies: Debian packages on test machines, python3's torch plus a carried
+# .deps/ prefix on GPU machines. Each one becomes a target named kiln::<dep>.
+list(APPEND CMAKE_PREFIX_PATH ${KILN_DEPS_DIR})
+
+# --- libtorch (1.13 from Debian, or 2.x from python3's torch package) ---
+find_package(Torch REQUIRED)
+message(STATUS "kiln: libtorch ${Torch_VERSION} (${TORCH_INSTALL_PREFIX})")
+
+# --- header-only libraries ---
+function(kiln_header_dep target header)
+  find_path(_dir_${target} ${header} HINTS ${KILN_DEPS_DIR}/include REQUIRED)
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${_dir_${target}})
+endfunction()
+kiln_header_dep(kiln::cli11 CLI/CLI.hpp)
+kiln_header_dep(kiln::json nlohmann/json.hpp)
+# xxHash is used header-only (XXH_INLINE_ALL), so no library is linked.
+kiln_header_dep(kiln::xxhash xxhash.h)
+
+# --- GoogleTest: Debian's package, or its sources carried in .deps/src/googletest ---
+if(BUILD_TESTING)
+  find_package(GTest CONFIG QUIET)
+  if(NOT GTest_FOUND)
+    set(_gtest_src ${KILN_DEPS_DIR}/src/googletest)
+    if(NOT EXISTS ${_gtest_src}/CMakeLists.txt)
+      set(_gtest_src /usr/src/googletest)
+    endif()
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${_gtest_src} ${CMAKE_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL SYSTEM)
+    add_library(GTest::gtest ALIAS gtest)
+    add_library(GTest::gtest_main ALIAS gtest_main)
+  endif()
+endif()
+
+# --- a python3 that imports torch and torchvision, for making test models ---
+set(KILN_PYTHON "" CACHE FILEPATH "python3 with torch and torchvision")
+if(NOT KILN_PYTHON)
+  foreach(_py /usr/bin/python3 python3)
+    find_program(_py_path ${_py} NO_CACHE)
+    if(_py_path)
+      execute_process(COMMAND ${_py_path} -c "import torch, torchvision"
+                      RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_QUIET)
+      if(_rc EQUAL 0)
+        set(KILN_PYTHON ${_py_path} CACHE FILEPATH "python3 with torch and torchvision" FORCE)
+        break()
+      endif()
+    endif()
+    unset(_py_path)
+  endforeach()
+endif()
+if(KILN_PYTHON)
+  message(STATUS "kiln: python for test models: ${KILN_PYTHON}")
+else()
+  message(STATUS "kiln: no python3 with torch and torchvision; model tests will fail to set up")
+endif()
+
+# --- CUDA (optional) ---
+set(KILN_HAS_CUDA OFF)
+if(KILN_ENABLE_CUDA)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    find_package(CUDAToolkit QUIET)
+  endif()
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+    set(KILN_HAS_CUDA ON)
+  endif()
+endif()
+if(KILN_HAS_CUDA)
+  message(STATUS "kiln: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_BIN_DIR}); CUDA backend enabled")
+else()
+  message(STATUS "kiln: CUDA not found (or KILN_ENABLE_CUDA=OFF); building the CPU backend only")
+endif()

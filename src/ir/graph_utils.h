@@ -1,0 +1,18 @@
+// Small graph helpers shared by passes and tests.
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstddef>
+#include <functional>
+
+namespace kiln::ir {
+
+// Number of nodes in the block and all its sub-blocks (prim::Constant included).
+size_t count_nodes(const torch::jit::Block& block);
+
+// Calls `fn` on every node of the block and, depth first, of its sub-blocks. The node list is
+// snapshotted per block so `fn` may destroy the node it is given.
+void for_each_node(torch::jit::Block* block, const std::function<void(torch::jit::Node*)>& fn);
+
+}  // namespace kiln::ir

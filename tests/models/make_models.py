@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Writes kiln's small test models (random weights, fixed seed) as TorchScript files.
+
+For each model NAME it writes NAME.ts (the module) and NAME.io.pt (torch.save of
+(inputs_tuple, expected_output)), so C++ tests can run the module and compare values.
+Models are skipped when a manifest from the same script and torch version is present.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+from typing import List, Tuple
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class Lgamma(nn.Module):
+    """The graph of seed 000: lgamma is an op our engine will not convert."""
+
+    def forward(self, x, y):
+        add = x + y
+        x_lgamma = torch.lgamma(x)
+        mul = x * y
+        y_lgamma = torch.lgamma(y)
+        div = x / y
+        div_lgamma = torch.lgamma(div)
+        return torch.cat([x_lgamma, y_lgamma, div_lgamma, add, mul], 0)
+
+
+class ControlFlow(nn.Module):
+    """Data-dependent branch and a loop whose trip count comes from the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        if bool(y.mean() > 0.1):
+            y = y * 2.0
+        else:
+            y = y - 1.0
+        z = y.mean(dim=[2, 3])
+        acc = torch.zeros_like(z[0])
+        for i in range(x.size(0)):
+            acc = acc + z[i]
+        return self.fc(z + acc)
+
+
+class TupleList(nn.Module):
+    """Tuple and list inputs and outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, pair: Tuple[torch.Tensor, torch.Tensor],
+                items: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        a, b = pair
+        s = self.fc(a) + b
+        outs: List[torch.Tensor] = []
+        for t in items:
+            outs.append(torch.sigmoid(t) * s.sum())
+        return s, outs
+
+
+class TextEncoder(nn.Module):
+    """BERT-style: token + position embeddings, nn.TransformerEncoder, a pooled head."""
+
+    def __init__(self, vocab=100, d=64, heads=4, layers=2, seq=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=2 * d, dropout=0.1,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, ids):
+        h = self.encoder(self.tok(ids) + self.pos)
+        return self.head(h[:, 0])
+
+
+def models():
+    """(name, module, example inputs, how: 'trace' or 'script')."""
+    img = torch.randn(1, 3, 64, 64)
+    yield "resnet18", torchvision.models.resnet18(num_classes=10), (img,), "trace"
+    yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), (img,), "trace"
+    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                               num_heads=4, hidden_dim=64, mlp_dim=128,
+                                               num_classes=10)
+    yield "vit_tiny", vit, (torch.randn(1, 3, 32, 32),), "trace"
+    yield "text_encoder", TextEncoder(), (torch.randint(0, 100, (2, 16)),), "trace"
+    yield "lgamma", Lgamma(), (torch.rand(2, 3) + 0.5, torch.rand(2, 3) + 0.5), "script"
+    yield "control_flow", ControlFlow(), (torch.randn(2, 3, 16, 16),), "script"
+    yield "tuple_list", TupleList(), (
+        (torch.randn(2, 8), torch.randn(2, 8)), [torch.randn(3), torch.randn(4)]), "script"
+
+
+def fingerprint():
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read() + torch.__version__.encode()).hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, help="folder to write the models into")
+    parser.add_argument("--force", action="store_true", help="rewrite even if up to date")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    manifest_path = os.path.join(args.out, "manifest.json")
+    fp = fingerprint()
+    if not args.force and os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if manifest.get("fingerprint") == fp and all(
+                os.path.exists(os.path.join(args.out, m + ".ts")) for m in manifest["models"]):
+            print(f"test models up to date in {args.out}")
+            return 0
+
+    torch.manual_seed(0)
+    names = []
+    for name, module, inputs, how in models():
+        module.eval()
+        # Tracing with autograd on keeps nn.MultiheadAttention off its fused inference path,
+        # so the graph holds ordinary aten ops on every torch version.
+        if how == "trace":
+            scripted = torch.jit.trace(module, inputs, check_trace=False)
+        else:
+            scripted = torch.jit.script(module)
+        with torch.no_grad():
+            expected = module(*inputs)
+        scripted.save(os.path.join(args.out, name + ".ts"))
+        torch.save((inputs, expected), os.path.join(args.out, name + ".io.pt"))
+        names.append(name)
+        print(f"wrote {name}.ts ({how})")
+    with open(manifest_path, "w") as f:
+        json.dump({"fingerprint": fp, "torch": torch.__version__, "models": names}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
