@@ -74,3 +74,11 @@ if(KILN_HAS_CUDA)
 else()
   message(STATUS "kiln: CUDA not found (or KILN_ENABLE_CUDA=OFF); building the CPU backend only")
 endif()
+
+# --- oneDNN (Debian's libdnnl-dev, or a copy carried in .deps/) and OpenMP ---
+find_path(KILN_DNNL_INCLUDE dnnl.hpp HINTS ${KILN_DEPS_DIR}/include REQUIRED)
+find_library(KILN_DNNL_LIBRARY NAMES dnnl HINTS ${KILN_DEPS_DIR}/lib REQUIRED)
+add_library(kiln::dnnl INTERFACE IMPORTED GLOBAL)
+set_target_properties(kiln::dnnl PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${KILN_DNNL_INCLUDE}
+                                            INTERFACE_LINK_LIBRARIES ${KILN_DNNL_LIBRARY})
+find_package(OpenMP REQUIRED COMPONENTS CXX)

@@ -1,0 +1,53 @@
+// Names of layer kinds and operations, for errors, the inspector and JSON.
+#include "engine/layers.h"
+
+namespace kiln::engine {
+
+const char* layer_kind_name(size_t index) {
+  static const char* const kNames[] = {"convolution",   "matmul",
+                                       "elementwise",   "unary",
+                                       "activation",    "pooling",
+                                       "reduce",        "softmax",
+                                       "normalization", "concat",
+                                       "shuffle",       "slice",
+                                       "gather",        "scatter",
+                                       "select",        "cast",
+                                       "constant",      "pad",
+                                       "resize",        "topk",
+                                       "argmax",        "cumsum",
+                                       "shape",         "fill",
+                                       "attention",     "fused_elementwise"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumLayerKinds, "one name per layer kind");
+  return index < kNumLayerKinds ? kNames[index] : "unknown";
+}
+
+const char* layer_kind_name(const LayerParams& params) {
+  return layer_kind_name(params.index());
+}
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* const kNames[] = {"add", "sub",       "mul", "div", "pow", "max",
+                                       "min", "floor_div", "mod", "eq",  "ne",  "lt",
+                                       "le",  "gt",        "ge",  "and", "or",  "xor"};
+  const auto i = static_cast<size_t>(op);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
+const char* unary_op_name(UnaryOp op) {
+  static const char* const kNames[] = {
+      "neg",   "abs",   "exp",  "log",  "sqrt", "rsqrt", "reciprocal", "sin",   "cos",
+      "tan",   "asin",  "acos", "atan", "sinh", "cosh",  "erf",        "floor", "ceil",
+      "round", "trunc", "sign", "not",  "log2", "log1p", "expm1",      "isnan"};
+  const auto i = static_cast<size_t>(op);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
+const char* activation_name(ActivationKind k) {
+  static const char* const kNames[] = {"none",        "relu",     "sigmoid",    "tanh", "gelu",
+                                       "gelu_tanh",   "silu",     "leaky_relu", "elu",  "hardswish",
+                                       "hardsigmoid", "softplus", "clamp",      "mish", "selu"};
+  const auto i = static_cast<size_t>(k);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
+}  // namespace kiln::engine

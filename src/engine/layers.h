@@ -1,0 +1,432 @@
+// The engine's layer set: one parameter struct per layer kind. Each struct lists its fields once,
+// in fields(visitor), which gives plan serialization, JSON inspection and hashing for free.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace kiln::engine {
+
+enum class BinaryOp : uint8_t {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kFloorDiv,
+  kMod,  // arithmetic (kMod: Python remainder)
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,  // comparisons -> bool
+  kAnd,
+  kOr,
+  kXor,  // logical (bool) / bitwise (int)
+};
+enum class UnaryOp : uint8_t {
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kErf,
+  kFloor,
+  kCeil,
+  kRound,
+  kTrunc,
+  kSign,
+  kNot,
+  kLog2,
+  kLog1p,
+  kExpm1,
+  kIsNan,
+};
+enum class ActivationKind : uint8_t {
+  kNone,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kGeluTanh,
+  kSilu,
+  kLeakyRelu /*alpha*/,
+  kElu /*alpha*/,
+  kHardSwish,
+  kHardSigmoid,
+  kSoftplus /*alpha=beta, beta=threshold*/,
+  kClamp /*alpha=min,beta=max*/,
+  kMish,
+  kSelu,
+};
+enum class PoolingKind : uint8_t { kMax, kAverage };
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
+enum class NormalizationKind : uint8_t { kBatch, kLayer, kGroup, kInstance };
+enum class GatherMode : uint8_t { kDefault /*index_select/embedding*/, kElements /*torch.gather*/ };
+enum class ScatterReduce : uint8_t { kNone, kAdd };
+enum class PadMode : uint8_t { kConstant, kReflect, kReplicate };
+enum class ResizeMode : uint8_t { kNearest, kLinear, kCubic };
+enum class FillMode : uint8_t { kConstant /*value*/, kRange /*start + i*delta*/ };
+
+const char* binary_op_name(BinaryOp op);
+const char* unary_op_name(UnaryOp op);
+const char* activation_name(ActivationKind k);
+
+// Post-operations a fused convolution/matmul applies to its result, in this order:
+// y = act(y + bias) [+ residual, then act2]. Filled by the builder's fusion passes.
+struct PostOps {
+  bool has_bias = false;  // an extra input: bias, broadcast over the channel/last dim
+  ActivationKind activation = ActivationKind::kNone;
+  double alpha = 0, beta = 0;                          // activation parameters
+  bool has_residual = false;                           // an extra input added after the activation
+  ActivationKind activation2 = ActivationKind::kNone;  // applied after the residual add
+  double alpha2 = 0, beta2 = 0;
+  template <class V>
+  void fields(V& v) {
+    v("has_bias", has_bias);
+    v("activation", activation);
+    v("alpha", alpha);
+    v("beta", beta);
+    v("has_residual", has_residual);
+    v("activation2", activation2);
+    v("alpha2", alpha2);
+    v("beta2", beta2);
+  }
+};
+
+// Inputs: data [N, C, spatial...], weights [O, C/groups, k...] ([C, O/groups, k...] transposed),
+// then post-op inputs (bias [O], residual).
+struct ConvolutionParams {
+  std::vector<int64_t> strides, padding_begin, padding_end, dilations;
+  int64_t groups = 1;
+  bool transposed = false;
+  std::vector<int64_t> output_padding;  // transposed only
+  PostOps post;
+  template <class V>
+  void fields(V& v) {
+    v("strides", strides);
+    v("padding_begin", padding_begin);
+    v("padding_end", padding_end);
+    v("dilations", dilations);
+    v("groups", groups);
+    v("transposed", transposed);
+    v("output_padding", output_padding);
+    post.fields(v);
+  }
+};
+
+// Inputs: a [..., M, K], b [..., K, N] (batched, broadcasting batch dims; rank-1 operands are
+// promoted as torch.matmul does), then post-op inputs (bias [N], residual).
+struct MatMulParams {
+  bool transpose_a = false, transpose_b = false;
+  PostOps post;
+  template <class V>
+  void fields(V& v) {
+    v("transpose_a", transpose_a);
+    v("transpose_b", transpose_b);
+    post.fields(v);
+  }
+};
+
+struct ElementwiseParams {  // inputs: a, b (broadcasting)
+  BinaryOp op = BinaryOp::kAdd;
+  template <class V>
+  void fields(V& v) {
+    v("op", op);
+  }
+};
+struct UnaryParams {
+  UnaryOp op = UnaryOp::kNeg;
+  template <class V>
+  void fields(V& v) {
+    v("op", op);
+  }
+};
+struct ActivationParams {
+  ActivationKind kind = ActivationKind::kRelu;
+  double alpha = 0, beta = 0;
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("alpha", alpha);
+    v("beta", beta);
+  }
+};
+
+// Input [N, C, spatial...]. Adaptive pooling computes windows from output_size, as torch does.
+struct PoolingParams {
+  PoolingKind kind = PoolingKind::kMax;
+  std::vector<int64_t> kernel, strides, padding_begin, padding_end, dilations;
+  bool ceil_mode = false, count_include_pad = true;
+  bool adaptive = false;
+  std::vector<int64_t> output_size;  // adaptive only
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("kernel", kernel);
+    v("strides", strides);
+    v("padding_begin", padding_begin);
+    v("padding_end", padding_end);
+    v("dilations", dilations);
+    v("ceil_mode", ceil_mode);
+    v("count_include_pad", count_include_pad);
+    v("adaptive", adaptive);
+    v("output_size", output_size);
+  }
+};
+
+struct ReduceParams {
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<int64_t> axes;  // empty: all axes
+  bool keep_dims = false;
+  template <class V>
+  void fields(V& v) {
+    v("op", op);
+    v("axes", axes);
+    v("keep_dims", keep_dims);
+  }
+};
+
+struct SoftmaxParams {
+  int64_t axis = -1;
+  bool log = false;
+  template <class V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("log", log);
+  }
+};
+
+// kBatch: inputs x, scale, bias, mean, var (per channel, axis 1).
+// kLayer: inputs x, scale, bias over the last `normalized_dims` dims (scale/bias may be absent:
+//   has_affine=false). kGroup: x, scale, bias (per channel) with num_groups. kInstance: per (N, C).
+struct NormalizationParams {
+  NormalizationKind kind = NormalizationKind::kLayer;
+  double epsilon = 1e-5;
+  int64_t normalized_dims = 1;  // kLayer
+  int64_t num_groups = 1;       // kGroup
+  bool has_affine = true;
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("epsilon", epsilon);
+    v("normalized_dims", normalized_dims);
+    v("num_groups", num_groups);
+    v("has_affine", has_affine);
+  }
+};
+
+struct ConcatParams {
+  int64_t axis = 0;
+  bool stack = false;  // torch.stack: inserts a new axis
+  template <class V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("stack", stack);
+  }
+};
+
+// Shuffle = transpose(first_perm), reshape, transpose(second_perm). In `reshape`, 0 copies the
+// input dim at that position and -1 is inferred. With a second input (an i64 shape tensor),
+// the reshape dims come from its values at run time.
+struct ShuffleParams {
+  std::vector<int64_t> first_perm;
+  bool has_reshape = false;
+  std::vector<int64_t> reshape;
+  std::vector<int64_t> second_perm;
+  template <class V>
+  void fields(V& v) {
+    v("first_perm", first_perm);
+    v("has_reshape", has_reshape);
+    v("reshape", reshape);
+    v("second_perm", second_perm);
+  }
+};
+
+// Python slicing per listed axis: start/end clamped like torch (end may be kSliceEnd), step > 0.
+constexpr int64_t kSliceEnd = std::numeric_limits<int64_t>::max();
+struct SliceParams {
+  std::vector<int64_t> axes, starts, ends, steps;
+  template <class V>
+  void fields(V& v) {
+    v("axes", axes);
+    v("starts", starts);
+    v("ends", ends);
+    v("steps", steps);
+  }
+};
+
+struct GatherParams {  // inputs: data, indices (i64/i32, negative indices wrap)
+  GatherMode mode = GatherMode::kDefault;
+  int64_t axis = 0;
+  template <class V>
+  void fields(V& v) {
+    v("mode", mode);
+    v("axis", axis);
+  }
+};
+struct ScatterParams {  // inputs: data, indices, updates (torch.scatter elements semantics)
+  int64_t axis = 0;
+  ScatterReduce reduce = ScatterReduce::kNone;
+  template <class V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("reduce", reduce);
+  }
+};
+struct SelectParams {  // inputs: condition (bool), a, b; broadcasting (torch.where)
+  template <class V>
+  void fields(V&) {}
+};
+struct CastParams {
+  DataType to = DataType::kF32;
+  template <class V>
+  void fields(V& v) {
+    v("to", to);
+  }
+};
+struct ConstantParams {  // no inputs; the output's data is the network weight `weight`
+  std::string weight;
+  template <class V>
+  void fields(V& v) {
+    v("weight", weight);
+  }
+};
+struct PadParams {  // pads for every dim, begin then end
+  std::vector<int64_t> begin, end;
+  PadMode mode = PadMode::kConstant;
+  double value = 0;
+  template <class V>
+  void fields(V& v) {
+    v("begin", begin);
+    v("end", end);
+    v("mode", mode);
+    v("value", value);
+  }
+};
+// Resize of the trailing spatial dims (all dims after the first two), by output size or scales.
+struct ResizeParams {
+  ResizeMode mode = ResizeMode::kNearest;
+  std::vector<int64_t> output_size;  // empty: use scales
+  std::vector<double> scales;
+  bool align_corners = false;
+  template <class V>
+  void fields(V& v) {
+    v("mode", mode);
+    v("output_size", output_size);
+    v("scales", scales);
+    v("align_corners", align_corners);
+  }
+};
+struct TopKParams {  // outputs: values, indices (i64)
+  int64_t k = 1, axis = -1;
+  bool largest = true, sorted = true;
+  template <class V>
+  void fields(V& v) {
+    v("k", k);
+    v("axis", axis);
+    v("largest", largest);
+    v("sorted", sorted);
+  }
+};
+struct ArgMaxParams {  // output i64 indices of the first max (or min)
+  int64_t axis = -1;
+  bool keep_dims = false, min = false;
+  template <class V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("keep_dims", keep_dims);
+    v("min", min);
+  }
+};
+struct CumSumParams {
+  int64_t axis = 0;
+  bool exclusive = false, reverse = false;
+  template <class V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("exclusive", exclusive);
+    v("reverse", reverse);
+  }
+};
+struct ShapeParams {  // output: i64 [rank] holding the input's shape
+  template <class V>
+  void fields(V&) {}
+};
+// Output of `shape` (static) or of the shape given by an i64 shape-tensor input.
+struct FillParams {
+  FillMode mode = FillMode::kConstant;
+  DataType dtype = DataType::kF32;
+  Shape shape;
+  double value = 0, start = 0, delta = 1;
+  template <class V>
+  void fields(V& v) {
+    v("mode", mode);
+    v("dtype", dtype);
+    v("shape", shape);
+    v("value", value);
+    v("start", start);
+    v("delta", delta);
+  }
+};
+// Scaled dot-product attention. Inputs q [..., L, E], k [..., S, E], v [..., S, Ev] and an
+// optional mask (bool: true keeps; float: added) broadcast to [..., L, S].
+struct AttentionParams {
+  bool causal = false;
+  bool has_mask = false;
+  double scale = 0;  // 0: 1/sqrt(E)
+  template <class V>
+  void fields(V& v) {
+    v("causal", causal);
+    v("has_mask", has_mask);
+    v("scale", scale);
+  }
+};
+// Built by the builder from chains of elementwise/unary/activation/cast layers: a small program
+// over registers. Registers 0..inputs-1 hold the inputs (broadcast to the output shape); op i
+// writes register inputs+i; the last register is the output. `program` holds four ints per op:
+// kind (0 binary, 1 unary, 2 activation, 3 cast), op (BinaryOp/UnaryOp/ActivationKind/DataType),
+// and the registers a, b it reads; `constants` holds alpha, beta per op.
+struct FusedElementwiseParams {
+  std::vector<int64_t> program;           // FusedOp list flattened: kind, op, a, b per op
+  std::vector<double> constants;          // alpha, beta per op
+  std::vector<std::string> fused_layers;  // names of the layers it replaced (for inspection)
+  template <class V>
+  void fields(V& v) {
+    v("program", program);
+    v("constants", constants);
+    v("fused_layers", fused_layers);
+  }
+};
+
+using LayerParams =
+    std::variant<ConvolutionParams, MatMulParams, ElementwiseParams, UnaryParams, ActivationParams,
+                 PoolingParams, ReduceParams, SoftmaxParams, NormalizationParams, ConcatParams,
+                 ShuffleParams, SliceParams, GatherParams, ScatterParams, SelectParams, CastParams,
+                 ConstantParams, PadParams, ResizeParams, TopKParams, ArgMaxParams, CumSumParams,
+                 ShapeParams, FillParams, AttentionParams, FusedElementwiseParams>;
+
+// The name of a layer kind ("convolution", "matmul", ...), by variant index.
+const char* layer_kind_name(const LayerParams& params);
+const char* layer_kind_name(size_t variant_index);
+constexpr size_t kNumLayerKinds = std::variant_size_v<LayerParams>;
+
+}  // namespace kiln::engine

@@ -1,0 +1,156 @@
+// Shape inference of the elementwise family: binary, unary, activation, select, cast, fused.
+#include "engine/layers/elementwise_rules.h"
+#include "engine/layers/infer.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+
+bool is_comparison(BinaryOp op) {
+  return op >= BinaryOp::kEq && op <= BinaryOp::kGe;
+}
+bool is_logical(BinaryOp op) {
+  return op >= BinaryOp::kAnd;
+}
+
+DataType binary_result_dtype(const std::string& layer, BinaryOp op, DataType a, DataType b) {
+  KILN_CHECK(a == b, InvalidArgument, "layer `", layer, "` (", binary_op_name(op),
+             "): operand dtypes differ (", dtype_name(a), " vs ", dtype_name(b),
+             "); insert a cast");
+  if (is_comparison(op)) return DataType::kBool;
+  if (is_logical(op)) {
+    KILN_CHECK(a == DataType::kBool || is_integer(a), InvalidArgument, "layer `", layer, "` (",
+               binary_op_name(op), "): needs bool or integer operands, got ", dtype_name(a));
+    return a;
+  }
+  KILN_CHECK(a != DataType::kBool, InvalidArgument, "layer `", layer, "` (", binary_op_name(op),
+             "): arithmetic on bool operands");
+  KILN_CHECK(op != BinaryOp::kDiv || is_floating(a), InvalidArgument, "layer `", layer,
+             "` (div): true division needs floating operands, got ", dtype_name(a),
+             " (use floor_div, or cast)");
+  return a;
+}
+
+DataType unary_result_dtype(const std::string& layer, UnaryOp op, DataType a) {
+  switch (op) {
+    case UnaryOp::kNot:
+      KILN_CHECK(a == DataType::kBool, InvalidArgument, "layer `", layer,
+                 "` (not): needs bool, got ", dtype_name(a));
+      return a;
+    case UnaryOp::kIsNan:
+      KILN_CHECK(is_floating(a), InvalidArgument, "layer `", layer,
+                 "` (isnan): needs floating, got ", dtype_name(a));
+      return DataType::kBool;
+    case UnaryOp::kNeg:
+    case UnaryOp::kAbs:
+    case UnaryOp::kSign:
+      KILN_CHECK(a != DataType::kBool, InvalidArgument, "layer `", layer, "` (", unary_op_name(op),
+                 "): not defined for bool");
+      return a;
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kRound:
+    case UnaryOp::kTrunc:
+      KILN_CHECK(a != DataType::kBool, InvalidArgument, "layer `", layer, "` (", unary_op_name(op),
+                 "): not defined for bool");
+      return a;
+    default:
+      KILN_CHECK(is_floating(a), InvalidArgument, "layer `", layer, "` (", unary_op_name(op),
+                 "): needs a floating input, got ", dtype_name(a));
+      return a;
+  }
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const ElementwiseParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 2, 2);
+  return {{binary_result_dtype(layer, p.op, in[0].dtype, in[1].dtype),
+           broadcast_shapes(in[0].shape, in[1].shape, "layer `" + layer + "`")}};
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const UnaryParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  return {{unary_result_dtype(layer, p.op, in[0].dtype), in[0].shape}};
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const ActivationParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, "layer `", layer, "` (",
+             activation_name(p.kind), "): needs a floating input, got ", dtype_name(in[0].dtype));
+  KILN_CHECK(p.kind != ActivationKind::kNone, InvalidArgument, "layer `", layer,
+             "`: activation kind none");
+  return {{in[0].dtype, in[0].shape}};
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const SelectParams&,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 3, 3);
+  KILN_CHECK(in[0].dtype == DataType::kBool, InvalidArgument, "layer `", layer,
+             "` (select): condition must be bool, got ", dtype_name(in[0].dtype));
+  KILN_CHECK(in[1].dtype == in[2].dtype, InvalidArgument, "layer `", layer,
+             "` (select): branch dtypes differ (", dtype_name(in[1].dtype), " vs ",
+             dtype_name(in[2].dtype), ")");
+  const std::string what = "layer `" + layer + "`";
+  return {{in[1].dtype,
+           broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape, what), in[2].shape, what)}};
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const CastParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  return {{p.to, in[0].shape}};
+}
+
+std::vector<FusedOp> decode_program(const std::string& layer, const FusedElementwiseParams& p,
+                                    size_t num_inputs) {
+  KILN_CHECK(
+      p.program.size() % 4 == 0 && p.constants.size() == p.program.size() / 2 && !p.program.empty(),
+      InvalidArgument, "layer `", layer, "`: malformed fused program (", p.program.size(),
+      " ints, ", p.constants.size(), " constants)");
+  std::vector<FusedOp> ops;
+  for (size_t i = 0; i < p.program.size(); i += 4) {
+    FusedOp op{p.program[i],     p.program[i + 1],   p.program[i + 2],
+               p.program[i + 3], p.constants[i / 2], p.constants[i / 2 + 1]};
+    const int64_t regs = static_cast<int64_t>(num_inputs + ops.size());
+    KILN_CHECK(op.kind >= 0 && op.kind <= 3 && op.a >= 0 && op.a < regs &&
+                   (op.kind != 0 || (op.b >= 0 && op.b < regs)),
+               InvalidArgument, "layer `", layer, "`: fused op ", ops.size(),
+               " reads a register that is not yet written, or has unknown kind ", op.kind);
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const FusedElementwiseParams& p,
+                               const std::vector<InferInput>& in) {
+  KILN_CHECK(!in.empty(), InvalidArgument, "layer `", layer, "`: fused layer without inputs");
+  const auto ops = decode_program(layer, p, in.size());
+  std::vector<DataType> reg;
+  Shape shape = in[0].shape;
+  for (const auto& i : in) {
+    reg.push_back(i.dtype);
+    shape = broadcast_shapes(shape, i.shape, "layer `" + layer + "`");
+  }
+  for (const FusedOp& op : ops) {
+    const DataType a = reg[static_cast<size_t>(op.a)];
+    switch (op.kind) {
+      case 0:
+        reg.push_back(binary_result_dtype(layer, static_cast<BinaryOp>(op.op), a,
+                                          reg[static_cast<size_t>(op.b)]));
+        break;
+      case 1:
+        reg.push_back(unary_result_dtype(layer, static_cast<UnaryOp>(op.op), a));
+        break;
+      case 2:
+        reg.push_back(a);
+        break;
+      default:
+        reg.push_back(static_cast<DataType>(op.op));
+        break;
+    }
+  }
+  return {{reg.back(), shape}};
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,25 @@
+// Dtype rules of the elementwise family, shared by inference, the builder's fusion and kernels.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/layers.h"
+
+namespace kiln::engine {
+
+bool is_comparison(BinaryOp op);
+bool is_logical(BinaryOp op);
+DataType binary_result_dtype(const std::string& layer, BinaryOp op, DataType a, DataType b);
+DataType unary_result_dtype(const std::string& layer, UnaryOp op, DataType a);
+
+// One decoded step of a FusedElementwiseParams program.
+struct FusedOp {
+  int64_t kind, op, a, b;  // kind: 0 binary, 1 unary, 2 activation, 3 cast
+  double alpha, beta;
+};
+// Validates and decodes the program; registers 0..num_inputs-1 are the inputs.
+std::vector<FusedOp> decode_program(const std::string& layer, const FusedElementwiseParams& p,
+                                    size_t num_inputs);
+
+}  // namespace kiln::engine

@@ -1,0 +1,101 @@
+// The network definition: tensors, weights, inputs with optimization profiles, and layers.
+// Adding a layer validates it and infers its outputs (symbolically for dynamic dims).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/layers.h"
+#include "engine/types.h"
+
+namespace kiln::engine {
+
+using TensorId = int32_t;
+
+struct TensorDesc {
+  std::string name;
+  DataType dtype = DataType::kF32;
+  Shape shape;
+  // Known contents of small integer tensors (shape tensors), when computable without running:
+  // constants, shapes of static inputs, and arithmetic on those.
+  std::optional<std::vector<int64_t>> values;
+};
+
+// Allowed range of an input's shape; static inputs have min == opt == max.
+struct Profile {
+  Shape min, opt, max;
+};
+
+// Named weights (the name is what refit uses). Data is shared, never copied by the network.
+struct Weights {
+  DataType dtype = DataType::kF32;
+  Shape shape;
+  std::shared_ptr<const std::vector<uint8_t>> data;
+  static Weights from_floats(const Shape& shape, const std::vector<float>& values);
+  static Weights from_ints(const Shape& shape, const std::vector<int64_t>& values);
+  static Weights from_bytes(DataType dtype, const Shape& shape, std::vector<uint8_t> bytes);
+};
+
+struct Layer {
+  std::string name;
+  LayerParams params;
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+};
+
+class Network {
+ public:
+  // A dynamic dim is kDynamic in `shape`; its range comes from `profile` (required then).
+  TensorId add_input(const std::string& name, DataType dtype, const Shape& shape,
+                     std::optional<Profile> profile = std::nullopt);
+  void mark_output(TensorId tensor, const std::string& name = "");
+  TensorId add_constant(const std::string& name, Weights weights);
+
+  // Validates the layer against its inputs (rank, axes, dtypes, broadcasting) and adds its
+  // outputs; throws InvalidArgument/ShapeMismatch/Unsupported naming the layer.
+  std::vector<TensorId> add_layer(const std::string& name, LayerParams params,
+                                  const std::vector<TensorId>& inputs);
+  TensorId add(const std::string& name, LayerParams params, const std::vector<TensorId>& inputs) {
+    return add_layer(name, std::move(params), inputs).at(0);
+  }
+
+  const TensorDesc& tensor(TensorId id) const;
+  TensorDesc& mutable_tensor(TensorId id);
+  size_t num_tensors() const { return tensors_.size(); }
+  const std::vector<Layer>& layers() const { return layers_; }
+  std::vector<Layer>& mutable_layers() { return layers_; }
+  const std::vector<TensorId>& inputs() const { return inputs_; }
+  const std::vector<TensorId>& outputs() const { return outputs_; }
+  std::vector<TensorId>& mutable_outputs() { return outputs_; }
+  const Profile& profile(TensorId input) const;
+  const std::map<std::string, Weights>& weights() const { return weights_; }
+  const Weights& weight(const std::string& name) const;
+  // The tensor a Constant layer produced, if `id` is one.
+  const Weights* constant_data(TensorId id) const;
+
+  // Used by the plan loader and builder passes to rebuild a network without re-validating.
+  TensorId add_tensor(TensorDesc desc);
+  void add_input_raw(TensorId id, Profile profile);
+  void add_weight(const std::string& name, Weights w);
+  void append_layer_raw(Layer layer) { layers_.push_back(std::move(layer)); }
+  void set_layers(std::vector<Layer> layers) { layers_ = std::move(layers); }
+  void remove_unused_weights();
+
+ private:
+  std::vector<TensorDesc> tensors_;
+  std::vector<Layer> layers_;
+  std::vector<TensorId> inputs_, outputs_;
+  std::map<TensorId, Profile> profiles_;
+  std::map<std::string, Weights> weights_;
+  std::map<TensorId, std::string> constant_of_;  // tensor -> weight name
+};
+
+// Infers a layer's output descriptors from its inputs' and, for shape tensors whose input values
+// are all known, their values too. Shared by Network::add_layer and execution contexts.
+std::vector<TensorDesc> infer_layer_outputs(const Layer& layer,
+                                            const std::vector<const TensorDesc*>& inputs);
+
+}  // namespace kiln::engine

@@ -1,0 +1,115 @@
+// Engine test helpers.
+#include "engine_testing.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/cpu/convert.h"
+
+namespace kiln::engine::testing {
+
+HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  HostTensor t(dtype, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = dist(rng);
+    if (dtype == DataType::kBool) {
+      cpu::store_as<int64_t>(dtype, t.data(), i, v > (lo + hi) / 2);
+    } else if (!is_floating(dtype)) {
+      cpu::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(std::llround(v)));
+    } else {
+      cpu::store_as<float>(dtype, t.data(), i, static_cast<float>(v));
+    }
+  }
+  return t;
+}
+
+HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values) {
+  HostTensor t(dtype, shape);
+  EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+  for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(values.size()); ++i) {
+    if (is_floating(dtype)) {
+      cpu::store_as<float>(dtype, t.data(), i, static_cast<float>(values[static_cast<size_t>(i)]));
+    } else {
+      cpu::store_as<int64_t>(dtype, t.data(), i,
+                             static_cast<int64_t>(values[static_cast<size_t>(i)]));
+    }
+  }
+  return t;
+}
+
+std::vector<double> to_doubles(const HostTensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    out[static_cast<size_t>(i)] =
+        is_floating(t.dtype()) ? cpu::load_as<float>(t.dtype(), t.data(), i)
+                               : static_cast<double>(cpu::load_as<int64_t>(t.dtype(), t.data(), i));
+  }
+  return out;
+}
+
+std::vector<HostTensor> run_network(
+    const std::vector<HostTensor>& inputs,
+    const std::function<std::vector<TensorId>(Network&, const std::vector<TensorId>&)>& build) {
+  Network net;
+  std::vector<TensorId> ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ids.push_back(net.add_input("in" + std::to_string(i), inputs[i].dtype(), inputs[i].shape()));
+  }
+  for (TensorId out : build(net, ids)) net.mark_output(out);
+  auto engine = std::make_shared<const Engine>(std::move(net));
+  ExecutionContext ctx(engine);
+  return ctx.run(inputs);
+}
+
+std::vector<HostTensor> run_one_layer(const LayerParams& params,
+                                      const std::vector<HostTensor>& inputs) {
+  return run_network(inputs, [&](Network& net, const std::vector<TensorId>& ids) {
+    return net.add_layer("layer", params, ids);
+  });
+}
+
+::testing::AssertionResult near(const HostTensor& actual, const std::vector<double>& expected,
+                                double rtol, double atol) {
+  const auto a = to_doubles(actual);
+  if (a.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "got " << a.size() << " elements, expected " << expected.size();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], y = expected[i];
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (std::isinf(y) && x == y) continue;
+    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) {
+      return ::testing::AssertionFailure()
+             << "element " << i << " of " << shape_to_string(actual.shape()) << ": got " << x
+             << ", expected " << y;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+int64_t flat_index(const Shape& shape, const std::vector<int64_t>& index) {
+  int64_t flat = 0;
+  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + index[d];
+  return flat;
+}
+
+std::vector<int64_t> unflatten(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  return index;
+}
+
+int64_t broadcast_index(const Shape& in, const Shape& out, const std::vector<int64_t>& out_index) {
+  std::vector<int64_t> idx(in.size());
+  const size_t offset = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) idx[d] = in[d] == 1 ? 0 : out_index[d + offset];
+  return flat_index(in, idx);
+}
+
+}  // namespace kiln::engine::testing

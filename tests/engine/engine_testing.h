@@ -1,0 +1,43 @@
+// Engine test helpers: random host tensors, one-layer networks, and float64 comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/network.h"
+#include "engine/runtime.h"
+
+namespace kiln::engine::testing {
+
+// Uniform random values in [lo, hi) (integers: rounded) of any dtype, deterministic per seed.
+HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, double lo = -2,
+                         double hi = 2);
+HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values);
+// Every element as double (f16/bf16 widened, integers exact up to 2^53).
+std::vector<double> to_doubles(const HostTensor& t);
+
+// Builds a network with one input per tensor in `inputs` (static shapes), adds what `build`
+// adds on top (it returns the outputs to mark), builds an engine and runs it once.
+std::vector<HostTensor> run_network(
+    const std::vector<HostTensor>& inputs,
+    const std::function<std::vector<TensorId>(Network&, const std::vector<TensorId>&)>& build);
+
+// Single layer shortcut: run_layer(params, inputs) -> outputs.
+std::vector<HostTensor> run_one_layer(const LayerParams& params,
+                                      const std::vector<HostTensor>& inputs);
+
+// |a - b| <= atol + rtol * |b| elementwise (NaN equals NaN); reports the first mismatch.
+::testing::AssertionResult near(const HostTensor& actual, const std::vector<double>& expected,
+                                double rtol = 1e-5, double atol = 1e-6);
+
+// Row-major index helpers for references written as loops.
+int64_t flat_index(const Shape& shape, const std::vector<int64_t>& index);
+std::vector<int64_t> unflatten(const Shape& shape, int64_t flat);
+// Index of `out_index` (of a broadcast output) in an input of shape `in`.
+int64_t broadcast_index(const Shape& in, const Shape& out, const std::vector<int64_t>& out_index);
+
+}  // namespace kiln::engine::testing
