@@ -224,8 +224,11 @@ void ExecutionContext::execute() {
   std::vector<bool> produced(net.num_tensors(), false);
   for (const Layer& l : net.layers()) {
     if (std::holds_alternative<ConstantParams>(l.params)) {
-      where[static_cast<size_t>(l.outputs[0])] =
-          const_cast<uint8_t*>(net.weight(std::get<ConstantParams>(l.params).weight).data->data());
+      const std::string& name = std::get<ConstantParams>(l.params).weight;
+      const Weights& w = net.weight(name);
+      KILN_CHECK(w.data != nullptr, InvalidArgument, "weight `", name,
+                 "` was stripped from this plan (a weightless plan); refit it before running");
+      where[static_cast<size_t>(l.outputs[0])] = const_cast<uint8_t*>(w.data->data());
       continue;
     }
     for (TensorId id : l.outputs) produced[static_cast<size_t>(id)] = true;

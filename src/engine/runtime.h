@@ -88,6 +88,7 @@ class ExecutionContext {
   const std::vector<LayerTiming>& profile() const { return timings_; }
   std::string profile_table() const;  // one line per layer, slowest first
   size_t arena_bytes() const { return plan_.arena_bytes; }
+  size_t activation_bytes() const { return plan_.total_bytes; }
 
  private:
   void resolve_shapes();

@@ -1,8 +1,117 @@
-// CPU kernels of the attention family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernel of scaled dot-product attention: one softmax(q k^T * scale + mask) v row at a time,
+// in float with double accumulation. Rows whose every position is masked out produce zeros, as
+// torch's math path (safe softmax) does, rather than NaN.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "engine/cpu/convert.h"
+#include "util/errors.h"
 
 namespace kiln::engine::cpu {
 
-void register_attention(KernelTable&) {}
+namespace {
+
+constexpr int64_t kParallelWork = 16 * 1024;
+
+// The tensor as float: the data itself for f32, else a converted copy held in `storage`.
+const float* as_float(const TensorView& t, std::vector<float>& storage) {
+  if (t.dtype == DataType::kF32) return t.as<const float>();
+  storage.resize(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    storage[static_cast<size_t>(i)] = load_as<float>(t.dtype, t.data, i);
+  return storage.data();
+}
+
+// For each output batch index, the batch index of `t` (whose last two dims are matrices).
+std::vector<int64_t> batch_offsets(const TensorView& t, const Shape& batch) {
+  const Shape tb(t.shape.begin(), t.shape.end() - 2);
+  std::vector<int64_t> r(static_cast<size_t>(volume(batch)));
+  BroadcastMap(tb, batch).offsets(0, static_cast<int64_t>(r.size()), r.data());
+  return r;
+}
+
+void attention_kernel(KernelArgs& args) {
+  const auto& p = std::get<AttentionParams>(args.layer.params);
+  const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
+  const TensorView& out = args.outputs[0];
+  if (out.numel() == 0) return;
+  const Shape batch(out.shape.begin(), out.shape.end() - 2);
+  const int64_t nb = volume(batch), L = q.shape[q.shape.size() - 2], E = q.shape.back();
+  const int64_t S = k.shape[k.shape.size() - 2], Ev = v.shape.back();
+  const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  std::vector<float> qs, ks, vs;
+  const float* qd = as_float(q, qs);
+  const float* kd = as_float(k, ks);
+  const float* vd = as_float(v, vs);
+  const auto qb = batch_offsets(q, batch), kb = batch_offsets(k, batch),
+             vb = batch_offsets(v, batch);
+  const TensorView* mask = p.has_mask ? &args.inputs[3] : nullptr;
+  Shape weights = batch;
+  weights.push_back(L);
+  weights.push_back(S);
+  std::unique_ptr<BroadcastMap> mask_map;
+  if (mask) mask_map = std::make_unique<BroadcastMap>(mask->shape, weights);
+  const int64_t rows = nb * L;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel if (rows > 1 && rows * S * (E + Ev) > kParallelWork)
+  {
+    std::vector<double> score(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
+    std::vector<int64_t> moff(static_cast<size_t>(S));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = r / L, i = r % L;
+      const float* qrow = qd + (qb[static_cast<size_t>(b)] * L + i) * E;
+      const float* kmat = kd + kb[static_cast<size_t>(b)] * S * E;
+      const float* vmat = vd + vb[static_cast<size_t>(b)] * S * Ev;
+      if (mask) mask_map->offsets(r * S, S, moff.data());
+      double mx = neg_inf;
+      for (int64_t j = 0; j < S; ++j) {
+        double s = neg_inf;
+        const bool kept =
+            !(p.causal && j > i) &&
+            !(mask && mask->dtype == DataType::kBool &&
+              !load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]));
+        if (kept) {
+          double dot = 0;
+          const float* krow = kmat + j * E;
+          for (int64_t e = 0; e < E; ++e) dot += static_cast<double>(qrow[e]) * krow[e];
+          s = dot * scale;
+          if (mask && mask->dtype != DataType::kBool) {
+            s += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
+          }
+        }
+        score[static_cast<size_t>(j)] = s;
+        if (s > mx) mx = s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      if (mx != neg_inf) {  // else every position is masked: the row stays zero
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          const double w = std::exp(score[static_cast<size_t>(j)] - mx);
+          score[static_cast<size_t>(j)] = w;
+          sum += w;
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          const double w = score[static_cast<size_t>(j)] / sum;
+          if (w == 0) continue;
+          const float* vrow = vmat + j * Ev;
+          for (int64_t e = 0; e < Ev; ++e) acc[static_cast<size_t>(e)] += w * vrow[e];
+        }
+      }
+      for (int64_t e = 0; e < Ev; ++e)
+        store_as<double>(out.dtype, out.data, r * Ev + e, acc[static_cast<size_t>(e)]);
+    }
+  }
+}
+
+}  // namespace
+
+void register_attention(KernelTable& t) {
+  t.set<AttentionParams>(attention_kernel);
+}
 
 }  // namespace kiln::engine::cpu

@@ -1,8 +1,51 @@
-// CPU kernels of the fill family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernels of the fill family: shape and fill. Constants need no kernel: the runtime points
+// their outputs at the weights.
+#include <cstring>
+
+#include "engine/cpu/convert.h"
 
 namespace kiln::engine::cpu {
+namespace {
 
-void register_fill(KernelTable&) {}
+void shape_kernel(KernelArgs& args) {
+  const Shape& s = args.inputs[0].shape;
+  int64_t* out = args.outputs[0].as<int64_t>();
+  for (size_t d = 0; d < s.size(); ++d) out[d] = s[d];
+}
+
+void fill_kernel(KernelArgs& args) {
+  const auto& p = std::get<FillParams>(args.layer.params);
+  const TensorView& out = args.outputs[0];
+  const int64_t n = out.numel();
+  if (p.mode == FillMode::kConstant) {
+    if (n == 0) return;
+    store_as<double>(out.dtype, out.data, 0, p.value);
+    const size_t es = dtype_size(out.dtype);
+    uint8_t* dst = static_cast<uint8_t*>(out.data);
+#pragma omp parallel for if (n > 256 * 1024)
+    for (int64_t i = 1; i < n; ++i) std::memcpy(dst + static_cast<size_t>(i) * es, dst, es);
+    return;
+  }
+  // Integer ranges with integral start and step stay exact beyond 2^53.
+  const bool exact_int = is_integer(out.dtype) &&
+                         p.start == static_cast<double>(static_cast<int64_t>(p.start)) &&
+                         p.delta == static_cast<double>(static_cast<int64_t>(p.delta));
+  const int64_t start = static_cast<int64_t>(p.start), delta = static_cast<int64_t>(p.delta);
+#pragma omp parallel for if (n > 256 * 1024)
+  for (int64_t i = 0; i < n; ++i) {
+    if (exact_int) {
+      store_as<int64_t>(out.dtype, out.data, i, start + i * delta);
+    } else {
+      store_as<double>(out.dtype, out.data, i, p.start + static_cast<double>(i) * p.delta);
+    }
+  }
+}
+
+}  // namespace
+
+void register_fill(KernelTable& t) {
+  t.set<ShapeParams>(shape_kernel);
+  t.set<FillParams>(fill_kernel);
+}
 
 }  // namespace kiln::engine::cpu

@@ -15,6 +15,7 @@ const KernelTable& kernel_table() {
     register_reduce(t);
     register_normalization(t);
     register_shuffle(t);
+    register_gather(t);
     register_fill(t);
     register_resize(t);
     register_attention(t);

@@ -70,8 +70,9 @@ void register_convolution(KernelTable& t);
 void register_pooling(KernelTable& t);
 void register_reduce(KernelTable& t);         // reduce, argmax, topk, cumsum
 void register_normalization(KernelTable& t);  // normalization, softmax
-void register_shuffle(KernelTable& t);        // shuffle, concat, slice, pad, gather, scatter
-void register_fill(KernelTable& t);           // shape, fill, constant
+void register_shuffle(KernelTable& t);        // shuffle, concat, slice, pad
+void register_gather(KernelTable& t);         // gather, scatter
+void register_fill(KernelTable& t);           // shape, fill (constants need no kernel)
 void register_resize(KernelTable& t);
 void register_attention(KernelTable& t);
 

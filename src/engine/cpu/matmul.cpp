@@ -1,8 +1,103 @@
-// CPU kernels of the matmul family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernel of the matmul family: a cached oneDNN f32 matmul (transposes as strides, batch
+// dims broadcast by oneDNN) followed by the shared post-op epilogue.
+#include <algorithm>
+
+#include "engine/cpu/onednn.h"
 
 namespace kiln::engine::cpu {
 
-void register_matmul(KernelTable&) {}
+namespace {
+
+using dnnl::memory;
+
+// The primitive for the last input shapes; rebuilt only when they change.
+struct MatMulState : KernelState {
+  std::vector<int64_t> key;
+  dnnl::matmul primitive;
+  memory::desc src_md, wei_md, dst_md;
+};
+
+// An operand as oneDNN sees it: logical [batch..., rows, cols] padded to `rank`, with strides
+// that express a transpose of its two trailing dims.
+memory::desc operand_desc(const Shape& physical, bool transpose, size_t rank) {
+  Shape dims(rank - physical.size(), 1);
+  dims.insert(dims.end(), physical.begin(), physical.end());
+  std::vector<int64_t> strides = contiguous_strides(dims);
+  if (transpose) {
+    std::swap(dims[rank - 1], dims[rank - 2]);
+    std::swap(strides[rank - 1], strides[rank - 2]);
+  }
+  return memory::desc(onednn::to_dims(dims), memory::data_type::f32,
+                      memory::dims(strides.begin(), strides.end()));
+}
+
+void matmul_kernel(KernelArgs& args) {
+  const auto& p = std::get<MatMulParams>(args.layer.params);
+  const std::string& layer = args.layer.name;
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  const TensorView& out = args.outputs[0];
+  KILN_CHECK(is_floating(a.dtype), InvalidArgument, "layer `", layer,
+             "` (matmul): integer matmul is not supported, got ", dtype_name(a.dtype));
+  if (out.numel() == 0) return;
+
+  // Promote rank-1 operands; a promoted a is [1, K] and a promoted b is [K, 1].
+  const bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
+  const bool ta = p.transpose_a && !a_vec, tb = p.transpose_b && !b_vec;
+  const Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
+  const Shape bs = b_vec ? Shape{b.shape[0], 1} : b.shape;
+  const size_t rank = std::max(as.size(), bs.size());
+  const int64_t m = ta ? as.back() : as[as.size() - 2];
+  const int64_t k = ta ? as[as.size() - 2] : as.back();
+  const int64_t n = tb ? bs[bs.size() - 2] : bs.back();
+
+  const auto post = onednn::post_inputs(p.post, args.inputs);
+  onednn::F32Result y(out);
+  if (k == 0) {
+    std::fill(y.data(), y.data() + out.numel(), 0.f);
+  } else {
+    std::vector<int64_t> key = {static_cast<int64_t>(ta), static_cast<int64_t>(tb), -1};
+    key.insert(key.end(), as.begin(), as.end());
+    key.push_back(-1);
+    key.insert(key.end(), bs.begin(), bs.end());
+    auto* state = dynamic_cast<MatMulState*>(args.state.get());
+    onednn::guarded(layer, [&] {
+      if (!state || state->key != key) {
+        auto fresh = std::make_unique<MatMulState>();
+        fresh->key = key;
+        fresh->src_md = operand_desc(as, ta, rank);
+        fresh->wei_md = operand_desc(bs, tb, rank);
+        Shape dst(rank);
+        const auto src_dims = fresh->src_md.dims(), wei_dims = fresh->wei_md.dims();
+        for (size_t d = 0; d + 2 < rank; ++d) dst[d] = src_dims[d] == 1 ? wei_dims[d] : src_dims[d];
+        dst[rank - 2] = m;
+        dst[rank - 1] = n;
+        const std::vector<int64_t> dst_strides = contiguous_strides(dst);
+        fresh->dst_md = memory::desc(onednn::to_dims(dst), memory::data_type::f32,
+                                     memory::dims(dst_strides.begin(), dst_strides.end()));
+        dnnl::matmul::desc desc(fresh->src_md, fresh->wei_md, fresh->dst_md);
+        fresh->primitive = dnnl::matmul(dnnl::matmul::primitive_desc(desc, onednn::cpu_engine()));
+        state = fresh.get();
+        args.state = std::move(fresh);
+      }
+      onednn::F32Data fa(a), fb(b);
+      auto& eng = onednn::cpu_engine();
+      memory src(state->src_md, eng, fa.data()), wei(state->wei_md, eng, fb.data()),
+          dst(state->dst_md, eng, y.data());
+      dnnl::stream stream(eng);
+      state->primitive.execute(stream,
+                               {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+    });
+  }
+  // The result is [batch..., M, N] in memory whatever dims the output dropped; bias runs over N.
+  onednn::finish(p.post, post.bias, post.residual, n, 1, y.data(), out);
+}
+
+}  // namespace
+
+void register_matmul(KernelTable& t) {
+  t.set<MatMulParams>(matmul_kernel);
+}
 
 }  // namespace kiln::engine::cpu

@@ -1,8 +1,152 @@
-// CPU kernels of the normalization family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernels of the normalization family. Statistics are two-pass (mean, then centered squares)
+// in double so that large or offset inputs keep their precision; f16/bf16 data is read as float
+// and the result stored in the input dtype.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/convert.h"
+#include "util/errors.h"
 
 namespace kiln::engine::cpu {
 
-void register_normalization(KernelTable&) {}
+namespace {
+
+constexpr int64_t kParallelWork = 32 * 1024;
+
+// A parameter vector (scale, bias, mean, var) as doubles; empty when absent.
+std::vector<double> load_param(const TensorView* t) {
+  std::vector<double> r;
+  if (t == nullptr) return r;
+  r.resize(static_cast<size_t>(t->numel()));
+  for (int64_t i = 0; i < t->numel(); ++i)
+    r[static_cast<size_t>(i)] = load_as<double>(t->dtype, t->data, i);
+  return r;
+}
+
+// Normalizes `groups` contiguous runs of `len` elements each; element j of run r uses the affine
+// parameters at channel(r, j).
+template <class Channel>
+void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, int64_t len,
+                    double eps, const std::vector<double>& scale, const std::vector<double>& bias,
+                    Channel channel) {
+#pragma omp parallel for if (groups > 1 && groups * len > kParallelWork)
+  for (int64_t r = 0; r < groups; ++r) {
+    const int64_t base = r * len;
+    double sum = 0;
+    for (int64_t j = 0; j < len; ++j) sum += load_as<double>(x.dtype, x.data, base + j);
+    const double mean = sum / static_cast<double>(len);
+    double sq = 0;
+    for (int64_t j = 0; j < len; ++j) {
+      const double d = load_as<double>(x.dtype, x.data, base + j) - mean;
+      sq += d * d;
+    }
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
+    for (int64_t j = 0; j < len; ++j) {
+      double v = (load_as<double>(x.dtype, x.data, base + j) - mean) * inv;
+      if (!scale.empty()) {
+        const size_t c = static_cast<size_t>(channel(r, j));
+        v = v * scale[c] + bias[c];
+      }
+      store_as<double>(y.dtype, y.data, base + j, v);
+    }
+  }
+}
+
+void normalization_kernel(KernelArgs& args) {
+  const auto& p = std::get<NormalizationParams>(args.layer.params);
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  const Shape& s = x.shape;
+  if (x.numel() == 0) return;
+  const auto& in = args.inputs;
+  if (p.kind == NormalizationKind::kLayer) {
+    int64_t len = 1;
+    for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
+      len *= s[d];
+    const auto scale = load_param(p.has_affine ? &in[1] : nullptr);
+    const auto bias = load_param(p.has_affine ? &in[2] : nullptr);
+    normalize_runs(x, y, x.numel() / len, len, p.epsilon, scale, bias,
+                   [](int64_t, int64_t j) { return j; });
+    return;
+  }
+  const int64_t n = s[0], c = s[1], spatial = x.numel() / (n * c);
+  if (p.kind == NormalizationKind::kBatch) {
+    const size_t first = p.has_affine ? 3 : 1;
+    const auto scale = load_param(p.has_affine ? &in[1] : nullptr);
+    const auto bias = load_param(p.has_affine ? &in[2] : nullptr);
+    const auto mean = load_param(&in[first]), var = load_param(&in[first + 1]);
+    // Folded per channel: y = x * a + b.
+    std::vector<double> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+    for (size_t ch = 0; ch < a.size(); ++ch) {
+      a[ch] = 1.0 / std::sqrt(var[ch] + p.epsilon) * (scale.empty() ? 1.0 : scale[ch]);
+      b[ch] = (bias.empty() ? 0.0 : bias[ch]) - mean[ch] * a[ch];
+    }
+    const int64_t rows = n * c;
+#pragma omp parallel for if (rows > 1 && x.numel() > kParallelWork)
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t ch = static_cast<size_t>(r % c);
+      for (int64_t j = r * spatial; j < (r + 1) * spatial; ++j) {
+        store_as<double>(y.dtype, y.data, j, load_as<double>(x.dtype, x.data, j) * a[ch] + b[ch]);
+      }
+    }
+    return;
+  }
+  const auto scale = load_param(p.has_affine ? &in[1] : nullptr);
+  const auto bias = load_param(p.has_affine ? &in[2] : nullptr);
+  if (p.kind == NormalizationKind::kGroup) {
+    KILN_CHECK(c % p.num_groups == 0, InvalidArgument, "layer `", args.layer.name, "`: num_groups ",
+               p.num_groups, " does not divide ", c, " channels");
+    const int64_t g = p.num_groups, per = c / g;
+    normalize_runs(x, y, n * g, per * spatial, p.epsilon, scale, bias,
+                   [=](int64_t r, int64_t j) { return (r % g) * per + j / spatial; });
+  } else {
+    normalize_runs(x, y, n * c, spatial, p.epsilon, scale, bias,
+                   [=](int64_t r, int64_t) { return r % c; });
+  }
+}
+
+void softmax_kernel(KernelArgs& args) {
+  const auto& p = std::get<SoftmaxParams>(args.layer.params);
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  const int axis = normalize_axis(p.axis, x.shape.size(), "softmax");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
+  if (x.numel() == 0) return;
+#pragma omp parallel if (rows > 1 && x.numel() > kParallelWork)
+  {
+    std::vector<float> row(static_cast<size_t>(n));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = (r / inner) * n * inner + r % inner;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < n; ++i) {
+        row[static_cast<size_t>(i)] = load_as<float>(x.dtype, x.data, base + i * inner);
+        mx = std::max(mx, row[static_cast<size_t>(i)]);
+      }
+      // Subtracting the max keeps exp() in range; a row of -inf yields NaN, as torch does.
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i)
+        sum += std::exp(static_cast<double>(row[static_cast<size_t>(i)]) - mx);
+      const double log_sum = std::log(sum);
+      for (int64_t i = 0; i < n; ++i) {
+        const double z = static_cast<double>(row[static_cast<size_t>(i)]) - mx;
+        store_as<double>(y.dtype, y.data, base + i * inner,
+                         p.log ? z - log_sum : std::exp(z) / sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void register_normalization(KernelTable& t) {
+  t.set<NormalizationParams>(normalization_kernel);
+  t.set<SoftmaxParams>(softmax_kernel);
+}
 
 }  // namespace kiln::engine::cpu

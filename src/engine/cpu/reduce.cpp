@@ -1,8 +1,285 @@
-// CPU kernels of the reduce family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernels of the reduce family: reduce, argmax/argmin, topk, cumsum. Floating data accumulates
+// in double (sums, products) so results match a float64 reference to the output's precision;
+// integer data accumulates in int64 with wrap-around, as torch does.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/convert.h"
+#include "util/errors.h"
 
 namespace kiln::engine::cpu {
 
-void register_reduce(KernelTable&) {}
+namespace {
+
+constexpr int64_t kParallelWork = 32 * 1024;
+
+// The input seen as [outer, n, inner] around `axis`.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+AxisSplit split_at(const Shape& s, int axis) {
+  AxisSplit r;
+  for (int d = 0; d < axis; ++d) r.outer *= s[static_cast<size_t>(d)];
+  r.n = s[static_cast<size_t>(axis)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) r.inner *= s[d];
+  return r;
+}
+
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+
+// Reduces the elements at base + offsets[...] of `in` into one value, stored at `o` of `out`.
+template <class C>
+void reduce_one(ReduceOp op, const TensorView& in, int64_t base, const std::vector<int64_t>& offs,
+                const TensorView& out, int64_t o) {
+  const DataType t = in.dtype;
+  const void* d = in.data;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean: {
+      C acc = 0;
+      for (int64_t off : offs) {
+        if constexpr (std::is_same_v<C, double>) {
+          acc += load_as<double>(t, d, base + off);
+        } else {
+          acc = wrap_add(acc, load_as<int64_t>(t, d, base + off));
+        }
+      }
+      if (op == ReduceOp::kMean) acc = acc / static_cast<C>(offs.size());
+      store_as<C>(out.dtype, out.data, o, acc);
+      break;
+    }
+    case ReduceOp::kProd: {
+      C acc = 1;
+      for (int64_t off : offs) {
+        if constexpr (std::is_same_v<C, double>) {
+          acc *= load_as<double>(t, d, base + off);
+        } else {
+          acc = wrap_mul(acc, load_as<int64_t>(t, d, base + off));
+        }
+      }
+      store_as<C>(out.dtype, out.data, o, acc);
+      break;
+    }
+    case ReduceOp::kMax:
+    case ReduceOp::kMin: {
+      const bool is_max = op == ReduceOp::kMax;
+      C acc = load_as<C>(t, d, base + offs[0]);
+      for (int64_t off : offs) {
+        const C v = load_as<C>(t, d, base + off);
+        if constexpr (std::is_same_v<C, double>) {
+          if (std::isnan(acc)) break;  // NaN propagates, as in torch
+          if (std::isnan(v) || (is_max ? v > acc : v < acc)) acc = v;
+        } else {
+          acc = is_max ? std::max(acc, v) : std::min(acc, v);
+        }
+      }
+      store_as<C>(out.dtype, out.data, o, acc);
+      break;
+    }
+    case ReduceOp::kAny:
+    case ReduceOp::kAll: {
+      const bool any = op == ReduceOp::kAny;
+      bool acc = !any;
+      for (int64_t off : offs) {
+        if ((load_as<C>(t, d, base + off) != C{}) == any) {
+          acc = any;
+          break;
+        }
+      }
+      store_as<int64_t>(out.dtype, out.data, o, acc);
+      break;
+    }
+  }
+}
+
+void reduce_kernel(KernelArgs& args) {
+  const auto& p = std::get<ReduceParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const TensorView& out = args.outputs[0];
+  const Shape& x = in.shape;
+  std::vector<bool> reduced(x.size(), p.axes.empty());
+  for (int64_t a : p.axes)
+    reduced[static_cast<size_t>(normalize_axis(a, x.size(), "reduce"))] = true;
+  const auto strides = contiguous_strides(x);
+  // Offsets of every reduced position, and the kept dims (with strides) that address outputs.
+  std::vector<int64_t> offs{0};
+  Shape kept, kept_strides;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (!reduced[d]) {
+      kept.push_back(x[d]);
+      kept_strides.push_back(strides[d]);
+      continue;
+    }
+    std::vector<int64_t> next;
+    next.reserve(offs.size() * static_cast<size_t>(x[d]));
+    for (int64_t o : offs) {
+      for (int64_t i = 0; i < x[d]; ++i) next.push_back(o + i * strides[d]);
+    }
+    offs.swap(next);
+  }
+  const int64_t num_out = out.numel();
+  KILN_CHECK(!offs.empty() || (p.op != ReduceOp::kMax && p.op != ReduceOp::kMin), InvalidArgument,
+             "layer `", args.layer.name, "`: max/min over a zero-size dim");
+  const bool floating = is_floating(in.dtype);
+  const bool parallel = num_out > 1 && num_out * static_cast<int64_t>(offs.size()) > kParallelWork;
+#pragma omp parallel for if (parallel)
+  for (int64_t o = 0; o < num_out; ++o) {
+    int64_t base = 0, rem = o;
+    for (size_t k = kept.size(); k-- > 0;) {
+      base += (rem % kept[k]) * kept_strides[k];
+      rem /= kept[k];
+    }
+    if (floating) {
+      reduce_one<double>(p.op, in, base, offs, out, o);
+    } else {
+      reduce_one<int64_t>(p.op, in, base, offs, out, o);
+    }
+  }
+}
+
+template <class C>
+void argmax_typed(const TensorView& in, const TensorView& out, const AxisSplit& s, bool is_min) {
+  const int64_t rows = s.outer * s.inner;
+#pragma omp parallel for if (rows * s.n > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
+    C best = load_as<C>(in.dtype, in.data, base);
+    int64_t best_i = 0;
+    for (int64_t i = 1; i < s.n; ++i) {
+      const C v = load_as<C>(in.dtype, in.data, base + i * s.inner);
+      if constexpr (std::is_same_v<C, float>) {
+        if (std::isnan(best)) break;  // the first NaN wins for both argmax and argmin
+        if (std::isnan(v)) {
+          best = v;
+          best_i = i;
+          continue;
+        }
+      }
+      if (is_min ? v < best : v > best) {
+        best = v;
+        best_i = i;
+      }
+    }
+    out.as<int64_t>()[r] = best_i;
+  }
+}
+
+void argmax_kernel(KernelArgs& args) {
+  const auto& p = std::get<ArgMaxParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "argmax"));
+  KILN_CHECK(s.n > 0 || s.outer * s.inner == 0, InvalidArgument, "layer `", args.layer.name,
+             "`: argmax over a zero-size dim");
+  if (is_floating(in.dtype)) {
+    argmax_typed<float>(in, args.outputs[0], s, p.min);
+  } else {
+    argmax_typed<int64_t>(in, args.outputs[0], s, p.min);
+  }
+}
+
+// Orders (value, index) pairs for topk: NaN above everything (as torch), ties by lower index.
+template <class C>
+struct TopKOrder {
+  bool largest;
+  bool operator()(const std::pair<C, int64_t>& a, const std::pair<C, int64_t>& b) const {
+    if constexpr (std::is_same_v<C, float>) {
+      const bool na = std::isnan(a.first), nb = std::isnan(b.first);
+      if (na || nb) {
+        if (na && nb) return a.second < b.second;
+        return largest ? na : nb;
+      }
+    }
+    if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
+    return a.second < b.second;
+  }
+};
+
+template <class C>
+void topk_typed(const TopKParams& p, const TensorView& in, const TensorView& values,
+                const TensorView& indices, const AxisSplit& s) {
+  const int64_t rows = s.outer * s.inner, k = p.k;
+#pragma omp parallel if (rows * s.n > kParallelWork)
+  {
+    std::vector<std::pair<C, int64_t>> row(static_cast<size_t>(s.n));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t outer = r / s.inner, inner = r % s.inner;
+      const int64_t base = outer * s.n * s.inner + inner;
+      for (int64_t i = 0; i < s.n; ++i) {
+        row[static_cast<size_t>(i)] = {load_as<C>(in.dtype, in.data, base + i * s.inner), i};
+      }
+      std::partial_sort(row.begin(), row.begin() + k, row.end(), TopKOrder<C>{p.largest});
+      const int64_t out_base = outer * k * s.inner + inner;
+      for (int64_t i = 0; i < k; ++i) {
+        store_as<C>(values.dtype, values.data, out_base + i * s.inner,
+                    row[static_cast<size_t>(i)].first);
+        indices.as<int64_t>()[out_base + i * s.inner] = row[static_cast<size_t>(i)].second;
+      }
+    }
+  }
+}
+
+void topk_kernel(KernelArgs& args) {
+  const auto& p = std::get<TopKParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "topk"));
+  KILN_CHECK(p.k >= 0 && p.k <= s.n, InvalidArgument, "layer `", args.layer.name, "`: k = ", p.k,
+             " exceeds the dim size ", s.n);
+  if (is_floating(in.dtype)) {
+    topk_typed<float>(p, in, args.outputs[0], args.outputs[1], s);
+  } else {
+    topk_typed<int64_t>(p, in, args.outputs[0], args.outputs[1], s);
+  }
+}
+
+template <class C>
+void cumsum_typed(const CumSumParams& p, const TensorView& in, const TensorView& out,
+                  const AxisSplit& s) {
+  const int64_t rows = s.outer * s.inner;
+#pragma omp parallel for if (rows * s.n > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
+    C acc = 0;
+    for (int64_t j = 0; j < s.n; ++j) {
+      const int64_t i = base + (p.reverse ? s.n - 1 - j : j) * s.inner;
+      const C v = load_as<C>(in.dtype, in.data, i);
+      if (p.exclusive) store_as<C>(out.dtype, out.data, i, acc);
+      if constexpr (std::is_same_v<C, double>) {
+        acc += v;
+      } else {
+        acc = wrap_add(acc, v);
+      }
+      if (!p.exclusive) store_as<C>(out.dtype, out.data, i, acc);
+    }
+  }
+}
+
+void cumsum_kernel(KernelArgs& args) {
+  const auto& p = std::get<CumSumParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "cumsum"));
+  if (is_floating(in.dtype)) {
+    cumsum_typed<double>(p, in, args.outputs[0], s);
+  } else {
+    cumsum_typed<int64_t>(p, in, args.outputs[0], s);
+  }
+}
+
+}  // namespace
+
+void register_reduce(KernelTable& t) {
+  t.set<ReduceParams>(reduce_kernel);
+  t.set<ArgMaxParams>(argmax_kernel);
+  t.set<TopKParams>(topk_kernel);
+  t.set<CumSumParams>(cumsum_kernel);
+}
 
 }  // namespace kiln::engine::cpu

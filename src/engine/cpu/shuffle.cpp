@@ -1,8 +1,258 @@
-// CPU kernels of the shuffle family (pending: registers nothing yet).
-#include "engine/cpu/kernels.h"
+// CPU kernels of the shuffle family's data movement: shuffle, concat, slice, pad. They move raw
+// elements by dtype size, so every dtype works; gather and scatter live in cpu/gather.cpp.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/cpu/convert.h"
+#include "util/errors.h"
 
 namespace kiln::engine::cpu {
 
-void register_shuffle(KernelTable&) {}
+namespace {
+
+constexpr int64_t kParallelElements = 64 * 1024;
+
+// Copies into a dense `out_shape` from `src`, whose element for output index i lies at
+// sum(i[d] * src_strides[d]) (in elements). Transposes and slices are both such views.
+template <class T>
+void strided_copy_t(const void* src, const std::vector<int64_t>& src_strides,
+                    const Shape& out_shape, void* dst) {
+  const int64_t n = volume(out_shape);
+  if (n == 0) return;
+  const T* s = static_cast<const T*>(src);
+  T* o = static_cast<T*>(dst);
+  if (out_shape.empty()) {
+    o[0] = s[0];
+    return;
+  }
+  const size_t r = out_shape.size();
+  const int64_t inner = out_shape[r - 1], inner_stride = src_strides[r - 1];
+  const int64_t rows = n / inner;
+#pragma omp parallel for if (n > kParallelElements)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    for (size_t d = r - 1; d-- > 0;) {
+      off += (rem % out_shape[d]) * src_strides[d];
+      rem /= out_shape[d];
+    }
+    const T* from = s + off;
+    T* to = o + row * inner;
+    if (inner_stride == 1) {
+      std::memcpy(to, from, static_cast<size_t>(inner) * sizeof(T));
+    } else {
+      for (int64_t j = 0; j < inner; ++j) to[j] = from[j * inner_stride];
+    }
+  }
+}
+
+void strided_copy(size_t elem_size, const void* src, const std::vector<int64_t>& src_strides,
+                  const Shape& out_shape, void* dst) {
+  switch (elem_size) {
+    case 1:
+      return strided_copy_t<uint8_t>(src, src_strides, out_shape, dst);
+    case 2:
+      return strided_copy_t<uint16_t>(src, src_strides, out_shape, dst);
+    case 4:
+      return strided_copy_t<uint32_t>(src, src_strides, out_shape, dst);
+    default:
+      return strided_copy_t<uint64_t>(src, src_strides, out_shape, dst);
+  }
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+// Writes `in` (dense, shape `shape`) transposed by `perm` to `dst`.
+void transpose(size_t elem_size, const void* in, const Shape& shape,
+               const std::vector<int64_t>& perm, void* dst) {
+  const auto strides = contiguous_strides(shape);
+  Shape out_shape(perm.size());
+  std::vector<int64_t> src_strides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    out_shape[i] = shape[static_cast<size_t>(perm[i])];
+    src_strides[i] = strides[static_cast<size_t>(perm[i])];
+  }
+  strided_copy(elem_size, in, src_strides, out_shape, dst);
+}
+
+void shuffle_kernel(KernelArgs& args) {
+  const auto& p = std::get<ShuffleParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const size_t es = dtype_size(in.dtype);
+  const size_t bytes = static_cast<size_t>(in.numel()) * es;
+  if (bytes == 0) return;
+  const bool perm1 = !p.first_perm.empty() && !is_identity(p.first_perm);
+  const bool perm2 = !p.second_perm.empty() && !is_identity(p.second_perm);
+  // The reshape is free on dense data; its target is the output shape before second_perm.
+  Shape reshaped = out.shape;
+  if (!p.second_perm.empty()) {
+    for (size_t i = 0; i < p.second_perm.size(); ++i) {
+      reshaped[static_cast<size_t>(p.second_perm[i])] = out.shape[i];
+    }
+  }
+  if (!perm1 && !perm2) {
+    if (out.data != in.data) std::memcpy(out.data, in.data, bytes);
+  } else if (!perm2) {
+    transpose(es, in.data, in.shape, p.first_perm, out.data);
+  } else if (!perm1) {
+    transpose(es, in.data, reshaped, p.second_perm, out.data);
+  } else {
+    std::vector<uint8_t> tmp(bytes);
+    transpose(es, in.data, in.shape, p.first_perm, tmp.data());
+    transpose(es, tmp.data(), reshaped, p.second_perm, out.data);
+  }
+}
+
+void concat_kernel(KernelArgs& args) {
+  const auto& p = std::get<ConcatParams>(args.layer.params);
+  const TensorView& out = args.outputs[0];
+  const size_t es = dtype_size(out.dtype);
+  const Shape& s0 = args.inputs[0].shape;
+  const int axis = normalize_axis(p.axis, p.stack ? s0.size() + 1 : s0.size(), args.layer.name);
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d) outer *= s0[static_cast<size_t>(d)];
+  // Bytes each input contributes per outer index, and where it starts in an output row.
+  std::vector<size_t> chunk, at;
+  size_t row = 0;
+  for (const TensorView& in : args.inputs) {
+    int64_t n = 1;
+    for (size_t d = static_cast<size_t>(axis); d < in.shape.size(); ++d) n *= in.shape[d];
+    chunk.push_back(static_cast<size_t>(n) * es);
+    at.push_back(row);
+    row += chunk.back();
+  }
+  if (row == 0) return;
+  uint8_t* dst = static_cast<uint8_t*>(out.data);
+#pragma omp parallel for if (out.numel() > kParallelElements)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t k = 0; k < args.inputs.size(); ++k) {
+      if (chunk[k] == 0) continue;
+      std::memcpy(
+          dst + static_cast<size_t>(o) * row + at[k],
+          static_cast<const uint8_t*>(args.inputs[k].data) + static_cast<size_t>(o) * chunk[k],
+          chunk[k]);
+    }
+  }
+}
+
+void slice_kernel(KernelArgs& args) {
+  const auto& p = std::get<SliceParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  if (out.numel() == 0) return;
+  const auto strides = contiguous_strides(in.shape);
+  std::vector<int64_t> src_strides = strides;
+  int64_t offset = 0;
+  for (size_t i = 0; i < p.axes.size(); ++i) {
+    const size_t a =
+        static_cast<size_t>(normalize_axis(p.axes[i], in.shape.size(), args.layer.name));
+    const int64_t d = in.shape[a], step = p.steps.empty() ? 1 : p.steps[i];
+    int64_t start = p.starts[i];
+    if (start < 0) start += d;
+    start = std::clamp<int64_t>(start, 0, d);
+    offset += start * strides[a];
+    src_strides[a] = strides[a] * step;
+  }
+  const size_t es = dtype_size(in.dtype);
+  strided_copy(es, static_cast<const uint8_t*>(in.data) + offset * static_cast<int64_t>(es),
+               src_strides, out.shape, out.data);
+}
+
+// Source index along one dim for each output index, or -1 for the constant fill.
+std::vector<int64_t> pad_map(const std::string& layer, PadMode mode, int64_t d, int64_t begin,
+                             int64_t out_dim) {
+  std::vector<int64_t> map(static_cast<size_t>(out_dim));
+  for (int64_t o = 0; o < out_dim; ++o) {
+    int64_t i = o - begin;
+    if (i < 0 || i >= d) {
+      if (mode == PadMode::kConstant) {
+        i = -1;
+      } else if (mode == PadMode::kReplicate) {
+        KILN_CHECK(d > 0, InvalidArgument, "layer `", layer, "`: replicate pad of an empty dim");
+        i = std::clamp<int64_t>(i, 0, d - 1);
+      } else {
+        i = i < 0 ? -i : 2 * (d - 1) - i;
+        KILN_CHECK(i >= 0 && i < d, InvalidArgument, "layer `", layer,
+                   "`: reflect pad too large for a dim of size ", d);
+      }
+    }
+    map[static_cast<size_t>(o)] = i;
+  }
+  return map;
+}
+
+template <class T>
+T bytes_as(uint64_t bytes) {
+  T v;
+  std::memcpy(&v, &bytes, sizeof(T));
+  return v;
+}
+
+template <class T>
+void pad_typed(const std::vector<std::vector<int64_t>>& maps, const TensorView& in,
+               const TensorView& out, T fill) {
+  const size_t r = out.shape.size();
+  const T* src = static_cast<const T*>(in.data);
+  T* dst = static_cast<T*>(out.data);
+  const auto strides = contiguous_strides(in.shape);
+  const int64_t inner = out.shape[r - 1];
+  const int64_t rows = out.numel() / inner;
+  const std::vector<int64_t>& last = maps[r - 1];
+#pragma omp parallel for if (out.numel() > kParallelElements)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    bool inside = true;
+    for (size_t d = r - 1; d-- > 0;) {
+      const int64_t i = maps[d][static_cast<size_t>(rem % out.shape[d])];
+      rem /= out.shape[d];
+      inside = inside && i >= 0;
+      off += i * strides[d];
+    }
+    T* to = dst + row * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      const int64_t i = last[static_cast<size_t>(j)];
+      to[j] = inside && i >= 0 ? src[off + i] : fill;
+    }
+  }
+}
+
+void pad_kernel(KernelArgs& args) {
+  const auto& p = std::get<PadParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  if (out.numel() == 0) return;
+  const size_t es = dtype_size(in.dtype);
+  if (out.shape.empty()) {
+    std::memcpy(out.data, in.data, es);
+    return;
+  }
+  std::vector<std::vector<int64_t>> maps;
+  for (size_t d = 0; d < out.shape.size(); ++d) {
+    maps.push_back(pad_map(args.layer.name, p.mode, in.shape[d], p.begin[d], out.shape[d]));
+  }
+  uint64_t fill = 0;  // the pad value's bytes in the tensor's dtype
+  store_as<double>(in.dtype, &fill, 0, p.value);
+  switch (es) {
+    case 1:
+      return pad_typed<uint8_t>(maps, in, out, bytes_as<uint8_t>(fill));
+    case 2:
+      return pad_typed<uint16_t>(maps, in, out, bytes_as<uint16_t>(fill));
+    case 4:
+      return pad_typed<uint32_t>(maps, in, out, bytes_as<uint32_t>(fill));
+    default:
+      return pad_typed<uint64_t>(maps, in, out, fill);
+  }
+}
+
+}  // namespace
+
+void register_shuffle(KernelTable& t) {
+  t.set<ShuffleParams>(shuffle_kernel);
+  t.set<ConcatParams>(concat_kernel);
+  t.set<SliceParams>(slice_kernel);
+  t.set<PadParams>(pad_kernel);
+}
 
 }  // namespace kiln::engine::cpu

@@ -1,12 +1,65 @@
-// Shape inference of the attention family (pending).
+// Shape inference of scaled dot-product attention
+// (torch.nn.functional.scaled_dot_product_attention).
 #include "engine/layers/infer.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
 
-std::vector<InferOutput> infer(const std::string& layer, const AttentionParams&,
-                               const std::vector<InferInput>&) {
-  KILN_THROW(Unsupported, "layer `", layer, "`: AttentionParams is not implemented yet");
+namespace {
+
+bool dims_compatible(int64_t a, int64_t b) {
+  return a == b || a == kDynamic || b == kDynamic;
+}
+int64_t merge_dims(int64_t a, int64_t b) {
+  return a == kDynamic ? b : a;
+}
+
+}  // namespace
+
+std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& p,
+                               const std::vector<InferInput>& in) {
+  const size_t count = p.has_mask ? 4 : 3;
+  expect_input_count(layer, in, count, count);
+  const std::string what = "layer `" + layer + "` (attention)";
+  const char* names[] = {"q", "k", "v", "mask"};
+  for (size_t i = 0; i < 3; ++i) {
+    KILN_CHECK(in[i].shape.size() >= 2, InvalidArgument, what, ": ", names[i],
+               " needs rank >= 2, got ", shape_to_string(in[i].shape));
+    KILN_CHECK(is_floating(in[i].dtype), InvalidArgument, what, ": ", names[i],
+               " must be floating, got ", dtype_name(in[i].dtype));
+    KILN_CHECK(in[i].dtype == in[0].dtype, InvalidArgument, what, ": q, k, v dtypes differ (",
+               dtype_name(in[0].dtype), ", ", dtype_name(in[1].dtype), ", ",
+               dtype_name(in[2].dtype), ")");
+  }
+  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+  const int64_t L = q[q.size() - 2], E = q.back(), S = k[k.size() - 2];
+  KILN_CHECK(dims_compatible(E, k.back()), ShapeMismatch, what, ": q ", shape_to_string(q),
+             " and k ", shape_to_string(k), " differ in the embedding dim");
+  KILN_CHECK(dims_compatible(S, v[v.size() - 2]), ShapeMismatch, what, ": k ", shape_to_string(k),
+             " and v ", shape_to_string(v), " differ in the sequence dim");
+  Shape batch =
+      broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2), what);
+  batch = broadcast_shapes(batch, Shape(v.begin(), v.end() - 2), what);
+  if (p.has_mask) {
+    const InferInput& m = in[3];
+    KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
+               ": mask must be bool or floating, got ", dtype_name(m.dtype));
+    Shape weights = batch;
+    weights.push_back(L);
+    weights.push_back(merge_dims(S, v[v.size() - 2]));
+    // The mask broadcasts to the attention weights [..., L, S] without growing them.
+    bool ok = m.shape.size() <= weights.size();
+    for (size_t i = 0; ok && i < m.shape.size(); ++i) {
+      const int64_t md = m.shape[m.shape.size() - 1 - i], wd = weights[weights.size() - 1 - i];
+      ok = md == 1 || dims_compatible(md, wd);
+    }
+    KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
+               " does not broadcast to the attention weights ", shape_to_string(weights));
+  }
+  Shape out = batch;
+  out.push_back(L);
+  out.push_back(v.back());
+  return {{in[0].dtype, out}};
 }
 
 }  // namespace kiln::engine

@@ -1,17 +1,97 @@
-// Shape inference of the normalization family (pending).
+// Shape inference of the normalization family: batch/layer/group/instance norm and softmax.
 #include "engine/layers/infer.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
 
-std::vector<InferOutput> infer(const std::string& layer, const NormalizationParams&,
-                               const std::vector<InferInput>&) {
-  KILN_THROW(Unsupported, "layer `", layer, "`: NormalizationParams is not implemented yet");
+namespace {
+
+const char* norm_name(NormalizationKind k) {
+  switch (k) {
+    case NormalizationKind::kBatch:
+      return "batch_norm";
+    case NormalizationKind::kLayer:
+      return "layer_norm";
+    case NormalizationKind::kGroup:
+      return "group_norm";
+    case NormalizationKind::kInstance:
+      return "instance_norm";
+  }
+  return "?";
 }
 
-std::vector<InferOutput> infer(const std::string& layer, const SoftmaxParams&,
-                               const std::vector<InferInput>&) {
-  KILN_THROW(Unsupported, "layer `", layer, "`: SoftmaxParams is not implemented yet");
+bool dims_compatible(int64_t a, int64_t b) {
+  return a == b || a == kDynamic || b == kDynamic;
+}
+
+// Checks that a parameter input (scale, bias, mean, var) is floating and shaped `want`.
+void expect_param(const std::string& what, const char* role, const InferInput& in,
+                  const Shape& want) {
+  KILN_CHECK(is_floating(in.dtype), InvalidArgument, what, ": ", role, " must be floating, got ",
+             dtype_name(in.dtype));
+  bool ok = in.shape.size() == want.size();
+  for (size_t d = 0; ok && d < want.size(); ++d) ok = dims_compatible(in.shape[d], want[d]);
+  KILN_CHECK(ok, ShapeMismatch, what, ": ", role, " has shape ", shape_to_string(in.shape),
+             ", expected ", shape_to_string(want));
+}
+
+}  // namespace
+
+std::vector<InferOutput> infer(const std::string& layer, const NormalizationParams& p,
+                               const std::vector<InferInput>& in) {
+  const std::string what = "layer `" + layer + "` (" + norm_name(p.kind) + ")";
+  KILN_CHECK(!in.empty(), InvalidArgument, what, ": missing input x");
+  const Shape& x = in[0].shape;
+  KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, what, ": needs a floating input, got ",
+             dtype_name(in[0].dtype));
+  KILN_CHECK(p.epsilon >= 0, InvalidArgument, what, ": epsilon ", p.epsilon, " is negative");
+  const size_t affine = p.has_affine ? 2 : 0;
+  if (p.kind == NormalizationKind::kLayer) {
+    expect_input_count(layer, in, 1 + affine, 1 + affine);
+    KILN_CHECK(p.normalized_dims >= 1 && p.normalized_dims <= static_cast<int64_t>(x.size()),
+               InvalidArgument, what, ": normalized_dims ", p.normalized_dims,
+               " out of range for input ", shape_to_string(x));
+    const Shape tail(x.end() - p.normalized_dims, x.end());
+    if (p.has_affine) {
+      expect_param(what, "scale", in[1], tail);
+      expect_param(what, "bias", in[2], tail);
+    }
+    return {{in[0].dtype, x}};
+  }
+  KILN_CHECK(x.size() >= 2, InvalidArgument, what, ": needs an input [N, C, ...], got ",
+             shape_to_string(x));
+  const Shape channels{x[1]};
+  if (p.kind == NormalizationKind::kBatch) {
+    // Inference form: scale, bias (when affine), then running mean and var.
+    expect_input_count(layer, in, 3 + affine, 3 + affine);
+    const char* roles[] = {"scale", "bias", "mean", "var"};
+    for (size_t i = 1; i < in.size(); ++i) {
+      expect_param(what, roles[i - 1 + (2 - affine)], in[i], channels);
+    }
+    return {{in[0].dtype, x}};
+  }
+  expect_input_count(layer, in, 1 + affine, 1 + affine);
+  if (p.kind == NormalizationKind::kGroup) {
+    KILN_CHECK(p.num_groups >= 1, InvalidArgument, what, ": num_groups ", p.num_groups,
+               " must be positive");
+    KILN_CHECK(x[1] == kDynamic || x[1] % p.num_groups == 0, InvalidArgument, what, ": num_groups ",
+               p.num_groups, " does not divide the ", x[1], " channels");
+  }
+  if (p.has_affine) {
+    expect_param(what, "scale", in[1], channels);
+    expect_param(what, "bias", in[2], channels);
+  }
+  return {{in[0].dtype, x}};
+}
+
+std::vector<InferOutput> infer(const std::string& layer, const SoftmaxParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  const std::string what = "layer `" + layer + "` (" + (p.log ? "log_softmax" : "softmax") + ")";
+  normalize_axis(p.axis, in[0].shape.size(), what);
+  KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, what, ": needs a floating input, got ",
+             dtype_name(in[0].dtype));
+  return {{in[0].dtype, in[0].shape}};
 }
 
 }  // namespace kiln::engine

@@ -1,12 +1,90 @@
-// Shape inference of the pooling family (pending).
+// Shape inference of the pooling family: max/average, 1-3-D, windowed or adaptive (torch rules).
 #include "engine/layers/infer.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
 
-std::vector<InferOutput> infer(const std::string& layer, const PoolingParams&,
-                               const std::vector<InferInput>&) {
-  KILN_THROW(Unsupported, "layer `", layer, "`: PoolingParams is not implemented yet");
+namespace {
+
+std::vector<int64_t> per_dim(const std::string& layer, const char* name,
+                             const std::vector<int64_t>& v, size_t nd,
+                             const std::vector<int64_t>& fallback, int64_t min_value) {
+  if (v.empty()) return fallback;
+  KILN_CHECK(v.size() == nd, InvalidArgument, "layer `", layer, "` (pooling): ", name, " has ",
+             v.size(), " values for ", nd, " spatial dims");
+  for (int64_t x : v) {
+    KILN_CHECK(x >= min_value, InvalidArgument, "layer `", layer, "` (pooling): ", name,
+               " must be >= ", min_value, ", got ", x);
+  }
+  return v;
+}
+
+// Output extent of one windowed dim, torch's pooling_output_shape with asymmetric padding:
+// with ceil_mode the last window must still start inside the input or the begin padding.
+int64_t pooled_extent(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d,
+                      bool ceil_mode) {
+  const int64_t span = in + pb + pe - d * (k - 1) - 1;
+  if (span < 0) return 0;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + pb) --out;
+  return out;
+}
+
+}  // namespace
+
+std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, "layer `", layer,
+             "` (pooling): needs a floating input, got ", dtype_name(in[0].dtype));
+  const Shape& x = in[0].shape;
+  const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
+  KILN_CHECK(nd >= 1 && nd <= 3, InvalidArgument, "layer `", layer,
+             "` (pooling): ", p.adaptive ? "output_size" : "kernel",
+             " must have 1 to 3 values, got ", nd);
+  // The pooled dims are the trailing nd; [C, spatial...] (unbatched) is accepted as torch does.
+  KILN_CHECK(x.size() == nd + 1 || x.size() == nd + 2, InvalidArgument, "layer `", layer,
+             "` (pooling): input ", shape_to_string(x), " must have rank ", nd + 1, " or ", nd + 2,
+             " for ", nd, "-D pooling");
+  const size_t lead = x.size() - nd;
+  Shape out(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(lead));
+  if (p.adaptive) {
+    for (size_t d = 0; d < nd; ++d) {
+      const int64_t o = p.output_size[d], i = x[lead + d];
+      KILN_CHECK(o >= 0, InvalidArgument, "layer `", layer,
+                 "` (adaptive pooling): output_size must be >= 0, got ", o);
+      KILN_CHECK(i != 0 || o == 0, ShapeMismatch, "layer `", layer,
+                 "` (adaptive pooling): cannot pool an empty spatial dim of ", shape_to_string(x),
+                 " to ", o);
+      out.push_back(o);
+    }
+    return {{in[0].dtype, out}};
+  }
+  const auto kernel = per_dim(layer, "kernel", p.kernel, nd, {}, 1);
+  const auto strides = per_dim(layer, "strides", p.strides, nd, kernel, 1);
+  const auto pb =
+      per_dim(layer, "padding_begin", p.padding_begin, nd, std::vector<int64_t>(nd, 0), 0);
+  const auto pe = per_dim(layer, "padding_end", p.padding_end, nd, std::vector<int64_t>(nd, 0), 0);
+  const auto dil = per_dim(layer, "dilations", p.dilations, nd, std::vector<int64_t>(nd, 1), 1);
+  for (size_t d = 0; d < nd; ++d) {
+    KILN_CHECK(p.kind == PoolingKind::kMax || dil[d] == 1, Unsupported, "layer `", layer,
+               "` (average pooling): dilation ", dil[d], " is not supported (torch has none)");
+    // Torch's limit; it also guarantees every window overlaps the input.
+    const int64_t effective = dil[d] * (kernel[d] - 1) + 1;
+    KILN_CHECK(pb[d] <= effective / 2 && pe[d] <= effective / 2, InvalidArgument, "layer `", layer,
+               "` (pooling): padding must be at most half the (dilated) kernel ", effective,
+               ", got ", pb[d], "/", pe[d]);
+    const int64_t i = x[lead + d];
+    if (i == kDynamic) {
+      out.push_back(kDynamic);
+      continue;
+    }
+    const int64_t o = pooled_extent(i, kernel[d], strides[d], pb[d], pe[d], dil[d], p.ceil_mode);
+    KILN_CHECK(o > 0, ShapeMismatch, "layer `", layer, "` (pooling): spatial dim ", d, " of input ",
+               shape_to_string(x), " is too small for kernel ", kernel[d]);
+    out.push_back(o);
+  }
+  return {{in[0].dtype, out}};
 }
 
 }  // namespace kiln::engine

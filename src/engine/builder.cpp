@@ -1,0 +1,356 @@
+// The builder's passes: constant folding, dead-layer removal, post-op and elementwise fusion,
+// then memory planning at the opt shapes for the report.
+#include "engine/builder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/cpu/kernels.h"
+#include "util/errors.h"
+#include "util/logging.h"
+
+namespace kiln::engine {
+namespace {
+
+// Folding makes weights; past this size a folded result costs more plan bytes than it saves.
+constexpr int64_t kMaxFoldedBytes = 64 << 20;
+
+bool is_network_output(const Network& net, TensorId id) {
+  const auto& outs = net.outputs();
+  return std::find(outs.begin(), outs.end(), id) != outs.end();
+}
+
+int fold_constants(Network& net, bool refittable) {
+  int folded = 0;
+  std::vector<Layer> layers;
+  std::set<TensorId> constant;
+  for (const Layer& layer : net.layers()) {
+    if (std::holds_alternative<ConstantParams>(layer.params)) {
+      constant.insert(layer.outputs[0]);
+      layers.push_back(layer);
+      continue;
+    }
+    const TensorDesc& out0 = net.tensor(layer.outputs[0]);
+    // Shape tensors whose values inference already knows fold regardless of refit.
+    if (layer.outputs.size() == 1 && out0.values && is_static(out0.shape)) {
+      const std::string name = layer.name + ":folded";
+      std::vector<int64_t> values = *out0.values;
+      Weights w = Weights::from_ints(out0.shape, values);
+      if (out0.dtype != DataType::kI64) {
+        std::vector<uint8_t> bytes(values.size() * dtype_size(out0.dtype));
+        for (size_t i = 0; i < values.size(); ++i) {
+          const int32_t v = static_cast<int32_t>(values[i]);
+          std::memcpy(bytes.data() + i * 4, &v, 4);
+        }
+        w = Weights::from_bytes(out0.dtype, out0.shape, std::move(bytes));
+      }
+      net.add_weight(name, std::move(w));
+      layers.push_back(Layer{name, ConstantParams{name}, {}, {layer.outputs[0]}});
+      constant.insert(layer.outputs[0]);
+      ++folded;
+      continue;
+    }
+    bool all_constant = !layer.inputs.empty() && !refittable;
+    for (TensorId id : layer.inputs) all_constant = all_constant && constant.count(id);
+    int64_t out_bytes = 0;
+    for (TensorId id : layer.outputs) {
+      const TensorDesc& t = net.tensor(id);
+      out_bytes += is_static(t.shape) ? volume(t.shape) * static_cast<int64_t>(dtype_size(t.dtype))
+                                      : kMaxFoldedBytes + 1;
+    }
+    if (!all_constant || out_bytes > kMaxFoldedBytes) {
+      layers.push_back(layer);
+      continue;
+    }
+    std::vector<cpu::TensorView> ins, outs;
+    for (TensorId id : layer.inputs) {
+      const Weights* w = nullptr;
+      for (const Layer& l : layers) {
+        if (l.outputs[0] == id) w = &net.weight(std::get<ConstantParams>(l.params).weight);
+      }
+      KILN_CHECK(w && w->data, InternalError, "folding `", layer.name, "`: constant input missing");
+      ins.push_back({w->dtype, w->shape, const_cast<uint8_t*>(w->data->data())});
+    }
+    std::vector<std::vector<uint8_t>> buffers;
+    for (TensorId id : layer.outputs) {
+      const TensorDesc& t = net.tensor(id);
+      buffers.emplace_back(static_cast<size_t>(volume(t.shape)) * dtype_size(t.dtype));
+    }
+    for (size_t k = 0; k < layer.outputs.size(); ++k) {
+      const TensorDesc& t = net.tensor(layer.outputs[k]);
+      outs.push_back({t.dtype, t.shape, buffers[k].data()});
+    }
+    std::unique_ptr<cpu::KernelState> state;
+    cpu::run_layer(layer, ins, outs, state);
+    for (size_t k = 0; k < layer.outputs.size(); ++k) {
+      const TensorDesc& t = net.tensor(layer.outputs[k]);
+      const std::string name = layer.name + ":folded" + (k ? std::to_string(k) : "");
+      net.add_weight(name, Weights::from_bytes(t.dtype, t.shape, std::move(buffers[k])));
+      layers.push_back(Layer{name, ConstantParams{name}, {}, {layer.outputs[k]}});
+      constant.insert(layer.outputs[k]);
+    }
+    ++folded;
+  }
+  net.set_layers(std::move(layers));
+  return folded;
+}
+
+int remove_dead_layers(Network& net) {
+  std::set<TensorId> live(net.outputs().begin(), net.outputs().end());
+  std::vector<bool> keep(net.layers().size(), false);
+  for (size_t i = net.layers().size(); i-- > 0;) {
+    const Layer& l = net.layers()[i];
+    for (TensorId id : l.outputs) keep[i] = keep[i] || live.count(id);
+    if (keep[i]) live.insert(l.inputs.begin(), l.inputs.end());
+  }
+  std::vector<Layer> layers;
+  for (size_t i = 0; i < keep.size(); ++i) {
+    if (keep[i]) layers.push_back(net.layers()[i]);
+  }
+  const int removed = static_cast<int>(net.layers().size() - layers.size());
+  net.set_layers(std::move(layers));
+  net.remove_unused_weights();
+  return removed;
+}
+
+// The only consumer of `id`, if it has exactly one and is not a network output.
+const Layer* single_consumer(const Network& net, TensorId id, size_t* index) {
+  if (is_network_output(net, id)) return nullptr;
+  const Layer* found = nullptr;
+  for (size_t i = 0; i < net.layers().size(); ++i) {
+    const Layer& l = net.layers()[i];
+    const auto uses = std::count(l.inputs.begin(), l.inputs.end(), id);
+    if (uses == 0) continue;
+    if (found || uses > 1) return nullptr;
+    found = &l;
+    *index = i;
+  }
+  return found;
+}
+
+// Convolution/matmul followed by activation, residual add, activation: one layer with post-ops.
+void fuse_post_ops(Network& net, std::vector<std::string>& fusions) {
+  for (size_t i = 0; i < net.layers().size(); ++i) {
+    Layer& producer = net.mutable_layers()[i];
+    PostOps* post = nullptr;
+    if (auto* c = std::get_if<ConvolutionParams>(&producer.params)) post = &c->post;
+    if (auto* m = std::get_if<MatMulParams>(&producer.params)) post = &m->post;
+    if (!post || post->activation != ActivationKind::kNone || post->has_residual) continue;
+    std::vector<size_t> absorbed;
+    std::string line = producer.name;
+    TensorId out = producer.outputs[0];
+    const TensorDesc& out_desc = net.tensor(out);
+    size_t j = 0;
+    auto absorb_activation = [&](ActivationKind* kind, double* alpha, double* beta) {
+      const Layer* next = single_consumer(net, out, &j);
+      const auto* act = next ? std::get_if<ActivationParams>(&next->params) : nullptr;
+      if (!act) return false;
+      *kind = act->kind;
+      *alpha = act->alpha;
+      *beta = act->beta;
+      absorbed.push_back(j);
+      line += " + " + next->name;
+      out = next->outputs[0];
+      return true;
+    };
+    absorb_activation(&post->activation, &post->alpha, &post->beta);
+    const Layer* next = single_consumer(net, out, &j);
+    const auto* add = next ? std::get_if<ElementwiseParams>(&next->params) : nullptr;
+    if (add && add->op == BinaryOp::kAdd) {
+      const TensorId other = next->inputs[0] == out ? next->inputs[1] : next->inputs[0];
+      if (net.tensor(other).shape == out_desc.shape && net.tensor(other).dtype == out_desc.dtype &&
+          net.tensor(next->outputs[0]).shape == out_desc.shape) {
+        post->has_residual = true;
+        producer.inputs.push_back(other);
+        absorbed.push_back(j);
+        line += " + " + next->name;
+        out = next->outputs[0];
+        absorb_activation(&post->activation2, &post->alpha2, &post->beta2);
+      }
+    }
+    if (absorbed.empty()) continue;
+    producer.outputs[0] = out;
+    // The fused layer runs where the last absorbed layer ran, after the residual exists.
+    Layer fused = producer;
+    auto& layers = net.mutable_layers();
+    const size_t last = *std::max_element(absorbed.begin(), absorbed.end());
+    layers[last] = fused;
+    absorbed.pop_back();
+    absorbed.push_back(i);
+    std::sort(absorbed.begin(), absorbed.end());
+    std::vector<Layer> kept;
+    for (size_t k = 0; k < layers.size(); ++k) {
+      if (k == last || !std::binary_search(absorbed.begin(), absorbed.end(), k)) {
+        kept.push_back(std::move(layers[k]));
+      }
+    }
+    net.set_layers(std::move(kept));
+    fusions.push_back(line + " -> " + fused.name);
+    i = 0;  // indices changed; rescan (networks are small enough)
+  }
+}
+
+bool fusible_elementwise(const Network& net, const Layer& l) {
+  if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
+  for (TensorId id : l.inputs) {
+    if (!is_floating(net.tensor(id).dtype)) return false;
+  }
+  if (const auto* c = std::get_if<CastParams>(&l.params)) return is_floating(c->to);
+  return std::holds_alternative<ElementwiseParams>(l.params) ||
+         std::holds_alternative<UnaryParams>(l.params) ||
+         std::holds_alternative<ActivationParams>(l.params) ||
+         std::holds_alternative<FusedElementwiseParams>(l.params);
+}
+
+// Chains (and trees) of float elementwise layers whose intermediates have one consumer become
+// one FusedElementwise layer, placed where the chain's last layer was.
+void fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
+  const auto& layers = net.layers();
+  std::map<TensorId, size_t> producer;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (TensorId id : layers[i].outputs) producer[id] = i;
+  }
+  // root[i]: the layer whose fused group absorbs layer i.
+  std::vector<size_t> root(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) root[i] = i;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!fusible_elementwise(net, layers[i]) ||
+        std::holds_alternative<FusedElementwiseParams>(layers[i].params)) {
+      continue;
+    }
+    size_t j;
+    const Layer* next = single_consumer(net, layers[i].outputs[0], &j);
+    if (next && fusible_elementwise(net, *next) &&
+        !std::holds_alternative<FusedElementwiseParams>(next->params)) {
+      root[i] = j;
+    }
+  }
+  auto find_root = [&](size_t i) {
+    while (root[i] != i) i = root[i];
+    return i;
+  };
+  std::map<size_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < layers.size(); ++i) groups[find_root(i)].push_back(i);
+
+  std::vector<Layer> out_layers;
+  std::set<size_t> absorbed;
+  std::map<size_t, Layer> replacement;
+  for (const auto& [r, members] : groups) {
+    if (members.size() < 2) continue;
+    std::set<size_t> member_set(members.begin(), members.end());
+    FusedElementwiseParams params;
+    std::vector<TensorId> inputs;
+    std::map<TensorId, int64_t> reg;
+    std::string line;
+    std::function<int64_t(TensorId)> emit = [&](TensorId id) -> int64_t {
+      if (auto it = reg.find(id); it != reg.end()) return it->second;
+      auto p = producer.find(id);
+      if (p == producer.end() || !member_set.count(p->second)) {
+        inputs.push_back(id);  // inputs occupy the first registers; renumbered below
+        return reg[id] = -static_cast<int64_t>(inputs.size());
+      }
+      const Layer& l = layers[p->second];
+      const int64_t a = emit(l.inputs[0]);
+      const int64_t b = l.inputs.size() > 1 ? emit(l.inputs[1]) : 0;
+      int64_t kind = 0, op = 0;
+      double alpha = 0, beta = 0;
+      if (const auto* e = std::get_if<ElementwiseParams>(&l.params)) {
+        kind = 0, op = static_cast<int64_t>(e->op);
+      } else if (const auto* u = std::get_if<UnaryParams>(&l.params)) {
+        kind = 1, op = static_cast<int64_t>(u->op);
+      } else if (const auto* act = std::get_if<ActivationParams>(&l.params)) {
+        kind = 2, op = static_cast<int64_t>(act->kind), alpha = act->alpha, beta = act->beta;
+      } else {
+        kind = 3, op = static_cast<int64_t>(std::get<CastParams>(l.params).to);
+      }
+      params.program.insert(params.program.end(), {kind, op, a, b});
+      params.constants.insert(params.constants.end(), {alpha, beta});
+      params.fused_layers.push_back(l.name);
+      line += (line.empty() ? "" : " + ") + l.name;
+      return reg[id] = static_cast<int64_t>(params.fused_layers.size() - 1) + (1 << 20);
+    };
+    emit(layers[r].outputs[0]);
+    // Registers: inputs were numbered -1, -2, ...; ops 2^20 + k. Map to [inputs..., ops...].
+    const int64_t n_in = static_cast<int64_t>(inputs.size());
+    for (size_t k = 0; k < params.program.size(); k += 4) {
+      for (size_t f : {k + 2, k + 3}) {
+        int64_t& v = params.program[f];
+        if (f == k + 3 && params.program[k] != 0) {
+          v = 0;
+          continue;
+        }
+        v = v < 0 ? -v - 1 : n_in + (v - (1 << 20));
+      }
+    }
+    Layer fused{layers[r].name, params, inputs, layers[r].outputs};
+    replacement[r] = fused;
+    for (size_t m : members) {
+      if (m != r) absorbed.insert(m);
+    }
+    fusions.push_back(line + " -> " + fused.name + " (fused elementwise)");
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (absorbed.count(i)) continue;
+    out_layers.push_back(replacement.count(i) ? replacement[i] : layers[i]);
+  }
+  net.set_layers(std::move(out_layers));
+}
+
+}  // namespace
+
+std::string BuildReport::to_string() const {
+  std::ostringstream os;
+  os << "layers: " << layers_before << " -> " << layers_after << " (" << dead_layers_removed
+     << " dead removed, " << layers_folded << " folded into constants)\n";
+  for (const auto& f : fusions) os << "fused: " << f << "\n";
+  os << "activation memory: arena " << arena_bytes << " bytes vs " << activation_bytes
+     << " bytes unshared";
+  if (activation_bytes) os << " (" << (100.0 * arena_bytes / activation_bytes) << "%)";
+  os << "\n";
+  return os.str();
+}
+
+Plan build(const Network& network, const BuilderConfig& config, BuildReport* report) {
+  KILN_CHECK(config.device == "cpu", Unsupported, "builder: device `", config.device,
+             "`: this build of kiln has no backend for it (the CUDA backend is not built yet)");
+  KILN_CHECK(std::find(config.enabled_precisions.begin(), config.enabled_precisions.end(),
+                       DataType::kF32) != config.enabled_precisions.end(),
+             InvalidArgument, "builder: enabled precisions must include f32");
+  for (DataType t : config.enabled_precisions) {
+    KILN_CHECK(is_floating(t), InvalidArgument, "builder: precision ", dtype_name(t),
+               " is not a floating type");
+  }
+  KILN_CHECK(!network.outputs().empty(), InvalidArgument, "builder: the network has no outputs");
+
+  BuildReport r;
+  Plan plan{network, EngineTarget{config.device, 0}};
+  Network& net = plan.network;
+  r.layers_before = static_cast<int>(net.layers().size());
+  r.layers_folded = fold_constants(net, config.refittable);
+  r.dead_layers_removed = remove_dead_layers(net);
+  fuse_post_ops(net, r.fusions);
+  fuse_elementwise(net, r.fusions);
+  r.layers_after = static_cast<int>(net.layers().size());
+
+  // Memory at the opt shapes.
+  auto engine = std::make_shared<const Engine>(net, plan.target);
+  ExecutionContext ctx(engine);
+  for (size_t i = 0; i < net.inputs().size(); ++i) {
+    ctx.set_input_shape(i, net.profile(net.inputs()[i]).opt);
+  }
+  ctx.output_shape(0);
+  r.arena_bytes = ctx.arena_bytes();
+  r.activation_bytes = ctx.activation_bytes();
+  KILN_CHECK(r.arena_bytes <= config.workspace_bytes || config.workspace_bytes == 0,
+             InvalidArgument, "builder: activations need ", r.arena_bytes,
+             " bytes at the opt shapes, over the workspace limit of ", config.workspace_bytes);
+  KILN_LOG(kInfo, "built engine: ", r.to_string());
+  if (report) *report = r;
+  return plan;
+}
+
+}  // namespace kiln::engine

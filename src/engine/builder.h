@@ -1,0 +1,33 @@
+// The builder: optimizes a network (dead layers, constant folding, fusions) and plans memory,
+// producing a Plan. It reports what it did.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+
+namespace kiln::engine {
+
+struct BuilderConfig {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  std::vector<DataType> enabled_precisions = {DataType::kF32};
+  size_t workspace_bytes = size_t{1} << 30;
+  int timing_iterations = 0;   // 0: choose kernels by heuristics, no timing
+  bool refittable = false;     // keep named weights out of constant folding
+  bool strip_weights = false;  // serialize plans without weight data
+};
+
+struct BuildReport {
+  int layers_before = 0, layers_after = 0;
+  int dead_layers_removed = 0, layers_folded = 0;
+  std::vector<std::string> fusions;  // one line per fusion: "conv1 + relu1 -> conv1"
+  size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
+  size_t activation_bytes = 0;       // the same activations allocated separately
+  std::string to_string() const;
+};
+
+// Throws InvalidArgument/Unsupported naming the layer or setting at fault.
+Plan build(const Network& network, const BuilderConfig& config, BuildReport* report = nullptr);
+
+}  // namespace kiln::engine

@@ -1,0 +1,278 @@
+// Plan serialization and validating deserialization.
+#include "engine/plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "engine/bytes.h"
+#include "engine/serialize_fields.h"
+#include "util/errors.h"
+#include "util/hash.h"
+
+namespace kiln::engine {
+namespace {
+
+constexpr size_t kWeightAlignment = 64;
+constexpr uint64_t kMaxRank = 16;
+
+void put_shape(ByteWriter& w, const Shape& s) {
+  w.put<uint64_t>(s.size());
+  for (int64_t d : s) w.put(d);
+}
+
+Shape get_shape(ByteReader& r, const char* what) {
+  const uint64_t rank = r.get<uint64_t>(what);
+  KILN_CHECK(rank <= kMaxRank, CorruptInput, "plan: ", what, " has rank ", rank, " (max ", kMaxRank,
+             ")");
+  Shape s(static_cast<size_t>(rank));
+  for (auto& d : s) {
+    d = r.get<int64_t>(what);
+    KILN_CHECK(d >= kDynamic, CorruptInput, "plan: ", what, " has dim ", d);
+  }
+  return s;
+}
+
+DataType get_dtype(ByteReader& r, const char* what) {
+  const uint8_t code = r.get<uint8_t>(what);
+  KILN_CHECK(code < kNumDataTypes, CorruptInput, "plan: ", what, " has unknown data type code ",
+             int(code));
+  return static_cast<DataType>(code);
+}
+
+TensorId get_tensor_id(ByteReader& r, size_t num_tensors, const char* what) {
+  const int32_t id = r.get<int32_t>(what);
+  KILN_CHECK(id >= 0 && static_cast<size_t>(id) < num_tensors, CorruptInput, "plan: ", what,
+             " refers to tensor ", id, " of ", num_tensors);
+  return id;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
+  const Network& net = plan.network;
+  ByteWriter w;
+  w.put_bytes(kPlanMagic, sizeof(kPlanMagic));
+  w.put<uint32_t>(kPlanFormatVersion);
+  w.put_string(plan.target.device);
+  w.put<int32_t>(plan.target.compute_capability);
+
+  w.put<uint64_t>(net.num_tensors());
+  for (size_t i = 0; i < net.num_tensors(); ++i) {
+    const TensorDesc& t = net.tensor(static_cast<TensorId>(i));
+    w.put_string(t.name);
+    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
+    put_shape(w, t.shape);
+    w.put<uint8_t>(t.values ? 1 : 0);
+    if (t.values) {
+      w.put<uint64_t>(t.values->size());
+      for (int64_t v : *t.values) w.put(v);
+    }
+  }
+  w.put<uint64_t>(net.inputs().size());
+  for (TensorId id : net.inputs()) {
+    w.put<int32_t>(id);
+    const Profile& p = net.profile(id);
+    put_shape(w, p.min);
+    put_shape(w, p.opt);
+    put_shape(w, p.max);
+  }
+  w.put<uint64_t>(net.outputs().size());
+  for (TensorId id : net.outputs()) w.put<int32_t>(id);
+
+  w.put<uint64_t>(net.layers().size());
+  for (const Layer& l : net.layers()) {
+    w.put_string(l.name);
+    w.put<uint64_t>(l.params.index());
+    write_params(w, l.params);
+    w.put<uint64_t>(l.inputs.size());
+    for (TensorId id : l.inputs) w.put<int32_t>(id);
+    w.put<uint64_t>(l.outputs.size());
+    for (TensorId id : l.outputs) w.put<int32_t>(id);
+  }
+
+  w.put<uint64_t>(net.weights().size());
+  for (const auto& [name, weights] : net.weights()) {
+    w.put_string(name);
+    w.put<uint8_t>(static_cast<uint8_t>(weights.dtype));
+    put_shape(w, weights.shape);
+    const bool with_data = include_weights && weights.data != nullptr;
+    w.put<uint8_t>(with_data ? 1 : 0);
+    if (with_data) {
+      w.put<uint64_t>(weights.data->size());
+      w.align(kWeightAlignment);
+      w.put_bytes(weights.data->data(), weights.data->size());
+    }
+  }
+  w.put<uint64_t>(hash_bytes(w.bytes().data(), w.size()));
+  return std::move(w.bytes());
+}
+
+Plan deserialize_plan(const uint8_t* data, size_t size) {
+  KILN_CHECK(size >= sizeof(kPlanMagic) + 4 + 8, CorruptInput, "plan: ", size,
+             " bytes is too short to be a plan");
+  KILN_CHECK(std::equal(kPlanMagic, kPlanMagic + sizeof(kPlanMagic), data), CorruptInput,
+             "plan: bad magic (not a kiln plan)");
+  ByteReader r(data, size - 8);
+  r.get_bytes(sizeof(kPlanMagic), "magic");
+  const uint32_t version = r.get<uint32_t>("format version");
+  KILN_CHECK(version <= kPlanFormatVersion, CorruptInput, "plan: format version ", version,
+             " is newer than this kiln reads (", kPlanFormatVersion, "); rebuild the plan");
+  KILN_CHECK(version >= 1, CorruptInput, "plan: format version ", version, " is invalid");
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, data + size - 8, 8);
+  KILN_CHECK(hash_bytes(data, size - 8) == stored_checksum, CorruptInput,
+             "plan: checksum mismatch (the file is corrupt or truncated)");
+
+  Plan plan;
+  plan.target.device = r.get_string("target device");
+  plan.target.compute_capability = r.get<int32_t>("target compute capability");
+  KILN_CHECK(plan.target.device == "cpu" || plan.target.device == "cuda", CorruptInput,
+             "plan: unknown target device `", plan.target.device, "`");
+
+  Network& net = plan.network;
+  const uint64_t num_tensors = r.get_count("tensor", 8 + 1 + 8 + 1);
+  for (uint64_t i = 0; i < num_tensors; ++i) {
+    TensorDesc t;
+    t.name = r.get_string("tensor name");
+    t.dtype = get_dtype(r, "tensor dtype");
+    t.shape = get_shape(r, "tensor shape");
+    const uint8_t has_values = r.get<uint8_t>("tensor values flag");
+    KILN_CHECK(has_values <= 1, CorruptInput, "plan: tensor `", t.name, "` values flag ",
+               int(has_values));
+    if (has_values) {
+      const uint64_t n = r.get_count("tensor values", 8);
+      std::vector<int64_t> values(static_cast<size_t>(n));
+      for (auto& v : values) v = r.get<int64_t>("tensor value");
+      t.values = std::move(values);
+    }
+    net.add_tensor(std::move(t));
+  }
+  const uint64_t num_inputs = r.get_count("input", 4);
+  for (uint64_t i = 0; i < num_inputs; ++i) {
+    const TensorId id = get_tensor_id(r, num_tensors, "input");
+    Profile p{get_shape(r, "profile min"), get_shape(r, "profile opt"),
+              get_shape(r, "profile max")};
+    const Shape& shape = net.tensor(id).shape;
+    for (const Shape* s : {&p.min, &p.opt, &p.max}) {
+      KILN_CHECK(s->size() == shape.size() && is_static(*s), CorruptInput, "plan: input `",
+                 net.tensor(id).name, "` has a profile that does not fit its shape");
+    }
+    net.add_input_raw(id, std::move(p));
+  }
+  const uint64_t num_outputs = r.get_count("output", 4);
+  KILN_CHECK(num_outputs > 0, CorruptInput, "plan: no outputs");
+  for (uint64_t i = 0; i < num_outputs; ++i) {
+    net.mutable_outputs().push_back(get_tensor_id(r, num_tensors, "output"));
+  }
+  const uint64_t num_layers = r.get_count("layer", 8 + 8 + 8 + 8);
+  for (uint64_t i = 0; i < num_layers; ++i) {
+    Layer l;
+    l.name = r.get_string("layer name");
+    l.params = read_params(r, r.get<uint64_t>("layer kind"));
+    const uint64_t n_in = r.get_count("layer inputs", 4);
+    for (uint64_t k = 0; k < n_in; ++k)
+      l.inputs.push_back(get_tensor_id(r, num_tensors, "layer input"));
+    const uint64_t n_out = r.get_count("layer outputs", 4);
+    for (uint64_t k = 0; k < n_out; ++k)
+      l.outputs.push_back(get_tensor_id(r, num_tensors, "layer output"));
+    net.append_layer_raw(std::move(l));
+  }
+  const uint64_t num_weights = r.get_count("weights", 8 + 1 + 8 + 1);
+  for (uint64_t i = 0; i < num_weights; ++i) {
+    const std::string name = r.get_string("weight name");
+    Weights wt;
+    wt.dtype = get_dtype(r, "weight dtype");
+    wt.shape = get_shape(r, "weight shape");
+    KILN_CHECK(is_static(wt.shape), CorruptInput, "plan: weight `", name, "` has a dynamic shape");
+    const uint8_t has_data = r.get<uint8_t>("weight data flag");
+    KILN_CHECK(has_data <= 1, CorruptInput, "plan: weight `", name, "` data flag ", int(has_data));
+    if (has_data) {
+      const uint64_t bytes = r.get<uint64_t>("weight size");
+      KILN_CHECK(bytes == static_cast<uint64_t>(volume(wt.shape)) * dtype_size(wt.dtype),
+                 CorruptInput, "plan: weight `", name, "` holds ", bytes,
+                 " bytes, its shape needs ",
+                 volume(wt.shape) * static_cast<int64_t>(dtype_size(wt.dtype)));
+      r.align(kWeightAlignment);
+      const uint8_t* p = r.get_bytes(static_cast<size_t>(bytes), "weight data");
+      wt.data = std::make_shared<const std::vector<uint8_t>>(p, p + bytes);
+    }
+    net.add_weight(name, std::move(wt));
+  }
+  KILN_CHECK(r.remaining() == 0, CorruptInput, "plan: ", r.remaining(),
+             " unexpected bytes after the weights");
+
+  // Semantic validation: every layer is well-formed and agrees with the stored tensors, in order.
+  std::vector<bool> defined(num_tensors, false);
+  for (TensorId id : net.inputs()) defined[static_cast<size_t>(id)] = true;
+  for (const Layer& l : net.layers()) {
+    for (TensorId id : l.inputs) {
+      KILN_CHECK(defined[static_cast<size_t>(id)], CorruptInput, "plan: layer `", l.name,
+                 "` reads tensor `", net.tensor(id).name, "` before it is written");
+    }
+    if (const auto* c = std::get_if<ConstantParams>(&l.params)) {
+      KILN_CHECK(l.inputs.empty() && l.outputs.size() == 1, CorruptInput, "plan: constant `",
+                 l.name, "` has inputs or several outputs");
+      const Weights& wt =
+          net.weights().count(c->weight)
+              ? net.weight(c->weight)
+              : throw CorruptInput("plan: constant `" + l.name + "` refers to missing weight `" +
+                                   c->weight + "`");
+      const TensorDesc& out = net.tensor(l.outputs[0]);
+      KILN_CHECK(out.dtype == wt.dtype && out.shape == wt.shape, CorruptInput, "plan: constant `",
+                 l.name, "` does not match its weight");
+    } else {
+      std::vector<const TensorDesc*> in;
+      for (TensorId id : l.inputs) in.push_back(&net.tensor(id));
+      std::vector<TensorDesc> outs;
+      try {
+        outs = infer_layer_outputs(l, in);
+      } catch (const Error& e) {
+        KILN_THROW(CorruptInput, "plan: invalid layer: ", e.message());
+      }
+      KILN_CHECK(outs.size() == l.outputs.size(), CorruptInput, "plan: layer `", l.name, "` has ",
+                 l.outputs.size(), " outputs, its kind gives ", outs.size());
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const TensorDesc& stored = net.tensor(l.outputs[k]);
+        KILN_CHECK(stored.dtype == outs[k].dtype && stored.shape == outs[k].shape, CorruptInput,
+                   "plan: layer `", l.name, "` output ", k, " is stored as ",
+                   dtype_name(stored.dtype), shape_to_string(stored.shape), " but computes ",
+                   dtype_name(outs[k].dtype), shape_to_string(outs[k].shape));
+      }
+    }
+    for (TensorId id : l.outputs) {
+      KILN_CHECK(!defined[static_cast<size_t>(id)], CorruptInput, "plan: tensor `",
+                 net.tensor(id).name, "` is written twice");
+      defined[static_cast<size_t>(id)] = true;
+    }
+  }
+  for (TensorId id : net.outputs()) {
+    KILN_CHECK(defined[static_cast<size_t>(id)], CorruptInput, "plan: output `",
+               net.tensor(id).name, "` is never written");
+  }
+  return plan;
+}
+
+void save_plan(const Plan& plan, const std::string& path, bool include_weights) {
+  const auto bytes = serialize_plan(plan, include_weights);
+  std::ofstream out(path, std::ios::binary);
+  KILN_CHECK(out.good(), InvalidArgument, path, ": cannot open for writing");
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  KILN_CHECK(out.good(), InvalidArgument, path, ": write failed");
+}
+
+Plan load_plan(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), InvalidArgument, path, ": cannot open plan");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  try {
+    return deserialize_plan(bytes.data(), bytes.size());
+  } catch (const CorruptInput& e) {
+    KILN_THROW(CorruptInput, path, ": ", e.message());
+  }
+}
+
+}  // namespace kiln::engine

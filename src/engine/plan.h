@@ -1,0 +1,29 @@
+// The plan: a built engine in a versioned binary format (magic, version, target, tensors, io,
+// layers, 64-byte aligned weights or none, xxHash checksum). Loading validates every field.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/network.h"
+#include "engine/runtime.h"
+
+namespace kiln::engine {
+
+constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
+constexpr uint32_t kPlanFormatVersion = 1;
+
+struct Plan {
+  Network network;
+  EngineTarget target;
+};
+
+std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights = true);
+// Throws CorruptInput naming the check that failed (magic, version, checksum, a field, ...).
+Plan deserialize_plan(const uint8_t* data, size_t size);
+
+void save_plan(const Plan& plan, const std::string& path, bool include_weights = true);
+Plan load_plan(const std::string& path);
+
+}  // namespace kiln::engine

@@ -1,0 +1,115 @@
+// Fill family (shape, fill) on the CPU backend: shape values at build and run time, constant
+// and range fills in every dtype, shapes from shape tensors, bad input.
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::near;
+using testing::random_tensor;
+
+std::vector<HostTensor> run_built(Network net, const std::vector<HostTensor>& inputs) {
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  return ctx.run(inputs);
+}
+
+TEST(Shape, StaticInputHasKnownValues) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF16, {2, 3, 5});
+  auto s = net.add("shape", ShapeParams{}, {x});
+  EXPECT_EQ(net.tensor(s).dtype, DataType::kI64);
+  ASSERT_TRUE(net.tensor(s).values.has_value());
+  EXPECT_EQ(*net.tensor(s).values, (std::vector<int64_t>{2, 3, 5}));
+  net.mark_output(s);
+  auto out = run_built(std::move(net), {random_tensor(DataType::kF16, {2, 3, 5}, 1)})[0];
+  EXPECT_TRUE(near(out, {2, 3, 5}, 0, 0));
+}
+
+TEST(Shape, DynamicInputGivesStaticRank) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 3}, Profile{{1, 3}, {4, 3}, {8, 3}});
+  auto s = net.add("shape", ShapeParams{}, {x});
+  EXPECT_EQ(net.tensor(s).shape, (Shape{2}));
+  EXPECT_FALSE(net.tensor(s).values.has_value());
+  // A fill whose shape follows the input's at run time.
+  auto ones = net.add("ones", FillParams{FillMode::kConstant, DataType::kI32, {}, 1}, {s});
+  EXPECT_EQ(net.tensor(ones).shape, (Shape{kDynamic, kDynamic}));
+  net.mark_output(s);
+  net.mark_output(ones);
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  for (int64_t n : {1, 4, 8}) {
+    auto outs = ctx.run({random_tensor(DataType::kF32, {n, 3}, 2)});
+    EXPECT_TRUE(near(outs[0], {static_cast<double>(n), 3}, 0, 0));
+    EXPECT_EQ(outs[1].shape(), (Shape{n, 3}));
+    EXPECT_TRUE(near(outs[1], std::vector<double>(static_cast<size_t>(3 * n), 1.0), 0, 0));
+  }
+}
+
+TEST(Fill, ConstantInEveryDtype) {
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI64,
+                     DataType::kI32, DataType::kI8, DataType::kU8, DataType::kBool}) {
+    auto out = testing::run_network({}, [&](Network& n, const std::vector<TensorId>&) {
+      return n.add_layer("fill", FillParams{FillMode::kConstant, t, {2, 3}, 3}, {});
+    })[0];
+    EXPECT_EQ(out.dtype(), t);
+    EXPECT_EQ(out.shape(), (Shape{2, 3}));
+    EXPECT_TRUE(near(out, std::vector<double>(6, t == DataType::kBool ? 1 : 3), 0, 0))
+        << dtype_name(t);
+  }
+}
+
+TEST(Fill, RangeLikeArange) {
+  auto run = [](FillParams p) {
+    return testing::run_network({}, [&](Network& n, const std::vector<TensorId>&) {
+      return n.add_layer("arange", p, {});
+    })[0];
+  };
+  FillParams f{FillMode::kRange, DataType::kF32, {7}, 0, 2, 0.5};
+  EXPECT_TRUE(near(run(f), {2, 2.5, 3, 3.5, 4, 4.5, 5}, 0, 0));
+  FillParams i{FillMode::kRange, DataType::kI64, {5}, 0, -3, 2};
+  EXPECT_TRUE(near(run(i), {-3, -1, 1, 3, 5}, 0, 0));
+  FillParams big{FillMode::kRange, DataType::kI64, {2}, 0, 5e9, 3};
+  auto b = run(big);
+  EXPECT_EQ(b.as<int64_t>()[1], 5000000003);
+  FillParams h{FillMode::kRange, DataType::kF16, {3, 2}, 0, -1, 0.25};
+  EXPECT_TRUE(near(run(h), {-1, -0.75, -0.5, -0.25, 0, 0.25}, 0, 0));
+  FillParams empty{FillMode::kRange, DataType::kF32, {0}, 0, 0, 1};
+  EXPECT_EQ(run(empty).numel(), 0);
+}
+
+TEST(Fill, ShapeFromShapeTensorValues) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 4});
+  auto s = net.add("shape", ShapeParams{}, {x});
+  auto f = net.add("fill", FillParams{FillMode::kConstant, DataType::kF16, {}, 1.5}, {s});
+  EXPECT_EQ(net.tensor(f).shape, (Shape{2, 4}));
+  net.mark_output(f);
+  auto out = run_built(std::move(net), {random_tensor(DataType::kF32, {2, 4}, 3)})[0];
+  EXPECT_TRUE(near(out, std::vector<double>(8, 1.5), 0, 0));
+}
+
+TEST(Fill, BadInputsNameTheLayer) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 4});
+  auto wrong = net.add_input("wrong", DataType::kI32, {2});
+  auto negative = net.add_constant("neg", Weights::from_ints({2}, {2, -3}));
+  for (auto [name, input] : {std::pair<const char*, TensorId>{"from_float", x},
+                             {"from_i32", wrong},
+                             {"negative", negative}}) {
+    try {
+      net.add(name, FillParams{}, {input});
+      ADD_FAILURE() << name << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
+    }
+  }
+  EXPECT_THROW(net.add("dyn", FillParams{FillMode::kConstant, DataType::kF32, {kDynamic}}, {}),
+               InvalidArgument);
+  EXPECT_THROW(net.add("bool_range", FillParams{FillMode::kRange, DataType::kBool, {3}}, {}),
+               InvalidArgument);
+  EXPECT_THROW(net.add("two", ShapeParams{}, {x, x}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::engine

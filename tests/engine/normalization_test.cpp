@@ -1,0 +1,218 @@
+// Normalization family (batch/layer/group/instance norm, softmax) on the CPU backend against
+// float64 references, plus dtypes, dynamic shapes and bad input.
+#include <cmath>
+
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::near;
+using testing::random_tensor;
+using testing::run_one_layer;
+using testing::to_doubles;
+
+// Normalizes contiguous runs of `len`; element j of run r uses affine index ch(r, j).
+template <class Ch>
+std::vector<double> reference_runs(const std::vector<double>& x, int64_t len, double eps,
+                                   const std::vector<double>& scale,
+                                   const std::vector<double>& bias, Ch ch) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r * len < static_cast<int64_t>(x.size()); ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < len; ++j) mean += x[static_cast<size_t>(r * len + j)];
+    mean /= static_cast<double>(len);
+    for (int64_t j = 0; j < len; ++j) {
+      const double d = x[static_cast<size_t>(r * len + j)] - mean;
+      var += d * d;
+    }
+    var /= static_cast<double>(len);
+    for (int64_t j = 0; j < len; ++j) {
+      double v = (x[static_cast<size_t>(r * len + j)] - mean) / std::sqrt(var + eps);
+      if (!scale.empty()) {
+        const size_t c = static_cast<size_t>(ch(r, j));
+        v = v * scale[c] + bias[c];
+      }
+      y[static_cast<size_t>(r * len + j)] = v;
+    }
+  }
+  return y;
+}
+
+NormalizationParams norm(NormalizationKind kind, double eps = 1e-5) {
+  NormalizationParams p;
+  p.kind = kind;
+  p.epsilon = eps;
+  return p;
+}
+
+TEST(Normalization, LayerNormOneAndTwoDims) {
+  // An offset of 100 checks that the variance is computed around the mean, not as E[x^2]-E[x]^2.
+  auto x = random_tensor(DataType::kF32, {4, 6, 8}, 21, 99, 101);
+  for (int64_t dims : {1, 2}) {
+    const int64_t len = dims == 1 ? 8 : 48;
+    auto scale = random_tensor(DataType::kF32, dims == 1 ? Shape{8} : Shape{6, 8}, 22);
+    auto bias = random_tensor(DataType::kF32, dims == 1 ? Shape{8} : Shape{6, 8}, 23);
+    auto p = norm(NormalizationKind::kLayer);
+    p.normalized_dims = dims;
+    auto ref = reference_runs(to_doubles(x), len, 1e-5, to_doubles(scale), to_doubles(bias),
+                              [](int64_t, int64_t j) { return j; });
+    // x's own f32 rounding at magnitude 100 (~4e-6) is amplified by 1/std (~1.7): 1e-4 abs.
+    EXPECT_TRUE(near(run_one_layer(p, {x, scale, bias})[0], ref, 1e-5, 1e-4)) << dims;
+    p.has_affine = false;
+    auto plain =
+        reference_runs(to_doubles(x), len, 1e-5, {}, {}, [](int64_t, int64_t) { return 0; });
+    EXPECT_TRUE(near(run_one_layer(p, {x})[0], plain, 1e-5, 1e-4)) << dims;
+  }
+}
+
+TEST(Normalization, BatchNormInference) {
+  auto x = random_tensor(DataType::kF32, {2, 3, 4, 5}, 24);
+  auto scale = random_tensor(DataType::kF32, {3}, 25),
+       bias = random_tensor(DataType::kF32, {3}, 26);
+  auto mean = random_tensor(DataType::kF32, {3}, 27);
+  auto var = random_tensor(DataType::kF32, {3}, 28, 0.5, 2);
+  const auto xs = to_doubles(x), sc = to_doubles(scale), bi = to_doubles(bias),
+             mu = to_doubles(mean), va = to_doubles(var);
+  std::vector<double> ref(xs.size()), plain(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t c = (i / 20) % 3;
+    plain[i] = (xs[i] - mu[c]) / std::sqrt(va[c] + 1e-3);
+    ref[i] = plain[i] * sc[c] + bi[c];
+  }
+  auto p = norm(NormalizationKind::kBatch, 1e-3);
+  EXPECT_TRUE(near(run_one_layer(p, {x, scale, bias, mean, var})[0], ref));
+  p.has_affine = false;
+  EXPECT_TRUE(near(run_one_layer(p, {x, mean, var})[0], plain));
+}
+
+TEST(Normalization, GroupAndInstanceNorm) {
+  auto x = random_tensor(DataType::kF32, {2, 6, 3, 5}, 29);
+  auto scale = random_tensor(DataType::kF32, {6}, 30),
+       bias = random_tensor(DataType::kF32, {6}, 31);
+  const auto xs = to_doubles(x), sc = to_doubles(scale), bi = to_doubles(bias);
+  for (int64_t g : {1, 2, 3, 6}) {
+    auto p = norm(NormalizationKind::kGroup);
+    p.num_groups = g;
+    const int64_t per = 6 / g;
+    auto ref = reference_runs(xs, per * 15, 1e-5, sc, bi,
+                              [&](int64_t r, int64_t j) { return (r % g) * per + j / 15; });
+    EXPECT_TRUE(near(run_one_layer(p, {x, scale, bias})[0], ref)) << g;
+  }
+  auto p = norm(NormalizationKind::kInstance);
+  EXPECT_TRUE(near(run_one_layer(p, {x, scale, bias})[0],
+                   reference_runs(xs, 15, 1e-5, sc, bi, [](int64_t r, int64_t) { return r % 6; })));
+  p.has_affine = false;
+  EXPECT_TRUE(near(run_one_layer(p, {x})[0],
+                   reference_runs(xs, 15, 1e-5, {}, {}, [](int64_t, int64_t) { return 0; })));
+}
+
+TEST(Normalization, HalfPrecisionAndLargeParallel) {
+  for (DataType t : {DataType::kF16, DataType::kBF16}) {
+    auto x = random_tensor(t, {3, 64}, 32);
+    auto scale = random_tensor(t, {64}, 33), bias = random_tensor(t, {64}, 34);
+    auto out = run_one_layer(norm(NormalizationKind::kLayer), {x, scale, bias})[0];
+    EXPECT_EQ(out.dtype(), t);
+    auto ref = reference_runs(to_doubles(x), 64, 1e-5, to_doubles(scale), to_doubles(bias),
+                              [](int64_t, int64_t j) { return j; });
+    EXPECT_TRUE(near(out, ref, t == DataType::kF16 ? 2e-3 : 1e-2, 1e-2));
+  }
+  auto x = random_tensor(DataType::kF32, {256, 512}, 35);
+  auto ref = reference_runs(to_doubles(x), 512, 1e-5, {}, {}, [](int64_t, int64_t) { return 0; });
+  auto p = norm(NormalizationKind::kLayer);
+  p.has_affine = false;
+  EXPECT_TRUE(near(run_one_layer(p, {x})[0], ref));
+  HostTensor empty(DataType::kF32, {0, 4});
+  EXPECT_EQ(run_one_layer(p, {empty})[0].shape(), (Shape{0, 4}));
+}
+
+std::vector<double> reference_softmax(const std::vector<double>& x, const Shape& s, int axis,
+                                      bool log) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t n = s[static_cast<size_t>(axis)];
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t k) { return static_cast<size_t>((o * n + k) * inner + i); };
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, x[at(k)]);
+      for (int64_t k = 0; k < n; ++k) sum += std::exp(x[at(k)] - mx);
+      for (int64_t k = 0; k < n; ++k) {
+        y[at(k)] = log ? x[at(k)] - mx - std::log(sum) : std::exp(x[at(k)] - mx) / sum;
+      }
+    }
+  }
+  return y;
+}
+
+TEST(Softmax, AxesLogAndLargeValues) {
+  auto x = random_tensor(DataType::kF32, {3, 7, 5}, 36, -30, 30);
+  x.as<float>()[0] = 1000;  // would overflow exp() without max subtraction
+  for (int axis : {0, 1, 2}) {
+    for (bool log : {false, true}) {
+      auto out = run_one_layer(SoftmaxParams{axis - 3, log}, {x})[0];
+      EXPECT_TRUE(near(out, reference_softmax(to_doubles(x), {3, 7, 5}, axis, log))) << axis << log;
+    }
+  }
+  auto h = random_tensor(DataType::kF16, {4, 33}, 37);
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false}, {h})[0],
+                   reference_softmax(to_doubles(h), {4, 33}, 1, false), 2e-3, 1e-4));
+  auto one = random_tensor(DataType::kF32, {4, 1}, 38);
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{1, false}, {one})[0], {1, 1, 1, 1}));
+}
+
+template <class E>
+void expect_error_naming(const std::function<void()>& f, const std::string& name) {
+  try {
+    f();
+    ADD_FAILURE() << "no error for " << name;
+  } catch (const E& e) {
+    EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
+  }
+}
+
+TEST(Normalization, BadInputNamesTheLayer) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 6, 4});
+  auto c6 = net.add_input("c6", DataType::kF32, {6});
+  auto c5 = net.add_input("c5", DataType::kF32, {5});
+  auto i = net.add_input("i", DataType::kI64, {2, 6, 4});
+  auto add = [&](const std::string& n, LayerParams p, std::vector<TensorId> in) {
+    return [&net, n, p, in] { net.add_layer(n, p, in); };
+  };
+  auto group = norm(NormalizationKind::kGroup);
+  group.num_groups = 4;
+  expect_error_naming<InvalidArgument>(add("groups4", group, {x, c6, c6}), "groups4");
+  expect_error_naming<ShapeMismatch>(
+      add("bn_shape", norm(NormalizationKind::kBatch), {x, c6, c6, c6, c5}), "bn_shape");
+  expect_error_naming<InvalidArgument>(add("bn_count", norm(NormalizationKind::kBatch), {x, c6}),
+                                       "bn_count");
+  expect_error_naming<ShapeMismatch>(add("ln_shape", norm(NormalizationKind::kLayer), {x, c6, c6}),
+                                     "ln_shape");
+  auto deep = norm(NormalizationKind::kLayer);
+  deep.normalized_dims = 4;
+  expect_error_naming<InvalidArgument>(add("ln_dims", deep, {x}), "ln_dims");
+  expect_error_naming<InvalidArgument>(
+      add("int_norm", norm(NormalizationKind::kInstance), {i, c6, c6}), "int_norm");
+  expect_error_naming<InvalidArgument>(add("sm_axis", SoftmaxParams{3, false}, {x}), "sm_axis");
+  expect_error_naming<InvalidArgument>(add("sm_int", SoftmaxParams{0, false}, {i}), "sm_int");
+}
+
+TEST(Normalization, DynamicDimsStaySymbolic) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, kDynamic, 8},
+                         Profile{{1, 1, 8}, {2, 4, 8}, {4, 16, 8}});
+  auto c = net.add_input("c", DataType::kF32, {8});
+  auto g = norm(NormalizationKind::kGroup);
+  g.num_groups = 3;                     // the channel count is unknown until run time
+  auto y = net.add("g", g, {x, c, c});  // scale [8] vs dynamic C is accepted symbolically
+  EXPECT_EQ(net.tensor(y).shape, (Shape{kDynamic, kDynamic, 8}));
+  auto s = net.add("s", SoftmaxParams{1, true}, {x});
+  EXPECT_EQ(net.tensor(s).shape, (Shape{kDynamic, kDynamic, 8}));
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,213 @@
+// Pooling on the CPU backend against a float64 reference: max/average, 1-3-D, stride, padding,
+// dilation, ceil_mode, count_include_pad, adaptive (divisible and not), f16/bf16, bad input.
+#include <cmath>
+#include <limits>
+
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::near;
+using testing::random_tensor;
+using testing::run_one_layer;
+
+std::vector<int64_t> get(const std::vector<int64_t>& v, size_t i, int64_t fallback) {
+  return v.empty() ? std::vector<int64_t>(i, fallback) : v;
+}
+
+// Torch's max_pool / avg_pool / adaptive_*_pool over the trailing dims, as float64 loops that
+// visit every kernel tap and test it against the input bounds.
+std::vector<double> reference(const HostTensor& x, const PoolingParams& p, const Shape& out) {
+  const auto xv = testing::to_doubles(x);
+  const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
+  const size_t lead = out.size() - nd;
+  const Shape in_sp(x.shape().begin() + static_cast<std::ptrdiff_t>(lead), x.shape().end());
+  const Shape out_sp(out.begin() + static_cast<std::ptrdiff_t>(lead), out.end());
+  const auto s = p.adaptive ? std::vector<int64_t>{} : get(p.strides, nd, 0);
+  const auto pb = get(p.padding_begin, nd, 0), pe = get(p.padding_end, nd, 0);
+  const auto dil = get(p.dilations, nd, 1);
+  std::vector<double> r(static_cast<size_t>(volume(out)));
+  const int64_t planes = volume(out) / std::max<int64_t>(1, volume(out_sp));
+  for (int64_t b = 0; b < planes; ++b) {
+    for (int64_t op = 0; op < volume(out_sp); ++op) {
+      const auto oi = testing::unflatten(out_sp, op);
+      std::vector<int64_t> first(nd), taps(nd), step(nd);
+      double padded = 1;
+      for (size_t d = 0; d < nd; ++d) {
+        if (p.adaptive) {
+          first[d] = static_cast<int64_t>(std::floor(double(oi[d] * in_sp[d]) / out_sp[d]));
+          const auto end =
+              static_cast<int64_t>(std::ceil(double((oi[d] + 1) * in_sp[d]) / out_sp[d]));
+          taps[d] = end - first[d];
+          step[d] = 1;
+        } else {
+          const int64_t stride = s[d] ? s[d] : p.kernel[d];
+          first[d] = oi[d] * stride - pb[d];
+          taps[d] = p.kernel[d];
+          step[d] = dil[d];
+          padded *=
+              static_cast<double>(std::min(first[d] + p.kernel[d], in_sp[d] + pe[d]) - first[d]);
+        }
+      }
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0, count = 0;
+      const Shape tap_shape(taps.begin(), taps.end());
+      for (int64_t t = 0; t < volume(tap_shape); ++t) {
+        const auto ti = testing::unflatten(tap_shape, t);
+        std::vector<int64_t> pos(nd);
+        bool inside = true;
+        for (size_t d = 0; d < nd; ++d) {
+          pos[d] = first[d] + ti[d] * step[d];
+          inside = inside && pos[d] >= 0 && pos[d] < in_sp[d];
+        }
+        if (!inside) continue;
+        const double v =
+            xv[static_cast<size_t>(b * volume(in_sp) + testing::flat_index(in_sp, pos))];
+        mx = std::max(mx, v);
+        sum += v;
+        count += 1;
+      }
+      const double divisor = (p.count_include_pad && !p.adaptive) ? padded : count;
+      r[static_cast<size_t>(b * volume(out_sp) + op)] =
+          p.kind == PoolingKind::kMax ? mx : sum / divisor;
+    }
+  }
+  return r;
+}
+
+PoolingParams pool(PoolingKind kind, std::vector<int64_t> k, std::vector<int64_t> s = {},
+                   std::vector<int64_t> pb = {}, std::vector<int64_t> pe = {},
+                   std::vector<int64_t> d = {}, bool ceil_mode = false, bool include_pad = true) {
+  PoolingParams p;
+  p.kind = kind;
+  p.kernel = std::move(k);
+  p.strides = std::move(s);
+  p.padding_begin = std::move(pb);
+  p.padding_end = std::move(pe);
+  p.dilations = std::move(d);
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = include_pad;
+  return p;
+}
+PoolingParams adaptive(PoolingKind kind, std::vector<int64_t> size) {
+  PoolingParams p;
+  p.kind = kind;
+  p.adaptive = true;
+  p.output_size = std::move(size);
+  return p;
+}
+
+struct Case {
+  Shape x, out;
+  PoolingParams p;
+};
+
+void check(const Case& c, DataType t = DataType::kF32, double rtol = 1e-6, double atol = 1e-6) {
+  auto x = random_tensor(t, c.x, 7);
+  auto out = run_one_layer(c.p, {x});
+  ASSERT_EQ(out[0].shape(), c.out) << shape_to_string(c.x);
+  EXPECT_EQ(out[0].dtype(), t);
+  EXPECT_TRUE(near(out[0], reference(x, c.p, c.out), rtol, atol)) << shape_to_string(c.x);
+}
+
+constexpr auto kMax = PoolingKind::kMax;
+constexpr auto kAvg = PoolingKind::kAverage;
+
+TEST(Pooling, MaxWindowsF32) {
+  const Case cases[] = {
+      {{2, 3, 10}, {2, 3, 5}, pool(kMax, {2})},
+      {{1, 2, 9, 9}, {1, 2, 4, 4}, pool(kMax, {3, 3}, {2, 2})},
+      {{1, 2, 9, 8}, {1, 2, 5, 4}, pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 0})},
+      {{1, 1, 10, 10}, {1, 1, 3, 8}, pool(kMax, {3, 2}, {3, 1}, {1, 0}, {1, 1}, {2, 3})},
+      {{2, 2, 7, 7}, {2, 2, 4, 4}, pool(kMax, {2, 2}, {2, 2}, {}, {}, {}, true)},
+      {{1, 2, 6, 6}, {1, 2, 4, 4}, pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true)},
+      {{1, 1, 5, 6, 7}, {1, 1, 3, 3, 4}, pool(kMax, {2, 2, 2}, {2, 2, 2}, {}, {}, {}, true)},
+      {{3, 8, 8}, {3, 4, 4}, pool(kMax, {2, 2})},  // unbatched
+      {{0, 2, 4, 4}, {0, 2, 2, 2}, pool(kMax, {2, 2})},
+      {{1, 1, 1, 1}, {1, 1, 1, 1}, pool(kMax, {1, 1})},
+  };
+  for (const auto& c : cases) check(c);
+}
+
+TEST(Pooling, AverageWindowsF32) {
+  const Case cases[] = {
+      {{2, 3, 10}, {2, 3, 4}, pool(kAvg, {3}, {2}, {0}, {0})},
+      {{1, 2, 8, 8}, {1, 2, 4, 4}, pool(kAvg, {3, 3}, {2, 2}, {1, 1}, {1, 1})},
+      {{1, 2, 8, 8}, {1, 2, 4, 4}, pool(kAvg, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, false, false)},
+      {{1, 2, 7, 7}, {1, 2, 4, 4}, pool(kAvg, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true, true)},
+      {{1, 2, 6, 6}, {1, 2, 4, 4}, pool(kAvg, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true, false)},
+      {{1, 1, 7, 5}, {1, 1, 3, 3}, pool(kAvg, {2, 2}, {3, 2}, {1, 1}, {0, 1}, {}, true, true)},
+      {{2, 1, 4, 6, 5}, {2, 1, 2, 3, 2}, pool(kAvg, {2, 2, 2})},
+  };
+  for (const auto& c : cases) check(c);
+}
+
+TEST(Pooling, AdaptiveF32) {
+  const Case cases[] = {
+      {{2, 3, 7, 9}, {2, 3, 1, 1}, adaptive(kAvg, {1, 1})},
+      {{2, 3, 7, 9}, {2, 3, 1, 1}, adaptive(kMax, {1, 1})},
+      {{1, 2, 10, 7}, {1, 2, 3, 4}, adaptive(kAvg, {3, 4})},  // non-divisible: overlapping
+      {{1, 2, 10, 7}, {1, 2, 3, 4}, adaptive(kMax, {3, 4})},
+      {{1, 2, 3, 3}, {1, 2, 5, 7}, adaptive(kAvg, {5, 7})},  // upsampling windows
+      {{2, 5, 11}, {2, 5, 4}, adaptive(kAvg, {4})},
+      {{1, 1, 5, 6, 7}, {1, 1, 2, 3, 3}, adaptive(kAvg, {2, 3, 3})},
+      {{1, 64, 56, 56}, {1, 64, 1, 1}, adaptive(kAvg, {1, 1})},
+  };
+  for (const auto& c : cases) check(c);
+}
+
+TEST(Pooling, MaxPropagatesNaN) {
+  auto x = testing::tensor_from(DataType::kF32, {1, 1, 4}, {1, NAN, 3, 2});
+  auto out = run_one_layer(pool(kMax, {2}), {x})[0];
+  EXPECT_TRUE(near(out, {NAN, 3}, 0, 0));
+}
+
+TEST(Pooling, HalfAndBfloat16) {
+  const Case avg{{1, 2, 9, 9}, {1, 2, 5, 5}, pool(kAvg, {3, 3}, {2, 2}, {1, 1}, {1, 1})};
+  const Case ad{{1, 2, 10, 7}, {1, 2, 3, 4}, adaptive(kMax, {3, 4})};
+  for (const Case* c : {&avg, &ad}) {
+    check(*c, DataType::kF16, 2e-3, 1e-3);
+    check(*c, DataType::kBF16, 1e-2, 1e-2);
+  }
+}
+
+template <class E>
+void expect_error(Network& net, const PoolingParams& p, TensorId x) {
+  try {
+    net.add("bad_pool", p, {x});
+    FAIL() << "no error";
+  } catch (const E& e) {
+    EXPECT_NE(e.message().find("bad_pool"), std::string::npos) << e.message();
+  }
+}
+
+TEST(Pooling, InvalidInputsAreRejectedWithTheLayerName) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {1, 2, 8, 8});
+  auto v = net.add_input("v", DataType::kF32, {8});
+  auto i = net.add_input("i", DataType::kI64, {1, 2, 8, 8});
+  auto e = net.add_input("e", DataType::kF32, {1, 2, 0, 8});
+  expect_error<InvalidArgument>(net, pool(kMax, {2, 2}), v);              // rank
+  expect_error<InvalidArgument>(net, pool(kMax, {2, 2}), i);              // dtype
+  expect_error<InvalidArgument>(net, pool(kMax, {}), x);                  // no kernel
+  expect_error<InvalidArgument>(net, pool(kMax, {2, 2}, {2}), x);         // stride count
+  expect_error<InvalidArgument>(net, pool(kMax, {2, 2}, {}, {2, 2}), x);  // pad > k/2
+  expect_error<ShapeMismatch>(net, pool(kMax, {9, 9}), x);                // kernel > input
+  expect_error<Unsupported>(net, pool(kAvg, {2, 2}, {}, {}, {}, {2, 2}), x);
+  expect_error<ShapeMismatch>(net, adaptive(kAvg, {2, 2}), e);
+  expect_error<InvalidArgument>(net, adaptive(kAvg, {-1, 2}), x);
+}
+
+TEST(Pooling, DynamicDimsInferSymbolically) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 9},
+                         Profile{{1, 3, 4, 9}, {2, 3, 8, 9}, {4, 3, 16, 9}});
+  auto y = net.add("pool", pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true), {x});
+  EXPECT_EQ(net.tensor(y).shape, (Shape{kDynamic, 3, kDynamic, 5}));
+  auto z = net.add("adaptive", adaptive(kAvg, {2, 2}), {x});
+  EXPECT_EQ(net.tensor(z).shape, (Shape{kDynamic, 3, 2, 2}));
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,102 @@
+// Runtime: bad inputs at run time, sharing one engine between threads, the inspector, profiling.
+#include "engine/runtime.h"
+
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "engine/builder.h"
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+std::shared_ptr<const Engine> tanh_engine() {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 16}, Profile{{1, 16}, {4, 16}, {32, 16}});
+  auto t = net.add("t", ActivationParams{ActivationKind::kTanh}, {x});
+  auto two = net.add_constant("two", Weights::from_floats({1}, {2.f}));
+  net.mark_output(net.add("y", ElementwiseParams{BinaryOp::kMul}, {t, two}), "y");
+  return std::make_shared<const Engine>(build(net, BuilderConfig{}).network);
+}
+
+std::vector<double> expected(const HostTensor& x) {
+  std::vector<double> r;
+  for (double v : testing::to_doubles(x)) r.push_back(2 * std::tanh(v));
+  return r;
+}
+
+TEST(Runtime, WrongShapesAndDtypesAreClearErrors) {
+  auto engine = tanh_engine();
+  ExecutionContext ctx(engine);
+  try {
+    ctx.run({testing::random_tensor(DataType::kF32, {64, 16}, 1)});
+    FAIL();
+  } catch (const ShapeMismatch& e) {
+    EXPECT_NE(e.message().find("input `x`: shape [64, 16] is outside the profile"),
+              std::string::npos)
+        << e.message();
+  }
+  EXPECT_THROW(ctx.run({testing::random_tensor(DataType::kF32, {4, 15}, 1)}), ShapeMismatch);
+  EXPECT_THROW(ctx.run({testing::random_tensor(DataType::kF32, {4}, 1)}), ShapeMismatch);
+  EXPECT_THROW(ctx.run({testing::random_tensor(DataType::kI64, {4, 16}, 1)}), ShapeMismatch);
+  EXPECT_THROW(ctx.run({}), InvalidArgument);
+  ExecutionContext unset(engine);
+  EXPECT_THROW(unset.output_shape(0), InvalidArgument);
+  EXPECT_THROW(unset.bind_input(3, nullptr), InvalidArgument);
+  // The context stays usable after errors.
+  auto x = testing::random_tensor(DataType::kF32, {32, 16}, 2);
+  EXPECT_TRUE(testing::near(ctx.run({x})[0], expected(x)));
+}
+
+TEST(Runtime, OneEngineFromEightThreads) {
+  auto engine = tanh_engine();
+  std::vector<std::thread> threads;
+  std::vector<int> failures(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      ExecutionContext ctx(engine);
+      for (int i = 0; i < 50; ++i) {
+        auto x = testing::random_tensor(DataType::kF32, {1 + (t * 7 + i) % 32, 16}, t * 1000 + i);
+        if (!testing::near(ctx.run({x})[0], expected(x))) ++failures[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+TEST(Runtime, InspectorAndProfiler) {
+  auto engine = tanh_engine();
+  auto j = nlohmann::json::parse(engine->inspect_json());
+  EXPECT_EQ(j["target"], "cpu");
+  EXPECT_EQ(j["io"]["inputs"][0]["profile"]["max"], nlohmann::json({32, 16}));
+  bool saw_fused = false;
+  for (const auto& l : j["layers"]) saw_fused = saw_fused || l["kind"] == "fused_elementwise";
+  EXPECT_TRUE(saw_fused) << j.dump(1);
+  ExecutionContext ctx(engine);
+  ctx.enable_profiling(true);
+  for (int i = 0; i < 3; ++i) ctx.run({testing::random_tensor(DataType::kF32, {4, 16}, i)});
+  int runs = 0;
+  for (const auto& t : ctx.profile()) runs += t.runs;
+  EXPECT_EQ(runs, 3);  // one fused layer (the constant runs no kernel), three runs
+  EXPECT_NE(ctx.profile_table().find("fused_elementwise"), std::string::npos);
+  EXPECT_EQ(engine->input_index("x"), 0u);
+  EXPECT_THROW(engine->output_index("nope"), InvalidArgument);
+}
+
+TEST(Runtime, OutputThatIsAnInputIsCopied) {
+  Network net;
+  auto x = net.add_input("x", DataType::kI32, {3});
+  net.mark_output(x, "same");
+  net.mark_output(net.add("n", UnaryParams{UnaryOp::kNeg}, {x}), "neg");
+  auto engine = std::make_shared<const Engine>(net);
+  ExecutionContext ctx(engine);
+  auto out = ctx.run({testing::tensor_from(DataType::kI32, {3}, {1, -2, 3})});
+  EXPECT_TRUE(testing::near(out[0], {1, -2, 3}, 0, 0));
+  EXPECT_TRUE(testing::near(out[1], {-1, 2, -3}, 0, 0));
+}
+
+}  // namespace
+}  // namespace kiln::engine

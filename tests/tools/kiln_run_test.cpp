@@ -1,0 +1,51 @@
+// kiln-run as a user runs it: runs a saved plan, reports latency; bad plans and flags exit 2.
+#include <gtest/gtest.h>
+
+#include "engine/builder.h"
+#include "engine/plan.h"
+#include "harness/process.h"
+#include "kiln_test_paths.h"
+
+namespace kiln {
+namespace {
+
+using namespace engine;
+
+std::string save_small_plan() {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 3}, Profile{{1, 3}, {2, 3}, {4, 3}});
+  net.mark_output(net.add("relu", ActivationParams{ActivationKind::kRelu}, {x}), "y");
+  const std::string path = testing::write_temp_file("small.plan", "");
+  save_plan(build(net, BuilderConfig{}), path);
+  return path;
+}
+
+TEST(KilnRun, RunsAPlanAndReportsLatency) {
+  auto r = testing::run_process(
+      {KILN_RUN_PATH, save_small_plan(), "--shapes", "x:4x3", "--iterations", "5", "--profile"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("input x: f32[4, 3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("output y: f32[4, 3] min 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("latency ms over 5 runs: min"), std::string::npos);
+  EXPECT_NE(r.out.find("relu"), std::string::npos);  // the profile names the layer
+}
+
+TEST(KilnRun, BadPlansShapesAndFlagsExit2) {
+  const std::string junk = testing::write_temp_file("junk.plan", "not a plan at all, clearly");
+  auto bad = testing::run_process({KILN_RUN_PATH, junk});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad magic"), std::string::npos) << bad.err;
+  const std::string plan = save_small_plan();
+  auto outside = testing::run_process({KILN_RUN_PATH, plan, "--shapes", "x:9x3"});
+  EXPECT_EQ(outside.exit_code, 2);
+  EXPECT_NE(outside.err.find("outside the profile"), std::string::npos) << outside.err;
+  auto unknown = testing::run_process({KILN_RUN_PATH, plan, "--shapes", "nope:1x3"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("no input `nope`"), std::string::npos) << unknown.err;
+  EXPECT_EQ(testing::run_process({KILN_RUN_PATH, plan, "--shapes", "x:1xq"}).exit_code, 2);
+  EXPECT_EQ(testing::run_process({KILN_RUN_PATH, plan, "--iterations", "0"}).exit_code, 2);
+  EXPECT_EQ(testing::run_process({KILN_RUN_PATH, "/nonexistent.plan"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,148 @@
+// kiln-run: loads a plan, runs it on random or given-shape inputs, prints outputs and latency.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "engine/cpu/convert.h"
+#include "engine/plan.h"
+#include "engine/runtime.h"
+#include "util/errors.h"
+
+namespace {
+
+using namespace kiln::engine;
+
+constexpr int kExitInputError = 2;
+
+// "x:1x3x224x224,mask:1x128" -> per-input shapes.
+std::map<std::string, Shape> parse_shapes(const std::string& spec) {
+  std::map<std::string, Shape> shapes;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto colon = item.rfind(':');
+    KILN_CHECK(colon != std::string::npos && colon > 0, InvalidArgument, "--shapes: `", item,
+               "` is not NAME:DxDx...");
+    Shape shape;
+    std::stringstream dims(item.substr(colon + 1));
+    for (std::string d; std::getline(dims, d, 'x');) {
+      KILN_CHECK(!d.empty() && d.find_first_not_of("0123456789") == std::string::npos,
+                 InvalidArgument, "--shapes: `", item, "`: `", d, "` is not a dimension");
+      shape.push_back(std::stoll(d));
+    }
+    shapes[item.substr(0, colon)] = shape;
+  }
+  return shapes;
+}
+
+HostTensor random_input(DataType dtype, const Shape& shape, std::mt19937_64& rng) {
+  HostTensor t(dtype, shape);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (is_floating(dtype)) {
+      kiln::engine::cpu::store_as<float>(dtype, t.data(), i, dist(rng));
+    } else {
+      // Integer inputs are usually indices: keep them small and non-negative.
+      kiln::engine::cpu::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(rng() % 4));
+    }
+  }
+  return t;
+}
+
+void summarize(const std::string& name, const HostTensor& t) {
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = kiln::engine::cpu::load_as<float>(t.dtype(), t.data(), i);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  std::cout << "output " << name << ": " << dtype_name(t.dtype()) << shape_to_string(t.shape());
+  if (t.numel() > 0) {
+    std::cout << " min " << lo << " max " << hi << " mean " << sum / static_cast<double>(t.numel());
+    std::cout << " first [";
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 5); ++i) {
+      std::cout << (i ? ", " : "") << kiln::engine::cpu::load_as<float>(t.dtype(), t.data(), i);
+    }
+    std::cout << "]";
+  }
+  std::cout << "\n";
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-run: load a kiln plan, run it, print outputs and latency"};
+  std::string plan_path, shapes_spec;
+  int iterations = 20, warmup = 3;
+  bool profile = false, inspect = false;
+  app.add_option("plan", plan_path, "plan file (from kilnc --save-engine or the builder)")
+      ->required();
+  app.add_option("--shapes", shapes_spec, "input shapes for dynamic inputs: NAME:DxD,...");
+  app.add_option("--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  app.add_flag("--profile", profile, "print a per-layer profile");
+  app.add_flag("--inspect", inspect, "print the engine's layers as JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitInputError;
+  }
+  try {
+    Plan plan = load_plan(plan_path);
+    auto engine = std::make_shared<const Engine>(std::move(plan.network), plan.target);
+    if (inspect) std::cout << engine->inspect_json() << "\n";
+    const auto shapes = parse_shapes(shapes_spec);
+    for (const auto& [name, shape] : shapes) engine->input_index(name);  // unknown names throw
+
+    std::mt19937_64 rng(0);
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < engine->num_inputs(); ++i) {
+      const TensorDesc& in = engine->input(i);
+      const Profile& p = engine->network().profile(engine->network().inputs()[i]);
+      const auto it = shapes.find(in.name);
+      const Shape shape = it != shapes.end() ? it->second : p.opt;
+      std::cout << "input " << in.name << ": " << dtype_name(in.dtype) << shape_to_string(shape)
+                << "\n";
+      inputs.push_back(random_input(in.dtype, shape, rng));
+    }
+    ExecutionContext ctx(engine);
+    std::vector<HostTensor> outputs;
+    for (int i = 0; i < warmup; ++i) outputs = ctx.run(inputs);
+    ctx.enable_profiling(profile);
+    std::vector<double> ms;
+    for (int i = 0; i < iterations; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      outputs = ctx.run(inputs);
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) summarize(engine->output(i).name, outputs[i]);
+    std::printf("latency ms over %d runs: min %.4f median %.4f p90 %.4f p99 %.4f\n", iterations,
+                percentile(ms, 0), percentile(ms, 50), percentile(ms, 90), percentile(ms, 99));
+    std::printf("activation arena: %zu bytes\n", ctx.arena_bytes());
+    if (profile) std::cout << ctx.profile_table();
+    return 0;
+  } catch (const kiln::Error& e) {
+    std::cerr << "kiln-run: error: " << e.what() << "\n";
+    return e.kind() == kiln::ErrorKind::kInternal ? 3 : kExitInputError;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln-run: error: " << e.what() << "\n";
+    return 3;
+  }
+}
