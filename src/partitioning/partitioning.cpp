@@ -1,0 +1,1 @@
+// Partitioning entry point (filled in by the partitioning work).
