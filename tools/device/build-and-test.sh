@@ -9,6 +9,8 @@ build=${BUILD_DIR:-build-device}
 out=${OUT:-/tmp}
 [ -f .deps/include/CLI/CLI.hpp ] || { echo "build-and-test: .deps/ missing: run tools/device/pack-deps.sh first and carry .deps" >&2; exit 2; }
 
+# Carried shared libraries (oneDNN and what it links) are found through the loader path.
+export LD_LIBRARY_PATH="$PWD/.deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
 echo "torch $($py -c 'import torch; print(torch.__version__, torch.cuda.is_available())')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true

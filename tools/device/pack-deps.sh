@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Run here (Debian): copies what the GPU machine lacks into .deps/, to carry with a device call.
-# The GPU machine has CUDA, CMake, ninja and python3's torch, but no apt: header-only libraries
-# and GoogleTest's sources travel from this machine's Debian packages.
+# The GPU machine has CUDA, CMake, ninja and python3's torch, but no apt: header-only libraries,
+# GoogleTest's sources and oneDNN travel from this machine's Debian packages.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup-deps.sh
 rm -rf .deps && mkdir -p .deps/include .deps/src
 cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/xxhash.h .deps/include/
 cp -r /usr/src/googletest .deps/src/
+# oneDNN from Debian (and the OpenCL loader it links) for the CPU backend.
+cp -r /usr/include/dnnl*.h /usr/include/dnnl*.hpp /usr/include/oneapi .deps/include/
+mkdir -p .deps/lib
+cp -L /usr/lib/x86_64-linux-gnu/libdnnl.so .deps/lib/libdnnl.so
+cp -L /usr/lib/x86_64-linux-gnu/libdnnl.so.2 .deps/lib/libdnnl.so.2
+cp -L /usr/lib/x86_64-linux-gnu/libOpenCL.so.1 .deps/lib/libOpenCL.so.1
 du -sh .deps
