@@ -11,7 +11,7 @@ cp -r /usr/src/googletest .deps/src/
 # oneDNN from Debian (and the OpenCL loader it links) for the CPU backend.
 cp -r /usr/include/dnnl*.h /usr/include/dnnl*.hpp /usr/include/oneapi .deps/include/
 mkdir -p .deps/lib
-cp -L /usr/lib/x86_64-linux-gnu/libdnnl.so .deps/lib/libdnnl.so
+ln -s libdnnl.so.2 .deps/lib/libdnnl.so  # a link: the library is ~40 MB and the call carries 64 MB at most
 cp -L /usr/lib/x86_64-linux-gnu/libdnnl.so.2 .deps/lib/libdnnl.so.2
 cp -L /usr/lib/x86_64-linux-gnu/libOpenCL.so.1 .deps/lib/libOpenCL.so.1
 du -sh .deps
