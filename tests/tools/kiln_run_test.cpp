@@ -1,6 +1,10 @@
 // kiln-run as a user runs it: runs a saved plan, reports latency; bad plans and flags exit 2.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
 #include "engine/builder.h"
 #include "engine/plan.h"
 #include "harness/process.h"
@@ -28,6 +32,38 @@ TEST(KilnRun, RunsAPlanAndReportsLatency) {
   EXPECT_NE(r.out.find("output y: f32[4, 3] min 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("latency ms over 5 runs: min"), std::string::npos);
   EXPECT_NE(r.out.find("relu"), std::string::npos);  // the profile names the layer
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Save here, load and run in a fresh process, and compare with a run here: bit-identical.
+TEST(KilnRun, PlanRunInAFreshProcessIsBitIdentical) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 5});
+  auto w = net.add_constant(
+      "w", Weights::from_floats({5, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  auto m = net.add("mm", MatMulParams{}, {x, w});
+  auto s = net.add("soft", SoftmaxParams{-1, false}, {m});
+  net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {s}), "y");
+  Plan plan = build(net, BuilderConfig{});
+  const std::string path = testing::write_temp_file("fresh.plan", "");
+  save_plan(plan, path);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  auto r = testing::run_process({KILN_RUN_PATH, path, "--iterations", "1", "--dump", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  const auto input_bytes = read_bytes(dir + "/input0.bin");
+  ASSERT_EQ(input_bytes.size(), 2u * 5 * 4);
+  HostTensor in(DataType::kF32, {2, 5});
+  std::memcpy(in.data(), input_bytes.data(), input_bytes.size());
+  ExecutionContext ctx(std::make_shared<const Engine>(plan.network));
+  const HostTensor here = ctx.run({in})[0];
+  const auto there = read_bytes(dir + "/output0.bin");
+  ASSERT_EQ(there.size(), here.nbytes());
+  EXPECT_EQ(std::memcmp(there.data(), here.data(), here.nbytes()), 0);
 }
 
 TEST(KilnRun, BadPlansShapesAndFlagsExit2) {

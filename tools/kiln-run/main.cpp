@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -84,7 +85,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: load a kiln plan, run it, print outputs and latency"};
-  std::string plan_path, shapes_spec;
+  std::string plan_path, shapes_spec, dump_dir;
   int iterations = 20, warmup = 3;
   bool profile = false, inspect = false;
   app.add_option("plan", plan_path, "plan file (from kilnc --save-engine or the builder)")
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", profile, "print a per-layer profile");
   app.add_flag("--inspect", inspect, "print the engine's layers as JSON");
+  app.add_option("--dump", dump_dir,
+                 "write inputN.bin and outputN.bin (raw bytes) into this folder");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -137,6 +140,16 @@ int main(int argc, char** argv) {
                 percentile(ms, 0), percentile(ms, 50), percentile(ms, 90), percentile(ms, 99));
     std::printf("activation arena: %zu bytes\n", ctx.arena_bytes());
     if (profile) std::cout << ctx.profile_table();
+    if (!dump_dir.empty()) {
+      auto dump = [&](const std::string& name, const HostTensor& t) {
+        const std::string path = dump_dir + "/" + name + ".bin";
+        std::ofstream out(path, std::ios::binary);
+        KILN_CHECK(out.good(), InvalidArgument, path, ": cannot open for writing");
+        out.write(static_cast<const char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
+      };
+      for (size_t i = 0; i < inputs.size(); ++i) dump("input" + std::to_string(i), inputs[i]);
+      for (size_t i = 0; i < outputs.size(); ++i) dump("output" + std::to_string(i), outputs[i]);
+    }
     return 0;
   } catch (const kiln::Error& e) {
     std::cerr << "kiln-run: error: " << e.what() << "\n";
