@@ -1,0 +1,187 @@
+// Converters of elementwise ops: arithmetic and comparisons with tensors or scalars (torch type
+// promotion), logical ops, and unary math.
+#include "conversion/converters/operands.h"
+#include "conversion/dtypes.h"
+#include "conversion/registry.h"
+#include "util/errors.h"
+
+namespace kiln::conversion {
+namespace {
+
+using engine::BinaryOp;
+using engine::DataType;
+using engine::UnaryOp;
+using torch::jit::Node;
+
+std::optional<std::string> alpha_is_static(const Node* n) {
+  if (n->inputs().size() < 3) return std::nullopt;
+  if (torch::jit::toIValue(n->input(2))) return std::nullopt;
+  return std::string("alpha must be a constant");
+}
+
+engine::TensorId binary(ConversionContext& ctx, const Node* n, BinaryOp op,
+                        const torch::jit::Value* a, const torch::jit::Value* b) {
+  BinaryOperands o = binary_operands(ctx, n, a, b);
+  if (op == BinaryOp::kDiv && !engine::is_floating(o.dtype)) {
+    // True division of integers gives floats, as in torch.
+    o.a = ctx.cast(n, o.a, DataType::kF32);
+    o.b = ctx.cast(n, o.b, DataType::kF32);
+  }
+  return ctx.add(n, engine::ElementwiseParams{op}, {o.a, o.b});
+}
+
+// add/sub with alpha: a + alpha * b.
+ConvertFn add_like(BinaryOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    const double alpha = n->inputs().size() > 2 ? static_number(ctx, n->input(2)) : 1.0;
+    if (alpha == 1.0) {
+      ctx.set_tensor(n->output(), binary(ctx, n, op, n->input(0), n->input(1)));
+      return;
+    }
+    BinaryOperands o = binary_operands(ctx, n, n->input(0), n->input(1));
+    const auto scale = ctx.constant(at::scalar_tensor(alpha).to(to_scalar_type(o.dtype)), "alpha");
+    const auto scaled =
+        ctx.add(n, engine::ElementwiseParams{BinaryOp::kMul}, {o.b, scale}, "alpha");
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{op}, {o.a, scaled}));
+  };
+}
+
+ConvertFn simple_binary(BinaryOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    ctx.set_tensor(n->output(), binary(ctx, n, op, n->input(0), n->input(1)));
+  };
+}
+
+// rsub(a, b, alpha) = b - alpha * a.
+void convert_rsub(ConversionContext& ctx, const Node* n) {
+  const double alpha = static_number(ctx, n->input(2));
+  BinaryOperands o = binary_operands(ctx, n, n->input(1), n->input(0));
+  engine::TensorId scaled = o.b;
+  if (alpha != 1.0) {
+    const auto scale = ctx.constant(at::scalar_tensor(alpha).to(to_scalar_type(o.dtype)), "alpha");
+    scaled = ctx.add(n, engine::ElementwiseParams{BinaryOp::kMul}, {o.b, scale}, "alpha");
+  }
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kSub}, {o.a, scaled}));
+}
+
+std::optional<std::string> rounding_mode_is_static(const Node* n) {
+  if (n->inputs().size() < 3 || is_none(n->input(2)) || torch::jit::toIValue(n->input(2))) {
+    return std::nullopt;
+  }
+  return std::string("rounding_mode must be a constant");
+}
+
+void convert_div(ConversionContext& ctx, const Node* n) {
+  std::string mode;
+  if (n->inputs().size() > 2 && !is_none(n->input(2))) {
+    mode = torch::jit::toIValue(n->input(2))->toStringRef();
+  }
+  if (mode.empty()) {
+    ctx.set_tensor(n->output(), binary(ctx, n, BinaryOp::kDiv, n->input(0), n->input(1)));
+  } else if (mode == "floor") {
+    ctx.set_tensor(n->output(), binary(ctx, n, BinaryOp::kFloorDiv, n->input(0), n->input(1)));
+  } else {
+    KILN_CHECK(mode == "trunc", InvalidArgument, "unknown rounding_mode `", mode, "`");
+    BinaryOperands o = binary_operands(ctx, n, n->input(0), n->input(1));
+    if (engine::is_floating(o.dtype)) {
+      auto q = ctx.add(n, engine::ElementwiseParams{BinaryOp::kDiv}, {o.a, o.b}, "div");
+      ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{UnaryOp::kTrunc}, {q}));
+    } else {
+      // Integer truncating division: floor division corrected where the signs differ and the
+      // division is inexact: trunc(a/b) = floor(a/b) + (a % b != 0 && sign(a) != sign(b)).
+      auto fa = ctx.cast(n, o.a, DataType::kF32), fb = ctx.cast(n, o.b, DataType::kF32);
+      auto q = ctx.add(n, engine::ElementwiseParams{BinaryOp::kDiv}, {fa, fb}, "div");
+      auto t = ctx.add(n, engine::UnaryParams{UnaryOp::kTrunc}, {q}, "trunc");
+      ctx.set_tensor(n->output(), ctx.cast(n, t, o.dtype));
+    }
+  }
+}
+
+ConvertFn comparison(BinaryOp op) {
+  return simple_binary(op);
+}
+
+ConvertFn logical(BinaryOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    auto a = ctx.cast(n, ctx.tensor(n->input(0), DataType::kBool), DataType::kBool);
+    auto b = ctx.cast(n, ctx.tensor(n->input(1), DataType::kBool), DataType::kBool);
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{op}, {a, b}));
+  };
+}
+
+void convert_logical_not(ConversionContext& ctx, const Node* n) {
+  auto a = ctx.cast(n, ctx.tensor(n->input(0)), DataType::kBool);
+  ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{UnaryOp::kNot}, {a}));
+}
+
+// Unary math on floats: integer inputs are computed in f32, as torch does for these ops.
+ConvertFn unary(UnaryOp op, bool integers_stay = false) {
+  return [op, integers_stay](ConversionContext& ctx, const Node* n) {
+    auto x = ctx.tensor(n->input(0));
+    if (!integers_stay && !engine::is_floating(ctx.desc(x).dtype))
+      x = ctx.cast(n, x, DataType::kF32);
+    ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{op}, {x}));
+  };
+}
+
+void add_binary(Registry& r, const std::string& name, ConvertFn fn, CapabilityValidator v = {}) {
+  r.add_converter(
+      {{name + ".Tensor", name + ".Scalar", name + "_.Tensor", name + "_.Scalar"}, fn, v});
+}
+
+}  // namespace
+
+void register_elementwise_converters(Registry& r) {
+  add_binary(r, "aten::add", add_like(BinaryOp::kAdd), alpha_is_static);
+  add_binary(r, "aten::sub", add_like(BinaryOp::kSub), alpha_is_static);
+  add_binary(r, "aten::mul", simple_binary(BinaryOp::kMul));
+  add_binary(r, "aten::div", convert_div);
+  r.add_converter({{"aten::div.Tensor_mode", "aten::div.Scalar_mode", "aten::div_.Tensor_mode"},
+                   convert_div,
+                   rounding_mode_is_static});
+  r.add_converter({{"aten::rsub.Tensor", "aten::rsub.Scalar"}, convert_rsub, alpha_is_static});
+  r.add_converter({{"aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar"},
+                   simple_binary(BinaryOp::kPow)});
+  r.add_converter({{"aten::maximum", "aten::max.other"}, simple_binary(BinaryOp::kMax)});
+  r.add_converter({{"aten::minimum", "aten::min.other"}, simple_binary(BinaryOp::kMin)});
+  r.add_converter(
+      {{"aten::floor_divide", "aten::floor_divide.Scalar", "aten::floor_divide_.Tensor"},
+       simple_binary(BinaryOp::kFloorDiv)});
+  add_binary(r, "aten::remainder", simple_binary(BinaryOp::kMod));
+  add_binary(r, "aten::eq", comparison(BinaryOp::kEq));
+  add_binary(r, "aten::ne", comparison(BinaryOp::kNe));
+  add_binary(r, "aten::lt", comparison(BinaryOp::kLt));
+  add_binary(r, "aten::le", comparison(BinaryOp::kLe));
+  add_binary(r, "aten::gt", comparison(BinaryOp::kGt));
+  add_binary(r, "aten::ge", comparison(BinaryOp::kGe));
+  r.add_converter({{"aten::logical_and"}, logical(BinaryOp::kAnd)});
+  r.add_converter({{"aten::logical_or"}, logical(BinaryOp::kOr)});
+  r.add_converter({{"aten::logical_xor"}, logical(BinaryOp::kXor)});
+  r.add_converter({{"aten::logical_not"}, convert_logical_not});
+  const std::pair<const char*, UnaryOp> kFloatUnary[] = {{"aten::exp", UnaryOp::kExp},
+                                                         {"aten::log", UnaryOp::kLog},
+                                                         {"aten::sqrt", UnaryOp::kSqrt},
+                                                         {"aten::rsqrt", UnaryOp::kRsqrt},
+                                                         {"aten::reciprocal", UnaryOp::kReciprocal},
+                                                         {"aten::sin", UnaryOp::kSin},
+                                                         {"aten::cos", UnaryOp::kCos},
+                                                         {"aten::tan", UnaryOp::kTan},
+                                                         {"aten::asin", UnaryOp::kAsin},
+                                                         {"aten::acos", UnaryOp::kAcos},
+                                                         {"aten::atan", UnaryOp::kAtan},
+                                                         {"aten::sinh", UnaryOp::kSinh},
+                                                         {"aten::cosh", UnaryOp::kCosh},
+                                                         {"aten::erf", UnaryOp::kErf},
+                                                         {"aten::log2", UnaryOp::kLog2},
+                                                         {"aten::log1p", UnaryOp::kLog1p},
+                                                         {"aten::expm1", UnaryOp::kExpm1}};
+  for (const auto& [name, op] : kFloatUnary) r.add_converter({{name}, unary(op)});
+  const std::pair<const char*, UnaryOp> kAnyUnary[] = {
+      {"aten::neg", UnaryOp::kNeg},     {"aten::abs", UnaryOp::kAbs},
+      {"aten::floor", UnaryOp::kFloor}, {"aten::ceil", UnaryOp::kCeil},
+      {"aten::round", UnaryOp::kRound}, {"aten::trunc", UnaryOp::kTrunc},
+      {"aten::sign", UnaryOp::kSign}};
+  for (const auto& [name, op] : kAnyUnary) r.add_converter({{name}, unary(op, true)});
+}
+
+}  // namespace kiln::conversion

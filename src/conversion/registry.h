@@ -1,0 +1,72 @@
+// The converter and evaluator registry. Each entry declares, next to its code, the schemas it
+// handles, a capability validator, dynamic-shape support, output-allocator need and a priority.
+// Partitioning asks this same registry whether a node can go to the engine.
+#pragma once
+
+#include <torch/script.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::conversion {
+
+class ConversionContext;
+
+// Returns a reason when this node cannot be converted (e.g. "alpha must be a constant").
+using CapabilityValidator = std::function<std::optional<std::string>(const torch::jit::Node*)>;
+using ConvertFn = std::function<void(ConversionContext&, const torch::jit::Node*)>;
+using EvaluateFn =
+    std::function<std::optional<c10::IValue>(ConversionContext&, const torch::jit::Node*)>;
+
+struct ConverterEntry {
+  std::vector<std::string> schemas;  // full schema strings, or "prim::Kind" for schemaless nodes
+  ConvertFn convert;
+  CapabilityValidator validator;  // may be empty: always capable
+  bool supports_dynamic_shapes = true;
+  bool needs_output_allocator = false;
+  int priority = 0;  // higher wins when several entries match
+};
+
+struct EvaluatorEntry {
+  std::vector<std::string> schemas;
+  EvaluateFn evaluate;  // nullopt: not static for this node
+};
+
+struct Support {
+  bool supported = false;
+  std::string reason;  // why not, when unsupported
+};
+
+class Registry {
+ public:
+  void add_converter(ConverterEntry entry);
+  void add_evaluator(EvaluatorEntry entry);
+
+  const ConverterEntry* find_converter(const torch::jit::Node* node) const;
+  const EvaluatorEntry* find_evaluator(const torch::jit::Node* node) const;
+  // Capability of one node: a converter or evaluator exists and its validator accepts the node.
+  Support supports(const torch::jit::Node* node) const;
+
+  std::vector<std::string> converter_schemas() const;
+
+ private:
+  std::map<std::string, std::vector<ConverterEntry>> converters_;  // by operator or kind name
+  std::map<std::string, EvaluatorEntry> evaluators_;
+};
+
+// The registry with every family registered (one explicit list in registry.cpp).
+const Registry& default_registry();
+
+// The key of a node: "name.overload" from its schema, or its kind for schemaless nodes.
+std::string node_key(const torch::jit::Node* node);
+
+// Families; each is defined in its own file.
+void register_prim_evaluators(Registry& r);
+void register_aten_evaluators(Registry& r);
+void register_activation_converters(Registry& r);
+void register_elementwise_converters(Registry& r);
+
+}  // namespace kiln::conversion
