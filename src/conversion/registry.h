@@ -68,5 +68,21 @@ void register_prim_evaluators(Registry& r);
 void register_aten_evaluators(Registry& r);
 void register_activation_converters(Registry& r);
 void register_elementwise_converters(Registry& r);
+void register_convolution_converters(Registry& r);
+void register_linear_converters(Registry& r);
+void register_normalization_converters(Registry& r);
+void register_pooling_converters(Registry& r);
+void register_reduce_converters(Registry& r);
+void register_softmax_converters(Registry& r);
+void register_attention_converters(Registry& r);
+void register_shuffle_converters(Registry& r);
+void register_concat_converters(Registry& r);
+void register_indexing_converters(Registry& r);
+void register_select_converters(Registry& r);
+void register_pad_converters(Registry& r);
+void register_resize_converters(Registry& r);
+void register_cast_converters(Registry& r);
+void register_fill_converters(Registry& r);
+void register_topk_converters(Registry& r);
 
 }  // namespace kiln::conversion
