@@ -1,8 +1,12 @@
-// CPU kernel of the convolution family: cached oneDNN f32 (de)convolution on plain layouts,
-// followed by the shared post-op epilogue.
+// CPU kernel of the convolution family: cached oneDNN f32 (de)convolution in the layouts oneDNN
+// prefers (blocked jit kernels), reordering activations per run and weights once, followed by
+// the shared post-op epilogue.
 #include <algorithm>
+#include <optional>
+#include <unordered_map>
 
 #include "engine/cpu/onednn.h"
+#include "util/hash.h"
 
 namespace kiln::engine::cpu {
 
@@ -10,11 +14,22 @@ namespace {
 
 using dnnl::memory;
 
-// The primitive for the last input shapes; rebuilt only when they change.
+// The primitive for the last input shapes; rebuilt only when they change. src/dst/weights are
+// in oneDNN's chosen layouts; the plain (user) descs say when a reorder is needed.
 struct ConvState : KernelState {
   Shape key;
   dnnl::primitive primitive;
-  memory::desc src_md, wei_md, dst_md;
+  memory::desc src_md, wei_md, dst_md;        // the primitive's
+  memory::desc user_src, user_wei, user_dst;  // plain nc(d)hw / (g)oi(d)hw
+  dnnl::reorder src_reorder, dst_reorder, wei_reorder;
+  memory src_mem, dst_mem, wei_mem;  // staging in the primitive's layouts
+  // The weights in wei_mem were reordered from source bytes with this digest. Weights are
+  // almost always constants, so the reorder runs once; the digest (not the pointer) keys it
+  // because a weight input may change contents at a fixed address (arena, rebound buffers).
+  uint64_t wei_digest = 0;
+  bool wei_valid = false;
+  // Post-ops done by the primitive (bias, then the first activation); finish() does the rest.
+  bool fused_bias = false, fused_activation = false;
 };
 
 std::vector<int64_t> or_default(const std::vector<int64_t>& v, size_t nd, int64_t fallback) {
@@ -55,6 +70,17 @@ std::vector<float> swap_io(const float* w, int64_t g, int64_t cg, int64_t og, in
 
 void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape& w,
            const Shape& out) {
+  dnnl::primitive_attr attr;
+  dnnl::algorithm act_alg;
+  float act_a, act_b;
+  s.fused_bias = p.post.has_bias;
+  s.fused_activation =
+      onednn::eltwise_for(p.post.activation, p.post.alpha, &act_alg, &act_a, &act_b);
+  if (s.fused_activation) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, act_alg, act_a, act_b);
+    attr.set_post_ops(ops);
+  }
   const size_t nd = x.size() - 2;
   const int64_t g = p.groups;
   const auto strides = or_default(p.strides, nd, 1);
@@ -71,25 +97,72 @@ void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape
   Shape wd = {g, o / g, c / g};  // both kinds, once transposed weights are swapped
   wd.insert(wd.end(), w.begin() + 2, w.end());
   if (g == 1) wd.erase(wd.begin());
-  s.src_md = memory::desc(onednn::to_dims(x), memory::data_type::f32, data_tag(nd));
-  s.dst_md = memory::desc(onednn::to_dims(out), memory::data_type::f32, data_tag(nd));
-  s.wei_md = memory::desc(onednn::to_dims(wd), memory::data_type::f32, weights_tag(nd, g > 1));
+  const auto f32 = memory::data_type::f32;
+  const auto any = memory::format_tag::any;
+  s.user_src = memory::desc(onednn::to_dims(x), f32, data_tag(nd));
+  s.user_dst = memory::desc(onednn::to_dims(out), f32, data_tag(nd));
+  s.user_wei = memory::desc(onednn::to_dims(wd), f32, weights_tag(nd, g > 1));
+  const memory::desc src_any(onednn::to_dims(x), f32, any), dst_any(onednn::to_dims(out), f32, any),
+      wei_any(onednn::to_dims(wd), f32, any);
+  const memory::desc bias_md =
+      s.fused_bias ? memory::desc({out[1]}, f32, memory::format_tag::a) : memory::desc();
   auto& eng = onednn::cpu_engine();
   const auto as_dims = [](const std::vector<int64_t>& v) {
     return memory::dims(v.begin(), v.end());
   };
   if (p.transposed) {
     dnnl::deconvolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, s.src_md,
-        s.wei_md, s.dst_md, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
-    s.primitive =
-        dnnl::deconvolution_forward(dnnl::deconvolution_forward::primitive_desc(desc, eng));
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_any, wei_any,
+        bias_md, dst_any, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
+    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, eng);
+    s.src_md = pd.src_desc(), s.wei_md = pd.weights_desc(), s.dst_md = pd.dst_desc();
+    s.primitive = dnnl::deconvolution_forward(pd);
   } else {
     dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s.src_md, s.wei_md,
-        s.dst_md, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
-    s.primitive = dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(desc, eng));
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, wei_any,
+        bias_md, dst_any, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
+    s.src_md = pd.src_desc(), s.wei_md = pd.weights_desc(), s.dst_md = pd.dst_desc();
+    s.primitive = dnnl::convolution_forward(pd);
   }
+  // Staging buffers and reorders exist only where oneDNN's layout differs from the plain one.
+  if (s.src_md != s.user_src) {
+    s.src_mem = memory(s.src_md, eng);
+    s.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s.user_src, eng, s.src_md));
+  }
+  if (s.dst_md != s.user_dst) {
+    s.dst_mem = memory(s.dst_md, eng);
+    s.dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s.dst_md, eng, s.user_dst));
+  }
+  s.wei_mem = memory(s.wei_md, eng);
+  if (s.wei_md != s.user_wei) {
+    s.wei_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s.user_wei, eng, s.wei_md));
+  }
+}
+
+// Brings the weights into state.wei_mem unless the same bytes are already there.
+void prepare_weights(ConvState& s, const ConvolutionParams& p, const TensorView& w,
+                     dnnl::stream& stream) {
+  const uint64_t digest = hash_bytes(w.data, static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
+  if (s.wei_valid && digest == s.wei_digest) return;
+  onednn::F32Data fw(w);
+  std::vector<float> swapped;
+  float* weights = fw.data();
+  if (p.transposed) {
+    const int64_t g = p.groups, cg = w.shape[0] / g, og = w.shape[1];
+    swapped = swap_io(weights, g, cg, og, w.numel() / (w.shape[0] * og));
+    weights = swapped.data();
+  }
+  auto& eng = onednn::cpu_engine();
+  memory user(s.user_wei, eng, weights);
+  if (s.wei_md != s.user_wei) {
+    s.wei_reorder.execute(stream, user, s.wei_mem);
+  } else {
+    std::copy(weights, weights + w.numel(), static_cast<float*>(s.wei_mem.get_data_handle()));
+  }
+  stream.wait();
+  s.wei_digest = digest;
+  s.wei_valid = true;
 }
 
 void convolution_kernel(KernelArgs& args) {
@@ -104,12 +177,13 @@ void convolution_kernel(KernelArgs& args) {
   const int64_t spatial = out.numel() / (out.shape[0] * out.shape[1]);
   const auto post = onednn::post_inputs(p.post, args.inputs);
   onednn::F32Result y(out);
+  ConvState* state = nullptr;  // set when the primitive runs
   if (x.numel() == 0 || w.numel() == 0) {
     std::fill(y.data(), y.data() + out.numel(), 0.f);  // empty reductions (no input channels)
   } else {
     Shape key = x.shape;
     key.insert(key.end(), w.shape.begin(), w.shape.end());
-    auto* state = dynamic_cast<ConvState*>(args.state.get());
+    state = dynamic_cast<ConvState*>(args.state.get());
     onednn::guarded(layer, [&] {
       if (!state || state->key != key) {
         auto fresh = std::make_unique<ConvState>();
@@ -118,24 +192,37 @@ void convolution_kernel(KernelArgs& args) {
         state = fresh.get();
         args.state = std::move(fresh);
       }
-      onednn::F32Data fx(x), fw(w);
-      std::vector<float> swapped;
-      float* weights = fw.data();
-      if (p.transposed) {
-        const int64_t g = p.groups, cg = w.shape[0] / g, og = w.shape[1];
-        swapped = swap_io(weights, g, cg, og, w.numel() / (w.shape[0] * og));
-        weights = swapped.data();
-      }
       auto& eng = onednn::cpu_engine();
-      memory src(state->src_md, eng, fx.data()), wei(state->wei_md, eng, weights),
-          dst(state->dst_md, eng, y.data());
       dnnl::stream stream(eng);
-      state->primitive.execute(stream,
-                               {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      prepare_weights(*state, p, w, stream);
+      onednn::F32Data fx(x);
+      memory user_src(state->user_src, eng, fx.data()), user_dst(state->user_dst, eng, y.data());
+      memory src = user_src, dst = user_dst;
+      if (state->src_reorder) {
+        state->src_reorder.execute(stream, user_src, state->src_mem);
+        src = state->src_mem;
+      }
+      if (state->dst_reorder) dst = state->dst_mem;
+      std::unordered_map<int, memory> exec_args = {
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, state->wei_mem}, {DNNL_ARG_DST, dst}};
+      std::optional<onednn::F32Data> fb;
+      if (state->fused_bias) {
+        fb.emplace(*post.bias);
+        exec_args[DNNL_ARG_BIAS] =
+            memory(memory::desc({out.shape[1]}, memory::data_type::f32, memory::format_tag::a), eng,
+                   fb->data());
+      }
+      state->primitive.execute(stream, exec_args);
+      if (state->dst_reorder) state->dst_reorder.execute(stream, state->dst_mem, user_dst);
       stream.wait();
     });
   }
-  onednn::finish(p.post, post.bias, post.residual, out.shape[1], spatial, y.data(), out);
+  // What the primitive did not fuse (all of it when no primitive ran).
+  PostOps rest = p.post;
+  const TensorView* bias = post.bias;
+  if (state && state->fused_activation) rest.activation = ActivationKind::kNone;
+  if (state && state->fused_bias) bias = nullptr;
+  onednn::finish(rest, bias, post.residual, out.shape[1], spatial, y.data(), out);
 }
 
 }  // namespace

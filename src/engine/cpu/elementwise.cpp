@@ -7,49 +7,35 @@
 #include <array>
 #include <cstring>
 
+#include "engine/cpu/block_ops.h"
 #include "engine/cpu/convert.h"
-#include "engine/cpu/elementwise_math.h"
 #include "engine/layers/elementwise_rules.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
 
-BroadcastMap::BroadcastMap(const Shape& in, const Shape& out) : out_(out) {
+BroadcastMap::BroadcastMap(const Shape& in, const Shape& out) {
   identity_ = in == out;
   scalar_ = volume(in) == 1;
-  strides_.assign(out.size(), 0);
   const auto in_strides = contiguous_strides(in);
   const size_t offset = out.size() - in.size();
-  for (size_t d = 0; d < in.size(); ++d) {
-    strides_[d + offset] = in[d] == 1 ? 0 : in_strides[d];
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;  // contributes nothing to any offset
+    const int64_t stride = d < offset || in[d - offset] == 1 ? 0 : in_strides[d - offset];
+    if (!out_.empty() && strides_.back() == stride * out[d]) {
+      out_.back() *= out[d];  // steps through the input as one dim with the inner stride
+      strides_.back() = stride;
+    } else {
+      out_.push_back(out[d]);
+      strides_.push_back(stride);
+    }
   }
 }
 
 void BroadcastMap::offsets(int64_t start, int64_t n, int64_t* dst) const {
-  const size_t rank = out_.size();
-  std::array<int64_t, 16> idx{};
-  std::vector<int64_t> big_idx;
-  int64_t* index = idx.data();
-  if (rank > idx.size()) {
-    big_idx.resize(rank);
-    index = big_idx.data();
-  }
-  int64_t rem = start, off = 0;
-  for (size_t d = rank; d-- > 0;) {
-    index[d] = out_[d] ? rem % out_[d] : 0;
-    rem = out_[d] ? rem / out_[d] : 0;
-    off += index[d] * strides_[d];
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = off;
-    for (size_t d = rank; d-- > 0;) {  // increment the multi-index
-      ++index[d];
-      off += strides_[d];
-      if (index[d] < out_[d]) break;
-      off -= index[d] * strides_[d];
-      index[d] = 0;
-    }
-  }
+  for_runs(start, n, [dst](int64_t i, int64_t off, int64_t len, int64_t stride) {
+    for (int64_t j = 0; j < len; ++j) dst[i + j] = off + j * stride;
+  });
 }
 
 namespace {
@@ -145,6 +131,68 @@ void run_program(const std::string& layer, const std::vector<FusedOp>& ops,
              "layer `", layer, "`: integers to negative integer powers are not allowed");
 }
 
+// Float programs: registers are pointers, so f32 inputs read in place need no copy and the last
+// op writes straight into an f32 output; only broadcast/converted inputs and intermediates are
+// materialized in per-thread blocks.
+void run_float_program(const std::vector<FusedOp>& ops, const std::vector<TensorView>& inputs,
+                       const TensorView& out) {
+  const int64_t total = out.numel();
+  std::vector<BroadcastMap> maps;
+  for (const auto& in : inputs) maps.emplace_back(in.shape, out.shape);
+  const size_t num_in = inputs.size(), num_regs = num_in + ops.size();
+  const bool direct_out = out.dtype == DataType::kF32 && !ops.empty();
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+#pragma omp parallel if (total > 32 * 1024)
+  {
+    std::vector<float> storage(num_regs * kBlock);
+    std::vector<int64_t> scratch(kBlock);
+    std::vector<const float*> reg(num_regs);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t start = blk * kBlock, n = std::min(kBlock, total - start);
+      for (size_t i = 0; i < num_in; ++i) {
+        if (maps[i].contiguous() && inputs[i].dtype == DataType::kF32) {
+          reg[i] = inputs[i].as<const float>() + start;
+        } else {
+          float* dst = storage.data() + i * kBlock;
+          load_block<float>(inputs[i], maps[i], start, n, dst, scratch.data());
+          reg[i] = dst;
+        }
+      }
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const FusedOp& op = ops[k];
+        const bool last = k + 1 == ops.size();
+        float* dst =
+            last && direct_out ? out.as<float>() + start : storage.data() + (num_in + k) * kBlock;
+        const float* a = reg[static_cast<size_t>(op.a)];
+        const float* b = reg[static_cast<size_t>(op.b)];
+        switch (op.kind) {
+          case 0:
+            binary_block(static_cast<BinaryOp>(op.op), dst, a, b, n);
+            break;
+          case 1:
+            unary_block(static_cast<UnaryOp>(op.op), dst, a, n);
+            break;
+          case 2:
+            activation_block(static_cast<ActivationKind>(op.op), op.alpha, op.beta, dst, a, n);
+            break;
+          default: {
+            const auto to = static_cast<DataType>(op.op);
+            if (to == DataType::kF32) {
+              std::copy(a, a + n, dst);
+            } else {
+              for (int64_t i = 0; i < n; ++i) dst[i] = round_to(to, a[i]);
+            }
+            break;
+          }
+        }
+        reg[num_in + k] = dst;
+      }
+      if (!direct_out) store_block<float>(out, start, n, reg[num_regs - 1]);
+    }
+  }
+}
+
 // Programs whose inputs are all floating compute in float; all others in int64.
 void run(const std::string& layer, const std::vector<FusedOp>& ops,
          const std::vector<TensorView>& inputs, const TensorView& out) {
@@ -152,7 +200,7 @@ void run(const std::string& layer, const std::vector<FusedOp>& ops,
   bool floating = true;
   for (const auto& in : inputs) floating = floating && is_floating(in.dtype);
   if (floating) {
-    run_program<float>(layer, ops, inputs, out);
+    run_float_program(ops, inputs, out);
   } else {
     run_program<int64_t>(layer, ops, inputs, out);
   }

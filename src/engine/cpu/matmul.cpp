@@ -1,6 +1,9 @@
 // CPU kernel of the matmul family: a cached oneDNN f32 matmul (transposes as strides, batch
-// dims broadcast by oneDNN) followed by the shared post-op epilogue.
+// dims broadcast by oneDNN) with bias and the first activation fused into the primitive where
+// oneDNN computes them exactly; the shared epilogue does the rest.
 #include <algorithm>
+#include <optional>
+#include <unordered_map>
 
 #include "engine/cpu/onednn.h"
 
@@ -14,7 +17,8 @@ using dnnl::memory;
 struct MatMulState : KernelState {
   std::vector<int64_t> key;
   dnnl::matmul primitive;
-  memory::desc src_md, wei_md, dst_md;
+  memory::desc src_md, wei_md, dst_md, bias_md;
+  bool fused_bias = false, fused_activation = false;
 };
 
 // An operand as oneDNN sees it: logical [batch..., rows, cols] padded to `rank`, with strides
@@ -53,6 +57,7 @@ void matmul_kernel(KernelArgs& args) {
 
   const auto post = onednn::post_inputs(p.post, args.inputs);
   onednn::F32Result y(out);
+  MatMulState* state = nullptr;  // set when the primitive runs
   if (k == 0) {
     std::fill(y.data(), y.data() + out.numel(), 0.f);
   } else {
@@ -60,7 +65,7 @@ void matmul_kernel(KernelArgs& args) {
     key.insert(key.end(), as.begin(), as.end());
     key.push_back(-1);
     key.insert(key.end(), bs.begin(), bs.end());
-    auto* state = dynamic_cast<MatMulState*>(args.state.get());
+    state = dynamic_cast<MatMulState*>(args.state.get());
     onednn::guarded(layer, [&] {
       if (!state || state->key != key) {
         auto fresh = std::make_unique<MatMulState>();
@@ -75,8 +80,29 @@ void matmul_kernel(KernelArgs& args) {
         const std::vector<int64_t> dst_strides = contiguous_strides(dst);
         fresh->dst_md = memory::desc(onednn::to_dims(dst), memory::data_type::f32,
                                      memory::dims(dst_strides.begin(), dst_strides.end()));
-        dnnl::matmul::desc desc(fresh->src_md, fresh->wei_md, fresh->dst_md);
-        fresh->primitive = dnnl::matmul(dnnl::matmul::primitive_desc(desc, onednn::cpu_engine()));
+        // Bias [N] or [1] broadcasts over every other dim: oneDNN's bias of [1, ..., 1, N].
+        fresh->fused_bias = post.bias != nullptr;
+        if (fresh->fused_bias) {
+          memory::dims bias_dims(rank, 1);
+          bias_dims[rank - 1] = post.bias->numel();
+          fresh->bias_md = memory::desc(bias_dims, memory::data_type::f32,
+                                        memory::dims(contiguous_strides(bias_dims)));
+        }
+        dnnl::primitive_attr attr;
+        dnnl::algorithm act_alg;
+        float act_a, act_b;
+        // The activation follows the bias, so it is fused only with the bias (or without one).
+        fresh->fused_activation =
+            (fresh->fused_bias || !post.bias) &&
+            onednn::eltwise_for(p.post.activation, p.post.alpha, &act_alg, &act_a, &act_b);
+        if (fresh->fused_activation) {
+          dnnl::post_ops ops;
+          ops.append_eltwise(1.f, act_alg, act_a, act_b);
+          attr.set_post_ops(ops);
+        }
+        dnnl::matmul::desc desc(fresh->src_md, fresh->wei_md, fresh->bias_md, fresh->dst_md);
+        fresh->primitive =
+            dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, onednn::cpu_engine()));
         state = fresh.get();
         args.state = std::move(fresh);
       }
@@ -85,13 +111,24 @@ void matmul_kernel(KernelArgs& args) {
       memory src(state->src_md, eng, fa.data()), wei(state->wei_md, eng, fb.data()),
           dst(state->dst_md, eng, y.data());
       dnnl::stream stream(eng);
-      state->primitive.execute(stream,
-                               {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      std::unordered_map<int, memory> exec_args = {
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+      std::optional<onednn::F32Data> fbias;
+      if (state->fused_bias) {
+        fbias.emplace(*post.bias);
+        exec_args[DNNL_ARG_BIAS] = memory(state->bias_md, eng, fbias->data());
+      }
+      state->primitive.execute(stream, exec_args);
       stream.wait();
     });
   }
+  // What the primitive did not fuse (all of it when no primitive ran, k == 0).
+  PostOps rest = p.post;
+  const TensorView* bias = post.bias;
+  if (state && state->fused_activation) rest.activation = ActivationKind::kNone;
+  if (state && state->fused_bias) bias = nullptr;
   // The result is [batch..., M, N] in memory whatever dims the output dropped; bias runs over N.
-  onednn::finish(p.post, post.bias, post.residual, n, 1, y.data(), out);
+  onednn::finish(rest, bias, post.residual, n, 1, y.data(), out);
 }
 
 }  // namespace

@@ -4,12 +4,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <dnnl.hpp>
 #include <string>
 #include <vector>
 
+#include "engine/cpu/block_ops.h"
 #include "engine/cpu/convert.h"
-#include "engine/cpu/elementwise_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu::onednn {
@@ -93,25 +94,63 @@ inline void finish(const PostOps& post, const TensorView* bias, const TensorView
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t start = blk * kBlock, n = std::min(kBlock, total - start);
-      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = y[start + i];
-      if (bias) {
+      std::copy(y + start, y + start + n, v.data());
+      if (bias && inner == 1 && !bias_scalar) {  // matmul: the channel is the last dim
+        int64_t c = start % channels;
         for (int64_t i = 0; i < n; ++i) {
-          const int64_t c = bias_scalar ? 0 : ((start + i) / inner) % channels;
           v[static_cast<size_t>(i)] += bias_f[static_cast<size_t>(c)];
+          c = c + 1 == channels ? 0 : c + 1;
+        }
+      } else if (bias) {
+        // Runs of one channel: no division per element.
+        for (int64_t i = 0; i < n;) {
+          const int64_t pos = start + i;
+          const int64_t len = bias_scalar ? n - i : std::min(n - i, inner - pos % inner);
+          const float b = bias_f[bias_scalar ? 0 : static_cast<size_t>((pos / inner) % channels)];
+          for (int64_t j = i; j < i + len; ++j) v[static_cast<size_t>(j)] += b;
+          i += len;
         }
       }
       if (post.activation != ActivationKind::kNone) {
-        for (auto& x : v) x = activate(post.activation, x, post.alpha, post.beta);
+        activation_block(post.activation, post.alpha, post.beta, v.data(), v.data(), n);
       }
       if (residual) {
         load_block<float>(*residual, res_map, start, n, r.data(), scratch.data());
         for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] += r[static_cast<size_t>(i)];
       }
       if (post.activation2 != ActivationKind::kNone) {
-        for (auto& x : v) x = activate(post.activation2, x, post.alpha2, post.beta2);
+        activation_block(post.activation2, post.alpha2, post.beta2, v.data(), v.data(), n);
       }
       store_block<float>(out, start, n, v.data());
     }
+  }
+}
+
+// The oneDNN eltwise post-op computing `k` exactly as activate() defines it (same formula and
+// NaN handling), if there is one; others stay in finish().
+inline bool eltwise_for(ActivationKind k, double alpha, dnnl::algorithm* alg, float* a, float* b) {
+  using A = ActivationKind;
+  using dnnl::algorithm;
+  *a = 0.f, *b = 0.f;
+  switch (k) {
+    case A::kRelu:
+      return *alg = algorithm::eltwise_relu, true;
+    case A::kLeakyRelu:
+      return *a = static_cast<float>(alpha), *alg = algorithm::eltwise_relu, true;
+    case A::kGelu:
+      return *alg = algorithm::eltwise_gelu_erf, true;
+    case A::kGeluTanh:
+      return *alg = algorithm::eltwise_gelu_tanh, true;
+    case A::kSigmoid:
+      return *alg = algorithm::eltwise_logistic, true;
+    case A::kTanh:
+      return *alg = algorithm::eltwise_tanh, true;
+    case A::kSilu:
+      return *a = 1.f, *alg = algorithm::eltwise_swish, true;
+    case A::kElu:
+      return *a = static_cast<float>(alpha), *alg = algorithm::eltwise_elu, true;
+    default:
+      return false;
   }
 }
 

@@ -1,0 +1,40 @@
+// The AVX2 builds (8 lanes) of the vector_math.h activation loops; vector_math.cpp picks them
+// at run time when the CPU has AVX2. Only this file is compiled for AVX2.
+#include <cstdint>
+#include <cstring>
+
+// After the standard headers, so no inline function shared with other files gets AVX2 code.
+#pragma GCC target("avx2")
+
+#include "engine/cpu/vector_math.h"
+
+namespace kiln::engine::cpu::vmath::avx2 {
+
+// Functors, not lambdas: GCC builds a lambda's static invoker without the file's target.
+struct Gelu {
+  vf8 operator()(vf8 x) const { return vmath::gelu<vf8>(x); }
+};
+struct Sigmoid {
+  vf8 operator()(vf8 x) const { return vmath::sigmoid<vf8>(x); }
+};
+struct Silu {
+  vf8 operator()(vf8 x) const { return x / (1.f + vmath::exp<vf8>(-x)); }
+};
+struct Exp {
+  vf8 operator()(vf8 x) const { return vmath::exp<vf8>(x); }
+};
+
+void gelu(float* d, const float* a, int64_t n) {
+  map<vf8>(d, a, n, Gelu{});
+}
+void sigmoid(float* d, const float* a, int64_t n) {
+  map<vf8>(d, a, n, Sigmoid{});
+}
+void silu(float* d, const float* a, int64_t n) {
+  map<vf8>(d, a, n, Silu{});
+}
+void exp(float* d, const float* a, int64_t n) {
+  map<vf8>(d, a, n, Exp{});
+}
+
+}  // namespace kiln::engine::cpu::vmath::avx2
