@@ -366,3 +366,25 @@ TEST(Shuffle, BadInputsNameTheLayer) {
 
 }  // namespace
 }  // namespace kiln::engine
+
+namespace kiln::engine {
+namespace {
+
+// A reshape to more dims than the input has (including from a 0-d tensor) infers correctly.
+TEST(Shuffle, ReshapeToHigherRankAndFromScalar) {
+  auto s = testing::tensor_from(DataType::kF32, {}, {2.5});
+  ShuffleParams p;
+  p.has_reshape = true;
+  p.reshape = {1, 1, -1};
+  auto out = testing::run_one_layer(p, {s})[0];
+  EXPECT_EQ(out.shape(), (Shape{1, 1, 1}));
+  EXPECT_TRUE(testing::near(out, {2.5}, 0, 0));
+  auto x = testing::random_tensor(DataType::kF32, {6}, 3);
+  p.reshape = {0, 2, 1, 1};  // [6, 2, 1, 1] holds 12 elements, not 6
+  EXPECT_THROW(testing::run_one_layer(p, {x}), ShapeMismatch);
+  p.reshape = {2, 3, 1, 1};
+  EXPECT_TRUE(testing::near(testing::run_one_layer(p, {x})[0], testing::to_doubles(x), 0, 0));
+}
+
+}  // namespace
+}  // namespace kiln::engine

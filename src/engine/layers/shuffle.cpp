@@ -70,7 +70,8 @@ Shape resolve_reshape(const std::string& layer, const Shape& in, const std::vect
     }
   }
   for (size_t i = 0; i < spec.size(); ++i) {
-    if (static_cast<int64_t>(i) != infer_at && !copied[i]) out_rest *= out[i];
+    const bool was_copied = i < copied.size() && copied[i];  // the output may have more dims
+    if (static_cast<int64_t>(i) != infer_at && !was_copied) out_rest *= out[i];
   }
   const std::string what = "layer `" + layer + "`: cannot reshape " + shape_to_string(in) + " to " +
                            ints_to_string(spec);
