@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test clean format
+.PHONY: all deps configure build test clean format bench-cpu
 
 all: build
 
@@ -21,6 +21,11 @@ build: configure
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# CPU kernels against libtorch (OMP_NUM_THREADS=1 for stable figures on a loaded machine).
+bench-cpu: deps configure
+	cmake --build $(BUILD_DIR) --target kiln_engine_cpu_bench -j $(JOBS)
+	$(BUILD_DIR)/bin/kiln_engine_cpu_bench $(BENCH_ARGS)
 
 format:
 	find src include tools tests bench -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null | xargs clang-format -i

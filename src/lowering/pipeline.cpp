@@ -10,6 +10,40 @@ const ir::PassPipeline& lowering_pipeline() {
     ir::PassPipeline p;
     // Drop unused values first so later passes see only live nodes.
     p.add("eliminate_dead_code", eliminate_dead_code);
+    // Fold what freezing made static (training flags, attribute checks) before matching on it.
+    p.add("propagate_constants", propagate_constants);
+    // Input checks `if cond: raise` go; their conditions are now dead.
+    p.add("remove_exceptions", remove_exceptions);
+    // Then the checks written as assert ops.
+    p.add("eliminate_guards", eliminate_guards);
+    // Inference: dropout is the identity (train is a constant False after freezing).
+    p.add("remove_dropout", remove_dropout);
+    // Peephole no-ops, so the fusions below see producers directly (x.t().t(), detach, ...).
+    p.add("remove_noops", remove_noops);
+    // The engine chooses layouts; PyTorch-visible copies and views stay correct.
+    p.add("remove_contiguous", remove_contiguous);
+    // Short constant loops become straight code; may expose tuple pairs and linear patterns.
+    p.add("unroll_loops", unroll_loops);
+    // After unrolling, so construct/unpack pairs that crossed iterations meet.
+    p.add("lower_tuples", lower_tuples);
+    // The two-branch linear of scripted modules collapses to matmul + add ...
+    p.add("fuse_addmm_branches", fuse_addmm_branches);
+    // ... which, like addmm and matmul + add from anywhere, becomes aten::linear.
+    p.add("fuse_linear", fuse_linear);
+    // A shape-preserving flatten before linear is now visible next to it.
+    p.add("remove_flatten_before_linear", remove_flatten_before_linear);
+    // addmm that did not fuse (no transposed weight) needs no converter of its own.
+    p.add("unpack_addmm", unpack_addmm);
+    p.add("unpack_log_softmax", unpack_log_softmax);
+    // Composite ops into engine ops; may insert casts that the next step inspects.
+    p.add("decompose_ops", decompose_ops);
+    // Late, per seed 001: earlier rewrites may have made casts redundant.
+    p.add("remove_noop_to", remove_noop_to);
+    // Rewrites above duplicate constants and subexpressions; merge them.
+    p.add("eliminate_common_subexpressions", eliminate_common_subexpressions);
+    p.add("pool_constants", pool_constants);
+    // Producers orphaned by the rewrites (guard conditions, transposes) go last.
+    p.add("eliminate_dead_code_final", eliminate_dead_code);
     return p;
   }();
   return pipeline;

@@ -7,7 +7,7 @@
 #include "ir/graph_io.h"
 #include "ir/torch_compat.h"
 #include "kiln/logging.h"
-#include "lowering/pipeline.h"
+#include "lowering/lower.h"
 #include "util/errors.h"
 
 namespace {
@@ -33,12 +33,15 @@ int main(int argc, char** argv) {
   bool lower = false;
   bool print_after_all = false;
   std::vector<std::string> passes;
+  std::vector<std::string> torch_executed_modules;
   std::string log_level;
   app.add_option("input", input, "IR text file or torch.jit.save'd module")->required();
   app.add_option("-o,--output", output, "write the final graph here instead of stdout");
   app.add_flag("--lower", lower, "run the whole lowering pipeline");
   app.add_option("--pass", passes, "run only this lowering pass (repeatable, pipeline order)");
   app.add_flag("--print-after-all", print_after_all, "print the graph after every pass");
+  app.add_option("--torch-executed-module", torch_executed_modules,
+                 "keep this module type in PyTorch (repeatable; saved modules)");
   app.add_option("--log-level", log_level, "error|warning|info|debug|graph (or KILN_LOG_LEVEL)");
   try {
     app.parse(argc, argv);
@@ -59,10 +62,12 @@ int main(int argc, char** argv) {
     auto graph = loaded.graph;
 
     if (lower || !passes.empty()) {
-      kiln::ir::PassRunOptions options;
-      options.only = passes;
-      options.print_after_all = print_after_all ? &std::cout : nullptr;
-      kiln::lowering::lowering_pipeline().run(graph, options);
+      kiln::lowering::LoweringOptions options;
+      options.torch_executed_modules = torch_executed_modules;
+      options.passes.only = passes;
+      options.passes.print_after_all = print_after_all ? &std::cout : nullptr;
+      graph = loaded.module ? kiln::lowering::lower_module(*loaded.module, options)
+                            : kiln::lowering::lower_graph(*graph, options);
     }
 
     if (output.empty()) {

@@ -1,8 +1,182 @@
-// Converters of the indexing family (being written).
-#include "conversion/registry.h"
+// Converters of indexing ops: slice, select, narrow to slice layers; index_select, embedding,
+// gather and single-tensor advanced indexing to gather layers; scatter to scatter layers.
+#include "conversion/converters/operands.h"
+#include "conversion/converters/shuffle_helpers.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
+namespace {
 
-void register_indexing_converters(Registry&) {}
+using engine::kDynamic;
+using engine::kSliceEnd;
+using engine::TensorId;
+using torch::jit::Node;
+using torch::jit::Value;
+
+TensorId slice(ConversionContext& ctx, const Node* n, TensorId x, int64_t axis, int64_t start,
+               int64_t end, int64_t step, const std::string& suffix = "") {
+  return ctx.add(n, engine::SliceParams{{axis}, {start}, {end}, {step}}, {x}, suffix);
+}
+
+void convert_slice(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const size_t rank = ctx.desc(x).shape.size();
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), rank, n);
+  const int64_t start = is_none(n->input(2)) ? 0 : static_int(ctx, n->input(2));
+  const int64_t end = is_none(n->input(3)) ? kSliceEnd : static_int(ctx, n->input(3));
+  const int64_t step = static_int(ctx, n->input(4));
+  KILN_CHECK(step > 0, InvalidArgument, "slice step ", step, " must be positive");
+  ctx.set_tensor(n->output(), slice(ctx, n, x, axis, start, end, step));
+}
+
+// One index along `axis`, dropping the axis. A negative index counts from the end.
+void convert_select(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const engine::Shape shape = ctx.desc(x).shape;
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), shape.size(), n);
+  const int64_t index = static_int(ctx, n->input(2));
+  const int64_t size = shape[static_cast<size_t>(axis)];
+  KILN_CHECK(size == kDynamic || (index >= -size && index < size), InvalidArgument, "index ", index,
+             " out of range for dim ", axis, " of size ", size);
+  const int64_t end = index == -1 ? kSliceEnd : index + 1;
+  const TensorId s = slice(ctx, n, x, axis, index, end, 1, "slice");
+  ctx.set_tensor(n->output(), drop_dim(ctx, n, s, axis));
+}
+
+void convert_narrow(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const engine::Shape shape = ctx.desc(x).shape;
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), shape.size(), n);
+  int64_t start = static_int(ctx, n->input(2));
+  const int64_t length = static_int(ctx, n->input(3));
+  const int64_t size = shape[static_cast<size_t>(axis)];
+  if (start < 0) {
+    KILN_CHECK(size != kDynamic, Unsupported, "narrow with a negative start on dynamic dim ", axis);
+    start += size;
+  }
+  KILN_CHECK(start >= 0 && length >= 0 && (size == kDynamic || start + length <= size),
+             InvalidArgument, "narrow(", start, ", ", length, ") out of range for dim ", axis,
+             " of size ", size);
+  ctx.set_tensor(n->output(), slice(ctx, n, x, axis, start, start + length, 1));
+}
+
+// Index tensors must be integers for gathers; bool masks give data-dependent shapes.
+TensorId integer_index(ConversionContext& ctx, const Node* n, const Value* v) {
+  const TensorId idx = ctx.tensor(v);
+  const engine::DataType dt = ctx.desc(idx).dtype;
+  KILN_CHECK(dt != engine::DataType::kBool && dt != engine::DataType::kU8, Unsupported,
+             "boolean mask indexing: the output shape depends on the mask's values");
+  KILN_CHECK(engine::is_integer(dt), InvalidArgument, "index tensor of dtype ",
+             engine::dtype_name(dt));
+  return dt == engine::DataType::kI64 || dt == engine::DataType::kI32
+             ? idx
+             : ctx.cast(n, idx, engine::DataType::kI64);
+}
+
+void convert_index_select(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), ctx.desc(x).shape.size(), n);
+  TensorId idx = integer_index(ctx, n, n->input(2));
+  // A 0-d index keeps the dim (size 1) in index_select, unlike a default gather.
+  if (ctx.desc(idx).shape.empty()) idx = insert_dim(ctx, n, idx, 0, "index");
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, idx}));
+}
+
+void convert_embedding(ConversionContext& ctx, const Node* n) {
+  const TensorId w = ctx.tensor(n->input(0));
+  const TensorId idx = integer_index(ctx, n, n->input(1));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, 0}, {w, idx}));
+}
+
+void convert_gather(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), ctx.desc(x).shape.size(), n);
+  const TensorId idx = integer_index(ctx, n, n->input(2));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::GatherParams{engine::GatherMode::kElements, axis}, {x, idx}));
+}
+
+// x[..., idx, ...] with one index tensor (the others None): a gather along that dim, whose
+// result dims are x's before it, the index's, then x's after it (torch's rule for one index).
+std::optional<std::string> index_capable(const Node* n) {
+  const Node* list = n->input(1)->node();
+  if (list->kind() != torch::jit::prim::ListConstruct) {
+    return std::string("the index list must be a list construct");
+  }
+  size_t tensors = 0;
+  for (const Value* v : list->inputs()) tensors += is_none(v) ? 0 : 1;
+  if (tensors != 1) {
+    return "indexing with " + std::to_string(tensors) +
+           " index tensors (only one index tensor is supported)";
+  }
+  return std::nullopt;
+}
+
+void convert_index(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const Node* list = n->input(1)->node();
+  int64_t axis = 0;
+  while (is_none(list->input(static_cast<size_t>(axis)))) ++axis;
+  KILN_CHECK(axis < static_cast<int64_t>(ctx.desc(x).shape.size()), InvalidArgument,
+             "too many indices for a tensor of rank ", ctx.desc(x).shape.size());
+  const TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis)));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, idx}));
+}
+
+// scatter(self, dim, index, src|value) and scatter_add: updates of a scalar value are the value
+// broadcast to the index's shape (a select whose branches are both the value).
+ConvertFn scatter(engine::ScatterReduce reduce) {
+  return [reduce](ConversionContext& ctx, const Node* n) {
+    const TensorId x = ctx.tensor(n->input(0));
+    const engine::DataType dt = ctx.desc(x).dtype;
+    const int64_t axis = axis_of(static_int(ctx, n->input(1)), ctx.desc(x).shape.size(), n);
+    const TensorId idx = integer_index(ctx, n, n->input(2));
+    TensorId upd;
+    if (n->input(3)->type()->kind() == c10::TypeKind::TensorType) {
+      upd = ctx.cast(n, ctx.tensor(n->input(3)), dt);
+    } else {
+      const TensorId v = ctx.tensor(n->input(3), dt);
+      const TensorId cond = ctx.cast(n, idx, engine::DataType::kBool);
+      upd = ctx.add(n, engine::SelectParams{}, {cond, v, v}, "value");
+    }
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ScatterParams{axis, reduce}, {x, idx, upd}));
+  };
+}
+
+}  // namespace
+
+void register_indexing_converters(Registry& r) {
+  r.add_converter(
+      {{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), true, false, 0});
+  r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), true, false, 0});
+  r.add_converter(
+      {{"aten::index_select"}, convert_index_select, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::embedding"}, convert_embedding, {}, true, false, 0});
+  r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), true, false, 0});
+  r.add_converter({existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}),
+                   convert_index, index_capable});
+  r.add_converter({{"aten::scatter.src"},
+                   scatter(engine::ScatterReduce::kNone),
+                   static_inputs({1}),
+                   true,
+                   false,
+                   0});
+  r.add_converter({{"aten::scatter.value"},
+                   scatter(engine::ScatterReduce::kNone),
+                   static_inputs({1, 3}),
+                   true,
+                   false,
+                   0});
+  r.add_converter({{"aten::scatter_add"},
+                   scatter(engine::ScatterReduce::kAdd),
+                   static_inputs({1}),
+                   true,
+                   false,
+                   0});
+}
 
 }  // namespace kiln::conversion

@@ -1,8 +1,371 @@
-// Converters of the shuffle family (being written).
-#include "conversion/registry.h"
+// Converters of the shuffle family (reshape, view, flatten, permute, transpose, squeeze,
+// unsqueeze, expand and identities) to engine shuffle/select layers, and the shared helpers.
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "conversion/converters/operands.h"
+#include "conversion/converters/shuffle_helpers.h"
+#include "conversion/dtypes.h"
+#include "ir/verifier.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
 
-void register_shuffle_converters(Registry&) {}
+using engine::kDynamic;
+using engine::Shape;
+using engine::TensorId;
+using torch::jit::Node;
+using torch::jit::Value;
+
+std::vector<std::string> existing_schemas(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    const size_t dot = key.find('.', key.find("::"));
+    const std::string name = key.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : key.substr(dot + 1);
+    for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name))) {
+      if (op->schema().overload_name() == overload) {
+        out.push_back(key);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> not_static_reason(const Value* v) {
+  const Node* n = v->node();
+  if (n->kind() == torch::jit::prim::Constant) return std::nullopt;
+  if (n->kind() == torch::jit::prim::Param) {
+    return "%" + v->debugName() + " is a graph input, known only at run time";
+  }
+  if (!default_registry().find_evaluator(n)) {
+    return "%" + v->debugName() + " is computed at run time by `" + ir::node_to_string(n) + "`";
+  }
+  // Tensor metadata is static even when the tensor's contents are not.
+  static const std::vector<std::string> kMetadata = {"aten::size", "aten::dim", "aten::numel",
+                                                     "prim::dtype", "prim::device"};
+  const bool metadata = std::find(kMetadata.begin(), kMetadata.end(),
+                                  std::string(n->kind().toQualString())) != kMetadata.end();
+  for (const Value* in : n->inputs()) {
+    if (metadata && in->type()->kind() == c10::TypeKind::TensorType) continue;
+    if (auto r = not_static_reason(in)) return r;
+  }
+  return std::nullopt;
+}
+
+CapabilityValidator static_inputs(std::vector<size_t> indices) {
+  return [indices](const Node* n) -> std::optional<std::string> {
+    for (size_t i : indices) {
+      if (i >= n->inputs().size()) continue;
+      if (auto r = not_static_reason(n->input(i))) {
+        return "argument " + std::to_string(i) + " must be known at compile time: " + *r;
+      }
+    }
+    return std::nullopt;
+  };
+}
+
+std::vector<int64_t> static_ints(ConversionContext& ctx, const Value* v) {
+  const c10::IValue& iv = ctx.ivalue(v);
+  if (iv.isInt()) return {iv.toInt()};
+  KILN_CHECK(iv.isIntList(), Unsupported, "value %", v->debugName(), " is a ", iv.tagKind(),
+             ", not a list of ints");
+  return iv.toIntVector();
+}
+
+int64_t static_int(ConversionContext& ctx, const Value* v) {
+  const c10::IValue& iv = ctx.ivalue(v);
+  KILN_CHECK(iv.isInt(), Unsupported, "value %", v->debugName(), " is a ", iv.tagKind(),
+             ", not an int");
+  return iv.toInt();
+}
+
+std::optional<engine::DataType> static_dtype(ConversionContext& ctx, const Value* v) {
+  if (is_none(v)) return std::nullopt;
+  const c10::IValue& iv = ctx.ivalue(v);
+  if (iv.isNone()) return std::nullopt;
+  KILN_CHECK(iv.isInt(), Unsupported, "dtype %", v->debugName(), " is a ", iv.tagKind());
+  return to_engine_dtype(static_cast<at::ScalarType>(iv.toInt()), "dtype %" + v->debugName());
+}
+
+int64_t axis_of(int64_t dim, size_t rank, const Node* node) {
+  return engine::normalize_axis(dim, rank, std::string(node->kind().toQualString()) + " dim");
+}
+
+TensorId reshape_dims(ConversionContext& ctx, const Node* node, TensorId x,
+                      const std::vector<TargetDim>& dims, const std::string& suffix) {
+  const Shape in = ctx.desc(x).shape;
+  if (in.empty()) {
+    // A 0-d tensor only reshapes to all-1 dims. The engine's reshape inference indexes its
+    // per-input-dim bookkeeping by output position, which a 0-d input does not survive: a
+    // broadcast gives the same result.
+    for (const TargetDim& d : dims) {
+      KILN_CHECK(d.size == 1 || d.size == kDynamic, ShapeMismatch,
+                 "cannot reshape a 0-d tensor to ", dims.size(), " dims with a dim of ", d.size);
+    }
+    return broadcast_to(ctx, node, x, Shape(dims.size(), 1), suffix);
+  }
+  std::vector<int64_t> spec;
+  bool inferred = false, identity = dims.size() == in.size();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const TargetDim& d = dims[i];
+    if (d.size != kDynamic) {
+      KILN_CHECK(d.size >= 0, InvalidArgument, "reshape to negative dim ", d.size);
+      // The engine's 0 copies the input dim, so a zero-size dim is only expressible in place.
+      KILN_CHECK(d.size != 0 || (i < in.size() && in[i] == 0), Unsupported,
+                 "reshape to a zero-size dim at position ", i);
+      spec.push_back(d.size);
+      identity = identity && in[i] == d.size;
+    } else if (d.from == static_cast<int64_t>(i)) {
+      spec.push_back(0);
+    } else {
+      KILN_CHECK(!inferred, Unsupported, "reshape of ", engine::shape_to_string(in),
+                 " needs more than one dim that is only known at run time");
+      inferred = true;
+      identity = false;
+      spec.push_back(-1);
+    }
+  }
+  if (identity) return x;
+  engine::ShuffleParams p;
+  p.has_reshape = true;
+  p.reshape = std::move(spec);
+  return ctx.add(node, p, {x}, suffix);
+}
+
+TensorId drop_dim(ConversionContext& ctx, const Node* node, TensorId x, int64_t axis,
+                  const std::string& suffix) {
+  const Shape in = ctx.desc(x).shape;
+  std::vector<TargetDim> dims;
+  for (size_t j = 0; j < in.size(); ++j) {
+    if (static_cast<int64_t>(j) != axis) dims.push_back(copy_dim(in, j));
+  }
+  return reshape_dims(ctx, node, x, dims, suffix);
+}
+
+TensorId insert_dim(ConversionContext& ctx, const Node* node, TensorId x, int64_t axis,
+                    const std::string& suffix) {
+  const Shape in = ctx.desc(x).shape;
+  std::vector<TargetDim> dims;
+  for (size_t j = 0; j < in.size(); ++j) dims.push_back(copy_dim(in, j));
+  dims.insert(dims.begin() + axis, TargetDim{1, -1});
+  return reshape_dims(ctx, node, x, dims, suffix);
+}
+
+TensorId broadcast_to(ConversionContext& ctx, const Node* node, TensorId x, const Shape& target,
+                      const std::string& suffix) {
+  const Shape in = ctx.desc(x).shape;
+  KILN_CHECK(target.size() >= in.size(), InvalidArgument, "cannot broadcast ",
+             engine::shape_to_string(in), " to fewer dims ", engine::shape_to_string(target));
+  bool needed = target.size() != in.size();
+  for (size_t i = 0; i < in.size() && !needed; ++i) {
+    needed = target[target.size() - in.size() + i] != 1 &&
+             target[target.size() - in.size() + i] != in[i];
+  }
+  if (!needed) return x;
+  engine::FillParams fill;
+  fill.dtype = engine::DataType::kBool;
+  fill.value = 1;
+  for (int64_t d : target) fill.shape.push_back(d == kDynamic ? 1 : d);
+  const TensorId cond = ctx.add(node, fill, {}, suffix.empty() ? "expand" : suffix + ".expand");
+  return ctx.add(node, engine::SelectParams{}, {cond, x, x}, suffix);
+}
+
+namespace {
+
+void identity(ConversionContext& ctx, const Node* n) {
+  ctx.set_tensor(n->output(), ctx.tensor(n->input(0)));
+}
+
+// reshape/view: torch's -1 becomes the engine's inferred dim.
+void convert_reshape(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  std::vector<TargetDim> dims;
+  for (int64_t d : static_ints(ctx, n->input(1))) {
+    KILN_CHECK(d >= -1, InvalidArgument, "bad reshape dim ", d);
+    dims.push_back(d == -1 ? TargetDim{kDynamic, -1} : TargetDim{d, -1});
+  }
+  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+}
+
+// A reshape to another tensor's shape: static shapes directly, dynamic ones through the shape
+// of `other` as a shape tensor.
+void convert_reshape_as(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0)), other = ctx.tensor(n->input(1));
+  const Shape target = ctx.desc(other).shape;
+  if (engine::is_static(target)) {
+    std::vector<TargetDim> dims;
+    for (int64_t d : target) dims.push_back({d, -1});
+    ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+    return;
+  }
+  const TensorId shape = ctx.add(n, engine::ShapeParams{}, {other}, "shape");
+  engine::ShuffleParams p;
+  p.has_reshape = true;
+  ctx.set_tensor(n->output(), ctx.add(n, p, {x, shape}));
+}
+
+void convert_flatten(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  if (in.empty()) {  // torch flattens a 0-d tensor to [1]
+    ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, {TargetDim{1, -1}}));
+    return;
+  }
+  const int64_t start = axis_of(static_int(ctx, n->input(1)), in.size(), n);
+  const int64_t end = axis_of(static_int(ctx, n->input(2)), in.size(), n);
+  KILN_CHECK(start <= end, InvalidArgument, "flatten start_dim ", start, " > end_dim ", end);
+  std::vector<TargetDim> dims;
+  for (int64_t j = 0; j < start; ++j) dims.push_back(copy_dim(in, static_cast<size_t>(j)));
+  TargetDim group{1, -1};
+  for (int64_t j = start; j <= end; ++j) {
+    const int64_t d = in[static_cast<size_t>(j)];
+    group.size = group.size == kDynamic || d == kDynamic ? kDynamic : group.size * d;
+  }
+  if (start == end) group.from = start;
+  dims.push_back(group);
+  for (size_t j = static_cast<size_t>(end) + 1; j < in.size(); ++j) dims.push_back(copy_dim(in, j));
+  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+}
+
+void convert_unflatten(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  const int64_t dim = axis_of(static_int(ctx, n->input(1)), in.size(), n);
+  std::vector<TargetDim> dims;
+  for (int64_t j = 0; j < dim; ++j) dims.push_back(copy_dim(in, static_cast<size_t>(j)));
+  for (int64_t s : static_ints(ctx, n->input(2))) {
+    dims.push_back(s == -1 ? TargetDim{kDynamic, -1} : TargetDim{s, -1});
+  }
+  for (size_t j = static_cast<size_t>(dim) + 1; j < in.size(); ++j) dims.push_back(copy_dim(in, j));
+  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+}
+
+void permute_to(ConversionContext& ctx, const Node* n, TensorId x, std::vector<int64_t> perm) {
+  std::vector<int64_t> iota(perm.size());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (perm == iota) {
+    ctx.set_tensor(n->output(), x);
+    return;
+  }
+  engine::ShuffleParams p;
+  p.first_perm = std::move(perm);
+  ctx.set_tensor(n->output(), ctx.add(n, p, {x}));
+}
+
+void convert_permute(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const size_t rank = ctx.desc(x).shape.size();
+  std::vector<int64_t> perm;
+  for (int64_t d : static_ints(ctx, n->input(1))) perm.push_back(axis_of(d, rank, n));
+  KILN_CHECK(perm.size() == rank, InvalidArgument, "permute of ", perm.size(), " dims for rank ",
+             rank);
+  permute_to(ctx, n, x, perm);
+}
+
+void convert_transpose(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const size_t rank = ctx.desc(x).shape.size();
+  if (rank == 0) return identity(ctx, n);
+  std::vector<int64_t> perm(rank);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(axis_of(static_int(ctx, n->input(1)), rank, n))],
+            perm[static_cast<size_t>(axis_of(static_int(ctx, n->input(2)), rank, n))]);
+  permute_to(ctx, n, x, perm);
+}
+
+// aten::t: transposes 2-d tensors, leaves 0-d and 1-d ones.
+void convert_t(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  if (ctx.desc(x).shape.size() < 2) return identity(ctx, n);
+  permute_to(ctx, n, x, {1, 0});
+}
+
+// squeeze with no dims squeezes every size-1 dim; with dims, only those that are 1. A dynamic
+// dim might be 1 at run time, which would change the output rank: that is not convertible.
+void convert_squeeze(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  std::vector<bool> candidate(in.size(), n->inputs().size() == 1);
+  if (n->inputs().size() > 1 && !in.empty()) {
+    for (int64_t d : static_ints(ctx, n->input(1))) {
+      candidate[static_cast<size_t>(axis_of(d, in.size(), n))] = true;
+    }
+  }
+  std::vector<TargetDim> dims;
+  for (size_t j = 0; j < in.size(); ++j) {
+    KILN_CHECK(!candidate[j] || in[j] != kDynamic, Unsupported, "squeeze of dim ", j, " of ",
+               engine::shape_to_string(in), ", which is dynamic (it might be 1 at run time)");
+    if (!(candidate[j] && in[j] == 1)) dims.push_back(copy_dim(in, j));
+  }
+  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+}
+
+void convert_unsqueeze(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const size_t rank = ctx.desc(x).shape.size();
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), rank + 1, n);
+  ctx.set_tensor(n->output(), insert_dim(ctx, n, x, axis));
+}
+
+// expand: -1 keeps a dim; new leading dims must be given. Reshaped to the target rank first
+// (leading 1s), then broadcast.
+void convert_expand(ConversionContext& ctx, const Node* n) {
+  TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  const std::vector<int64_t> sizes = static_ints(ctx, n->input(1));
+  KILN_CHECK(sizes.size() >= in.size(), InvalidArgument, "expand to ", sizes.size(),
+             " dims from rank ", in.size());
+  const size_t lead = sizes.size() - in.size();
+  Shape target(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(sizes[i] >= 0 || (sizes[i] == -1 && i >= lead), InvalidArgument, "expand size ",
+               sizes[i], " at dim ", i);
+    target[i] = sizes[i] == -1 ? 1 : sizes[i];  // 1: keep the input's dim
+  }
+  if (lead > 0) {
+    std::vector<TargetDim> dims(lead, TargetDim{1, -1});
+    for (size_t j = 0; j < in.size(); ++j) dims.push_back(copy_dim(in, j));
+    x = reshape_dims(ctx, n, x, dims, "rank");
+  }
+  ctx.set_tensor(n->output(), broadcast_to(ctx, n, x, target));
+}
+
+// expand_as: a select whose condition has `other`'s shape broadcasts x to it, also when that
+// shape is dynamic. The condition's values do not matter: both branches are x.
+void convert_expand_as(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0)), other = ctx.tensor(n->input(1));
+  if (ctx.desc(x).shape == ctx.desc(other).shape && engine::is_static(ctx.desc(x).shape)) {
+    return identity(ctx, n);
+  }
+  const TensorId cond = ctx.cast(n, other, engine::DataType::kBool);
+  ctx.set_tensor(n->output(), ctx.add(n, engine::SelectParams{}, {cond, x, x}));
+}
+
+}  // namespace
+
+void register_shuffle_converters(Registry& r) {
+  r.add_converter(
+      {{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, true, false, 0});
+  r.add_converter(
+      {{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), true, false, 0});
+  r.add_converter(
+      {existing_schemas({"aten::unflatten.int"}), convert_unflatten, static_inputs({1, 2})});
+  r.add_converter({{"aten::permute"}, convert_permute, static_inputs({1}), true, false, 0});
+  r.add_converter({existing_schemas({"aten::transpose.int", "aten::swapaxes"}), convert_transpose,
+                   static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::t"}, convert_t, {}, true, false, 0});
+  r.add_converter({existing_schemas({"aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims"}),
+                   convert_squeeze, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::expand"}, convert_expand, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::expand_as"}, convert_expand_as, {}, true, false, 0});
+  r.add_converter(
+      {{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, true, false, 0});
+}
 
 }  // namespace kiln::conversion

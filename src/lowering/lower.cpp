@@ -1,0 +1,52 @@
+// Lowering entry points: freeze a module, mark module fallback, then run the pass pipeline.
+#include "lowering/lower.h"
+
+#include <torch/csrc/jit/passes/freeze_module.h>
+
+#include "ir/torch_compat.h"
+#include "lowering/passes.h"
+#include "lowering/pipeline.h"
+#include "util/errors.h"
+
+namespace kiln::lowering {
+
+c10::Symbol torch_executed_attr() {
+  return c10::Symbol::attr("kiln_torch_executed");
+}
+
+bool is_torch_executed(const torch::jit::Node* node) {
+  const auto attr = torch_executed_attr();
+  return node->hasAttribute(attr) && node->i(attr) != 0;
+}
+
+std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module,
+                                                const LoweringOptions& options) {
+  KILN_CHECK(module.find_method("forward").has_value(), InvalidArgument,
+             "lower_module: module `", module.type()->name()->qualifiedName(),
+             "` has no forward method");
+  // Freezing refuses modules in training mode, and dropout/batch-norm flags must read eval.
+  torch::jit::Module eval_copy = module.clone();
+  eval_copy.eval();
+  std::shared_ptr<torch::jit::Graph> graph;
+  try {
+    torch::jit::Module frozen = torch::jit::freeze_module(eval_copy);
+    graph = frozen.get_method("forward").graph()->copy();
+  } catch (const c10::Error& e) {
+    KILN_THROW(Unsupported, "lower_module: cannot freeze module `",
+               module.type()->name()->qualifiedName(), "`: ", ir::compat::error_message(e));
+  }
+  // Marks must be placed while the inlined call stacks still name every node's module.
+  mark_module_fallback(graph, options.torch_executed_modules);
+  lowering_pipeline().run(graph, options.passes);
+  return graph;
+}
+
+std::shared_ptr<torch::jit::Graph> lower_graph(const torch::jit::Graph& graph,
+                                               const LoweringOptions& options) {
+  auto copy = ir::compat::copy_graph(graph);
+  mark_module_fallback(copy, options.torch_executed_modules);
+  lowering_pipeline().run(copy, options.passes);
+  return copy;
+}
+
+}  // namespace kiln::lowering

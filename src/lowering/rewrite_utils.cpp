@@ -1,0 +1,79 @@
+// Constant queries and node replacement shared by the lowering passes.
+#include "lowering/rewrite_utils.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+
+#include "lowering/lower.h"
+
+namespace kiln::lowering {
+
+std::optional<c10::IValue> constant_value(const torch::jit::Value* v) {
+  if (v->node()->kind() != torch::jit::prim::Constant) return std::nullopt;
+  auto iv = torch::jit::toIValue(v);
+  if (!iv) return std::nullopt;
+  return *iv;
+}
+
+bool is_constant_bool(const torch::jit::Value* v, bool expected) {
+  auto iv = constant_value(v);
+  return iv && iv->isBool() && iv->toBool() == expected;
+}
+
+bool is_constant_int(const torch::jit::Value* v, int64_t expected) {
+  auto iv = constant_value(v);
+  return iv && iv->isInt() && iv->toInt() == expected;
+}
+
+bool is_constant_none(const torch::jit::Value* v) {
+  auto iv = constant_value(v);
+  return iv && iv->isNone();
+}
+
+bool is_constant_one(const torch::jit::Value* v) {
+  auto iv = constant_value(v);
+  if (!iv) return false;
+  if (iv->isInt()) return iv->toInt() == 1;
+  if (iv->isDouble()) return iv->toDouble() == 1.0;
+  return false;
+}
+
+std::optional<int64_t> known_rank(const torch::jit::Value* v) {
+  if (auto iv = constant_value(v); iv && iv->isTensor()) return iv->toTensor().dim();
+  if (auto t = v->type()->cast<c10::TensorType>()) {
+    if (auto dim = t->dim()) return static_cast<int64_t>(*dim);
+  }
+  return std::nullopt;
+}
+
+std::optional<c10::ScalarType> known_dtype(const torch::jit::Value* v) {
+  if (auto iv = constant_value(v); iv && iv->isTensor()) return iv->toTensor().scalar_type();
+  if (auto t = v->type()->cast<c10::TensorType>()) {
+    if (auto st = t->scalarType()) return *st;
+  }
+  // A cast's result has the dtype it casts to, whatever its input was.
+  const torch::jit::Node* n = v->node();
+  if (n->kind() == c10::aten::to && n->inputs().size() >= 2) {
+    auto dtype = constant_value(n->input(1));
+    if (dtype && dtype->isInt()) return static_cast<c10::ScalarType>(dtype->toInt());
+  }
+  return std::nullopt;
+}
+
+std::optional<c10::Device> known_device(const torch::jit::Value* v) {
+  if (auto iv = constant_value(v); iv && iv->isTensor()) return iv->toTensor().device();
+  if (auto t = v->type()->cast<c10::TensorType>()) {
+    if (auto d = t->device()) return *d;
+  }
+  return std::nullopt;
+}
+
+void inherit_fallback_mark(const torch::jit::Node* from, torch::jit::Node* to) {
+  if (is_torch_executed(from)) to->i_(torch_executed_attr(), 1);
+}
+
+void replace_and_destroy(torch::jit::Node* node, torch::jit::Value* replacement) {
+  node->output()->replaceAllUsesWith(replacement);
+  node->destroy();
+}
+
+}  // namespace kiln::lowering

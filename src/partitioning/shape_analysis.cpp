@@ -1,0 +1,235 @@
+// Shape analysis by running each segment, on generated inputs, in the TorchScript interpreter.
+#include "partitioning/shape_analysis.h"
+
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <functional>
+#include <unordered_map>
+
+#include "ir/torch_compat.h"
+#include "partitioning/segmentation.h"
+#include "util/errors.h"
+
+namespace kiln::partitioning {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+using Env = std::unordered_map<const Value*, c10::IValue>;
+
+const std::vector<int64_t>& shape_of(const InputProfile& p, Profile profile) {
+  return profile == kMin ? p.min : profile == kOpt ? p.opt : p.max;
+}
+
+std::optional<int64_t> constant_int(const Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isInt()) return std::nullopt;
+  return iv->toInt();
+}
+
+// Size of dimension `dim` of `v` when known before running: a graph input or a constant tensor.
+std::optional<int64_t> static_size(const Value* v, std::optional<int64_t> dim, const Graph& graph,
+                                   const std::vector<InputProfile>& profiles, Profile profile) {
+  if (!dim) return std::nullopt;
+  std::vector<int64_t> sizes;
+  if (auto iv = torch::jit::toIValue(v); iv && iv->isTensor()) {
+    sizes = iv->toTensor().sizes().vec();
+  } else {
+    for (size_t i = 0; i < graph.inputs().size(); ++i)
+      if (graph.inputs()[i] == v) sizes = shape_of(profiles[i], profile);
+  }
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t d = *dim < 0 ? *dim + rank : *dim;
+  if (d < 0 || d >= rank) return std::nullopt;
+  return sizes[static_cast<size_t>(d)];
+}
+
+// The largest valid index for every index-like use of `input`; nullopt when no use bounds it.
+std::optional<int64_t> index_bound(const Value* input, const Graph& graph,
+                                   const std::vector<InputProfile>& profiles, Profile profile) {
+  std::optional<int64_t> bound;
+  auto tighten = [&](std::optional<int64_t> size) {
+    if (size) bound = bound ? std::min(*bound, *size) : *size;
+  };
+  auto unknown = [&] { bound = 0; };  // indexes something whose size we cannot know: zeros
+  for (const torch::jit::Use& use : input->uses()) {
+    const Node* user = use.user;
+    const auto kind = user->kind();
+    if ((kind == torch::jit::aten::index_select || kind == torch::jit::aten::gather) &&
+        use.offset == 2) {
+      const auto size = static_size(user->input(0), constant_int(user->input(1)), graph,
+                                    profiles, profile);
+      size ? tighten(size) : unknown();
+    } else if (kind == torch::jit::aten::embedding && use.offset == 1) {
+      const auto size = static_size(user->input(0), 0, graph, profiles, profile);
+      size ? tighten(size) : unknown();
+    } else if (kind == torch::jit::prim::ListConstruct) {
+      for (const torch::jit::Use& list_use : user->output()->uses()) {
+        if (list_use.user->kind() != torch::jit::aten::index || list_use.offset != 1) continue;
+        const auto size = static_size(list_use.user->input(0), static_cast<int64_t>(use.offset),
+                                      graph, profiles, profile);
+        size ? tighten(size) : unknown();
+      }
+    }
+  }
+  return bound;
+}
+
+ValueDesc describe(const Value* v, const c10::IValue& iv) {
+  ValueDesc d;
+  d.type = v->type()->str();
+  if (iv.isTensor()) {
+    d.is_tensor = true;
+    d.sizes = iv.toTensor().sizes().vec();
+    d.dtype = iv.toTensor().scalar_type();
+  }
+  return d;
+}
+
+c10::IValue lookup(const Env& env, const Value* v) {
+  auto it = env.find(v);
+  if (it != env.end()) return it->second;
+  if (auto iv = torch::jit::toIValue(v)) return *iv;
+  KILN_THROW(InternalError, "shape analysis: %", v->debugName(), " was not computed before use");
+}
+
+// The segment as a graph of its own: inputs, its nodes (constants recreated), outputs.
+std::shared_ptr<Graph> segment_graph(const Segment& s) {
+  auto g = std::make_shared<Graph>();
+  std::unordered_map<const Value*, Value*> map;
+  for (Value* v : s.inputs) map[v] = g->addInput()->copyMetadata(v);
+  std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
+    auto it = map.find(v);
+    if (it != map.end()) return it->second;
+    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError,
+               "shape analysis: %", v->debugName(), " is neither an input nor made in its segment");
+    Node* c = g->insertNode(g->createClone(v->node(), value_of));
+    return map[v] = c->output();
+  };
+  for (Node* n : s.nodes) {
+    Node* c = g->insertNode(g->createClone(n, value_of));
+    for (size_t k = 0; k < n->outputs().size(); ++k) map[n->outputs()[k]] = c->outputs()[k];
+  }
+  for (Value* v : s.outputs) g->registerOutput(map.at(v));
+  return g;
+}
+
+void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth);
+
+void run_segment(Segment& s, Env& env, Profile profile, size_t depth) {
+  SegmentShapes& shapes = s.shapes[profile];
+  shapes = {};
+  for (const Value* v : s.inputs) shapes.inputs.push_back(describe(v, lookup(env, v)));
+  if (!s.blocks.empty()) {
+    // Both branches are analyzed; the taken one gives the If its outputs.
+    Node* node = s.nodes.front();
+    const size_t taken = lookup(env, node->input(0)).toBool() ? 0 : 1;
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      try {
+        run_segments(s.blocks[b].segments, env, profile, depth + 1);
+      } catch (const std::exception&) {
+        if (b == taken) throw;
+      }
+    }
+    const Block* branch = node->blocks()[taken];
+    for (size_t k = 0; k < node->outputs().size(); ++k)
+      env[node->outputs()[k]] = lookup(env, branch->outputs()[k]);
+  } else {
+    torch::jit::Stack stack;
+    for (const Value* v : s.inputs) stack.push_back(lookup(env, v));
+    torch::jit::Code code(segment_graph(s), "kiln_shape_analysis");
+    torch::jit::InterpreterState state(code);
+    state.run(stack);
+    for (size_t k = 0; k < s.outputs.size(); ++k) env[s.outputs[k]] = stack.at(k);
+  }
+  for (const Value* v : s.outputs) shapes.outputs.push_back(describe(v, env.at(v)));
+}
+
+void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    Segment& s = segments[i];
+    s.has_shapes = false;
+    try {
+      run_segment(s, env, profile, depth);
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
+                 " (", target_name(s.target), ") failed on the generated inputs: ",
+                 ir::compat::error_message(e));
+    } catch (const std::exception& e) {
+      KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
+                 " (", target_name(s.target), ") failed on the generated inputs: ", e.what());
+    }
+    s.has_shapes = true;
+  }
+}
+
+}  // namespace
+
+InputProfile InputProfile::fixed(std::vector<int64_t> shape, c10::ScalarType dtype) {
+  return range(shape, shape, shape, dtype);
+}
+
+InputProfile InputProfile::range(std::vector<int64_t> min, std::vector<int64_t> opt,
+                                 std::vector<int64_t> max, c10::ScalarType dtype) {
+  InputProfile p;
+  p.min = std::move(min);
+  p.opt = std::move(opt);
+  p.max = std::move(max);
+  p.dtype = dtype;
+  return p;
+}
+
+InputProfile InputProfile::of_value(c10::IValue value) {
+  InputProfile p;
+  p.value = std::move(value);
+  return p;
+}
+
+std::vector<c10::IValue> generate_inputs(const Graph& graph,
+                                         const std::vector<InputProfile>& profiles,
+                                         Profile profile, uint64_t seed) {
+  KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument, "shape analysis: the graph has ",
+             graph.inputs().size(), " inputs but ", profiles.size(), " input profiles were given");
+  torch::manual_seed(seed);
+  std::vector<c10::IValue> inputs;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const InputProfile& p = profiles[i];
+    const Value* input = graph.inputs()[i];
+    if (p.value) {
+      inputs.push_back(*p.value);
+      continue;
+    }
+    KILN_CHECK(is_tensor(input), InvalidArgument, "shape analysis: input %", input->debugName(),
+               " is ", input->type()->annotation_str(), "; give its value in the profile");
+    const auto& shape = shape_of(p, profile);
+    KILN_CHECK(p.min.size() == shape.size() && p.max.size() == shape.size(), InvalidArgument,
+               "shape analysis: input %", input->debugName(), ": min, opt and max ranks differ");
+    const auto options = at::TensorOptions().dtype(p.dtype);
+    if (c10::isFloatingType(p.dtype)) {
+      inputs.emplace_back(at::randn(shape, options));
+    } else if (p.dtype == c10::ScalarType::Bool) {
+      inputs.emplace_back(at::randint(0, 2, shape, options));
+    } else {
+      const auto bound = index_bound(input, graph, profiles, profile);
+      inputs.emplace_back(bound && *bound > 0 ? at::randint(0, *bound, shape, options)
+                                              : at::zeros(shape, options));
+    }
+  }
+  return inputs;
+}
+
+void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles) {
+  const Graph& graph = *partitioned.graph;
+  for (Profile profile : {kMin, kOpt, kMax}) {
+    const auto inputs = generate_inputs(graph, profiles, profile);
+    Env env;
+    for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
+    run_segments(partitioned.segments, env, profile, 0);
+  }
+}
+
+}  // namespace kiln::partitioning

@@ -1,0 +1,42 @@
+// Shape analysis: every segment's input and output shapes and dtypes at min, opt and max.
+#pragma once
+
+#include <torch/script.h>
+
+#include <optional>
+#include <vector>
+
+#include "partitioning/segment.h"
+
+namespace kiln::partitioning {
+
+// One graph input as the user describes it: a shape range and a dtype, or, for a non-tensor
+// input, the value to use.
+struct InputProfile {
+  std::vector<int64_t> min, opt, max;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  std::optional<c10::IValue> value;
+
+  static InputProfile fixed(std::vector<int64_t> shape,
+                            c10::ScalarType dtype = c10::ScalarType::Float);
+  static InputProfile range(std::vector<int64_t> min, std::vector<int64_t> opt,
+                            std::vector<int64_t> max,
+                            c10::ScalarType dtype = c10::ScalarType::Float);
+  static InputProfile of_value(c10::IValue value);
+};
+
+// The inputs shape analysis runs the graph on for one profile. Floating inputs are random;
+// integer inputs are indices when the graph uses them as such (index_select, gather, embedding,
+// index): uniform in [0, size) of the dimension they index when that size is known from the
+// profiles or a constant, else zeros, so index ops never fail.
+std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
+                                         const std::vector<InputProfile>& profiles,
+                                         Profile profile, uint64_t seed = 0);
+
+// Runs the segments in order in the TorchScript interpreter, once per profile, and fills each
+// segment's `shapes` (nested If branches too; a branch that fails on the generated data while
+// not taken keeps has_shapes = false). Throws InvalidArgument for a profile count or shape that
+// does not fit the graph, and ShapeMismatch naming the segment when a segment fails to run.
+void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
+
+}  // namespace kiln::partitioning

@@ -1,0 +1,178 @@
+// Indexing converters (slice, select, narrow, index_select, gather, embedding, index, scatter)
+// against libtorch on the CPU backend.
+#include "conversion/converter_testing.h"
+#include "conversion/registry.h"
+#include "harness/ir_testing.h"
+#include "util/errors.h"
+
+namespace kiln::conversion {
+namespace {
+
+using testing::matches_torch;
+
+std::string c(const std::string& name, int64_t v) {
+  return "  %" + name + " : int = prim::Constant[value=" + std::to_string(v) + "]()\n";
+}
+
+TEST(ConvertIndexing, SlicesWithPythonSemantics) {
+  const auto x = torch::randn({5, 8, 3});
+  struct Case {
+    int64_t dim, start, end, step;
+  };
+  for (const Case& k : std::vector<Case>{{1, 1, 3, 1},
+                                         {1, -3, 100, 1},
+                                         {0, 0, -1, 2},
+                                         {-1, 1, 9223372036854775807, 1},
+                                         {1, 6, 2, 1},
+                                         {1, -100, 5, 3}}) {
+    const std::string ir = "graph(%x : Tensor):\n" + c("d", k.dim) + c("s", k.start) +
+                           c("e", k.end) + c("t", k.step) +
+                           "  %y : Tensor = aten::slice(%x, %d, %s, %e, %t)\n  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x}, 0, 0)) << k.dim << " " << k.start << ":" << k.end;
+  }
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor):
+  %none : NoneType = prim::Constant()
+  %c1 : int = prim::Constant[value=1]()
+  %y : Tensor = aten::slice(%x, %c1, %none, %none, %c1)
+  return (%y))IR",
+                            {torch::randint(0, 100, {3, 4}, torch::kLong)}, 0, 0));
+}
+
+TEST(ConvertIndexing, SelectAndNarrowWithNegativeIndices) {
+  const auto x = torch::randn({4, 5, 6});
+  for (auto [d, i] : std::vector<std::pair<int, int>>{{0, 0}, {1, -1}, {-1, 5}, {2, -6}, {1, 2}}) {
+    const std::string ir = "graph(%x : Tensor):\n" + c("d", d) + c("i", i) +
+                           "  %y : Tensor = aten::select(%x, %d, %i)\n  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x}, 0, 0)) << d << " " << i;
+  }
+  for (auto [s, l] : std::vector<std::pair<int, int>>{{0, 2}, {-3, 3}, {4, 1}}) {
+    const std::string ir = "graph(%x : Tensor):\n" + c("d", -1) + c("s", s) + c("l", l) +
+                           "  %y : Tensor = aten::narrow(%x, %d, %s, %l)\n  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x}, 0, 0)) << s << " " << l;
+  }
+}
+
+TEST(ConvertIndexing, IndexSelectGatherEmbedding) {
+  const auto x = torch::randn({4, 5, 6});
+  const auto idx = torch::tensor({3, 0, 3, 1}, torch::kLong);
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %d : int = prim::Constant[value=-2]()
+  %y : Tensor = aten::index_select(%x, %d, %i)
+  return (%y))IR",
+                            {x, idx}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %d : int = prim::Constant[value=0]()
+  %y : Tensor = aten::index_select(%x, %d, %i)
+  return (%y))IR",
+                            {x, torch::tensor(2, torch::kLong)}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %d : int = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %y : Tensor = aten::gather(%x, %d, %i, %f)
+  return (%y))IR",
+                            {x, torch::randint(0, 5, {4, 3, 6}, torch::kLong)}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%w : Tensor, %i : Tensor):
+  %p : int = prim::Constant[value=-1]()
+  %f : bool = prim::Constant[value=0]()
+  %y : Tensor = aten::embedding(%w, %i, %p, %f, %f)
+  return (%y))IR",
+                            {torch::randn({10, 8}), torch::randint(0, 10, {2, 7}, torch::kLong)}, 0,
+                            0));
+  EXPECT_TRUE(matches_torch(
+      R"IR(
+graph(%w : Tensor, %i : Tensor):
+  %p : int = prim::Constant[value=-1]()
+  %f : bool = prim::Constant[value=0]()
+  %y : Tensor = aten::embedding(%w, %i, %p, %f, %f)
+  return (%y))IR",
+      {torch::randint(-9, 9, {10, 8}, torch::kLong), torch::randint(0, 10, {5}, torch::kInt)}, 0,
+      0));
+}
+
+TEST(ConvertIndexing, AdvancedIndexWithOneTensor) {
+  const auto x = torch::randn({4, 5, 6});
+  const auto idx = torch::tensor({{4, 0}, {-1, 2}}, torch::kLong);
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %l : Tensor?[] = prim::ListConstruct(%i)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR",
+                            {x, torch::tensor({3, 0, -2}, torch::kLong)}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %none : NoneType = prim::Constant()
+  %l : Tensor?[] = prim::ListConstruct(%none, %i)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR",
+                            {x, idx}, 0, 0));
+}
+
+TEST(ConvertIndexing, Scatter) {
+  const auto x = torch::randn({3, 5});
+  // Distinct indices per row so the result does not depend on write order.
+  const auto idx = torch::stack({torch::randperm(5), torch::randperm(5)}).slice(1, 0, 4);
+  const auto src = torch::randn({2, 4});
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor, %s : Tensor):
+  %d : int = prim::Constant[value=1]()
+  %y : Tensor = aten::scatter(%x, %d, %i, %s)
+  return (%y))IR",
+                            {x, idx, src}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor):
+  %d : int = prim::Constant[value=-1]()
+  %v : float = prim::Constant[value=7.5]()
+  %y : Tensor = aten::scatter(%x, %d, %i, %v)
+  return (%y))IR",
+                            {x, idx}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %i : Tensor, %s : Tensor):
+  %d : int = prim::Constant[value=0]()
+  %y : Tensor = aten::scatter_add(%x, %d, %i, %s)
+  return (%y))IR",
+                            {x, torch::randint(0, 3, {4, 5}, torch::kLong), torch::randn({4, 5})},
+                            1e-6, 1e-6));
+}
+
+TEST(ConvertIndexing, ValidatorRejectsSeveralIndexTensorsAndRuntimeDims) {
+  auto g = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %i : Tensor, %j : Tensor):
+  %l : Tensor?[] = prim::ListConstruct(%i, %j)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR");
+  const Support s = default_registry().supports(g->outputs()[0]->node());
+  EXPECT_FALSE(s.supported);
+  EXPECT_NE(s.reason.find("2 index tensors"), std::string::npos) << s.reason;
+
+  auto g2 = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %t : Tensor):
+  %c1 : int = prim::Constant[value=1]()
+  %n : int = aten::Int(%t)
+  %y : Tensor = aten::select(%x, %c1, %n)
+  return (%y))IR");
+  const Support s2 = default_registry().supports(g2->outputs()[0]->node());
+  EXPECT_FALSE(s2.supported);
+  EXPECT_NE(s2.reason.find("graph input"), std::string::npos) << s2.reason;
+}
+
+TEST(ConvertIndexing, BooleanMaskIndexIsUnsupported) {
+  const std::string ir = R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %l : Tensor?[] = prim::ListConstruct(%m)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR";
+  try {
+    testing::run_converted(ir, {torch::randn({4}), torch::rand({4}) > 0.5});
+    FAIL() << "expected Unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::conversion

@@ -1,0 +1,177 @@
+// Shape analysis: exact segment shapes at min/opt/max, and valid indices for index inputs.
+#include <gtest/gtest.h>
+
+#include "partition_testing.h"
+#include "partitioning/shape_analysis.h"
+#include "util/errors.h"
+
+namespace kiln::partitioning {
+namespace {
+
+using testing::partition_ir;
+using testing::with_min_block;
+using Shape = std::vector<int64_t>;
+
+const TableCapability kAllButLgamma = TableCapability::all_except({"aten::lgamma"});
+
+std::vector<Shape> shapes(const std::vector<ValueDesc>& descs) {
+  std::vector<Shape> out;
+  for (const ValueDesc& d : descs) out.push_back(d.sizes);
+  return out;
+}
+
+const char* kConvChain = R"IR(
+graph(%x : Tensor, %w1 : Tensor, %w2 : Tensor):
+  %none : NoneType = prim::Constant()
+  %ones : int[] = prim::Constant[value=[1, 1]]()
+  %twos : int[] = prim::Constant[value=[2, 2]]()
+  %zeros : int[] = prim::Constant[value=[0, 0]]()
+  %g : int = prim::Constant[value=1]()
+  %c1 : Tensor = aten::conv2d(%x, %w1, %none, %ones, %ones, %ones, %g)
+  %r1 : Tensor = aten::relu(%c1)
+  %l : Tensor = aten::lgamma(%r1)
+  %c2 : Tensor = aten::conv2d(%l, %w2, %none, %twos, %zeros, %ones, %g)
+  %r2 : Tensor = aten::relu(%c2)
+  %o : Tensor = aten::sigmoid(%r2)
+  return (%o))IR";
+
+TEST(ShapeAnalysis, ConvChainWithAFallbackInTheMiddle) {
+  auto p = partition_ir(kConvChain, kAllButLgamma, with_min_block(2));
+  ASSERT_EQ(format_segments(p),
+            "segment 0 engine: %c1=aten::conv2d %r1=aten::relu\n"
+            "segment 1 torch: %l=aten::lgamma\n"
+            "segment 2 engine: %c2=aten::conv2d %r2=aten::relu %o=aten::sigmoid\n");
+  analyze_shapes(p, {InputProfile::range({1, 3, 8, 8}, {2, 3, 16, 16}, {4, 3, 32, 32}),
+                     InputProfile::fixed({8, 3, 3, 3}), InputProfile::fixed({16, 8, 3, 3})});
+  const Segment& head = p.segments[0];
+  const Segment& fallback = p.segments[1];
+  const Segment& tail = p.segments[2];
+  ASSERT_TRUE(head.has_shapes && fallback.has_shapes && tail.has_shapes);
+
+  EXPECT_EQ(shapes(head.shapes[kMin].inputs), (std::vector<Shape>{{1, 3, 8, 8}, {8, 3, 3, 3}}));
+  EXPECT_EQ(shapes(head.shapes[kOpt].inputs), (std::vector<Shape>{{2, 3, 16, 16}, {8, 3, 3, 3}}));
+  EXPECT_EQ(shapes(head.shapes[kMax].inputs), (std::vector<Shape>{{4, 3, 32, 32}, {8, 3, 3, 3}}));
+
+  EXPECT_EQ(shapes(fallback.shapes[kMin].inputs), (std::vector<Shape>{{1, 8, 8, 8}}));
+  EXPECT_EQ(shapes(fallback.shapes[kOpt].inputs), (std::vector<Shape>{{2, 8, 16, 16}}));
+  EXPECT_EQ(shapes(fallback.shapes[kMax].inputs), (std::vector<Shape>{{4, 8, 32, 32}}));
+
+  EXPECT_EQ(shapes(tail.shapes[kMin].inputs), (std::vector<Shape>{{1, 8, 8, 8}, {16, 8, 3, 3}}));
+  EXPECT_EQ(shapes(tail.shapes[kOpt].inputs), (std::vector<Shape>{{2, 8, 16, 16}, {16, 8, 3, 3}}));
+  EXPECT_EQ(shapes(tail.shapes[kMax].inputs), (std::vector<Shape>{{4, 8, 32, 32}, {16, 8, 3, 3}}));
+  // 3x3, stride 2, no padding: 8 -> 3, 16 -> 7, 32 -> 15.
+  EXPECT_EQ(shapes(tail.shapes[kMin].outputs), (std::vector<Shape>{{1, 16, 3, 3}}));
+  EXPECT_EQ(shapes(tail.shapes[kOpt].outputs), (std::vector<Shape>{{2, 16, 7, 7}}));
+  EXPECT_EQ(shapes(tail.shapes[kMax].outputs), (std::vector<Shape>{{4, 16, 15, 15}}));
+  EXPECT_EQ(tail.shapes[kOpt].inputs[0].dtype, c10::ScalarType::Float);
+  EXPECT_EQ(tail.shapes[kOpt].inputs[0].type, "Tensor");
+}
+
+const char* kIndexOps = R"IR(
+graph(%idx : Tensor, %table : Tensor, %sel : Tensor, %src : Tensor):
+  %m1 : int = prim::Constant[value=-1]()
+  %false : bool = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %e : Tensor = aten::embedding(%table, %idx, %m1, %false, %false)
+  %l : Tensor = aten::lgamma(%e)
+  %s : Tensor = aten::index_select(%src, %one, %sel)
+  %r : Tensor = aten::relu(%l)
+  return (%r, %s))IR";
+
+std::vector<InputProfile> index_profiles() {
+  return {InputProfile::range({1, 4}, {2, 8}, {4, 16}, c10::ScalarType::Long),
+          InputProfile::fixed({100, 32}), InputProfile::fixed({5}, c10::ScalarType::Long),
+          InputProfile::fixed({3, 50})};
+}
+
+TEST(ShapeAnalysis, IndexInputsGetValidIndices) {
+  auto graph = kiln::testing::parse(kIndexOps);
+  const auto profiles = index_profiles();
+  for (Profile profile : {kMin, kOpt, kMax}) {
+    const auto inputs = generate_inputs(*graph, profiles, profile, 7);
+    const at::Tensor idx = inputs[0].toTensor();
+    const at::Tensor sel = inputs[2].toTensor();
+    EXPECT_EQ(idx.scalar_type(), c10::ScalarType::Long);
+    EXPECT_GE(idx.min().item<int64_t>(), 0);
+    EXPECT_LT(idx.max().item<int64_t>(), 100);
+    EXPECT_GE(sel.min().item<int64_t>(), 0);
+    EXPECT_LT(sel.max().item<int64_t>(), 50);
+  }
+  // Random over the valid range, not only zeros: the 16 * 4 maximum indices are not all 0.
+  EXPECT_GT(generate_inputs(*graph, profiles, kMax, 7)[0].toTensor().max().item<int64_t>(), 0);
+}
+
+TEST(ShapeAnalysis, EmbeddingAndIndexSelectShapes) {
+  auto p = partition_ir(kIndexOps, kAllButLgamma, with_min_block(1));
+  ASSERT_EQ(format_segments(p),
+            "segment 0 engine: %e=aten::embedding\n"
+            "segment 1 torch: %l=aten::lgamma\n"
+            "segment 2 engine: %s=aten::index_select %r=aten::relu\n");
+  analyze_shapes(p, index_profiles());
+  const Segment& lookup = p.segments[0];
+  EXPECT_EQ(shapes(lookup.shapes[kMin].inputs), (std::vector<Shape>{{100, 32}, {1, 4}}));
+  EXPECT_EQ(lookup.shapes[kMin].inputs[1].dtype, c10::ScalarType::Long);
+  EXPECT_EQ(shapes(lookup.shapes[kMin].outputs), (std::vector<Shape>{{1, 4, 32}}));
+  EXPECT_EQ(shapes(lookup.shapes[kOpt].outputs), (std::vector<Shape>{{2, 8, 32}}));
+  EXPECT_EQ(shapes(lookup.shapes[kMax].outputs), (std::vector<Shape>{{4, 16, 32}}));
+  const Segment& tail = p.segments[2];
+  EXPECT_EQ(shapes(tail.shapes[kMax].inputs),
+            (std::vector<Shape>{{3, 50}, {5}, {4, 16, 32}}));
+  EXPECT_EQ(shapes(tail.shapes[kMax].outputs), (std::vector<Shape>{{3, 5}, {4, 16, 32}}));
+}
+
+TEST(ShapeAnalysis, IndexIntoAComputedTensorUsesZeros) {
+  const char* ir = R"IR(
+graph(%sel : Tensor, %src : Tensor):
+  %zero : int = prim::Constant[value=0]()
+  %t : Tensor = aten::relu(%src)
+  %s : Tensor = aten::index_select(%t, %zero, %sel)
+  return (%s))IR";
+  auto graph = kiln::testing::parse(ir);
+  const auto inputs =
+      generate_inputs(*graph, {InputProfile::fixed({6}, c10::ScalarType::Long),
+                               InputProfile::fixed({2, 3})}, kOpt);
+  EXPECT_EQ(inputs[0].toTensor().abs().sum().item<int64_t>(), 0);
+}
+
+TEST(ShapeAnalysis, IfBranchesAndNonTensorInputs) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %c : bool):
+  %a : Tensor = aten::relu(%x)
+  %r : Tensor = prim::If(%c)
+    block0():
+      %t : Tensor = aten::sigmoid(%a)
+      -> (%t)
+    block1():
+      %l : Tensor = aten::lgamma(%a)
+      -> (%l)
+  %o : Tensor = aten::tanh(%r)
+  return (%o))IR";
+  auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+  analyze_shapes(p, {InputProfile::range({1, 2}, {3, 2}, {5, 2}), InputProfile::of_value(false)});
+  ASSERT_EQ(p.segments.size(), 3u);
+  const Segment& branch = p.segments[1].blocks.at(0).segments.at(0);
+  ASSERT_TRUE(branch.has_shapes);
+  EXPECT_EQ(shapes(branch.shapes[kOpt].outputs), (std::vector<Shape>{{3, 2}}));
+  EXPECT_EQ(shapes(p.segments[2].shapes[kMax].inputs), (std::vector<Shape>{{5, 2}}));
+  EXPECT_FALSE(p.segments[1].shapes[kMin].inputs.at(0).is_tensor);
+  EXPECT_EQ(p.segments[1].shapes[kMin].inputs.at(0).type, "bool");
+}
+
+TEST(ShapeAnalysis, WrongProfileCountOrFailingSegmentIsAClearError) {
+  auto p = partition_ir(kConvChain, kAllButLgamma, with_min_block(2));
+  EXPECT_THROW(analyze_shapes(p, {InputProfile::fixed({1, 3, 8, 8})}), InvalidArgument);
+  try {
+    // 4 input channels do not fit weights made for 3.
+    analyze_shapes(p, {InputProfile::fixed({1, 4, 8, 8}), InputProfile::fixed({8, 3, 3, 3}),
+                       InputProfile::fixed({16, 8, 3, 3})});
+    FAIL() << "expected ShapeMismatch";
+  } catch (const ShapeMismatch& e) {
+    EXPECT_NE(e.message().find("segment 0 (engine) failed on the generated inputs"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::partitioning
