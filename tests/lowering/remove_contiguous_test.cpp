@@ -45,3 +45,29 @@ graph(%x : Tensor):
 
 }  // namespace
 }  // namespace kiln::lowering
+
+namespace kiln::lowering {
+namespace {
+
+// nn.MultiheadAttention in torch 2.x: proj.contiguous(), then proj[0].view(...). Dropping the copy
+// would make view() meet non-contiguous memory.
+TEST(RemoveContiguous, KeepsCopyThatAViewOfAViewNeeds) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor):
+  %zero : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %m : int = prim::Constant[value=-1]()
+  %t : Tensor = aten::transpose(%x, %zero, %one)
+  %c : Tensor = aten::contiguous(%t, %zero)
+  %s : Tensor = aten::select(%c, %zero, %zero)
+  %shape : int[] = prim::ListConstruct(%m)
+  %v : Tensor = aten::view(%s, %shape)
+  return (%v))IR");
+  auto before = g->copy();
+  EXPECT_FALSE(remove_contiguous(g));
+  EXPECT_TRUE(testing::file_check("CHECK: aten::contiguous\nCHECK: aten::view", *g));
+  EXPECT_TRUE(testing::same_values(*before, *g, testing::random_inputs({{3, 4, 5}})));
+}
+
+}  // namespace
+}  // namespace kiln::lowering

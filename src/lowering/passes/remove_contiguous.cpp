@@ -15,6 +15,18 @@ namespace {
 
 using torch::jit::Node;
 
+bool makes_view(c10::Symbol kind) {
+  static const c10::Symbol kViews[] = {
+      c10::aten::select,    c10::aten::slice,   c10::aten::transpose, c10::aten::permute,
+      c10::aten::unsqueeze, c10::aten::squeeze, c10::aten::expand,    c10::aten::t,
+      c10::aten::narrow,    c10::aten::unbind,  c10::aten::split,     c10::aten::chunk,
+      c10::aten::as_strided, c10::aten::diagonal, c10::aten::view_as, c10::aten::unflatten};
+  for (c10::Symbol v : kViews) {
+    if (kind == v) return true;
+  }
+  return false;
+}
+
 bool removable(Node* node, const torch::jit::AliasDb& aliases) {
   if (node->kind() != c10::aten::contiguous || node->outputs().size() != 1) return false;
   // memory_format other than contiguous_format (channels_last) is a layout request, not a no-op.
@@ -29,6 +41,9 @@ bool removable(Node* node, const torch::jit::AliasDb& aliases) {
   for (const auto& use : node->output()->uses()) {
     const Node* user = use.user;
     if (user->kind() == c10::aten::view && aliases.hasWriters(user->output())) return false;
+    // A view of a view (x.contiguous()[0].view(...)) would meet non-contiguous memory once the
+    // copy is gone, and only direct view() users are rewritten to reshape(): keep the copy.
+    if (makes_view(user->kind())) return false;
   }
   return true;
 }
