@@ -1,11 +1,8 @@
 // lower_module on every test model: no attributes, raises or dropout left, same outputs.
 #include <gtest/gtest.h>
-#include <torch/serialize.h>
-
-#include <fstream>
-#include <iterator>
 
 #include "harness/ir_testing.h"
+#include "harness/test_models.h"
 #include "ir/graph_utils.h"
 #include "kiln_test_paths.h"
 #include "lowering/lower.h"
@@ -14,41 +11,7 @@
 namespace kiln::lowering {
 namespace {
 
-// torch.load gives untyped lists (List[Any]); module methods want List[Tensor].
-torch::jit::IValue with_typed_lists(const torch::jit::IValue& v) {
-  if (v.isTuple()) {
-    std::vector<torch::jit::IValue> items;
-    for (const auto& e : v.toTupleRef().elements()) items.push_back(with_typed_lists(e));
-    return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (v.isList()) {
-    c10::List<at::Tensor> tensors;
-    for (const auto& e : v.toListRef()) {
-      if (!e.isTensor()) return v;
-      tensors.push_back(e.toTensor());
-    }
-    return tensors;
-  }
-  return v;
-}
-
-struct TestModel {
-  torch::jit::Module module;
-  std::vector<torch::jit::IValue> args;
-  torch::jit::IValue expected;
-};
-
-TestModel load_model(const std::string& name) {
-  const std::string base = std::string(KILN_TEST_MODELS_DIR) + "/" + name;
-  TestModel m{torch::jit::load(base + ".ts"), {}, {}};
-  std::ifstream in(base + ".io.pt", std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto io = with_typed_lists(torch::pickle_load(bytes)).toTuple();
-  const auto& args = io->elements()[0].toTupleRef().elements();
-  m.args.assign(args.begin(), args.end());
-  m.expected = io->elements()[1];
-  return m;
-}
+using kiln::testing::TestModel;
 
 size_t count_kind(torch::jit::Graph& graph, const std::string& prefix) {
   size_t n = 0;
@@ -61,7 +24,7 @@ size_t count_kind(torch::jit::Graph& graph, const std::string& prefix) {
 class LowerModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LowerModel, LowersToAFrozenGraphWithTheSameOutputs) {
-  TestModel m = load_model(GetParam());
+  TestModel m = kiln::testing::load_test_model(GetParam());
   auto graph = lower_module(m.module);
   EXPECT_EQ(count_kind(*graph, "prim::GetAttr"), 0u) << *graph;
   EXPECT_EQ(count_kind(*graph, "prim::CallMethod"), 0u) << *graph;
@@ -85,7 +48,7 @@ INSTANTIATE_TEST_SUITE_P(Models, LowerModel,
                                            "lgamma", "control_flow", "tuple_list"));
 
 TEST(LowerModule, MarksTorchExecutedModulesOnly) {
-  TestModel m = load_model("resnet18");
+  TestModel m = kiln::testing::load_test_model("resnet18");
   LoweringOptions options;
   options.torch_executed_modules = {"torchvision.models.resnet.BasicBlock"};
   auto graph = lower_module(m.module, options);

@@ -6,30 +6,13 @@
 #include <iterator>
 
 #include "harness/ir_testing.h"
+#include "harness/test_models.h"
 #include "ir/graph_io.h"
 #include "ir/verifier.h"
 #include "kiln_test_paths.h"
 
 namespace kiln {
 namespace {
-
-// torch.load gives untyped lists (List[Any]); module methods want List[Tensor].
-torch::jit::IValue with_typed_lists(const torch::jit::IValue& v) {
-  if (v.isTuple()) {
-    std::vector<torch::jit::IValue> items;
-    for (const auto& e : v.toTupleRef().elements()) items.push_back(with_typed_lists(e));
-    return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (v.isList()) {
-    c10::List<at::Tensor> tensors;
-    for (const auto& e : v.toListRef()) {
-      if (!e.isTensor()) return v;
-      tensors.push_back(e.toTensor());
-    }
-    return tensors;
-  }
-  return v;
-}
 
 class TestModel : public ::testing::TestWithParam<std::string> {};
 
@@ -39,12 +22,9 @@ TEST_P(TestModel, LoadsVerifiesAndMatchesPython) {
   ASSERT_TRUE(loaded.module.has_value());
   EXPECT_NO_THROW(ir::verify_graph(*loaded.graph));
 
-  std::ifstream in(base + ".io.pt", std::ios::binary);
-  ASSERT_TRUE(in.good()) << base << ".io.pt missing";
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto io = with_typed_lists(torch::pickle_load(bytes)).toTuple();
-  const auto& args = io->elements()[0].toTupleRef().elements();
-  const torch::jit::IValue& expected = io->elements()[1];
+  const testing::TestModel io = testing::load_test_model(GetParam());
+  const auto& args = io.args;
+  const torch::jit::IValue& expected = io.expected;
 
   torch::NoGradGuard no_grad;
   loaded.module->eval();
