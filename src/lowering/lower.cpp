@@ -21,9 +21,8 @@ bool is_torch_executed(const torch::jit::Node* node) {
 
 std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module,
                                                 const LoweringOptions& options) {
-  KILN_CHECK(module.find_method("forward").has_value(), InvalidArgument,
-             "lower_module: module `", module.type()->name()->qualifiedName(),
-             "` has no forward method");
+  KILN_CHECK(module.find_method("forward").has_value(), InvalidArgument, "lower_module: module `",
+             module.type()->name()->qualifiedName(), "` has no forward method");
   // Freezing refuses modules in training mode, and dropout/batch-norm flags must read eval.
   torch::jit::Module eval_copy = module.clone();
   eval_copy.eval();

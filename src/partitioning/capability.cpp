@@ -7,15 +7,24 @@ namespace kiln::partitioning {
 
 const char* reason_name(Reason reason) {
   switch (reason) {
-    case Reason::kNone: return "supported";
-    case Reason::kNoConverter: return "no converter";
-    case Reason::kValidator: return "validator";
-    case Reason::kForcedOp: return "forced op";
-    case Reason::kForcedModule: return "forced module";
-    case Reason::kImpure: return "impure";
-    case Reason::kControlFlow: return "control flow";
-    case Reason::kNonTensorBoundary: return "non-tensor boundary";
-    case Reason::kBelowMinBlockSize: return "below min_block_size";
+    case Reason::kNone:
+      return "supported";
+    case Reason::kNoConverter:
+      return "no converter";
+    case Reason::kValidator:
+      return "validator";
+    case Reason::kForcedOp:
+      return "forced op";
+    case Reason::kForcedModule:
+      return "forced module";
+    case Reason::kImpure:
+      return "impure";
+    case Reason::kControlFlow:
+      return "control flow";
+    case Reason::kNonTensorBoundary:
+      return "non-tensor boundary";
+    case Reason::kBelowMinBlockSize:
+      return "below min_block_size";
   }
   return "unknown";
 }

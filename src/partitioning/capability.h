@@ -21,14 +21,14 @@ inline constexpr const char* kTorchFallbackAttr = "kiln_torch_fallback";
 // Why a node runs in PyTorch. kNone means it goes to the engine.
 enum class Reason {
   kNone,
-  kNoConverter,          // no converter or evaluator is registered for its schema
-  kValidator,            // a converter exists but its capability validator refused this node
-  kForcedOp,             // listed in torch_executed_ops
-  kForcedModule,         // inside a torch_executed_modules module (kTorchFallbackAttr)
-  kImpure,               // has side effects or writes to an input
-  kControlFlow,          // prim::If / prim::Loop (or inside a loop that stays in PyTorch)
-  kNonTensorBoundary,    // would make a non-tensor value cross an engine boundary
-  kBelowMinBlockSize,    // its engine segment was shorter than min_block_size
+  kNoConverter,        // no converter or evaluator is registered for its schema
+  kValidator,          // a converter exists but its capability validator refused this node
+  kForcedOp,           // listed in torch_executed_ops
+  kForcedModule,       // inside a torch_executed_modules module (kTorchFallbackAttr)
+  kImpure,             // has side effects or writes to an input
+  kControlFlow,        // prim::If / prim::Loop (or inside a loop that stays in PyTorch)
+  kNonTensorBoundary,  // would make a non-tensor value cross an engine boundary
+  kBelowMinBlockSize,  // its engine segment was shorter than min_block_size
 };
 
 // Stable short name used in reports and JSON ("no converter", "forced op", ...).
@@ -40,7 +40,9 @@ struct Decision {
   std::string detail;  // names what is wrong, for error messages and reports
 
   static Decision yes() { return {true, Reason::kNone, ""}; }
-  static Decision no(Reason reason, std::string detail) { return {false, reason, std::move(detail)}; }
+  static Decision no(Reason reason, std::string detail) {
+    return {false, reason, std::move(detail)};
+  }
 };
 
 // The question partitioning asks of conversion: can this one node become engine layers or be

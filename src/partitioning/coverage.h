@@ -18,8 +18,8 @@ struct OpCoverage {
 };
 
 struct CoverageReport {
-  size_t total = 0;      // non-constant nodes, nested blocks included
-  size_t supported = 0;  // of those, the ones that run in the engine
+  size_t total = 0;                       // non-constant nodes, nested blocks included
+  size_t supported = 0;                   // of those, the ones that run in the engine
   std::map<std::string, OpCoverage> ops;  // by overload name, e.g. "aten::add.Tensor"
 };
 

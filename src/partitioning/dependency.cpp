@@ -67,8 +67,9 @@ bool pull_in_non_tensor_inputs(Segment& s, const Decisions& base, Decisions& dec
       if (s.copied.count(n)) continue;
       const auto& ins = n->inputs();
       if (std::find(ins.begin(), ins.end(), v) == ins.end()) continue;
-      decisions[n] = Decision::no(Reason::kNonTensorBoundary,
-                                  "reads " + describe(v) + ", which the engine cannot compute: " + why);
+      decisions[n] =
+          Decision::no(Reason::kNonTensorBoundary,
+                       "reads " + describe(v) + ", which the engine cannot compute: " + why);
       changed = true;
     }
   }
@@ -97,9 +98,9 @@ bool resolve_non_tensor_boundaries(std::vector<Segment>& segments, const torch::
     if (s.target != Target::kEngine) continue;
     for (Value* v : s.outputs) {
       if (is_tensor(v)) continue;
-      decisions[v->node()] = Decision::no(
-          Reason::kNonTensorBoundary,
-          "its output " + describe(v) + " is used outside its engine segment");
+      decisions[v->node()] =
+          Decision::no(Reason::kNonTensorBoundary,
+                       "its output " + describe(v) + " is used outside its engine segment");
       changed = true;
     }
   }

@@ -32,10 +32,10 @@ bool apply_min_block_size(const std::vector<Segment>& segments, const Context& c
     if (ops >= ctx.min_block_size) continue;
     for (const Node* n : s.nodes) {
       if (s.copied.count(n)) continue;
-      ctx.decisions[n] = Decision::no(
-          Reason::kBelowMinBlockSize, "its engine segment has " + std::to_string(ops) +
-                                          " op(s), fewer than min_block_size " +
-                                          std::to_string(ctx.min_block_size));
+      ctx.decisions[n] =
+          Decision::no(Reason::kBelowMinBlockSize, "its engine segment has " + std::to_string(ops) +
+                                                       " op(s), fewer than min_block_size " +
+                                                       std::to_string(ctx.min_block_size));
       changed = true;
     }
   }
@@ -46,8 +46,8 @@ void mark_loop_body(Node* loop, Decisions& decisions) {
   for (Block* body : loop->blocks()) {
     for (Node* n : body->nodes()) {
       if (is_constant(n)) continue;
-      decisions[n] = Decision::no(Reason::kControlFlow,
-                                  "inside a prim::Loop, which runs in PyTorch whole");
+      decisions[n] =
+          Decision::no(Reason::kControlFlow, "inside a prim::Loop, which runs in PyTorch whole");
       mark_loop_body(n, decisions);
     }
   }
@@ -62,7 +62,8 @@ std::vector<Segment> partition_block(Block* block, const Context& ctx) {
                    ? merge_global(std::move(segments), block, ctx.order)
                    : merge_adjacent(std::move(segments), ctx.order);
     compute_boundaries(segments, block);
-    if (resolve_non_tensor_boundaries(segments, block, ctx.base, ctx.decisions, ctx.order)) continue;
+    if (resolve_non_tensor_boundaries(segments, block, ctx.base, ctx.decisions, ctx.order))
+      continue;
     if (apply_min_block_size(segments, ctx)) continue;
     break;
   }
@@ -70,7 +71,8 @@ std::vector<Segment> partition_block(Block* block, const Context& ctx) {
     if (!s.do_not_merge) continue;
     Node* node = s.nodes.front();
     if (node->kind() == torch::jit::prim::If) {
-      for (Block* branch : node->blocks()) s.blocks.push_back({branch, partition_block(branch, ctx)});
+      for (Block* branch : node->blocks())
+        s.blocks.push_back({branch, partition_block(branch, ctx)});
     } else {
       mark_loop_body(node, ctx.decisions);
     }
@@ -78,7 +80,8 @@ std::vector<Segment> partition_block(Block* block, const Context& ctx) {
   return segments;
 }
 
-void format_into(std::ostream& os, const std::vector<Segment>& segments, const std::string& prefix) {
+void format_into(std::ostream& os, const std::vector<Segment>& segments,
+                 const std::string& prefix) {
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     const std::string id = prefix + std::to_string(i);
@@ -146,8 +149,8 @@ PartitionedGraph partition(std::shared_ptr<torch::jit::Graph> graph, const Capab
   const Decisions base = classify_graph(*graph, capability, settings);
   result.decisions = base;
   const NodeOrder order = number_nodes(*graph);
-  const Context ctx{settings, settings.require_full_compilation ? 1 : settings.min_block_size,
-                    base, result.decisions, order};
+  const Context ctx{settings, settings.require_full_compilation ? 1 : settings.min_block_size, base,
+                    result.decisions, order};
   result.segments = partition_block(graph->block(), ctx);
   if (settings.require_full_compilation) throw_if_not_fully_supported(*graph, result.decisions);
   return result;

@@ -20,9 +20,9 @@ const char* target_name(Target target);  // "engine" or "torch"
 // Shape and dtype of one segment input or output on one profile.
 struct ValueDesc {
   bool is_tensor = false;
-  std::vector<int64_t> sizes;                   // tensors only
+  std::vector<int64_t> sizes;                          // tensors only
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // tensors only
-  std::string type;                             // the TorchScript type, e.g. "int[]"
+  std::string type;                                    // the TorchScript type, e.g. "int[]"
 };
 
 struct SegmentShapes {
@@ -45,7 +45,7 @@ struct Segment {
   bool do_not_merge = false;                // control flow: stitched on its own
   std::vector<PartitionedBlock> blocks;     // a prim::If segment: each branch, partitioned
   bool has_shapes = false;
-  std::array<SegmentShapes, 3> shapes;      // by Profile, after analyze_shapes
+  std::array<SegmentShapes, 3> shapes;  // by Profile, after analyze_shapes
 };
 
 struct PartitionedBlock {

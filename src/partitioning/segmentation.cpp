@@ -110,8 +110,9 @@ std::vector<Segment> segment_dependency_aware(Block* block, const Decisions& dec
   };
   auto finalize_both = [&] {
     // The two open segments never depend on each other; keep source order for readability.
-    const bool engine_first = open[1].nodes.empty() ||
-                              (!open[0].nodes.empty() && open[0].nodes[0]->isBefore(open[1].nodes[0]));
+    const bool engine_first =
+        open[1].nodes.empty() ||
+        (!open[0].nodes.empty() && open[0].nodes[0]->isBefore(open[1].nodes[0]));
     finalize(engine_first ? 0 : 1);
     finalize(engine_first ? 1 : 0);
   };

@@ -59,8 +59,8 @@ std::optional<int64_t> index_bound(const Value* input, const Graph& graph,
     const auto kind = user->kind();
     if ((kind == torch::jit::aten::index_select || kind == torch::jit::aten::gather) &&
         use.offset == 2) {
-      const auto size = static_size(user->input(0), constant_int(user->input(1)), graph,
-                                    profiles, profile);
+      const auto size =
+          static_size(user->input(0), constant_int(user->input(1)), graph, profiles, profile);
       size ? tighten(size) : unknown();
     } else if (kind == torch::jit::aten::embedding && use.offset == 1) {
       const auto size = static_size(user->input(0), 0, graph, profiles, profile);
@@ -103,8 +103,8 @@ std::shared_ptr<Graph> segment_graph(const Segment& s) {
   std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
     auto it = map.find(v);
     if (it != map.end()) return it->second;
-    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError,
-               "shape analysis: %", v->debugName(), " is neither an input nor made in its segment");
+    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError, "shape analysis: %",
+               v->debugName(), " is neither an input nor made in its segment");
     Node* c = g->insertNode(g->createClone(v->node(), value_of));
     return map[v] = c->output();
   };
@@ -157,8 +157,8 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
       throw;
     } catch (const c10::Error& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
-                 " (", target_name(s.target), ") failed on the generated inputs: ",
-                 ir::compat::error_message(e));
+                 " (", target_name(s.target),
+                 ") failed on the generated inputs: ", ir::compat::error_message(e));
     } catch (const std::exception& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
                  " (", target_name(s.target), ") failed on the generated inputs: ", e.what());
@@ -190,10 +190,11 @@ InputProfile InputProfile::of_value(c10::IValue value) {
 }
 
 std::vector<c10::IValue> generate_inputs(const Graph& graph,
-                                         const std::vector<InputProfile>& profiles,
-                                         Profile profile, uint64_t seed) {
-  KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument, "shape analysis: the graph has ",
-             graph.inputs().size(), " inputs but ", profiles.size(), " input profiles were given");
+                                         const std::vector<InputProfile>& profiles, Profile profile,
+                                         uint64_t seed) {
+  KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument,
+             "shape analysis: the graph has ", graph.inputs().size(), " inputs but ",
+             profiles.size(), " input profiles were given");
   torch::manual_seed(seed);
   std::vector<c10::IValue> inputs;
   for (size_t i = 0; i < profiles.size(); ++i) {

@@ -30,8 +30,8 @@ struct InputProfile {
 // index): uniform in [0, size) of the dimension they index when that size is known from the
 // profiles or a constant, else zeros, so index ops never fail.
 std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
-                                         const std::vector<InputProfile>& profiles,
-                                         Profile profile, uint64_t seed = 0);
+                                         const std::vector<InputProfile>& profiles, Profile profile,
+                                         uint64_t seed = 0);
 
 // Runs the segments in order in the TorchScript interpreter, once per profile, and fills each
 // segment's `shapes` (nested If branches too; a branch that fails on the generated data while

@@ -23,8 +23,8 @@ graph(%x : Tensor):
   EXPECT_TRUE(decompose_ops(g));
   EXPECT_TRUE(testing::file_check(
       "CHECK-NOT: aten::var\nCHECK-NOT: aten::std\nCHECK: aten::mean\nCHECK: aten::sqrt", *g));
-  EXPECT_TRUE(testing::same_values(*before, *g, testing::random_inputs({{2, 3, 4, 5}}), 1e-5,
-                                   1e-5));
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, testing::random_inputs({{2, 3, 4, 5}}), 1e-5, 1e-5));
 }
 
 TEST(DecomposeOps, RewritesCompositeActivationsAndCasts) {

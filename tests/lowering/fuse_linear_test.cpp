@@ -23,9 +23,8 @@ graph(%x : Tensor, %w : Float(4, 8), %b : Float(4), %x3 : Tensor):
       "CHECK: aten::linear(%x, %w, %b)\nCHECK: aten::linear(%x3, %w, %b)\n"
       "CHECK: aten::linear(%x, %w, %\nCHECK-NOT: aten::matmul\nCHECK-NOT: aten::addmm",
       *g));
-  EXPECT_TRUE(testing::same_values(*before, *g,
-                                   testing::random_inputs({{2, 8}, {4, 8}, {4}, {3, 2, 8}}), 1e-5,
-                                   1e-5));
+  EXPECT_TRUE(testing::same_values(
+      *before, *g, testing::random_inputs({{2, 8}, {4, 8}, {4}, {3, 2, 8}}), 1e-5, 1e-5));
 }
 
 TEST(FuseLinear, LeavesNonLinearShapes) {
@@ -43,8 +42,8 @@ graph(%x : Tensor, %w : Float(8, 4), %b : Float(4), %u : Tensor):
   auto before = g->copy();
   EXPECT_FALSE(fuse_linear(g));
   EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::linear", *g));
-  EXPECT_TRUE(testing::same_values(*before, *g,
-                                   testing::random_inputs({{3, 8}, {8, 4}, {4}, {4, 8}})));
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, testing::random_inputs({{3, 8}, {8, 4}, {4}, {4, 8}})));
 }
 
 TEST(FuseLinear, KeepsABiasThatIsNotOneDimensionalOutside) {

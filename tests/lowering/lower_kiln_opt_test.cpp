@@ -19,9 +19,8 @@ TEST(LowerKilnOpt, LowersASavedModuleByFreezingIt) {
 }
 
 TEST(LowerKilnOpt, MarksTorchExecutedModules) {
-  auto r = testing::run_process(
-      {KILN_OPT_PATH, kResnet, "--lower", "--torch-executed-module", "BasicBlock",
-       "--torch-executed-module", "NoSuchModule"});
+  auto r = testing::run_process({KILN_OPT_PATH, kResnet, "--lower", "--torch-executed-module",
+                                 "BasicBlock", "--torch-executed-module", "NoSuchModule"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("kiln_torch_executed=1"), std::string::npos) << r.out;
 }

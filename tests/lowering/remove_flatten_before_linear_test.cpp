@@ -22,8 +22,8 @@ graph(%x : Float(2, 8), %u : Tensor, %w : Tensor, %b : Tensor):
   EXPECT_TRUE(remove_flatten_before_linear(g));
   EXPECT_TRUE(testing::file_check(
       "CHECK-NOT: aten::flatten\nCHECK: aten::linear(%x\nCHECK: aten::linear(%u", *g));
-  EXPECT_TRUE(testing::same_values(
-      *before, *g, testing::random_inputs({{2, 8}, {2, 3, 8}, {4, 8}, {4}})));
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, testing::random_inputs({{2, 8}, {2, 3, 8}, {4, 8}, {4}})));
 }
 
 TEST(RemoveFlattenBeforeLinear, KeepsFlattenThatReshapesOrHasOtherUsers) {
@@ -40,8 +40,8 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %w2 : Tensor):
   auto before = g->copy();
   EXPECT_FALSE(remove_flatten_before_linear(g));
   EXPECT_TRUE(testing::file_check("CHECK: aten::flatten\nCHECK: aten::flatten", *g));
-  EXPECT_TRUE(testing::same_values(*before, *g,
-                                   testing::random_inputs({{2, 2, 4}, {4, 8}, {4}, {4, 4}})));
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, testing::random_inputs({{2, 2, 4}, {4, 8}, {4}, {4, 4}})));
 }
 
 }  // namespace

@@ -134,8 +134,8 @@ TEST(PartitionFallback, RequireFullCompilationIgnoresMinBlockSize) {
   PartitionSettings settings;
   settings.require_full_compilation = true;
   settings.min_block_size = 100;
-  auto p = partition_ir(testing::read_test_data("lgamma.ir"), TableCapability::all_except({}),
-                        settings);
+  auto p =
+      partition_ir(testing::read_test_data("lgamma.ir"), TableCapability::all_except({}), settings);
   ASSERT_EQ(p.segments.size(), 1u);
   EXPECT_EQ(p.segments[0].target, Target::kEngine);
 }

@@ -25,7 +25,8 @@ void expect_engine_boundaries_are_tensors(const PartitionedGraph& p) {
     for (const auto* list : {&s.inputs, &s.outputs})
       for (const torch::jit::Value* v : *list)
         EXPECT_EQ(v->type()->kind(), c10::TypeKind::TensorType)
-            << "%" << v->debugName() << " crosses an engine boundary\n" << format_segments(p);
+            << "%" << v->debugName() << " crosses an engine boundary\n"
+            << format_segments(p);
   }
 }
 

@@ -1,8 +1,8 @@
 // Dependency-aware segmentation (seed 000's lgamma example), naive segmentation, block sizes.
 #include <gtest/gtest.h>
 
-#include "partitioning/partitioning.h"
 #include "partition_testing.h"
+#include "partitioning/partitioning.h"
 #include "util/errors.h"
 
 namespace kiln::partitioning {
@@ -23,7 +23,8 @@ TEST(Segmentation, LgammaIsThreeSegmentsWhenDependencyAware) {
             "segment 0 engine: %add=aten::add %mul=aten::mul %div=aten::div\n"
             "segment 1 torch: %x_lgamma=aten::lgamma %y_lgamma=aten::lgamma "
             "%div_lgamma=aten::lgamma\n"
-            "segment 2 engine: %" + cat_list + "=prim::ListConstruct %" + cat + "=aten::cat\n");
+            "segment 2 engine: %" +
+                cat_list + "=prim::ListConstruct %" + cat + "=aten::cat\n");
   // Engine segments take and return tensors only; the torch one reads %div from segment 0.
   ASSERT_EQ(p.segments[1].inputs.size(), 3u);
   EXPECT_EQ(p.segments[1].inputs[2]->debugName(), "div");

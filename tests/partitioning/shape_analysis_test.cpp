@@ -115,8 +115,7 @@ TEST(ShapeAnalysis, EmbeddingAndIndexSelectShapes) {
   EXPECT_EQ(shapes(lookup.shapes[kOpt].outputs), (std::vector<Shape>{{2, 8, 32}}));
   EXPECT_EQ(shapes(lookup.shapes[kMax].outputs), (std::vector<Shape>{{4, 16, 32}}));
   const Segment& tail = p.segments[2];
-  EXPECT_EQ(shapes(tail.shapes[kMax].inputs),
-            (std::vector<Shape>{{3, 50}, {5}, {4, 16, 32}}));
+  EXPECT_EQ(shapes(tail.shapes[kMax].inputs), (std::vector<Shape>{{3, 50}, {5}, {4, 16, 32}}));
   EXPECT_EQ(shapes(tail.shapes[kMax].outputs), (std::vector<Shape>{{3, 5}, {4, 16, 32}}));
 }
 
@@ -128,9 +127,8 @@ graph(%sel : Tensor, %src : Tensor):
   %s : Tensor = aten::index_select(%t, %zero, %sel)
   return (%s))IR";
   auto graph = kiln::testing::parse(ir);
-  const auto inputs =
-      generate_inputs(*graph, {InputProfile::fixed({6}, c10::ScalarType::Long),
-                               InputProfile::fixed({2, 3})}, kOpt);
+  const auto inputs = generate_inputs(
+      *graph, {InputProfile::fixed({6}, c10::ScalarType::Long), InputProfile::fixed({2, 3})}, kOpt);
   EXPECT_EQ(inputs[0].toTensor().abs().sum().item<int64_t>(), 0);
 }
 

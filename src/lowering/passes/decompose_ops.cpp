@@ -76,8 +76,8 @@ Value* decompose_variance(GraphPtr& graph, Node* node) {
   Value* square = insert(graph, c10::aten::mul, {diff, diff});
   Value* sum = insert(graph, c10::aten::sum, {square, dim_list, keepdim});
   // Elements per reduced group: numel(x) / numel(mean), known at run time for dynamic shapes.
-  Value* n = insert(graph, c10::aten::floordiv, {insert(graph, kNumel, {x}),
-                                                  insert(graph, kNumel, {mean})});
+  Value* n = insert(graph, c10::aten::floordiv,
+                    {insert(graph, kNumel, {x}), insert(graph, kNumel, {mean})});
   return insert(graph, c10::aten::div, {sum, insert(graph, c10::aten::sub, {n, correction})});
 }
 

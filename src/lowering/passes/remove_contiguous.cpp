@@ -17,10 +17,10 @@ using torch::jit::Node;
 
 bool makes_view(c10::Symbol kind) {
   static const c10::Symbol kViews[] = {
-      c10::aten::select,    c10::aten::slice,   c10::aten::transpose, c10::aten::permute,
-      c10::aten::unsqueeze, c10::aten::squeeze, c10::aten::expand,    c10::aten::t,
-      c10::aten::narrow,    c10::aten::unbind,  c10::aten::split,     c10::aten::chunk,
-      c10::aten::as_strided, c10::aten::diagonal, c10::aten::view_as, c10::aten::unflatten};
+      c10::aten::select,     c10::aten::slice,    c10::aten::transpose, c10::aten::permute,
+      c10::aten::unsqueeze,  c10::aten::squeeze,  c10::aten::expand,    c10::aten::t,
+      c10::aten::narrow,     c10::aten::unbind,   c10::aten::split,     c10::aten::chunk,
+      c10::aten::as_strided, c10::aten::diagonal, c10::aten::view_as,   c10::aten::unflatten};
   for (c10::Symbol v : kViews) {
     if (kind == v) return true;
   }

@@ -9,11 +9,14 @@ namespace kiln::lowering {
 namespace {
 
 bool is_dropout(const torch::jit::Node* node) {
-  static const std::array<c10::Symbol, 8> kDropouts = {
-      c10::aten::dropout,       c10::aten::dropout_,
-      c10::aten::feature_dropout, c10::aten::feature_dropout_,
-      c10::aten::alpha_dropout, c10::aten::alpha_dropout_,
-      c10::aten::feature_alpha_dropout, c10::aten::feature_alpha_dropout_};
+  static const std::array<c10::Symbol, 8> kDropouts = {c10::aten::dropout,
+                                                       c10::aten::dropout_,
+                                                       c10::aten::feature_dropout,
+                                                       c10::aten::feature_dropout_,
+                                                       c10::aten::alpha_dropout,
+                                                       c10::aten::alpha_dropout_,
+                                                       c10::aten::feature_alpha_dropout,
+                                                       c10::aten::feature_alpha_dropout_};
   for (const auto& kind : kDropouts) {
     if (node->kind() == kind) return true;
   }

@@ -28,11 +28,16 @@ std::optional<ToArguments> parse_to(Node* node) {
   for (size_t i = 1; i < schema->arguments().size() && i < node->inputs().size(); ++i) {
     const std::string& name = schema->arguments()[i].name();
     Value* v = node->input(i);
-    if (name == "dtype") args.dtype = v;
-    else if (name == "device") args.device = v;
-    else if (name == "other") args.other = v;
-    else if (name == "copy") args.copy = v;
-    else if (name == "memory_format") args.memory_format = v;
+    if (name == "dtype")
+      args.dtype = v;
+    else if (name == "device")
+      args.device = v;
+    else if (name == "other")
+      args.other = v;
+    else if (name == "copy")
+      args.copy = v;
+    else if (name == "memory_format")
+      args.memory_format = v;
     else if ((name == "layout" || name == "pin_memory") && !is_constant_none(v)) {
       args.has_layout_or_pin = true;
     }

@@ -20,8 +20,8 @@ Value* noop_source(Node* node) {
   if (kind == c10::aten::detach || kind == c10::aten::alias) {
     return node->inputs().size() == 1 ? self : nullptr;
   }
-  if (kind == c10::aten::t && node->inputs().size() == 1 &&
-      self->node()->kind() == c10::aten::t && self->node()->inputs().size() == 1) {
+  if (kind == c10::aten::t && node->inputs().size() == 1 && self->node()->kind() == c10::aten::t &&
+      self->node()->inputs().size() == 1) {
     // t() is an involution wherever it is defined (rank <= 2).
     return self->node()->input(0);
   }

@@ -14,8 +14,8 @@ bool unpack_log_softmax(GraphPtr& graph) {
         node->input(1)->type()->kind() != c10::TypeKind::IntType) {
       return;
     }
-    torch::jit::Node* softmax = graph->create(
-        c10::aten::softmax, {node->input(0), node->input(1), node->input(2)});
+    torch::jit::Node* softmax =
+        graph->create(c10::aten::softmax, {node->input(0), node->input(1), node->input(2)});
     softmax->insertBefore(node);
     softmax->output()->setType(node->output()->type());
     torch::jit::Node* log = graph->create(c10::aten::log, {softmax->output()});
