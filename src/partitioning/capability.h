@@ -16,7 +16,7 @@ struct PartitionSettings;
 
 // Lowering's module-fallback pass marks every node of a torch_executed_modules module with this
 // int attribute (value 1); partitioning keeps such nodes in PyTorch.
-inline constexpr const char* kTorchFallbackAttr = "kiln_torch_fallback";
+inline constexpr const char* kTorchFallbackAttr = "kiln_torch_executed";
 
 // Why a node runs in PyTorch. kNone means it goes to the engine.
 enum class Reason {

@@ -41,8 +41,8 @@ TEST(PartitionFallback, ForcedOpStaysInTorchAndJoinsTheTorchSegment) {
 const char* kMarkedModule = R"IR(
 graph(%x : Tensor):
   %a : Tensor = aten::relu(%x)
-  %b : Tensor = aten::sigmoid[kiln_torch_fallback=1](%a)
-  %c : Tensor = aten::tanh[kiln_torch_fallback=1](%b)
+  %b : Tensor = aten::sigmoid[kiln_torch_executed=1](%a)
+  %c : Tensor = aten::tanh[kiln_torch_executed=1](%b)
   %d : Tensor = aten::relu(%c)
   return (%d))IR";
 
@@ -57,7 +57,7 @@ TEST(PartitionFallback, NodesMarkedByModuleFallbackStayInTorch) {
   const Decision& d = p.decisions.at(find_node(p, "b"));
   EXPECT_EQ(d.reason, Reason::kForcedModule);
   EXPECT_NE(d.detail.find("model.Head"), std::string::npos) << d.detail;
-  EXPECT_STREQ(kTorchFallbackAttr, "kiln_torch_fallback");
+  EXPECT_STREQ(kTorchFallbackAttr, "kiln_torch_executed");
 }
 
 TEST(PartitionFallback, ValidatorRefusalCarriesItsMessage) {
