@@ -70,7 +70,37 @@ if(KILN_ENABLE_CUDA)
   endif()
 endif()
 if(KILN_HAS_CUDA)
-  message(STATUS "kiln: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_BIN_DIR}); CUDA backend enabled")
+  # cuDNN 9 (the legacy convolution API lives behind libcudnn.so's shim): next to the toolkit, or
+  # under KILN_CUDNN_ROOT (e.g. python's nvidia/cudnn package on GPU machines).
+  set(KILN_CUDNN_ROOT "" CACHE PATH "cuDNN prefix (include/, lib/) when it is not in the CUDA toolkit")
+  find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS ${KILN_CUDNN_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(KILN_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
+               HINTS ${KILN_CUDNN_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT KILN_CUDNN_INCLUDE OR NOT KILN_CUDNN_LIBRARY)
+    message(STATUS "kiln: CUDA found but not cuDNN (set KILN_CUDNN_ROOT)")
+    set(KILN_HAS_CUDA OFF)
+  endif()
+endif()
+if(KILN_HAS_CUDA)
+  # sm_90 machine code plus compute_90 PTX (CMake's plain "90" embeds both), set on kiln's kernel
+  # target itself: libtorch's CMake config sets CMAKE_CUDA_ARCHITECTURES to OFF for its own flags.
+  set(_kiln_cuda_arch 90)
+  if(DEFINED CACHE{CMAKE_CUDA_ARCHITECTURES} AND NOT "$CACHE{CMAKE_CUDA_ARCHITECTURES}" STREQUAL "OFF")
+    set(_kiln_cuda_arch "$CACHE{CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+  set(KILN_CUDA_ARCHITECTURES "${_kiln_cuda_arch}" CACHE STRING
+      "CUDA architectures of kiln's kernels (90: sm_90 code plus compute_90 PTX)")
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  add_library(kiln::cudnn INTERFACE IMPORTED GLOBAL)
+  set_target_properties(kiln::cudnn PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${KILN_CUDNN_INCLUDE}
+                                               INTERFACE_LINK_LIBRARIES ${KILN_CUDNN_LIBRARY})
+  message(STATUS "kiln: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_BIN_DIR}), cuDNN "
+                 "${KILN_CUDNN_LIBRARY}, architectures ${KILN_CUDA_ARCHITECTURES}; CUDA backend enabled")
 else()
   message(STATUS "kiln: CUDA not found (or KILN_ENABLE_CUDA=OFF); building the CPU backend only")
 endif()

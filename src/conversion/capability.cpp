@@ -1,3 +1,4 @@
+// Partitioning's capability query answered by the converter and evaluator registry.
 #include "conversion/capability.h"
 
 namespace kiln::conversion {

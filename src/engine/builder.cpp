@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cuda/backend.h"
 #include "util/errors.h"
 #include "util/logging.h"
 
@@ -315,8 +316,16 @@ std::string BuildReport::to_string() const {
 }
 
 Plan build(const Network& network, const BuilderConfig& config, BuildReport* report) {
-  KILN_CHECK(config.device == "cpu", Unsupported, "builder: device `", config.device,
-             "`: this build of kiln has no backend for it (the CUDA backend is not built yet)");
+  EngineTarget target;
+  if (config.device != "cpu") {
+    KILN_CHECK(config.device.rfind("cuda", 0) == 0, InvalidArgument, "builder: device `",
+               config.device, "` is not cpu, cuda or cuda:N");
+    KILN_CHECK(cuda::built(), Unsupported, "builder: device `", config.device,
+               "`: this build of kiln has no CUDA backend (CMake found no CUDA toolkit)");
+    target.device = "cuda";
+    target.device_index = cuda::parse_device(config.device);
+    target.compute_capability = cuda::compute_capability(target.device_index);
+  }
   KILN_CHECK(std::find(config.enabled_precisions.begin(), config.enabled_precisions.end(),
                        DataType::kF32) != config.enabled_precisions.end(),
              InvalidArgument, "builder: enabled precisions must include f32");
@@ -327,7 +336,7 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   KILN_CHECK(!network.outputs().empty(), InvalidArgument, "builder: the network has no outputs");
 
   BuildReport r;
-  Plan plan{network, EngineTarget{config.device, 0}};
+  Plan plan{network, target};
   Network& net = plan.network;
   r.layers_before = static_cast<int>(net.layers().size());
   r.layers_folded = fold_constants(net, config.refittable);
@@ -335,9 +344,10 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   fuse_post_ops(net, r.fusions);
   fuse_elementwise(net, r.fusions);
   r.layers_after = static_cast<int>(net.layers().size());
+  if (target.device == "cuda") cuda::check_supported(net);
 
-  // Memory at the opt shapes.
-  auto engine = std::make_shared<const Engine>(net, plan.target);
+  // Memory at the opt shapes (planning needs no device: a CPU engine of the same network).
+  auto engine = std::make_shared<const Engine>(net, EngineTarget{});
   ExecutionContext ctx(engine);
   for (size_t i = 0; i < net.inputs().size(); ++i) {
     ctx.set_input_shape(i, net.profile(net.inputs()[i]).opt);

@@ -10,7 +10,9 @@
 namespace kiln::engine {
 
 struct BuilderConfig {
-  std::string device = "cpu";  // "cpu" or "cuda"
+  // "cpu", "cuda" (device 0) or "cuda:N": a cuda plan targets that device's compute capability
+  // (DeviceError without it) and holds only layers the CUDA backend can run (Unsupported).
+  std::string device = "cpu";
   std::vector<DataType> enabled_precisions = {DataType::kF32};
   size_t workspace_bytes = size_t{1} << 30;
   int timing_iterations = 0;   // 0: choose kernels by heuristics, no timing

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "engine/cuda/backend.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
@@ -33,7 +34,10 @@ HostTensor::HostTensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std:
 Engine::Engine(Network network, EngineTarget target)
     : network_(std::move(network)), target_(std::move(target)) {
   KILN_CHECK(!network_.outputs().empty(), InvalidArgument, "engine has no outputs");
+  if (target_.device == "cuda") cuda_ = cuda::create_engine_state(network_, target_);
 }
+
+Engine::~Engine() = default;
 
 const TensorDesc& Engine::input(size_t i) const {
   KILN_CHECK(i < num_inputs(), InvalidArgument, "input index ", i, " out of range (engine has ",
@@ -108,6 +112,8 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine)
   bound_inputs_.assign(net.inputs().size(), nullptr);
   bound_outputs_.assign(net.outputs().size(), nullptr);
   states_.resize(net.layers().size());
+  if (engine_->on_cuda())
+    cuda_ = cuda::create_context_state(engine_->cuda_state(), net.layers().size());
 }
 
 ExecutionContext::~ExecutionContext() = default;
@@ -185,7 +191,8 @@ void ExecutionContext::resolve_shapes() {
   for (size_t i = 0; i < planned.size(); ++i) {
     arena_offset_[static_cast<size_t>(planned[i])] = static_cast<int64_t>(plan_.offsets[i]);
   }
-  if (plan_.arena_bytes > arena_capacity_) {
+  // A cuda context's arena is device memory, reserved when it executes.
+  if (!cuda_ && plan_.arena_bytes > arena_capacity_) {
     arena_storage_ = aligned_alloc_bytes(plan_.arena_bytes);
     arena_capacity_ = plan_.arena_bytes;
   }
@@ -199,26 +206,79 @@ const Shape& ExecutionContext::output_shape(size_t index) {
 }
 
 void ExecutionContext::bind_input(size_t index, const void* data) {
-  engine_->input(index);
+  const TensorDesc& in = engine_->input(index);
+  if (cuda_ && data != nullptr && data != bound_inputs_[index]) {
+    cuda::check_device_pointer(*cuda_, data, "input `" + in.name + "`");
+  }
   bound_inputs_[index] = data;
 }
 
 void ExecutionContext::bind_output(size_t index, void* data) {
-  engine_->output(index);
+  const TensorDesc& out = engine_->output(index);
+  if (cuda_ && data != nullptr && data != bound_outputs_[index]) {
+    cuda::check_device_pointer(*cuda_, data, "output `" + out.name + "`");
+  }
   bound_outputs_[index] = data;
+}
+
+void ExecutionContext::set_stream(void* stream) {
+  KILN_CHECK(cuda_ != nullptr, InvalidArgument,
+             "set_stream: the engine runs on the CPU; streams are for cuda engines");
+  cuda::set_stream(*cuda_, stream);
+}
+
+void* ExecutionContext::stream() const {
+  return cuda_ ? cuda::stream(*cuda_) : nullptr;
+}
+
+void ExecutionContext::enable_cuda_graphs(bool on) {
+  KILN_CHECK(cuda_ != nullptr || !on, InvalidArgument,
+             "enable_cuda_graphs: the engine runs on the CPU; graphs are for cuda engines");
+  cuda_graphs_ = on;
 }
 
 void ExecutionContext::execute() {
   resolve_shapes();
   const Network& net = engine_->network();
+  std::vector<size_t> in_bytes(net.inputs().size()), out_bytes(net.outputs().size());
+  for (size_t i = 0; i < in_bytes.size(); ++i) {
+    in_bytes[i] =
+        static_cast<size_t>(volume(input_shapes_[i])) * dtype_size(engine_->input(i).dtype);
+    KILN_CHECK(bound_inputs_[i] != nullptr || in_bytes[i] == 0, InvalidArgument, "input `",
+               engine_->input(i).name, "` is not bound");
+  }
+  for (size_t i = 0; i < out_bytes.size(); ++i) {
+    const TensorDesc& d = descs_[static_cast<size_t>(net.outputs()[i])];
+    out_bytes[i] = static_cast<size_t>(volume(d.shape)) * dtype_size(d.dtype);
+    KILN_CHECK(bound_outputs_[i] != nullptr || out_bytes[i] == 0, InvalidArgument, "output `",
+               engine_->output(i).name, "` is not bound");
+  }
+  if (cuda_ && cuda_graphs_ && !profiling_) {
+    std::vector<int64_t> key;  // one graph per set of input shapes
+    for (const Shape& s : input_shapes_) {
+      key.push_back(static_cast<int64_t>(s.size()));
+      key.insert(key.end(), s.begin(), s.end());
+    }
+    cuda::execute_graph(*cuda_, key, bound_inputs_, in_bytes, bound_outputs_, out_bytes,
+                        [this](const std::vector<const void*>& in, const std::vector<void*>& out) {
+                          enqueue(in, out);
+                        });
+    return;
+  }
+  enqueue(bound_inputs_, bound_outputs_);
+}
+
+void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
+                               const std::vector<void*>& outputs) {
+  const Network& net = engine_->network();
   std::vector<void*> where(net.num_tensors(), nullptr);
   for (size_t i = 0; i < net.inputs().size(); ++i) {
-    KILN_CHECK(bound_inputs_[i] != nullptr || volume(input_shapes_[i]) == 0, InvalidArgument,
-               "input `", engine_->input(i).name, "` is not bound");
-    where[static_cast<size_t>(net.inputs()[i])] = const_cast<void*>(bound_inputs_[i]);
+    where[static_cast<size_t>(net.inputs()[i])] = const_cast<void*>(inputs[i]);
   }
+  uint8_t* arena_base =
+      cuda_ ? static_cast<uint8_t*>(cuda::arena(*cuda_, plan_.arena_bytes)) : arena_storage_.get();
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (arena_offset_[t] >= 0) where[t] = arena_storage_.get() + arena_offset_[t];
+    if (arena_offset_[t] >= 0) where[t] = arena_base + arena_offset_[t];
   }
   // Outputs produced by layers are written straight into the caller's buffers.
   std::vector<bool> produced(net.num_tensors(), false);
@@ -228,22 +288,80 @@ void ExecutionContext::execute() {
       const Weights& w = net.weight(name);
       KILN_CHECK(w.data != nullptr, InvalidArgument, "weight `", name,
                  "` was stripped from this plan (a weightless plan); refit it before running");
-      where[static_cast<size_t>(l.outputs[0])] = const_cast<uint8_t*>(w.data->data());
+      where[static_cast<size_t>(l.outputs[0])] = cuda_
+                                                     ? const_cast<void*>(cuda::weight(*cuda_, name))
+                                                     : const_cast<uint8_t*>(w.data->data());
       continue;
     }
     for (TensorId id : l.outputs) produced[static_cast<size_t>(id)] = true;
   }
   for (size_t i = 0; i < net.outputs().size(); ++i) {
     const size_t t = static_cast<size_t>(net.outputs()[i]);
-    KILN_CHECK(bound_outputs_[i] != nullptr || volume(descs_[t].shape) == 0, InvalidArgument,
-               "output `", engine_->output(i).name, "` is not bound");
-    if (produced[t]) where[t] = bound_outputs_[i];
+    if (produced[t]) where[t] = outputs[i];
   }
 
   if (profiling_ && timings_.empty()) {
     for (const Layer& l : net.layers()) timings_.push_back({l.name, layer_kind_name(l.params)});
   }
-  const auto& layers = net.layers();
+  execute_layers(where);
+  // Outputs that are inputs or constants are copied.
+  for (size_t i = 0; i < net.outputs().size(); ++i) {
+    const size_t t = static_cast<size_t>(net.outputs()[i]);
+    if (produced[t] || where[t] == nullptr) continue;
+    const size_t bytes = static_cast<size_t>(volume(descs_[t].shape)) * dtype_size(descs_[t].dtype);
+    if (cuda_) {
+      cuda::copy_device_to_device(*cuda_, outputs[i], where[t], bytes);
+    } else {
+      std::memcpy(outputs[i], where[t], bytes);
+    }
+  }
+}
+
+void ExecutionContext::execute_layers(const std::vector<void*>& where) {
+  const auto& layers = engine_->network().layers();
+  if (cuda_) {
+    std::vector<cuda::DeviceTensor> ins, outs;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const Layer& layer = layers[li];
+      if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+      ins.clear();
+      outs.clear();
+      bool values_known = true;  // shape tensors: computed on the host while shapes resolved
+      for (TensorId id : layer.inputs) {
+        const TensorDesc& d = descs_[static_cast<size_t>(id)];
+        ins.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
+      }
+      for (TensorId id : layer.outputs) {
+        const TensorDesc& d = descs_[static_cast<size_t>(id)];
+        outs.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
+        values_known = values_known && d.values.has_value();
+      }
+      const auto start = std::chrono::steady_clock::now();
+      if (values_known) {
+        for (size_t k = 0; k < outs.size(); ++k) {
+          cuda::write_values(*cuda_, outs[k],
+                             *descs_[static_cast<size_t>(layer.outputs[k])].values);
+        }
+      } else {
+        cuda::run_layer(*cuda_, li, layer, ins, outs);
+      }
+      if (profiling_) {  // opt-in: waits for each layer so that its time is its own
+        cuda::synchronize(*cuda_);
+        timings_[li].total_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        ++timings_[li].runs;
+      }
+    }
+    return;
+  }
+  // Engine weights never change while the engine lives: kernels may key caches by address.
+  std::vector<bool> constant(descs_.size(), false);
+  for (const Layer& l : layers) {
+    if (std::holds_alternative<ConstantParams>(l.params)) {
+      constant[static_cast<size_t>(l.outputs[0])] = true;
+    }
+  }
   std::vector<cpu::TensorView> ins, outs;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
@@ -252,7 +370,8 @@ void ExecutionContext::execute() {
     outs.clear();
     for (TensorId id : layer.inputs) {
       const TensorDesc& d = descs_[static_cast<size_t>(id)];
-      ins.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
+      ins.push_back(
+          {d.dtype, d.shape, where[static_cast<size_t>(id)], constant[static_cast<size_t>(id)]});
     }
     for (TensorId id : layer.outputs) {
       const TensorDesc& d = descs_[static_cast<size_t>(id)];
@@ -267,18 +386,12 @@ void ExecutionContext::execute() {
       ++timings_[li].runs;
     }
   }
-  // Outputs that are inputs or constants are copied.
-  for (size_t i = 0; i < net.outputs().size(); ++i) {
-    const size_t t = static_cast<size_t>(net.outputs()[i]);
-    if (produced[t] || where[t] == nullptr) continue;
-    std::memcpy(bound_outputs_[i], where[t],
-                static_cast<size_t>(volume(descs_[t].shape)) * dtype_size(descs_[t].dtype));
-  }
 }
 
 std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inputs) {
   KILN_CHECK(inputs.size() == engine_->num_inputs(), InvalidArgument, "engine takes ",
              engine_->num_inputs(), " inputs, got ", inputs.size());
+  if (cuda_) return run_on_device(inputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorDesc& in = engine_->input(i);
     KILN_CHECK(inputs[i].dtype() == in.dtype, ShapeMismatch, "input `", in.name, "`: expected ",
@@ -292,6 +405,39 @@ std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inp
     bind_output(i, outputs.back().data());
   }
   execute();
+  return outputs;
+}
+
+std::vector<HostTensor> ExecutionContext::run_on_device(const std::vector<HostTensor>& inputs) {
+  const size_t n_in = inputs.size(), n_out = engine_->num_outputs();
+  device_buffers_.resize(n_in + n_out);
+  device_buffer_bytes_.resize(n_in + n_out, 0);
+  auto buffer = [&](size_t slot, size_t bytes) {
+    if (!device_buffers_[slot] || device_buffer_bytes_[slot] < bytes) {
+      device_buffers_[slot] = cuda::allocate(*cuda_, bytes);
+      device_buffer_bytes_[slot] = bytes;
+    }
+    return device_buffers_[slot].get();
+  };
+  for (size_t i = 0; i < n_in; ++i) {
+    const TensorDesc& in = engine_->input(i);
+    KILN_CHECK(inputs[i].dtype() == in.dtype, ShapeMismatch, "input `", in.name, "`: expected ",
+               dtype_name(in.dtype), ", got ", dtype_name(inputs[i].dtype()));
+    set_input_shape(i, inputs[i].shape());
+    void* d = buffer(i, inputs[i].nbytes());
+    cuda::copy_host_to_device(*cuda_, d, inputs[i].data(), inputs[i].nbytes());
+    bind_input(i, d);
+  }
+  std::vector<HostTensor> outputs;
+  for (size_t i = 0; i < n_out; ++i) {
+    outputs.emplace_back(engine_->output(i).dtype, output_shape(i));
+    bind_output(i, buffer(n_in + i, outputs.back().nbytes()));
+  }
+  execute();
+  for (size_t i = 0; i < n_out; ++i) {
+    cuda::copy_device_to_host(*cuda_, outputs[i].data(), bound_outputs_[i], outputs[i].nbytes());
+  }
+  cuda::synchronize(*cuda_);
   return outputs;
 }
 

@@ -1,5 +1,6 @@
 // The engine runtime: an immutable Engine (shareable between threads) and per-caller
-// ExecutionContexts that bind shapes and buffers and execute on the CPU backend.
+// ExecutionContexts that bind shapes and buffers and execute on the engine's backend: the CPU, or
+// a CUDA device (buffers are then device pointers and execute() only enqueues on a stream).
 #pragma once
 
 #include <memory>
@@ -11,6 +12,11 @@
 #include "engine/network.h"
 
 namespace kiln::engine {
+
+namespace cuda {
+class EngineState;
+class ContextState;
+}  // namespace cuda
 
 // A dense host tensor with 64-byte aligned storage.
 class HostTensor {
@@ -36,13 +42,21 @@ class HostTensor {
 struct EngineTarget {
   std::string device = "cpu";  // "cpu" or "cuda"
   int compute_capability = 0;  // cuda only, e.g. 90
+  // cuda only: the CUDA device the engine is bound to. A run-time choice, not stored in plans:
+  // set it after loading a plan (load_plan leaves 0).
+  int device_index = 0;
 };
 
 class Engine {
  public:
+  // A cuda target checks its device (DeviceError if it is missing or of another compute
+  // capability; Unsupported in a build without CUDA). Weights go to the device on first use.
   explicit Engine(Network network, EngineTarget target = {});
+  ~Engine();
   const Network& network() const { return network_; }
   const EngineTarget& target() const { return target_; }
+  bool on_cuda() const { return cuda_ != nullptr; }
+  const std::shared_ptr<cuda::EngineState>& cuda_state() const { return cuda_; }
 
   size_t num_inputs() const { return network_.inputs().size(); }
   size_t num_outputs() const { return network_.outputs().size(); }
@@ -58,6 +72,7 @@ class Engine {
  private:
   Network network_;
   EngineTarget target_;
+  std::shared_ptr<cuda::EngineState> cuda_;  // cuda targets only
 };
 
 struct LayerTiming {
@@ -77,11 +92,26 @@ class ExecutionContext {
   void set_input_shape(size_t index, const Shape& shape);
   // Output shapes for the input shapes set so far (every dynamic input must be set).
   const Shape& output_shape(size_t index);
+  // Host pointers for a CPU engine; device pointers (of the engine's device) for a cuda engine.
   void bind_input(size_t index, const void* data);
   void bind_output(size_t index, void* data);
+  // CPU: runs to completion. cuda: enqueues the whole engine on the stream and returns (no
+  // device or stream synchronization); outputs are ready when the stream gets there.
   void execute();
 
-  // Convenience: checks dtypes, sets shapes, allocates outputs, binds and executes.
+  // cuda engines: the cudaStream_t that execute() enqueues on (nullptr, the default, is the
+  // legacy default stream). InvalidArgument on a CPU engine.
+  void set_stream(void* stream);
+  void* stream() const;
+  // cuda engines: whole-engine CUDA graphs. execute() then replays a graph captured for the
+  // current input shapes (one per shape, up to 16); a new shape runs once eagerly and is captured
+  // on its next execution. Inputs and outputs are staged through context-owned device buffers
+  // (one device copy each way), so bindings may change between calls. Needs a stream set by
+  // set_stream (the legacy default stream cannot be captured: it runs eagerly).
+  void enable_cuda_graphs(bool on);
+
+  // Convenience: checks dtypes, sets shapes, allocates outputs, binds and executes. For a cuda
+  // engine it copies the inputs to the device, executes, waits for the stream and copies back.
   std::vector<HostTensor> run(const std::vector<HostTensor>& inputs);
 
   void enable_profiling(bool on) { profiling_ = on; }
@@ -92,6 +122,10 @@ class ExecutionContext {
 
  private:
   void resolve_shapes();
+  // Every layer once, reading `inputs` and writing `outputs` (on the stream for cuda engines).
+  void enqueue(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
+  void execute_layers(const std::vector<void*>& where);
+  std::vector<HostTensor> run_on_device(const std::vector<HostTensor>& inputs);
 
   std::shared_ptr<const Engine> engine_;
   std::vector<Shape> input_shapes_;
@@ -107,6 +141,10 @@ class ExecutionContext {
   std::vector<std::unique_ptr<cpu::KernelState>> states_;
   bool profiling_ = false;
   std::vector<LayerTiming> timings_;
+  std::shared_ptr<cuda::ContextState> cuda_;           // cuda engines only
+  std::vector<std::shared_ptr<void>> device_buffers_;  // run()'s device copies, reused
+  std::vector<size_t> device_buffer_bytes_;
+  bool cuda_graphs_ = false;
 };
 
 }  // namespace kiln::engine

@@ -27,6 +27,10 @@ bool remove_exceptions(GraphPtr& graph);
 bool eliminate_guards(GraphPtr& graph);
 // Removes dropout, feature_dropout, alpha_dropout and their in-place forms when train=False.
 bool remove_dropout(GraphPtr& graph);
+// In-place tensor and list ops become functional where no alias observes the write.
+bool remove_mutation(GraphPtr& graph);
+// Traced size arithmetic on 0-d tensors (NumToTensor -> mul/floor_divide/... -> Int) -> int ops.
+bool scalarize_size_arithmetic(GraphPtr& graph);
 // Removes detach, alias, x.t().t(), x.*_as(x) and expand(x, x.size()).
 bool remove_noops(GraphPtr& graph);
 // Removes aten::contiguous where no in-place write or view depends on its copy.

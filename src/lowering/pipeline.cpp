@@ -18,6 +18,12 @@ const ir::PassPipeline& lowering_pipeline() {
     p.add("eliminate_guards", eliminate_guards);
     // Inference: dropout is the identity (train is a constant False after freezing).
     p.add("remove_dropout", remove_dropout);
+    // In-place ops of traced models (relu_, add_) become pure ops the engine can take; after
+    // dropout so dropout_ goes first, before the peepholes that match functional forms.
+    p.add("remove_mutation", remove_mutation);
+    // Traced shape arithmetic (size -> NumToTensor -> mul -> Int) back to ints, so reshape sizes
+    // are static metadata for conversion; the orphaned tensor ops go with the final DCE.
+    p.add("scalarize_size_arithmetic", scalarize_size_arithmetic);
     // Peephole no-ops, so the fusions below see producers directly (x.t().t(), detach, ...).
     p.add("remove_noops", remove_noops);
     // The engine chooses layouts; PyTorch-visible copies and views stay correct.

@@ -26,6 +26,11 @@ PartitionedGraph partition(std::shared_ptr<torch::jit::Graph> graph, const Capab
 // Segments of a prim::If's blocks follow their If as "segment <i>.<block>.<j> ...".
 std::string format_segments(const PartitionedGraph& partitioned);
 
+// A non-control-flow segment as a graph of its own: its inputs (in order), its nodes with the
+// constants they use recreated, its outputs. What the interpreter runs in shape analysis and
+// what conversion turns into an engine.
+std::shared_ptr<torch::jit::Graph> segment_graph(const Segment& segment);
+
 // The same line format for a flat list, e.g. the naive segmentation.
 std::string format_segments(const std::vector<Segment>& segments);
 

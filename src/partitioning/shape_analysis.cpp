@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "ir/torch_compat.h"
+#include "partitioning/partitioning.h"
 #include "partitioning/segmentation.h"
 #include "util/errors.h"
 
@@ -93,27 +94,6 @@ c10::IValue lookup(const Env& env, const Value* v) {
   if (it != env.end()) return it->second;
   if (auto iv = torch::jit::toIValue(v)) return *iv;
   KILN_THROW(InternalError, "shape analysis: %", v->debugName(), " was not computed before use");
-}
-
-// The segment as a graph of its own: inputs, its nodes (constants recreated), outputs.
-std::shared_ptr<Graph> segment_graph(const Segment& s) {
-  auto g = std::make_shared<Graph>();
-  std::unordered_map<const Value*, Value*> map;
-  for (Value* v : s.inputs) map[v] = g->addInput()->copyMetadata(v);
-  std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
-    auto it = map.find(v);
-    if (it != map.end()) return it->second;
-    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError, "shape analysis: %",
-               v->debugName(), " is neither an input nor made in its segment");
-    Node* c = g->insertNode(g->createClone(v->node(), value_of));
-    return map[v] = c->output();
-  };
-  for (Node* n : s.nodes) {
-    Node* c = g->insertNode(g->createClone(n, value_of));
-    for (size_t k = 0; k < n->outputs().size(); ++k) map[n->outputs()[k]] = c->outputs()[k];
-  }
-  for (Value* v : s.outputs) g->registerOutput(map.at(v));
-  return g;
 }
 
 void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth);
@@ -231,6 +211,26 @@ void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfil
     for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
     run_segments(partitioned.segments, env, profile, 0);
   }
+}
+
+std::shared_ptr<Graph> segment_graph(const Segment& s) {
+  auto g = std::make_shared<Graph>();
+  std::unordered_map<const Value*, Value*> map;
+  for (Value* v : s.inputs) map[v] = g->addInput()->copyMetadata(v);
+  std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
+    auto it = map.find(v);
+    if (it != map.end()) return it->second;
+    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError, "segment_graph: %",
+               v->debugName(), " is neither an input nor made in its segment");
+    Node* c = g->insertNode(g->createClone(v->node(), value_of));
+    return map[v] = c->output();
+  };
+  for (Node* n : s.nodes) {
+    Node* c = g->insertNode(g->createClone(n, value_of));
+    for (size_t k = 0; k < n->outputs().size(); ++k) map[n->outputs()[k]] = c->outputs()[k];
+  }
+  for (Value* v : s.outputs) g->registerOutput(map.at(v));
+  return g;
 }
 
 }  // namespace kiln::partitioning

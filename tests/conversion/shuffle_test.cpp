@@ -164,19 +164,48 @@ TEST(ConvertShuffle, DynamicBatchWithStaticLists) {
   EXPECT_TRUE(at::equal(run_dynamic_batch(flat, x), x.flatten(1)));
 }
 
-TEST(ConvertShuffle, DynamicSizeInAShapeListIsUnsupported) {
-  const std::string ir = ir1(R"IR(
+TEST(ConvertShuffle, DynamicSizesInAShapeList) {
+  // x.view(x.size(0), -1): the run-time size copies the input's dim in place.
+  const std::string own = ir1(R"IR(
   %c0 : int = prim::Constant[value=0]()
   %m1 : int = prim::Constant[value=-1]()
   %n : int = aten::size(%x, %c0)
   %s : int[] = prim::ListConstruct(%n, %m1)
+  %y : Tensor = aten::view(%x, %s))IR");
+  for (int64_t batch : {1, 5, 16}) {
+    const at::Tensor x = torch::randn({batch, 3, 4});
+    EXPECT_TRUE(at::equal(run_dynamic_batch(own, x), x.view({batch, -1})));
+  }
+  // x.reshape(x.size(0) * 3, 4): the one run-time dim is inferred from the others.
+  const std::string product = ir1(R"IR(
+  %c0 : int = prim::Constant[value=0]()
+  %c3 : int = prim::Constant[value=3]()
+  %c4 : int = prim::Constant[value=4]()
+  %n : int = aten::size(%x, %c0)
+  %n3 : int = aten::mul(%n, %c3)
+  %s : int[] = prim::ListConstruct(%n3, %c4)
+  %y : Tensor = aten::reshape(%x, %s))IR");
+  const at::Tensor x = torch::randn({5, 3, 4});
+  EXPECT_TRUE(at::equal(run_dynamic_batch(product, x), x.reshape({15, 4})));
+}
+
+TEST(ConvertShuffle, TwoRunTimeDimsInAShapeListAreUnsupported) {
+  const std::string ir = ir1(R"IR(
+  %c0 : int = prim::Constant[value=0]()
+  %c3 : int = prim::Constant[value=3]()
+  %m1 : int = prim::Constant[value=-1]()
+  %n : int = aten::size(%x, %c0)
+  %n3 : int = aten::mul(%n, %c3)
+  %s : int[] = prim::ListConstruct(%n3, %m1)
   %y : Tensor = aten::view(%x, %s))IR");
   try {
     run_dynamic_batch(ir, torch::randn({5, 3, 4}));
     FAIL() << "expected Unsupported";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("aten::view"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than one dim that is only known at run time"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -1,5 +1,6 @@
 // Builder: constant folding, dead layers, fusions, memory planning; outputs never change.
 #include "engine/builder.h"
+#include "engine/cuda/backend.h"
 
 #include "engine/memory_plan.h"
 #include "engine_testing.h"
@@ -86,7 +87,14 @@ TEST(Builder, BadConfigurationsAreRejected) {
   net.mark_output(net.add("n", UnaryParams{UnaryOp::kNeg}, {x}));
   BuilderConfig cuda;
   cuda.device = "cuda";
-  EXPECT_THROW(build(net, cuda), Unsupported);
+  if (!cuda::built()) {
+    EXPECT_THROW(build(net, cuda), Unsupported);
+  } else if (cuda::device_count() == 0) {
+    EXPECT_THROW(build(net, cuda), DeviceError);
+  }
+  BuilderConfig other;
+  other.device = "tpu";
+  EXPECT_THROW(build(net, other), InvalidArgument);
   BuilderConfig no_f32;
   no_f32.enabled_precisions = {DataType::kF16};
   EXPECT_THROW(build(net, no_f32), InvalidArgument);

@@ -1,5 +1,6 @@
 // Convolution on the CPU backend against a float64 reference: 1-3-D, stride, asymmetric
 // padding, dilation, groups/depthwise, transposed with output_padding, post-ops, f16/bf16.
+#include <algorithm>
 #include <cmath>
 
 #include "engine_testing.h"
@@ -166,6 +167,105 @@ TEST(Convolution, PostOpsBiasReluResidual) {
     auto got = run_one_layer(p, {x, w, bias, res});
     ASSERT_EQ(got[0].shape(), out);
     EXPECT_TRUE(near(got[0], reference(x, w, p, out, &bias, &res), kRtol, kAtol)) << transposed;
+  }
+}
+
+// The shapes of ConvertConvolution.GroupsDilationDepthwise and
+// TransposedWithOutputPaddingGroupsDilation (tests/conversion), which failed on AVX-512 machines
+// only: grouped + dilated with bias, depthwise with channel multiplier 2, and transposed with
+// output_padding (negative end padding for oneDNN), groups and dilation.
+TEST(Convolution, GroupedDilatedDepthwiseAndTransposedAsTheConverterTests) {
+  struct BiasCase {
+    Case c;
+    bool bias;
+  };
+  std::vector<BiasCase> cases = {
+      {{{2, 6, 12, 10}, {4, 3, 3, 3}, {2, 4, 12, 8}, conv({1, 1}, {2, 2}, {2, 2}, {2, 3}, 2)},
+       true},
+      {{{2, 6, 12, 10}, {12, 1, 3, 3}, {2, 12, 12, 10}, conv({1, 1}, {1, 1}, {1, 1}, {1, 1}, 6)},
+       false},
+      {{{2, 3, 7}, {3, 5, 4}, {2, 5, 22}, conv({3}, {1}, {1}, {1}, 1, true, {2})}, true},
+      {{{1, 2, 3, 4, 3},
+        {2, 3, 2, 3, 3},
+        {1, 3, 7, 4, 5},
+        conv({2, 1, 2}, {0, 1, 1}, {0, 1, 1}, {1, 1, 1}, 1, true, {1, 0, 0})},
+       true},
+  };
+  for (int64_t batch : {1, 4}) {
+    cases.push_back({{{batch, 4, 5, 6},
+                      {4, 3, 3, 3},
+                      {batch, 3, 10, 14},
+                      conv({2, 2}, {1, 0}, {1, 0}, {1, 1}, 1, true, {1, 1})},
+                     true});
+    cases.push_back({{{batch, 4, 5, 6},
+                      {4, 2, 3, 2},
+                      {batch, 4, 11, 16},
+                      conv({2, 3}, {1, 1}, {1, 1}, {2, 1}, 2, true, {0, 1})},
+                     true});
+  }
+  uint64_t seed = 10;
+  for (auto& [c, with_bias] : cases) {
+    ConvolutionParams p = c.p;
+    p.post.has_bias = with_bias;
+    auto x = random_tensor(DataType::kF32, c.x, seed++),
+         w = random_tensor(DataType::kF32, c.w, seed++);
+    auto bias = random_tensor(DataType::kF32, {c.out[1]}, seed++);
+    std::vector<HostTensor> inputs = {x, w};
+    if (with_bias) inputs.push_back(bias);
+    const std::string what = shape_to_string(c.x) + " * " + shape_to_string(c.w);
+    std::vector<HostTensor> got;
+    try {
+      got = run_one_layer(p, inputs);
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+      continue;
+    }
+    ASSERT_EQ(got[0].shape(), c.out) << what;
+    EXPECT_TRUE(
+        near(got[0], reference(x, w, p, c.out, with_bias ? &bias : nullptr, nullptr), kRtol, kAtol))
+        << what;
+  }
+}
+
+Weights as_weights(const HostTensor& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.data());
+  return Weights::from_bytes(t.dtype(), t.shape(), std::vector<uint8_t>(bytes, bytes + t.nbytes()));
+}
+
+// Weights are reordered once and cached: an engine constant is keyed by its address, and a
+// weight input by its contents, so new contents at the same address must be picked up.
+TEST(Convolution, ConstantWeightsAreCachedAndWeightInputsFollowTheirContents) {
+  const Case c{{1, 4, 9, 8}, {6, 2, 3, 3}, {1, 6, 9, 8}, conv({1, 1}, {1, 1}, {1, 1}, {1, 1}, 2)};
+  for (DataType t : {DataType::kF32, DataType::kF16}) {
+    const auto w = random_tensor(t, c.w, 20);
+    Network net;
+    auto x = net.add_input("x", t, c.x);
+    net.mark_output(net.add("conv", c.p, {x, net.add_constant("w", as_weights(w))}));
+    ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+    for (uint64_t seed : {21, 22}) {
+      const auto xv = random_tensor(t, c.x, seed);
+      const auto expected = reference(xv, w, c.p, c.out, nullptr, nullptr);
+      EXPECT_TRUE(near(ctx.run({xv})[0], expected, t == DataType::kF32 ? kRtol : 2e-3,
+                       t == DataType::kF32 ? kAtol : 1e-2))
+          << dtype_name(t) << " run " << seed;
+    }
+  }
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, c.x);
+  auto w = net.add_input("w", DataType::kF32, c.w);
+  net.mark_output(net.add("conv", c.p, {x, w}));
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  const auto xv = random_tensor(DataType::kF32, c.x, 23);
+  HostTensor wv(DataType::kF32, c.w), out(DataType::kF32, c.out);
+  ctx.bind_input(0, xv.data());
+  ctx.bind_input(1, wv.data());
+  ctx.bind_output(0, out.data());
+  for (uint64_t seed : {24, 25}) {
+    const auto fresh = random_tensor(DataType::kF32, c.w, seed);
+    std::copy(fresh.as<float>(), fresh.as<float>() + fresh.numel(), wv.as<float>());
+    ctx.execute();
+    EXPECT_TRUE(near(out, reference(xv, wv, c.p, c.out, nullptr, nullptr), kRtol, kAtol))
+        << "weights " << seed;
   }
 }
 

@@ -168,6 +168,56 @@ TEST(MatMul, HalfAndBfloat16ComputeInF32) {
   }
 }
 
+Weights as_weights(const HostTensor& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.data());
+  return Weights::from_bytes(t.dtype(), t.shape(), std::vector<uint8_t>(bytes, bytes + t.nbytes()));
+}
+
+// A constant b (an engine weight) is read through a cache filled once: f16 widened to f32, and
+// f32 rows a multiple of 4 KiB long copied into padded rows. Two runs with new activations.
+TEST(MatMul, ConstantWeightsThroughTheCacheIncludingPaddedRows) {
+  struct ConstCase {
+    Shape a, b;
+    bool tb;
+    DataType t;
+  };
+  const ConstCase cases[] = {
+      {{3, 5}, {5, 1024}, false, DataType::kF32},        // rows of 4 KiB: padded copy
+      {{2, 3, 1024}, {6, 1024}, true, DataType::kF32},   // transposed: stored rows of 4 KiB
+      {{2, 3, 5}, {2, 5, 2048}, false, DataType::kF32},  // batched, rows of 8 KiB
+      {{4, 5}, {5, 7}, false, DataType::kF32},           // read in place
+      {{4, 5}, {5, 1024}, false, DataType::kF16},        // widened and padded
+      {{3}, {3}, false, DataType::kF16},                 // vector b: widened
+  };
+  for (const auto& c : cases) {
+    MatMulParams p;
+    p.transpose_b = c.tb;
+    p.post.has_bias = true;
+    const auto b = random_tensor(c.t, c.b, 30, -1, 1);
+    const int64_t n = c.b.size() == 1 ? 1 : c.tb ? c.b[c.b.size() - 2] : c.b.back();
+    const auto bias = random_tensor(c.t, {n}, 31);
+    Network net;
+    auto a = net.add_input("a", c.t, c.a);
+    net.mark_output(net.add(
+        "mm", p,
+        {a, net.add_constant("b", as_weights(b)), net.add_constant("bias", as_weights(bias))}));
+    ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+    const std::string what = shape_to_string(c.a) + " @ " + shape_to_string(c.b) + " " +
+                             dtype_name(c.t) + (c.tb ? " (b transposed)" : "");
+    for (uint64_t seed : {32, 33}) {
+      const auto av = random_tensor(c.t, c.a, seed, -1, 1);
+      Shape shape;
+      const auto expected = reference(av, b, p, &bias, nullptr, &shape);
+      const auto got = ctx.run({av})[0];
+      ASSERT_EQ(got.shape(), shape) << what;
+      // K up to 1024: float32 sums of that many products get atol 1e-3.
+      EXPECT_TRUE(near(got, expected, c.t == DataType::kF32 ? kRtol : 2e-3,
+                       c.t == DataType::kF32 ? 1e-3 : 2e-2))
+          << what << ", run " << seed;
+    }
+  }
+}
+
 TEST(MatMul, RerunsWithNewShapesRebuildThePrimitive) {
   // One engine with a dynamic batch: the cached primitive must follow the bound shape.
   Network net;

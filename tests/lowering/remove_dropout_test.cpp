@@ -44,5 +44,19 @@ graph(%x : Tensor, %train : bool):
   EXPECT_TRUE(testing::file_check("CHECK: aten::dropout\nCHECK: aten::feature_dropout", *g));
 }
 
+TEST(RemoveDropout, RemovesZeroProbabilityEvenWhenTraining) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.]()
+  %t : bool = prim::Constant[value=1]()
+  %a : Tensor = aten::dropout(%x, %p, %t)
+  %b : Tensor = aten::relu(%a)
+  return (%b))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(remove_dropout(g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: dropout\nCHECK: aten::relu(%x)", *g));
+  EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({2, 3})}));
+}
+
 }  // namespace
 }  // namespace kiln::lowering

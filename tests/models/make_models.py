@@ -85,6 +85,33 @@ class TextEncoder(nn.Module):
         return self.head(h[:, 0])
 
 
+def zoo():
+    """torchvision classification architectures, shrunk where the constructor allows so the
+    suite stays fast: each compiles into one engine (tests/compiler/zoo_test.cpp)."""
+    from torchvision.models import convnext, densenet
+    img = torch.randn(1, 3, 64, 64)
+    small = torch.randn(1, 3, 32, 32)
+    yield "zoo_resnet50", torchvision.models.resnet50(num_classes=10), (img,), "trace"
+    yield "zoo_mobilenet_v3_small", torchvision.models.mobilenet_v3_small(num_classes=10), (
+        img,), "trace"
+    yield "zoo_efficientnet_b0", torchvision.models.efficientnet_b0(num_classes=10), (
+        img,), "trace"
+    yield "zoo_regnet_y_400mf", torchvision.models.regnet_y_400mf(num_classes=10), (
+        img,), "trace"
+    yield "zoo_convnext", convnext.ConvNeXt(
+        [convnext.CNBlockConfig(32, 64, 1), convnext.CNBlockConfig(64, None, 1)],
+        num_classes=10), (small,), "trace"
+    yield "zoo_densenet", densenet.DenseNet(growth_rate=8, block_config=(2, 2, 2, 2),
+                                            num_init_features=16, num_classes=10), (img,), "trace"
+    yield "zoo_squeezenet1_1", torchvision.models.squeezenet1_1(num_classes=10), (img,), "trace"
+    yield "zoo_shufflenet_v2", torchvision.models.shufflenet_v2_x0_5(num_classes=10), (
+        img,), "trace"
+    yield "zoo_mnasnet", torchvision.models.mnasnet0_5(num_classes=10), (img,), "trace"
+    yield "zoo_googlenet", torchvision.models.googlenet(num_classes=10, aux_logits=False,
+                                                        init_weights=True), (img,), "trace"
+
+
+
 def models():
     """(name, module, example inputs, how: 'trace' or 'script')."""
     img = torch.randn(1, 3, 64, 64)
@@ -95,6 +122,7 @@ def models():
                                                num_classes=10)
     yield "vit_tiny", vit, (torch.randn(1, 3, 32, 32),), "trace"
     yield "text_encoder", TextEncoder(), (torch.randint(0, 100, (2, 16)),), "trace"
+    yield from zoo()
     yield "lgamma", Lgamma(), (torch.rand(2, 3) + 0.5, torch.rand(2, 3) + 0.5), "script"
     yield "control_flow", ControlFlow(), (torch.randn(2, 3, 16, 16),), "script"
     yield "tuple_list", TupleList(), (

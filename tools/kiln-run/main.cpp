@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/cpu/convert.h"
+#include "engine/cuda/backend.h"
 #include "engine/plan.h"
 #include "engine/runtime.h"
 #include "util/errors.h"
@@ -85,7 +86,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: load a kiln plan, run it, print outputs and latency"};
-  std::string plan_path, shapes_spec, dump_dir;
+  std::string plan_path, shapes_spec, dump_dir, device;
   int iterations = 20, warmup = 3;
   bool profile = false, inspect = false;
   app.add_option("plan", plan_path, "plan file (from kilnc --save-engine or the builder)")
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes_spec, "input shapes for dynamic inputs: NAME:DxD,...");
   app.add_option("--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device,
+                 "cpu, or cuda[:N] for a cuda plan (the CUDA device to run it on; default cuda:0)");
   app.add_flag("--profile", profile, "print a per-layer profile");
   app.add_flag("--inspect", inspect, "print the engine's layers as JSON");
   app.add_option("--dump", dump_dir,
@@ -107,6 +110,13 @@ int main(int argc, char** argv) {
   }
   try {
     Plan plan = load_plan(plan_path);
+    if (!device.empty()) {
+      const bool want_cuda = device != "cpu";
+      KILN_CHECK(want_cuda == (plan.target.device == "cuda"), InvalidArgument, "--device ", device,
+                 ": the plan was built for ", plan.target.device,
+                 " (plans run on the device kind they were built for)");
+      if (want_cuda) plan.target.device_index = kiln::engine::cuda::parse_device(device);
+    }
     auto engine = std::make_shared<const Engine>(std::move(plan.network), plan.target);
     if (inspect) std::cout << engine->inspect_json() << "\n";
     const auto shapes = parse_shapes(shapes_spec);

@@ -180,13 +180,43 @@ void identity(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), ctx.tensor(n->input(0)));
 }
 
-// reshape/view: torch's -1 becomes the engine's inferred dim.
+// One element of a reshape's size list that is not known at compile time (it depends on a
+// dynamic dim): the input's own dim k when it is `x.size(k)`, else a dim the others determine.
+TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
+  const Node* p = element->node();
+  if (p->kind() == c10::aten::size && p->inputs().size() == 2 && p->input(0) == reshape->input(0)) {
+    if (auto k = torch::jit::toIValue(p->input(1)); k && k->isInt()) {
+      const int64_t rank = static_cast<int64_t>(
+          reshape->input(0)->type()->cast<c10::TensorType>()->dim().value_or(-1));
+      const int64_t axis = k->toInt() < 0 && rank > 0 ? k->toInt() + rank : k->toInt();
+      return TargetDim{kDynamic, axis};
+    }
+  }
+  return TargetDim{kDynamic, -1};
+}
+
+// reshape/view: torch's -1 becomes the engine's inferred dim. With dynamic input dims the size
+// list mixes static ints and run-time sizes (x.size(0), x.size(0) * heads): those become copied
+// or inferred dims; reshape_dims refuses a target with two dims only known at run time.
 void convert_reshape(ConversionContext& ctx, const Node* n) {
   const TensorId x = ctx.tensor(n->input(0));
   std::vector<TargetDim> dims;
-  for (int64_t d : static_ints(ctx, n->input(1))) {
+  auto add_static = [&](int64_t d) {
     KILN_CHECK(d >= -1, InvalidArgument, "bad reshape dim ", d);
     dims.push_back(d == -1 ? TargetDim{kDynamic, -1} : TargetDim{d, -1});
+  };
+  const Node* list = n->input(1)->node();
+  if (!ctx.try_ivalue(n->input(1)) && list->kind() == c10::prim::ListConstruct) {
+    for (const torch::jit::Value* e : list->inputs()) {
+      auto iv = ctx.try_ivalue(e);
+      if (iv && iv->isInt()) {
+        add_static(iv->toInt());
+      } else {
+        dims.push_back(run_time_dim(n, e));
+      }
+    }
+  } else {
+    for (int64_t d : static_ints(ctx, n->input(1))) add_static(d);
   }
   ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
 }

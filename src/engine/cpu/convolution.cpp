@@ -14,22 +14,34 @@ namespace {
 
 using dnnl::memory;
 
+// The memory layouts a primitive descriptor is asked for, in the order they are tried: the ones
+// oneDNN prefers (`any`), plain nc(d)hw, and blocked nC(d)hw8c data (weights `any`).
+enum class Layouts { kPreferred, kPlain, kBlocked };
+
 // The primitive for the last input shapes; rebuilt only when they change. src/dst/weights are
-// in oneDNN's chosen layouts; the plain (user) descs say when a reorder is needed.
+// in the layouts of the implementation in use; the plain (user) descs say when a reorder is
+// needed.
 struct ConvState : KernelState {
   Shape key;
+  // oneDNN's implementation iterator points at the operation descriptor: it lives here, with it.
+  std::optional<dnnl::convolution_forward::desc> conv_desc;
+  std::optional<dnnl::deconvolution_forward::desc> deconv_desc;
+  dnnl::primitive_desc pd;  // the implementation in use; onednn::run_first_working moves it on
   dnnl::primitive primitive;
   memory::desc src_md, wei_md, dst_md;        // the primitive's
   memory::desc user_src, user_wei, user_dst;  // plain nc(d)hw / (g)oi(d)hw
   dnnl::reorder src_reorder, dst_reorder, wei_reorder;
   memory src_mem, dst_mem, wei_mem;  // staging in the primitive's layouts
-  // The weights in wei_mem were reordered from source bytes with this digest. Weights are
-  // almost always constants, so the reorder runs once; the digest (not the pointer) keys it
-  // because a weight input may change contents at a fixed address (arena, rebound buffers).
+  // What wei_mem was reordered from. A constant (an engine weight: the runtime guarantees its
+  // bytes never change) is keyed by its address, so it is reordered once and never read again;
+  // any other weight input by a digest of its bytes, since an activation or a rebound input
+  // may change contents at a fixed address.
+  const void* wei_source = nullptr;
   uint64_t wei_digest = 0;
   bool wei_valid = false;
   // Post-ops done by the primitive (bias, then the first activation); finish() does the rest.
   bool fused_bias = false, fused_activation = false;
+  Layouts layouts = Layouts::kPreferred;  // what pd was described with
 };
 
 std::vector<int64_t> or_default(const std::vector<int64_t>& v, size_t nd, int64_t fallback) {
@@ -68,8 +80,11 @@ std::vector<float> swap_io(const float* w, int64_t g, int64_t cg, int64_t og, in
   return t;
 }
 
-void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape& w,
-           const Shape& out) {
+// The primitive descriptor (the first implementation oneDNN offers for `layouts`) and the
+// plain layouts.
+void describe(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape& w,
+              const Shape& out, Layouts layouts) {
+  s.layouts = layouts;
   dnnl::primitive_attr attr;
   dnnl::algorithm act_alg;
   float act_a, act_b;
@@ -99,11 +114,20 @@ void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape
   if (g == 1) wd.erase(wd.begin());
   const auto f32 = memory::data_type::f32;
   const auto any = memory::format_tag::any;
+  const auto blocked = nd == 1   ? memory::format_tag::nCw8c
+                       : nd == 2 ? memory::format_tag::nChw8c
+                                 : memory::format_tag::nCdhw8c;
   s.user_src = memory::desc(onednn::to_dims(x), f32, data_tag(nd));
   s.user_dst = memory::desc(onednn::to_dims(out), f32, data_tag(nd));
   s.user_wei = memory::desc(onednn::to_dims(wd), f32, weights_tag(nd, g > 1));
-  const memory::desc src_any(onednn::to_dims(x), f32, any), dst_any(onednn::to_dims(out), f32, any),
-      wei_any(onednn::to_dims(wd), f32, any);
+  const auto asked = [&](const memory::desc& plain, const Shape& dims, bool data) {
+    if (layouts == Layouts::kPlain) return plain;
+    const bool block = data && layouts == Layouts::kBlocked;
+    return memory::desc(onednn::to_dims(dims), f32, block ? blocked : any);
+  };
+  const memory::desc asked_src = asked(s.user_src, x, true),
+                     asked_dst = asked(s.user_dst, out, true),
+                     asked_wei = asked(s.user_wei, wd, false);
   const memory::desc bias_md =
       s.fused_bias ? memory::desc({out[1]}, f32, memory::format_tag::a) : memory::desc();
   auto& eng = onednn::cpu_engine();
@@ -111,21 +135,27 @@ void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape
     return memory::dims(v.begin(), v.end());
   };
   if (p.transposed) {
-    dnnl::deconvolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_any, wei_any,
-        bias_md, dst_any, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
-    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, eng);
-    s.src_md = pd.src_desc(), s.wei_md = pd.weights_desc(), s.dst_md = pd.dst_desc();
-    s.primitive = dnnl::deconvolution_forward(pd);
+    s.deconv_desc.emplace(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                          asked_src, asked_wei, bias_md, asked_dst, as_dims(strides), as_dims(dil),
+                          as_dims(pb), as_dims(pe));
+    s.pd = dnnl::deconvolution_forward::primitive_desc(*s.deconv_desc, attr, eng);
   } else {
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, wei_any,
-        bias_md, dst_any, as_dims(strides), as_dims(dil), as_dims(pb), as_dims(pe));
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
-    s.src_md = pd.src_desc(), s.wei_md = pd.weights_desc(), s.dst_md = pd.dst_desc();
-    s.primitive = dnnl::convolution_forward(pd);
+    s.conv_desc.emplace(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                        asked_src, asked_wei, bias_md, asked_dst, as_dims(strides), as_dims(dil),
+                        as_dims(pb), as_dims(pe));
+    s.pd = dnnl::convolution_forward::primitive_desc(*s.conv_desc, attr, eng);
   }
+}
+
+// The primitive, staging buffers and reorders of the implementation s.pd holds; the weights
+// are brought into its layout on the next run.
+void instantiate(ConvState& s) {
+  auto& eng = onednn::cpu_engine();
+  s.src_md = s.pd.src_desc(0), s.wei_md = s.pd.weights_desc(0), s.dst_md = s.pd.dst_desc(0);
+  s.primitive = dnnl::primitive(s.pd);
   // Staging buffers and reorders exist only where oneDNN's layout differs from the plain one.
+  s.src_mem = s.dst_mem = memory();
+  s.src_reorder = s.dst_reorder = s.wei_reorder = dnnl::reorder();
   if (s.src_md != s.user_src) {
     s.src_mem = memory(s.src_md, eng);
     s.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s.user_src, eng, s.src_md));
@@ -138,13 +168,21 @@ void build(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape
   if (s.wei_md != s.user_wei) {
     s.wei_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s.user_wei, eng, s.wei_md));
   }
+  s.wei_valid = false;
 }
 
-// Brings the weights into state.wei_mem unless the same bytes are already there.
+// Brings the weights into state.wei_mem unless they are already there.
 void prepare_weights(ConvState& s, const ConvolutionParams& p, const TensorView& w,
                      dnnl::stream& stream) {
-  const uint64_t digest = hash_bytes(w.data, static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
-  if (s.wei_valid && digest == s.wei_digest) return;
+  const size_t bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
+  if (w.constant) {
+    if (s.wei_valid && s.wei_source == w.data) return;
+  } else {
+    const uint64_t digest = hash_bytes(w.data, bytes);
+    if (s.wei_valid && s.wei_source == nullptr && digest == s.wei_digest) return;
+    s.wei_digest = digest;
+  }
+  s.wei_valid = false;
   onednn::F32Data fw(w);
   std::vector<float> swapped;
   float* weights = fw.data();
@@ -161,7 +199,7 @@ void prepare_weights(ConvState& s, const ConvolutionParams& p, const TensorView&
     std::copy(weights, weights + w.numel(), static_cast<float*>(s.wei_mem.get_data_handle()));
   }
   stream.wait();
-  s.wei_digest = digest;
+  s.wei_source = w.constant ? w.data : nullptr;
   s.wei_valid = true;
 }
 
@@ -188,33 +226,55 @@ void convolution_kernel(KernelArgs& args) {
       if (!state || state->key != key) {
         auto fresh = std::make_unique<ConvState>();
         fresh->key = key;
-        build(*fresh, p, x.shape, w.shape, out.shape);
+        describe(*fresh, p, x.shape, w.shape, out.shape, Layouts::kPreferred);
+        instantiate(*fresh);
         state = fresh.get();
         args.state = std::move(fresh);
       }
       auto& eng = onednn::cpu_engine();
       dnnl::stream stream(eng);
-      prepare_weights(*state, p, w, stream);
       onednn::F32Data fx(x);
-      memory user_src(state->user_src, eng, fx.data()), user_dst(state->user_dst, eng, y.data());
-      memory src = user_src, dst = user_dst;
-      if (state->src_reorder) {
-        state->src_reorder.execute(stream, user_src, state->src_mem);
-        src = state->src_mem;
-      }
-      if (state->dst_reorder) dst = state->dst_mem;
-      std::unordered_map<int, memory> exec_args = {
-          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, state->wei_mem}, {DNNL_ARG_DST, dst}};
       std::optional<onednn::F32Data> fb;
-      if (state->fused_bias) {
-        fb.emplace(*post.bias);
-        exec_args[DNNL_ARG_BIAS] =
-            memory(memory::desc({out.shape[1]}, memory::data_type::f32, memory::format_tag::a), eng,
-                   fb->data());
-      }
-      state->primitive.execute(stream, exec_args);
-      if (state->dst_reorder) state->dst_reorder.execute(stream, state->dst_mem, user_dst);
-      stream.wait();
+      if (state->fused_bias) fb.emplace(*post.bias);
+      // oneDNN's implementations for the layouts it prefers, then for the plain ones, then for
+      // blocked data (which its gemm-based implementations refuse).
+      const auto next = [&] {
+        bool found = state->pd.next_impl();
+        while (!found && state->layouts != Layouts::kBlocked) {
+          try {
+            describe(*state, p, x.shape, w.shape, out.shape,
+                     static_cast<Layouts>(static_cast<int>(state->layouts) + 1));
+            found = true;
+          } catch (const dnnl::error&) {  // nothing for these layouts: the next ones
+          }
+        }
+        if (found) {
+          instantiate(*state);
+        } else {
+          state->key.clear();  // all failed: the next run starts over
+        }
+        return found;
+      };
+      onednn::run_first_working(layer, state->pd, next, [&] {
+        prepare_weights(*state, p, w, stream);
+        memory user_src(state->user_src, eng, fx.data()), user_dst(state->user_dst, eng, y.data());
+        memory src = user_src, dst = user_dst;
+        if (state->src_reorder) {
+          state->src_reorder.execute(stream, user_src, state->src_mem);
+          src = state->src_mem;
+        }
+        if (state->dst_reorder) dst = state->dst_mem;
+        std::unordered_map<int, memory> exec_args = {
+            {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, state->wei_mem}, {DNNL_ARG_DST, dst}};
+        if (state->fused_bias) {
+          exec_args[DNNL_ARG_BIAS] =
+              memory(memory::desc({out.shape[1]}, memory::data_type::f32, memory::format_tag::a),
+                     eng, fb->data());
+        }
+        state->primitive.execute(stream, exec_args);
+        if (state->dst_reorder) state->dst_reorder.execute(stream, state->dst_mem, user_dst);
+        stream.wait();
+      });
     });
   }
   // What the primitive did not fuse (all of it when no primitive ran).

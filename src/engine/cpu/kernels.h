@@ -15,6 +15,9 @@ struct TensorView {
   DataType dtype = DataType::kF32;
   Shape shape;
   void* data = nullptr;
+  // The runtime's promise that these bytes never change while the engine lives (an engine
+  // weight), so a kernel may cache what it derives from them keyed by `data` alone.
+  bool constant = false;
   int64_t numel() const { return volume(shape); }
   template <class T>
   T* as() const {

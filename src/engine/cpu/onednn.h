@@ -12,6 +12,7 @@
 #include "engine/cpu/block_ops.h"
 #include "engine/cpu/convert.h"
 #include "util/errors.h"
+#include "util/logging.h"
 
 namespace kiln::engine::cpu::onednn {
 
@@ -174,6 +175,34 @@ void guarded(const std::string& layer, Fn&& fn) {
     fn();
   } catch (const dnnl::error& e) {
     KILN_THROW(Unsupported, "layer `", layer, "`: oneDNN failed: ", e.what());
+  }
+}
+
+// Runs `attempt` on the implementation `pd` holds. When it fails with a oneDNN error, calls
+// `next`, which moves `pd` on to another implementation (oneDNN's next, or another
+// descriptor) and rebuilds what depends on it, returning false when there is none; then tries
+// again. The state keeps whichever implementation worked. Some implementations pass creation
+// and fail only when they run: in a process that also loads libtorch 2.x (which carries its own
+// oneDNN 3.x), libtorch's copy of the weak std::call_once thunk of gemm_info_t::jit_init
+// interposes libdnnl's, so libdnnl's jit GEMM kernels are never generated and every "gemm:jit"
+// primitive returns `unimplemented`.
+template <class Next, class Attempt>
+void run_first_working(const std::string& layer, const dnnl::primitive_desc& pd, Next&& next,
+                       Attempt&& attempt) {
+  std::string failed;
+  for (;;) {
+    try {
+      attempt();
+      return;
+    } catch (const dnnl::error& e) {
+      const std::string impl = pd.impl_info_str();
+      failed += (failed.empty() ? "" : "; ") + impl + ": " + e.what();
+      if (!next()) {
+        KILN_THROW(Unsupported, "layer `", layer, "`: no oneDNN implementation ran (", failed, ")");
+      }
+      KILN_LOG(kWarning, "layer `", layer, "`: oneDNN implementation ", impl, " failed (", e.what(),
+               "); using ", pd.impl_info_str());
+    }
   }
 }
 

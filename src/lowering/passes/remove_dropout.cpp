@@ -28,10 +28,13 @@ bool is_dropout(const torch::jit::Node* node) {
 bool remove_dropout(GraphPtr& graph) {
   bool changed = false;
   ir::for_each_node(graph->block(), [&](torch::jit::Node* node) {
-    // (input, p, train): only a dropout known to be in eval mode is the identity; one that
-    // still trains (or whose mode is a runtime value) is kept so results do not change.
+    // (input, p, train): a dropout known to be in eval mode, or with p = 0 (torchvision's swin
+    // calls F.dropout(x, p=0.0) with the default train=True), is the identity; one that still
+    // trains (or whose mode is a runtime value) is kept so results do not change.
     if (!is_dropout(node) || node->inputs().size() != 3 || node->outputs().size() != 1) return;
-    if (!is_constant_bool(node->input(2), false)) return;
+    const auto p = constant_value(node->input(1));
+    const bool zero_p = p && (p->isDouble() || p->isInt()) && p->toScalar().toDouble() == 0.0;
+    if (!is_constant_bool(node->input(2), false) && !zero_p) return;
     replace_and_destroy(node, node->input(0));
     changed = true;
   });

@@ -1,0 +1,109 @@
+// kiln's public C++ API: compile a TorchScript module into one whose engine segments run in
+// kiln's engine, check which ops a module would leave in PyTorch, and work with standalone plans.
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class DType { kF32, kF16, kBF16, kI64, kI32, kI8, kU8, kBool };
+
+// Memory format of an input tensor; channels-last inputs are made contiguous by the runtime.
+enum class TensorFormat { kContiguous, kChannelsLast };
+
+// One forward argument: a static shape or a min/opt/max range for dynamic dims.
+struct Input {
+  std::vector<int64_t> min_shape, opt_shape, max_shape;
+  DType dtype = DType::kF32;
+  TensorFormat format = TensorFormat::kContiguous;
+
+  Input() = default;
+  explicit Input(std::vector<int64_t> shape, DType dtype = DType::kF32)
+      : min_shape(shape), opt_shape(shape), max_shape(shape), dtype(dtype) {}
+  Input(std::vector<int64_t> min, std::vector<int64_t> opt, std::vector<int64_t> max,
+        DType dtype = DType::kF32)
+      : min_shape(std::move(min)),
+        opt_shape(std::move(opt)),
+        max_shape(std::move(max)),
+        dtype(dtype) {}
+  bool is_static() const { return min_shape == max_shape; }
+};
+
+struct Device {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = 0;            // cuda only
+  std::string str() const;  // "cpu" or "cuda:N"
+};
+
+// Phases of compilation, reported to CompileSpec::progress as they start.
+enum class Phase { kLower, kPartition, kShapeAnalysis, kConvert, kBuild, kStitch };
+const char* phase_name(Phase phase);
+
+struct CompileSpec {
+  std::vector<Input> inputs;  // one per forward argument (self excluded)
+  Device device;
+  std::vector<DType> enabled_precisions = {DType::kF32};
+  size_t min_block_size = 3;
+  std::vector<std::string> torch_executed_ops;      // "aten::add" or "aten::add.Tensor"
+  std::vector<std::string> torch_executed_modules;  // qualified module type names
+  bool require_full_compilation = false;
+  bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
+  size_t workspace_size = size_t{1} << 30;
+  bool debug = false;  // log each phase's graph at debug level
+  // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
+  std::function<void(Phase phase, const std::string& detail)> progress;
+};
+
+// What compile() did, for kilnc's summary and --report.
+struct SegmentReport {
+  std::string target;  // "engine" or "torch"
+  std::string engine_name;
+  std::vector<std::string> ops;  // node kinds, in order (constants excluded)
+  std::vector<std::string> input_shapes_opt, output_shapes_opt;
+  std::string fallback_reason;  // torch segments: the reasons of their nodes
+  double build_ms = 0;
+};
+
+struct CompileReport {
+  std::vector<SegmentReport> segments;
+  size_t engine_ops = 0, torch_ops = 0;
+  std::vector<std::pair<std::string, double>> phase_ms;  // in order
+  std::vector<std::string> fallback;  // "aten::lgamma: no converter for aten::lgamma" per node
+  std::string to_json() const;
+  std::string summary() const;  // one screen
+};
+
+// Lowers, partitions, converts, builds and stitches `module`'s forward. Throws kiln errors
+// (InvalidArgument, Unsupported, ...) naming what is wrong.
+torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
+                           CompileReport* report = nullptr);
+
+// True when every op of the method can run in the engine; otherwise `report` (when given) lists
+// each op that cannot and why.
+bool check_method_op_support(const torch::jit::Module& module,
+                             const std::string& method = "forward", std::string* report = nullptr);
+
+// Compiles the whole method into one engine and returns its serialized plan (every op must be
+// supported, as with require_full_compilation).
+std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
+                                              const std::string& method, const CompileSpec& spec);
+
+// A module whose forward runs the given plan: forward(*inputs) -> output, or a tuple of outputs.
+torch::jit::Module embed_engine_in_new_module(const std::vector<uint8_t>& plan,
+                                              const Device& device = {});
+
+// Parsing of the spellings kilnc and the report use: "f32", "(1,3,224,224)@f16",
+// "[(1,3,224,224);(4,3,224,224);(8,3,224,224)]", "cuda:0". Throw InvalidArgument naming the text.
+DType parse_dtype(const std::string& text);
+const char* dtype_name(DType dtype);
+Input parse_input_spec(const std::string& text);
+Device parse_device(const std::string& text);
+
+}  // namespace kiln

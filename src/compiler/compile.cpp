@@ -1,0 +1,346 @@
+// kiln::compile: lower, partition, analyze shapes, convert and build each engine segment, stitch.
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+
+#include "compiler/stitch.h"
+#include "conversion/capability.h"
+#include "conversion/convert.h"
+#include "conversion/dtypes.h"
+#include "engine/builder.h"
+#include "engine/plan.h"
+#include "ir/torch_compat.h"
+#include "kiln/kiln.h"
+#include "lowering/lower.h"
+#include "partitioning/coverage.h"
+#include "partitioning/partitioning.h"
+#include "partitioning/shape_analysis.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include "util/logging.h"
+
+namespace kiln {
+namespace {
+
+using partitioning::Profile;
+using partitioning::Segment;
+using partitioning::Target;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+engine::DataType engine_dtype(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return engine::DataType::kF32;
+    case DType::kF16:
+      return engine::DataType::kF16;
+    case DType::kBF16:
+      return engine::DataType::kBF16;
+    case DType::kI64:
+      return engine::DataType::kI64;
+    case DType::kI32:
+      return engine::DataType::kI32;
+    case DType::kI8:
+      return engine::DataType::kI8;
+    case DType::kU8:
+      return engine::DataType::kU8;
+    case DType::kBool:
+      return engine::DataType::kBool;
+  }
+  return engine::DataType::kF32;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+// Everything compile() and the standalone-engine entry points share.
+struct Pipeline {
+  const torch::jit::Module& module;
+  const std::string& method;
+  const CompileSpec& spec;
+  CompileReport* report;
+  Clock::time_point phase_start = Clock::now();
+  std::string phase_name_;
+
+  void phase(Phase p, const std::string& detail = "") {
+    end_phase();
+    phase_name_ = phase_name(p);
+    phase_start = Clock::now();
+    if (spec.progress) spec.progress(p, detail);
+    KILN_LOG(kInfo, "compile: ", phase_name_, detail.empty() ? "" : ": ", detail);
+  }
+  void end_phase() {
+    if (!phase_name_.empty() && report)
+      report->phase_ms.emplace_back(phase_name_, ms_since(phase_start));
+    phase_name_.clear();
+  }
+
+  std::shared_ptr<torch::jit::Graph> lower() {
+    KILN_CHECK(method == "forward", Unsupported, "compile: only `forward` can be compiled, not `",
+               method, "`");
+    phase(Phase::kLower);
+    lowering::LoweringOptions options;
+    options.torch_executed_modules = spec.torch_executed_modules;
+    auto graph = lowering::lower_module(module, options);
+    if (spec.debug) KILN_LOG(kDebug, "lowered graph:\n", graph->toString());
+    return graph;
+  }
+
+  partitioning::PartitionSettings settings(bool full) const {
+    partitioning::PartitionSettings s;
+    s.min_block_size = spec.min_block_size;
+    s.torch_executed_ops = {spec.torch_executed_ops.begin(), spec.torch_executed_ops.end()};
+    s.torch_executed_modules = {spec.torch_executed_modules.begin(),
+                                spec.torch_executed_modules.end()};
+    s.require_full_compilation = full;
+    return s;
+  }
+
+  std::vector<partitioning::InputProfile> profiles(const torch::jit::Graph& graph) const {
+    const size_t args = graph.inputs().size() - 1;  // input 0 is self
+    KILN_CHECK(spec.inputs.size() == args, InvalidArgument, "compile: forward takes ", args,
+               " argument", args == 1 ? "" : "s", " but the spec gives ", spec.inputs.size(),
+               " input", spec.inputs.size() == 1 ? "" : "s");
+    std::vector<partitioning::InputProfile> out;
+    out.push_back(partitioning::InputProfile::of_value(module._ivalue()));
+    for (size_t i = 0; i < args; ++i) {
+      const Input& in = spec.inputs[i];
+      const torch::jit::Value* v = graph.inputs()[i + 1];
+      KILN_CHECK(v->type()->kind() == c10::TypeKind::TensorType, Unsupported, "compile: argument ",
+                 i, " (%", v->debugName(), ") is ", v->type()->annotation_str(),
+                 "; kiln compiles modules whose arguments are tensors");
+      KILN_CHECK(
+          in.min_shape.size() == in.opt_shape.size() && in.opt_shape.size() == in.max_shape.size(),
+          InvalidArgument, "compile: input ", i, ": min, opt and max have different ranks");
+      for (size_t d = 0; d < in.opt_shape.size(); ++d) {
+        KILN_CHECK(in.min_shape[d] >= 0 && in.min_shape[d] <= in.opt_shape[d] &&
+                       in.opt_shape[d] <= in.max_shape[d],
+                   InvalidArgument, "compile: input ", i, " dimension ", d,
+                   " needs 0 <= min <= opt <= max, got ", in.min_shape[d], ", ", in.opt_shape[d],
+                   ", ", in.max_shape[d]);
+      }
+      out.push_back(
+          partitioning::InputProfile::range(in.min_shape, in.opt_shape, in.max_shape,
+                                            conversion::to_scalar_type(engine_dtype(in.dtype))));
+    }
+    return out;
+  }
+
+  engine::BuilderConfig builder_config() const {
+    engine::BuilderConfig config;
+    config.device = spec.device.kind == Device::Kind::kCpu ? "cpu" : "cuda";
+    config.enabled_precisions.clear();
+    for (DType d : spec.enabled_precisions) config.enabled_precisions.push_back(engine_dtype(d));
+    if (config.enabled_precisions.empty()) config.enabled_precisions = {engine::DataType::kF32};
+    config.workspace_bytes = spec.workspace_size;
+    return config;
+  }
+
+  conversion::ConversionSettings conversion_settings() const {
+    conversion::ConversionSettings s;
+    s.enabled_precisions = builder_config().enabled_precisions;
+    s.truncate_long_and_double = spec.truncate_long_and_double;
+    return s;
+  }
+
+  // Converts and builds one engine segment; returns the serialized plan.
+  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name) {
+    KILN_CHECK(s.has_shapes, InternalError, "compile: engine segment `", name,
+               "` has no analyzed shapes");
+    auto graph = partitioning::segment_graph(s);
+    std::vector<conversion::InputSpec> inputs;
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const auto& min = s.shapes[Profile::kMin].inputs[i];
+      const auto& opt = s.shapes[Profile::kOpt].inputs[i];
+      const auto& max = s.shapes[Profile::kMax].inputs[i];
+      KILN_CHECK(opt.is_tensor, InternalError, "compile: engine segment `", name, "` input %",
+                 s.inputs[i]->debugName(), " is not a tensor");
+      conversion::InputSpec in;
+      in.dtype = conversion::to_engine_dtype(opt.dtype, "input %" + s.inputs[i]->debugName());
+      in.min = min.sizes;
+      in.opt = opt.sizes;
+      in.max = max.sizes;
+      inputs.push_back(in);
+    }
+    conversion::ConvertedSegment converted;
+    try {
+      converted = conversion::convert_graph(*graph, inputs, conversion::default_registry(),
+                                            conversion_settings());
+    } catch (const Error& e) {
+      throw Error(e.kind(), "engine `" + name + "`: " + e.message());
+    }
+    engine::BuildReport build_report;
+    engine::Plan plan = engine::build(converted.network, builder_config(), &build_report);
+    KILN_LOG(kInfo, "engine `", name, "`: ", build_report.to_string());
+    return engine::serialize_plan(plan);
+  }
+};
+
+// Deterministic engine names: segment position and a hash of the segment graph and its shapes.
+std::string engine_name(const std::string& position, const Segment& s) {
+  Hasher h;
+  h.update(partitioning::segment_graph(s)->toString());
+  for (const auto& profile : s.shapes) {
+    for (const auto& d : profile.inputs) {
+      for (int64_t v : d.sizes) h.update(v);
+      h.update(static_cast<int64_t>(d.dtype));
+    }
+  }
+  std::ostringstream os;
+  os << "engine_" << position << "_" << std::hex << std::setw(8) << std::setfill('0')
+     << (h.digest() & 0xffffffffu);
+  return os.str();
+}
+
+std::string reasons_of(const Segment& s, const partitioning::PartitionedGraph& p) {
+  std::map<std::string, int> counts;
+  for (const torch::jit::Node* n : s.nodes) {
+    auto it = p.decisions.find(n);
+    if (it != p.decisions.end() && !it->second.supported) {
+      counts[std::string(partitioning::reason_name(it->second.reason))]++;
+    }
+  }
+  std::string out;
+  for (const auto& [r, c] : counts) out += (out.empty() ? "" : ", ") + r + " x" + std::to_string(c);
+  return out;
+}
+
+void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
+                   const std::vector<Segment>& segments, const std::string& prefix,
+                   compiler::SegmentEngines& engines, size_t& built, size_t total) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    const std::string position = prefix + std::to_string(i);
+    SegmentReport sr;
+    sr.target = partitioning::target_name(s.target);
+    for (const torch::jit::Node* n : s.nodes) {
+      if (!s.copied.count(n)) sr.ops.push_back(n->kind().toQualString());
+    }
+    if (s.has_shapes) {
+      for (const auto& d : s.shapes[Profile::kOpt].inputs)
+        sr.input_shapes_opt.push_back(d.is_tensor ? shape_text(d.sizes) : d.type);
+      for (const auto& d : s.shapes[Profile::kOpt].outputs)
+        sr.output_shapes_opt.push_back(d.is_tensor ? shape_text(d.sizes) : d.type);
+    }
+    if (s.target == Target::kEngine) {
+      sr.engine_name = engine_name(position, s);
+      const auto start = Clock::now();
+      ++built;
+      if (pipe.spec.progress) {
+        pipe.spec.progress(Phase::kBuild, "engine " + std::to_string(built) + " of " +
+                                              std::to_string(total) + " (" + sr.engine_name + ", " +
+                                              std::to_string(sr.ops.size()) + " ops)");
+      }
+      auto bytes = pipe.build_engine(s, sr.engine_name);
+      engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes));
+      sr.build_ms = ms_since(start);
+      if (pipe.report) pipe.report->engine_ops += sr.ops.size();
+    } else {
+      sr.fallback_reason = reasons_of(s, p);
+      if (pipe.report) pipe.report->torch_ops += s.blocks.empty() ? sr.ops.size() : 1;
+    }
+    if (pipe.report) pipe.report->segments.push_back(sr);
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      build_engines(pipe, p, s.blocks[b].segments, position + "_" + std::to_string(b) + "_",
+                    engines, built, total);
+    }
+  }
+}
+
+size_t count_engines(const std::vector<Segment>& segments) {
+  size_t n = 0;
+  for (const Segment& s : segments) {
+    n += s.target == Target::kEngine;
+    for (const auto& b : s.blocks) n += count_engines(b.segments);
+  }
+  return n;
+}
+
+}  // namespace
+
+torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
+                           CompileReport* report) {
+  CompileReport local;
+  if (!report) report = &local;
+  *report = {};
+  const std::string method = "forward";
+  Pipeline pipe{module, method, spec, report};
+  auto graph = pipe.lower();
+
+  pipe.phase(Phase::kPartition);
+  conversion::RegistryCapability capability;
+  auto partitioned =
+      partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
+  for (const auto& [node, decision] : partitioned.decisions) {
+    if (!decision.supported) {
+      report->fallback.push_back(partitioning::overload_name(node) + ": " +
+                                 partitioning::reason_name(decision.reason) +
+                                 (decision.detail.empty() ? "" : " (" + decision.detail + ")"));
+    }
+  }
+  std::sort(report->fallback.begin(), report->fallback.end());
+
+  pipe.phase(Phase::kShapeAnalysis);
+  partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
+
+  pipe.phase(Phase::kConvert);
+  compiler::SegmentEngines engines;
+  size_t built = 0;
+  build_engines(pipe, partitioned, partitioned.segments, "", engines, built,
+                count_engines(partitioned.segments));
+
+  pipe.phase(Phase::kStitch);
+  std::string type_name = module.type()->name() ? module.type()->name()->name() : "Module";
+  auto compiled = compiler::stitch(partitioned, engines, "__torch__.kiln.Compiled_" + type_name);
+  pipe.end_phase();
+  return compiled;
+}
+
+bool check_method_op_support(const torch::jit::Module& module, const std::string& method,
+                             std::string* report) {
+  CompileSpec spec;
+  Pipeline pipe{module, method, spec, nullptr};
+  auto graph = pipe.lower();
+  conversion::RegistryCapability capability;
+  auto settings = pipe.settings(false);
+  settings.min_block_size = 1;
+  auto partitioned = partitioning::partition(graph, capability, settings);
+  const auto cov = partitioning::coverage(partitioned);
+  if (report) *report = partitioning::to_text(cov);
+  return cov.supported == cov.total;
+}
+
+std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
+                                              const std::string& method, const CompileSpec& spec) {
+  Pipeline pipe{module, method, spec, nullptr};
+  auto graph = pipe.lower();
+  conversion::RegistryCapability capability;
+  auto partitioned = partitioning::partition(graph, capability, pipe.settings(true));
+  partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
+  const Segment* only = nullptr;
+  for (const Segment& s : partitioned.segments) {
+    if (s.target == Target::kEngine) {
+      KILN_CHECK(only == nullptr, Unsupported,
+                 "convert_method_to_engine: the method needs more than one engine");
+      only = &s;
+    } else {
+      // Packing the outputs into a tuple is all a fully supported method leaves to PyTorch.
+      for (const torch::jit::Node* n : s.nodes) {
+        KILN_CHECK(partitioning::is_bookkeeping(n), Unsupported, "convert_method_to_engine: `",
+                   n->kind().toQualString(), "` would run in PyTorch");
+      }
+    }
+  }
+  KILN_CHECK(only != nullptr, Unsupported, "convert_method_to_engine: nothing to convert");
+  KILN_CHECK(only->inputs.size() + 1 == graph->inputs().size(), Unsupported,
+             "convert_method_to_engine: the engine does not take the method's arguments directly");
+  return pipe.build_engine(*only, engine_name("0", *only));
+}
+
+}  // namespace kiln

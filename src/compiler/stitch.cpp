@@ -1,0 +1,124 @@
+#include "compiler/stitch.h"
+
+#include <functional>
+#include <unordered_map>
+
+#include "util/errors.h"
+
+namespace kiln::compiler {
+namespace {
+
+using partitioning::Segment;
+using partitioning::Target;
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+class Stitcher {
+ public:
+  Stitcher(const SegmentEngines& engines, torch::jit::Module& module, Graph& out, Value* self)
+      : engines_(engines), module_(module), out_(out), self_(self) {}
+
+  void map(const Value* from, Value* to) { map_[from] = to; }
+
+  // The stitched value for an original one; constants are recreated at the top of the graph
+  // on first use, so every segment and branch can see them.
+  Value* value_of(Value* v) {
+    auto it = map_.find(v);
+    if (it != map_.end()) return it->second;
+    KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError, "stitch: %",
+               v->debugName(), " is used before any segment produced it");
+    Node* c = out_.createClone(v->node(), [this](Value* x) { return value_of(x); });
+    c->insertAfter(out_.block()->param_node());
+    return map_[v] = c->output();
+  }
+
+  void segments(const std::vector<Segment>& segments) {
+    for (const Segment& s : segments) {
+      if (s.target == Target::kEngine) {
+        engine_call(s);
+      } else if (!s.blocks.empty()) {
+        branches(s);
+      } else {
+        for (Node* n : s.nodes) clone(n);
+      }
+    }
+  }
+
+ private:
+  void clone(Node* n) {
+    Node* c = out_.insertNode(out_.createClone(n, [this](Value* x) { return value_of(x); }));
+    for (size_t k = 0; k < n->outputs().size(); ++k) map_[n->outputs()[k]] = c->outputs()[k];
+  }
+
+  // A prim::If whose blocks were partitioned on their own: the node is recreated with empty
+  // blocks and each block is stitched from its segments.
+  void branches(const Segment& s) {
+    Node* n = s.nodes.front();
+    Node* c = out_.insertNode(out_.create(n->kind(), {value_of(n->input(0))}, 0));
+    c->copyAttributes(*n);
+    for (Value* o : n->outputs()) map_[o] = c->addOutput()->copyMetadata(o);
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      Block* original = s.blocks[b].block;
+      Block* block = c->addBlock();
+      torch::jit::WithInsertPoint guard(block);
+      segments(s.blocks[b].segments);
+      for (Value* o : original->outputs()) block->registerOutput(value_of(o));
+    }
+  }
+
+  void engine_call(const Segment& s) {
+    auto it = engines_.find(&s);
+    KILN_CHECK(it != engines_.end(), InternalError, "stitch: an engine segment has no engine");
+    const std::string& attr = it->second->name();
+    if (!module_.hasattr(attr)) {
+      module_.register_attribute(
+          attr, c10::getCustomClassType<c10::intrusive_ptr<runtime::EngineHolder>>(),
+          c10::IValue(it->second));
+    }
+    Value* engine = out_.insertGetAttr(self_, attr);
+    std::vector<Value*> inputs;
+    for (Value* v : s.inputs) inputs.push_back(value_of(v));
+    Value* list = out_.insertNode(out_.createList(c10::TensorType::get(), inputs))->output();
+    Node* call = out_.insertNode(
+        out_.create(c10::Symbol::fromQualString("kiln::execute_engine"), {list, engine}, 1));
+    call->output()->setType(c10::ListType::ofTensors());
+    Node* unpack = out_.insertNode(out_.createListUnpack(call->output(), s.outputs.size()));
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      map_[s.outputs[k]] = unpack->outputs()[k]->setType(c10::TensorType::get());
+    }
+  }
+
+  const SegmentEngines& engines_;
+  torch::jit::Module& module_;
+  Graph& out_;
+  Value* self_;
+  std::unordered_map<const Value*, Value*> map_;
+};
+
+}  // namespace
+
+torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
+                          const SegmentEngines& engines, const std::string& name) {
+  Graph& graph = *partitioned.graph;
+  KILN_CHECK(
+      !graph.inputs().empty() && graph.inputs()[0]->type()->kind() == c10::TypeKind::ClassType,
+      InternalError, "stitch: the graph's first input must be `self`");
+  torch::jit::Module module(name);
+  auto out = std::make_shared<Graph>();
+  Value* self = out->addInput("self")->setType(module.type());
+  Stitcher stitcher(engines, module, *out, self);
+  for (size_t i = 1; i < graph.inputs().size(); ++i) {
+    stitcher.map(graph.inputs()[i], out->addInput()->copyMetadata(graph.inputs()[i]));
+  }
+  stitcher.segments(partitioned.segments);
+  for (Value* o : graph.outputs()) out->registerOutput(stitcher.value_of(o));
+  out->lint();
+  auto fn = module._ivalue()->compilation_unit()->create_function(
+      c10::QualifiedName(*module.type()->name(), "forward"), out);
+  module.type()->addMethod(fn);
+  return module;
+}
+
+}  // namespace kiln::compiler

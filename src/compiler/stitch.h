@@ -1,0 +1,25 @@
+// Stitching: the partitioned graph back into one TorchScript module, each engine segment
+// replaced by a call of kiln::execute_engine on an Engine attribute.
+#pragma once
+
+#include <torch/script.h>
+
+#include <map>
+#include <string>
+
+#include "partitioning/segment.h"
+#include "runtime/engine_class.h"
+
+namespace kiln::compiler {
+
+// The engine of each engine segment (nested If branches included), keyed by segment address.
+using SegmentEngines =
+    std::map<const partitioning::Segment*, c10::intrusive_ptr<runtime::EngineHolder>>;
+
+// A new module whose forward is `partitioned.graph` with engine segments replaced by engine calls
+// and torch segments kept as they are. Graph input 0 must be `self`; the new module holds the
+// engines as attributes named after them. `name` becomes the module's type name.
+torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
+                          const SegmentEngines& engines, const std::string& name);
+
+}  // namespace kiln::compiler

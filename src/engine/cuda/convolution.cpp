@@ -1,0 +1,252 @@
+// CUDA kernel of the convolution family: cuDNN's convolution (NCHW; f32 with FMA math so that fp32
+// stays fp32, f16/bf16 on tensor cores with fp32 accumulation) for 1-3 spatial dims, groups and
+// dilation; deconvolution as cuDNN's backward-data.
+// Bias + ReLU (and residual + ReLU) fuse through cudnnConvolutionBiasActivationForward; other
+// post-ops run in the post-op kernel. Algorithms are chosen once per shape and cached.
+#include <cudnn.h>
+
+#include <algorithm>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+#define KILN_CUDNN_CHECK(call)                                           \
+  do {                                                                   \
+    const cudnnStatus_t kiln_status_ = (call);                           \
+    KILN_CHECK(kiln_status_ == CUDNN_STATUS_SUCCESS, DeviceError, #call, \
+               " failed: ", cudnnGetErrorString(kiln_status_));          \
+  } while (0)
+
+constexpr size_t kMaxAlgoWorkspace = size_t{512} << 20;
+
+struct ConvState : KernelState {
+  std::vector<int64_t> key;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t relu = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t bwd_algo{};
+  size_t algo_workspace = 0;
+  Shape padded_input;  // non-empty when the input is padded explicitly (asymmetric padding)
+  ConvState() {
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    KILN_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu));
+  }
+  ~ConvState() override {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(bias);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyActivationDescriptor(relu);
+  }
+};
+
+std::vector<int> to_int(const Shape& s) {
+  return std::vector<int>(s.begin(), s.end());
+}
+
+cudnnDataType_t cudnn_type(DataType t) {
+  return t == DataType::kF16 ? CUDNN_DATA_HALF
+                             : (t == DataType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT);
+}
+
+void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type) {
+  const auto strides = contiguous_strides(s);
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(s.size()), to_int(s).data(),
+                                              to_int(strides).data()));
+}
+
+// 1-d convolutions run as 2-d ones over a height of 1.
+Shape lift(const Shape& s) {
+  if (s.size() != 3) return s;
+  return {s[0], s[1], 1, s[2]};
+}
+
+std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, int64_t fill,
+                                int64_t one) {
+  std::vector<int64_t> r = v.empty() ? std::vector<int64_t>(spatial, fill) : v;
+  if (spatial == 1) r.insert(r.begin(), one);
+  return r;
+}
+
+void convolution_kernel(KernelArgs& args) {
+  const auto& p = std::get<ConvolutionParams>(args.layer.params);
+  const std::string& name = args.layer.name;
+  const TensorView &x = args.inputs[0], &w = args.inputs[1], &out = args.outputs[0];
+  size_t in_idx = 2;
+  const TensorView* bias = p.post.has_bias ? &args.inputs[in_idx++] : nullptr;
+  const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
+  const size_t spatial = x.shape.size() - 2;
+  const auto strides = lift_param(p.strides, spatial, 1, 1);
+  const auto dil = lift_param(p.dilations, spatial, 1, 1);
+  const auto pb = lift_param(p.padding_begin, spatial, 0, 0);
+  const auto pe = lift_param(p.padding_end, spatial, 0, 0);
+  const bool asymmetric = pb != pe;
+  Shape xs = lift(x.shape), ws = lift(w.shape), ys = lift(out.shape);
+  cudaStream_t stream = args.stream();
+  auto handle = static_cast<cudnnHandle_t>(args.res.cudnn());
+
+  const ActivationKind act = p.post.activation, act2 = p.post.activation2;
+  const bool f32 = out.dtype == DataType::kF32;
+  const cudnnDataType_t type = cudnn_type(out.dtype);
+  const bool f32_bias =
+      f32 && bias && bias->dtype == DataType::kF32 && bias->numel() == out.shape[1];
+  // cuDNN fuses y = relu(conv + z + bias): our act(conv + bias) [+ res, act2] fits two ways.
+  const bool fuse_relu = !p.transposed && f32_bias && act == ActivationKind::kRelu && !residual;
+  const bool fuse_residual = !p.transposed && f32_bias && act == ActivationKind::kNone &&
+                             residual && residual->dtype == DataType::kF32 &&
+                             act2 == ActivationKind::kRelu;
+  std::vector<int64_t> key = {static_cast<int64_t>(out.dtype)};
+  key.insert(key.end(), xs.begin(), xs.end());
+  key.insert(key.end(), ws.begin(), ws.end());
+  auto* state = dynamic_cast<ConvState*>(args.state.get());
+  if (!state || state->key != key) {
+    auto fresh = std::make_unique<ConvState>();
+    fresh->key = key;
+    std::vector<int64_t> pad = pb;
+    Shape conv_in = xs;
+    if (asymmetric && !p.transposed) {
+      for (size_t d = 0; d < pad.size(); ++d) conv_in[d + 2] += pb[d] + pe[d];
+      std::fill(pad.begin(), pad.end(), 0);
+      fresh->padded_input = conv_in;
+    }
+    set_tensor(fresh->x, p.transposed ? ys : conv_in, type);
+    set_tensor(fresh->y, p.transposed ? conv_in : ys, type);
+    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(fresh->w, type, CUDNN_TENSOR_NCHW,
+                                                static_cast<int>(ws.size()), to_int(ws).data()));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(
+        fresh->conv, static_cast<int>(pad.size()), to_int(pad).data(), to_int(strides).data(),
+        to_int(dil).data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(fresh->conv, static_cast<int>(p.groups)));
+    KILN_CUDNN_CHECK(
+        cudnnSetConvolutionMathType(fresh->conv, f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    Shape bias_shape(ys.size(), 1);
+    bias_shape[1] = ys[1];
+    set_tensor(fresh->bias, bias_shape, CUDNN_DATA_FLOAT);
+    KILN_CUDNN_CHECK(
+        cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
+    int found = 0;
+    bool chosen = false;
+    if (!p.transposed) {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      KILN_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
+                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+      for (int i = 0; i < found && !chosen; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxAlgoWorkspace ||
+            (f32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                     perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))) {
+          continue;
+        }
+        fresh->fwd_algo = perf[i].algo;
+        fresh->algo_workspace = perf[i].memory;
+        chosen = true;
+      }
+    } else {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          handle, fresh->w, fresh->y, fresh->conv, fresh->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+          &found, perf));
+      for (int i = 0; i < found && !chosen; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxAlgoWorkspace ||
+            (f32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                     perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))) {
+          continue;
+        }
+        fresh->bwd_algo = perf[i].algo;
+        fresh->algo_workspace = perf[i].memory;
+        chosen = true;
+      }
+    }
+    KILN_CHECK(chosen, Unsupported, "layer `", name,
+               "` (convolution): cuDNN has no fp32 algorithm ", "for input ",
+               shape_to_string(x.shape), " and weights ", shape_to_string(w.shape));
+    state = fresh.get();
+    args.state = std::move(fresh);
+  }
+
+  const size_t pad_bytes =
+      state->padded_input.empty()
+          ? 0
+          : static_cast<size_t>(volume(state->padded_input)) * dtype_size(out.dtype);
+  const size_t pad_slot = (pad_bytes + 255) / 256 * 256;
+  auto* scratch = static_cast<uint8_t*>(args.res.workspace(pad_slot + state->algo_workspace + 256));
+  void* algo_ws = scratch + pad_slot;
+  const void* x_ptr = x.data;
+  if (!state->padded_input.empty()) {
+    Shape full_begin(xs.size(), 0);
+    for (size_t d = 0; d < pb.size(); ++d) full_begin[d + 2] = pb[d];
+    launch_pad(stream, name, TensorView{x.dtype, xs, x.data},
+               TensorView{x.dtype, state->padded_input, scratch}, full_begin, PadMode::kConstant,
+               0.0);
+    x_ptr = scratch;
+  }
+  const float one = 1.f, zero = 0.f;
+  bool fused = false;
+  if (fuse_relu || fuse_residual) {
+    const void* z = fuse_residual ? residual->data : out.data;
+    const float alpha2 = fuse_residual ? 1.f : 0.f;
+    const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+        handle, &one, state->x, x_ptr, state->w, w.data, state->conv, state->fwd_algo, algo_ws,
+        state->algo_workspace, &alpha2, state->y, z, state->bias, bias->data, state->relu, state->y,
+        out.data);
+    fused = status == CUDNN_STATUS_SUCCESS;  // else: the unfused path below
+  }
+  if (!fused && !p.transposed) {
+    KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, state->x, x_ptr, state->w, w.data,
+                                             state->conv, state->fwd_algo, algo_ws,
+                                             state->algo_workspace, &zero, state->y, out.data));
+  } else if (!fused) {
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        handle, &one, state->w, w.data, state->y, x_ptr, state->conv, state->bwd_algo, algo_ws,
+        state->algo_workspace, &zero, state->x, out.data));
+  }
+  if (fused) return;
+  if (bias || residual || act != ActivationKind::kNone || act2 != ActivationKind::kNone) {
+    PostOpArgs post;
+    post.bias = bias;
+    post.channels = bias ? bias->numel() : 1;
+    post.inner = bias && bias->numel() > 1
+                     ? out.numel() / std::max<int64_t>(1, out.shape[0] * out.shape[1])
+                     : 1;
+    post.act = act, post.alpha = p.post.alpha, post.beta = p.post.beta;
+    post.residual = residual;
+    post.act2 = act2, post.alpha2 = p.post.alpha2, post.beta2 = p.post.beta2;
+    launch_post_ops(stream, name, out, post);
+  }
+}
+
+std::string convolution_support(const Layer& layer, const std::vector<DataType>& in,
+                                const std::vector<DataType>&) {
+  const auto& p = std::get<ConvolutionParams>(layer.params);
+  if (in.at(0) != in.at(1) || !is_floating(in[0])) {
+    return std::string("data and weights must share a floating dtype, got ") + dtype_name(in[0]) +
+           " and " + dtype_name(in[1]);
+  }
+  for (DataType t : in) {
+    if (!is_floating(t)) return std::string("non-floating input ") + dtype_name(t);
+  }
+  if (p.transposed && p.padding_begin != p.padding_end) {
+    return "transposed convolution with asymmetric padding";
+  }
+  const size_t spatial = p.strides.size();
+  if (spatial > 3) return "more than 3 spatial dims";
+  return "";
+}
+
+}  // namespace
+
+void register_convolution(KernelTable& t) {
+  t.set<ConvolutionParams>(convolution_kernel, kFloatTypes, convolution_support);
+}
+
+}  // namespace kiln::engine::cuda

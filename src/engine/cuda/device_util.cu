@@ -1,0 +1,61 @@
+// Host side of the shared device helpers: Dims for broadcast and strided operands.
+#include "engine/cuda/device_util.cuh"
+
+namespace kiln::engine::cuda {
+namespace {
+
+// Drops size-1 dims and merges neighbours that every operand steps through as one dim.
+std::vector<Dims> merge(const std::string& layer, const Shape& shape,
+                        const std::vector<std::vector<int64_t>>& strides) {
+  std::vector<int64_t> size;
+  std::vector<std::vector<int64_t>> st(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool mergeable = !size.empty();
+    for (size_t j = 0; j < strides.size() && mergeable; ++j) {
+      mergeable = st[j].back() == strides[j][d] * shape[d];
+    }
+    if (mergeable) {
+      size.back() *= shape[d];
+      for (size_t j = 0; j < strides.size(); ++j) st[j].back() = strides[j][d];
+    } else {
+      size.push_back(shape[d]);
+      for (size_t j = 0; j < strides.size(); ++j) st[j].push_back(strides[j][d]);
+    }
+  }
+  KILN_CHECK(size.size() <= static_cast<size_t>(kMaxRank), Unsupported, "layer `", layer,
+             "`: the CUDA kernels index at most ", kMaxRank, " dims, this needs ", size.size());
+  std::vector<Dims> out(strides.size());
+  for (size_t j = 0; j < strides.size(); ++j) {
+    out[j].rank = static_cast<int>(size.size());
+    for (size_t d = 0; d < size.size(); ++d) {
+      out[j].size[d] = size[d];
+      out[j].stride[d] = st[j][d];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
+                                 const std::vector<Shape>& inputs) {
+  std::vector<std::vector<int64_t>> strides = {contiguous_strides(out)};
+  for (const Shape& in : inputs) {
+    const auto cs = contiguous_strides(in);
+    const size_t offset = out.size() - in.size();
+    std::vector<int64_t> s(out.size(), 0);
+    for (size_t d = offset; d < out.size(); ++d) {
+      s[d] = in[d - offset] == 1 ? 0 : cs[d - offset];
+    }
+    strides.push_back(std::move(s));
+  }
+  return merge(layer, out, strides);
+}
+
+Dims strided_dims(const std::string& layer, const Shape& shape,
+                  const std::vector<int64_t>& strides) {
+  return merge(layer, shape, {contiguous_strides(shape), strides})[1];
+}
+
+}  // namespace kiln::engine::cuda

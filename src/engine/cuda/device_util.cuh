@@ -1,0 +1,110 @@
+// Device helpers shared by the CUDA kernels: dtype loads/stores through a compute type, index
+// math over small fixed-rank shapes, and launch sizes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/types.h"
+
+namespace kiln::engine::cuda {
+
+// Kernels index shapes of at most this rank (after merging dims that need no separate index).
+constexpr int kMaxRank = 8;
+constexpr int kThreads = 256;
+
+// A shape plus one stride vector, passed to kernels by value.
+struct Dims {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};  // of the operand being indexed, in elements
+};
+
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+// Offset of flat (row-major) index i of d's shape in the strided operand.
+__device__ __forceinline__ int64_t offset_of(const Dims& d, int64_t i) {
+  int64_t off = 0;
+#pragma unroll
+  for (int k = kMaxRank - 1; k >= 0; --k) {
+    if (k < d.rank) {
+      const int64_t s = d.size[k];
+      off += (i % s) * d.stride[k];
+      i /= s;
+    }
+  }
+  return off;
+}
+
+template <class C>
+__device__ __forceinline__ C load_as(DataType t, const void* base, int64_t i) {
+  switch (t) {
+    case DataType::kF32:
+      return static_cast<C>(static_cast<const float*>(base)[i]);
+    case DataType::kF16:
+      return static_cast<C>(__half2float(static_cast<const __half*>(base)[i]));
+    case DataType::kBF16:
+      return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
+    case DataType::kI64:
+      return static_cast<C>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kI32:
+      return static_cast<C>(static_cast<const int32_t*>(base)[i]);
+    case DataType::kI8:
+      return static_cast<C>(static_cast<const int8_t*>(base)[i]);
+    case DataType::kU8:
+      return static_cast<C>(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kBool:
+      return static_cast<C>(static_cast<const uint8_t*>(base)[i] != 0);
+  }
+  return C{};
+}
+
+template <class C>
+__device__ __forceinline__ void store_as(DataType t, void* base, int64_t i, C v) {
+  switch (t) {
+    case DataType::kF32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DataType::kF16:
+      static_cast<__half*>(base)[i] = __float2half_rn(static_cast<float>(v));
+      break;
+    case DataType::kBF16:
+      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(static_cast<float>(v));
+      break;
+    case DataType::kI64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kI32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kI8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kU8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(base)[i] = v != C{} ? 1 : 0;
+      break;
+  }
+}
+
+// Host side: builds Dims for indexing an operand of shape `in` broadcast to `out` (stride 0 on
+// broadcast dims), merging adjacent dims where that loses nothing; `more` are further operands
+// (same output shape) merged consistently. Throws Unsupported past kMaxRank.
+std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
+                                 const std::vector<Shape>& inputs);
+// Dims of a strided view: `shape` with per-dim `strides`, merged where contiguous.
+Dims strided_dims(const std::string& layer, const Shape& shape,
+                  const std::vector<int64_t>& strides);
+
+}  // namespace kiln::engine::cuda

@@ -1,0 +1,266 @@
+// CUDA kernels of the elementwise family. Binary, unary and activation layers run as one-op
+// programs of the interpreter kernel that also runs the builder's fused elementwise chains: each
+// thread loads its element of every (broadcast) input into registers, runs the program and
+// stores the last register. Also cast, select and the conv/matmul post-op epilogue.
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+#include "engine/layers/elementwise_rules.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+constexpr int kMaxInputs = 8;
+constexpr int kMaxOps = 40;
+
+struct Op {
+  int kind, op, a, b;
+  float alpha, beta;
+};
+
+struct Program {
+  int num_inputs = 0, num_ops = 0, rank = 0;
+  int64_t n = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxInputs][kMaxRank] = {};
+  const void* in[kMaxInputs] = {};
+  DataType in_dtype[kMaxInputs] = {};
+  void* out = nullptr;
+  DataType out_dtype = DataType::kF32;
+  Op ops[kMaxOps] = {};
+};
+
+template <class C>
+__device__ __forceinline__ C apply(const Op& op, C a, C b) {
+  if constexpr (std::is_same_v<C, float>) {
+    switch (op.kind) {
+      case 0:
+        return binary_float(static_cast<BinaryOp>(op.op), a, b);
+      case 1:
+        return unary_float(static_cast<UnaryOp>(op.op), a);
+      case 2:
+        return activate(static_cast<ActivationKind>(op.op), a, op.alpha, op.beta);
+      default:
+        return round_to(static_cast<DataType>(op.op), a);
+    }
+  } else {
+    switch (op.kind) {
+      case 0:
+        return binary_int(static_cast<BinaryOp>(op.op), a, b);
+      case 1:
+        return unary_int(static_cast<UnaryOp>(op.op), a);
+      case 2:
+        return static_cast<C>(
+            activate(static_cast<ActivationKind>(op.op), static_cast<float>(a), op.alpha, op.beta));
+      default:
+        return static_cast<DataType>(op.op) == DataType::kBool ? C(a != 0) : a;
+    }
+  }
+}
+
+template <class C>
+__global__ void program_kernel(const Program p) {
+  C regs[kMaxInputs + kMaxOps];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < p.n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t idx[kMaxRank];
+    int64_t rem = i;
+#pragma unroll
+    for (int k = kMaxRank - 1; k >= 0; --k) {
+      if (k < p.rank) {
+        idx[k] = rem % p.size[k];
+        rem /= p.size[k];
+      }
+    }
+    for (int j = 0; j < p.num_inputs; ++j) {
+      int64_t off = 0;
+#pragma unroll
+      for (int k = 0; k < kMaxRank; ++k) {
+        if (k < p.rank) off += idx[k] * p.stride[j][k];
+      }
+      regs[j] = load_as<C>(p.in_dtype[j], p.in[j], off);
+    }
+    for (int k = 0; k < p.num_ops; ++k) {
+      const Op& op = p.ops[k];
+      regs[p.num_inputs + k] = apply<C>(op, regs[op.a], regs[op.b]);
+    }
+    store_as<C>(p.out_dtype, p.out, i, regs[p.num_inputs + p.num_ops - 1]);
+  }
+}
+
+void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
+  const std::string& layer = args.layer.name;
+  const TensorView& out = args.outputs[0];
+  KILN_CHECK(args.inputs.size() <= kMaxInputs && ops.size() <= kMaxOps, Unsupported, "layer `",
+             layer, "`: fused elementwise program too large for the CUDA kernel (",
+             args.inputs.size(), " inputs, ", ops.size(), " ops)");
+  std::vector<Shape> shapes;
+  bool floating = true;
+  for (const auto& in : args.inputs) {
+    shapes.push_back(in.shape);
+    floating = floating && is_floating(in.dtype);
+  }
+  const std::vector<Dims> dims = broadcast_dims(layer, out.shape, shapes);
+  Program p;
+  p.num_inputs = static_cast<int>(args.inputs.size());
+  p.num_ops = static_cast<int>(ops.size());
+  p.n = out.numel();
+  p.rank = dims[0].rank;
+  for (int k = 0; k < p.rank; ++k) p.size[k] = dims[0].size[k];
+  for (int j = 0; j < p.num_inputs; ++j) {
+    for (int k = 0; k < p.rank; ++k) p.stride[j][k] = dims[static_cast<size_t>(j) + 1].stride[k];
+    p.in[j] = args.inputs[static_cast<size_t>(j)].data;
+    p.in_dtype[j] = args.inputs[static_cast<size_t>(j)].dtype;
+  }
+  p.out = out.data;
+  p.out_dtype = out.dtype;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    p.ops[k] = Op{static_cast<int>(ops[k].kind),    static_cast<int>(ops[k].op),
+                  static_cast<int>(ops[k].a),       static_cast<int>(ops[k].b),
+                  static_cast<float>(ops[k].alpha), static_cast<float>(ops[k].beta)};
+  }
+  if (floating) {
+    program_kernel<float><<<grid_for(p.n), kThreads, 0, args.stream()>>>(p);
+  } else {
+    program_kernel<int64_t><<<grid_for(p.n), kThreads, 0, args.stream()>>>(p);
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+void elementwise_kernel(KernelArgs& args) {
+  const auto& p = std::get<ElementwiseParams>(args.layer.params);
+  run_program(args, {{0, static_cast<int64_t>(p.op), 0, 1, 0, 0}});
+}
+
+void unary_kernel(KernelArgs& args) {
+  const auto& p = std::get<UnaryParams>(args.layer.params);
+  run_program(args, {{1, static_cast<int64_t>(p.op), 0, 0, 0, 0}});
+}
+
+void activation_kernel(KernelArgs& args) {
+  const auto& p = std::get<ActivationParams>(args.layer.params);
+  run_program(args, {{2, static_cast<int64_t>(p.kind), 0, 0, p.alpha, p.beta}});
+}
+
+void fused_kernel(KernelArgs& args) {
+  const auto& p = std::get<FusedElementwiseParams>(args.layer.params);
+  run_program(args, decode_program(args.layer.name, p, args.inputs.size()));
+}
+
+std::string fused_support(const Layer& layer, const std::vector<DataType>& in,
+                          const std::vector<DataType>&) {
+  const auto& p = std::get<FusedElementwiseParams>(layer.params);
+  if (in.size() > kMaxInputs || p.program.size() / 4 > kMaxOps) {
+    return "fused program of " + std::to_string(in.size()) + " inputs and " +
+           std::to_string(p.program.size() / 4) + " ops is over the kernel's limits";
+  }
+  return "";
+}
+
+__global__ void convert_kernel(const void* src, DataType from, void* dst, DataType to, int64_t n) {
+  const bool float_src =
+      from == DataType::kF32 || from == DataType::kF16 || from == DataType::kBF16;
+  const bool float_dst = to == DataType::kF32 || to == DataType::kF16 || to == DataType::kBF16;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (float_src) {
+      const float x = load_as<float>(from, src, i);
+      if (float_dst || to == DataType::kBool) {
+        store_as<float>(to, dst, i, x);
+      } else {  // float -> integer truncates toward zero, as torch does
+        store_as<int64_t>(to, dst, i, isfinite(x) ? static_cast<int64_t>(x) : 0);
+      }
+    } else {
+      const int64_t x = load_as<int64_t>(from, src, i);
+      if (float_dst) {
+        store_as<float>(to, dst, i, static_cast<float>(x));
+      } else {
+        store_as<int64_t>(to, dst, i, x);
+      }
+    }
+  }
+}
+
+void cast_kernel(KernelArgs& args) {
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  launch_convert(args.stream(), args.layer.name, in.data, in.dtype, out.data, out.dtype,
+                 out.numel());
+}
+
+template <class C>
+__global__ void select_kernel_t(Dims c, const void* cond, DataType ct, Dims a, const void* av,
+                                DataType at, Dims b, const void* bv, DataType bt, void* out,
+                                DataType ot, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool take_a = load_as<int64_t>(ct, cond, offset_of(c, i)) != 0;
+    const C v = take_a ? load_as<C>(at, av, offset_of(a, i)) : load_as<C>(bt, bv, offset_of(b, i));
+    store_as<C>(ot, out, i, v);
+  }
+}
+
+void select_kernel(KernelArgs& args) {
+  const auto& in = args.inputs;
+  const TensorView& out = args.outputs[0];
+  const auto d =
+      broadcast_dims(args.layer.name, out.shape, {in[0].shape, in[1].shape, in[2].shape});
+  const int64_t n = out.numel();
+  auto kernel = is_floating(out.dtype) ? select_kernel_t<float> : select_kernel_t<int64_t>;
+  kernel<<<grid_for(n), kThreads, 0, args.stream()>>>(d[1], in[0].data, in[0].dtype, d[2],
+                                                      in[1].data, in[1].dtype, d[3], in[2].data,
+                                                      in[2].dtype, out.data, out.dtype, n);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+__global__ void post_ops_kernel(void* y, DataType yt, int64_t n, int64_t channels, int64_t inner,
+                                const void* bias, DataType bt, ActivationKind act, float alpha,
+                                float beta, const void* res, DataType rt, ActivationKind act2,
+                                float alpha2, float beta2) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = load_as<float>(yt, y, i);
+    if (bias) v += load_as<float>(bt, bias, (i / inner) % channels);
+    v = activate(act, v, alpha, beta);
+    if (res) v += load_as<float>(rt, res, i);
+    v = activate(act2, v, alpha2, beta2);
+    store_as<float>(yt, y, i, v);
+  }
+}
+
+}  // namespace
+
+void launch_post_ops(cudaStream_t stream, const std::string& layer, const TensorView& out,
+                     const PostOpArgs& p) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  post_ops_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+      out.data, out.dtype, n, p.channels > 0 ? p.channels : 1, p.inner > 0 ? p.inner : 1,
+      p.bias ? p.bias->data : nullptr, p.bias ? p.bias->dtype : DataType::kF32, p.act,
+      static_cast<float>(p.alpha), static_cast<float>(p.beta),
+      p.residual ? p.residual->data : nullptr, p.residual ? p.residual->dtype : DataType::kF32,
+      p.act2, static_cast<float>(p.alpha2), static_cast<float>(p.beta2));
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+void launch_convert(cudaStream_t stream, const std::string& layer, const void* src, DataType from,
+                    void* dst, DataType to, int64_t n) {
+  if (n == 0) return;
+  if (from == to) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(from),
+                                    cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(src, from, dst, to, n);
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+void register_elementwise(KernelTable& t) {
+  t.set<ElementwiseParams>(elementwise_kernel, kAllTypes);
+  t.set<UnaryParams>(unary_kernel, kAllTypes);
+  t.set<ActivationParams>(activation_kernel, kAllTypes);
+  t.set<FusedElementwiseParams>(fused_kernel, kFloatTypes, fused_support);
+  t.set<CastParams>(cast_kernel, kAllTypes);
+  t.set<SelectParams>(select_kernel, kAllTypes);
+}
+
+}  // namespace kiln::engine::cuda

@@ -1,0 +1,98 @@
+// Whole-engine CUDA graphs: capture per input shapes, replay with staged inputs and outputs.
+#include "engine/cuda/graphs.h"
+
+#include "engine/cuda/cuda_check.h"
+
+namespace kiln::engine::cuda {
+
+GraphCache::~GraphCache() {
+  clear();
+  for (void* p : staging_) {
+    if (p) cudaFree(p);
+  }
+}
+
+void GraphCache::clear() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  order_.clear();
+}
+
+void* GraphCache::staging(size_t slot, size_t bytes) {
+  if (staging_.size() <= slot) {
+    staging_.resize(slot + 1, nullptr);
+    staging_bytes_.resize(slot + 1, 0);
+  }
+  if (staging_[slot] == nullptr || staging_bytes_[slot] < bytes) {
+    // Captured graphs hold the old buffer's address: they go with it. Growth is rare (it follows
+    // the largest shape seen), so this synchronous free/allocate stays off the steady path.
+    clear();
+    if (staging_[slot]) KILN_CUDA_CHECK(cudaFree(staging_[slot]));
+    staging_[slot] = nullptr;
+    const size_t size = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    KILN_CUDA_CHECK(cudaMalloc(&staging_[slot], size));
+    staging_bytes_[slot] = size;
+  }
+  return staging_[slot];
+}
+
+void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
+                         const std::vector<const void*>& inputs,
+                         const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
+                         const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) {
+  if (stream == nullptr) {
+    enqueue(inputs, outputs);
+    return;
+  }
+  std::vector<const void*> staged_in(inputs.size());
+  std::vector<void*> staged_out(outputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) staged_in[i] = staging(i, input_bytes[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    staged_out[i] = staging(inputs.size() + i, output_bytes[i]);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (input_bytes[i] == 0) continue;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(staged_in[i]), inputs[i], input_bytes[i],
+                                    cudaMemcpyDeviceToDevice, stream));
+  }
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) {
+    KILN_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+  } else if (last_eager_key_ != key) {
+    last_eager_key_ = key;
+    enqueue(staged_in, staged_out);
+  } else {
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(staged_in, staged_out);
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      cudaStreamEndCapture(stream, &partial);
+      if (partial) cudaGraphDestroy(partial);
+      cudaGetLastError();
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KILN_CHECK(status == cudaSuccess, DeviceError,
+               "cudaGraphInstantiate failed: ", cudaGetErrorString(status));
+    if (graphs_.size() >= kMaxGraphs) {
+      cudaGraphExecDestroy(graphs_[order_.front()]);
+      graphs_.erase(order_.front());
+      order_.pop_front();
+    }
+    graphs_[key] = exec;
+    order_.push_back(key);
+    KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (output_bytes[i] == 0) continue;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[i], staged_out[i], output_bytes[i],
+                                    cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
+}  // namespace kiln::engine::cuda

@@ -1,0 +1,126 @@
+// The CUDA backend's kernel interface, mirroring cpu/kernels.h: one kernel function per layer
+// kind, registered per family (register_<family>) with the dtypes it supports, into a table
+// indexed by the LayerParams variant index. Kernels only enqueue work on the context's stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/backend.h"
+#include "engine/network.h"
+
+namespace kiln::engine::cuda {
+
+using TensorView = DeviceTensor;
+
+// State a kernel keeps between runs of one layer in one context (descriptors and algorithms
+// chosen for the last shapes, ...).
+struct KernelState {
+  virtual ~KernelState() = default;
+};
+
+// Per-context resources a kernel may use. Handles are created on first use.
+class Resources {
+ public:
+  virtual ~Resources() = default;
+  virtual cudaStream_t stream() const = 0;
+  virtual int device() const = 0;
+  // Scratch device memory valid until the next layer runs (stream-ordered growth).
+  virtual void* workspace(size_t bytes) = 0;
+  virtual void* cublaslt() = 0;  // cublasLtHandle_t
+  virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
+};
+
+struct KernelArgs {
+  const Layer& layer;
+  const std::vector<TensorView>& inputs;
+  const std::vector<TensorView>& outputs;  // allocated with their inferred shapes
+  std::unique_ptr<KernelState>& state;
+  Resources& res;
+  cudaStream_t stream() const { return res.stream(); }
+};
+
+using KernelFn = void (*)(KernelArgs& args);
+// Returns an empty string when the kernel can run `layer` with these dtypes, else why not.
+using SupportFn = std::string (*)(const Layer& layer, const std::vector<DataType>& inputs,
+                                  const std::vector<DataType>& outputs);
+
+// Dtype sets as bit masks over DataType.
+constexpr uint32_t dtype_bit(DataType t) {
+  return 1u << static_cast<unsigned>(t);
+}
+constexpr uint32_t kFloatTypes =
+    dtype_bit(DataType::kF32) | dtype_bit(DataType::kF16) | dtype_bit(DataType::kBF16);
+constexpr uint32_t kAllTypes = (1u << kNumDataTypes) - 1;
+
+struct KernelEntry {
+  KernelFn fn = nullptr;
+  uint32_t output_dtypes = 0;   // dtypes of output 0 the kernel handles
+  SupportFn support = nullptr;  // further checks (optional)
+};
+
+class KernelTable {
+ public:
+  template <class Params>
+  void set(KernelFn fn, uint32_t output_dtypes, SupportFn support = nullptr) {
+    table_[LayerParams(Params{}).index()] = KernelEntry{fn, output_dtypes, support};
+  }
+  const KernelEntry& get(const LayerParams& params) const { return table_[params.index()]; }
+
+ private:
+  std::array<KernelEntry, kNumLayerKinds> table_{};
+};
+
+// Every CUDA kernel, registered once.
+const KernelTable& kernel_table();
+
+// The families; each is defined in cuda/<family>.cu or .cpp.
+void register_elementwise(KernelTable& t);  // elementwise, unary, activation, select, cast, fused
+void register_matmul(KernelTable& t);
+void register_convolution(KernelTable& t);
+void register_pooling(KernelTable& t);
+void register_reduce(KernelTable& t);         // reduce, argmax, cumsum, topk
+void register_normalization(KernelTable& t);  // normalization, softmax
+void register_shuffle(KernelTable& t);        // shuffle, concat, slice, pad
+void register_gather(KernelTable& t);         // gather, scatter
+void register_fill(KernelTable& t);           // shape, fill
+void register_resize(KernelTable& t);
+void register_attention(KernelTable& t);
+
+// Launchers shared between families (defined in the .cu files named).
+// What the post-op kernel applies to a conv/matmul result in place: out = act2(act(out +
+// bias[c]) + residual) with c = (i / inner) % channels; any float dtypes.
+struct PostOpArgs {
+  const TensorView* bias = nullptr;
+  int64_t channels = 1, inner = 1;
+  ActivationKind act = ActivationKind::kNone;
+  double alpha = 0, beta = 0;
+  const TensorView* residual = nullptr;
+  ActivationKind act2 = ActivationKind::kNone;
+  double alpha2 = 0, beta2 = 0;
+};
+// elementwise.cu: the post-op kernel.
+void launch_post_ops(cudaStream_t stream, const std::string& layer, const TensorView& out,
+                     const PostOpArgs& post);
+// elementwise.cu: converts `n` elements between dtypes (float<->f16/bf16, ...).
+void launch_convert(cudaStream_t stream, const std::string& layer, const void* src, DataType from,
+                    void* dst, DataType to, int64_t n);
+// fill.cu: writes host-known integer values (shape tensors) by a kernel launch, which a CUDA graph
+// can capture; false (nothing done) when there are too many for one launch.
+bool launch_write_values(cudaStream_t stream, const TensorView& dst,
+                         const std::vector<int64_t>& values);
+// shuffle.cu: dst (dense, `shape`) = src at `src_offset` + sum(index_d * src_strides[d]) elements.
+void launch_strided_copy(cudaStream_t stream, const std::string& layer, size_t elem_size,
+                         const void* src, int64_t src_offset,
+                         const std::vector<int64_t>& src_strides, const Shape& shape, void* dst);
+// shuffle.cu: constant pad of a dense tensor (begin/end per dim).
+void launch_pad(cudaStream_t stream, const std::string& layer, const TensorView& in,
+                const TensorView& out, const std::vector<int64_t>& begin, PadMode mode,
+                double value);
+
+}  // namespace kiln::engine::cuda

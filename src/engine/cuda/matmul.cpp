@@ -1,0 +1,257 @@
+// CUDA kernel of the matmul family: cuBLASLt (row-major operands seen as transposed column-major
+// ones) in f32, f16 or bf16 with fp32 accumulation (plain fp32 math for f32: no TF32), batched by
+// strides (broadcast batches materialized in the workspace), with bias and ReLU/GELU(tanh) fused
+// as cuBLASLt epilogues; the post-op kernel does the rest.
+#include <cublasLt.h>
+
+#include <algorithm>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+#define KILN_CUBLAS_CHECK(call)                                                               \
+  do {                                                                                        \
+    const cublasStatus_t kiln_status_ = (call);                                               \
+    KILN_CHECK(kiln_status_ == CUBLAS_STATUS_SUCCESS, DeviceError, #call, " failed: status ", \
+               static_cast<int>(kiln_status_));                                               \
+  } while (0)
+
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
+
+// A matmul configuration chosen once per shape (and pointer alignment) and cached.
+struct MatMulState : KernelState {
+  std::vector<int64_t> key;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t algo_workspace = 0;
+  bool fused_bias = false, fused_activation = false;
+  ~MatMulState() override {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+};
+
+int64_t alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int64_t a = 1;
+  while (a < 16 && (v % static_cast<uintptr_t>(a * 2)) == 0) a *= 2;
+  return a;
+}
+
+cudaDataType_t cuda_type(DataType t) {
+  return t == DataType::kF16 ? CUDA_R_16F : (t == DataType::kBF16 ? CUDA_R_16BF : CUDA_R_32F);
+}
+
+cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                              int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+  const int32_t count = static_cast<int32_t>(batch);
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                     sizeof(count)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &stride, sizeof(stride)));
+  return l;
+}
+
+// An operand's batch dims padded to `rank` - 2 (leading 1s).
+Shape batch_of(const Shape& s, size_t rank) {
+  Shape b(rank - s.size(), 1);
+  b.insert(b.end(), s.begin(), s.end() - 2);
+  return b;
+}
+
+void matmul_kernel(KernelArgs& args) {
+  const auto& p = std::get<MatMulParams>(args.layer.params);
+  const std::string& name = args.layer.name;
+  const TensorView &a = args.inputs[0], &b = args.inputs[1], &out = args.outputs[0];
+  const bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
+  const bool ta = p.transpose_a && !a_vec, tb = p.transpose_b && !b_vec;
+  const Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
+  const Shape bs = b_vec ? Shape{b.shape[0], 1} : b.shape;
+  const size_t rank = std::max(as.size(), bs.size());
+  const int64_t m = ta ? as.back() : as[as.size() - 2];
+  const int64_t k = ta ? as[as.size() - 2] : as.back();
+  const int64_t n = tb ? bs[bs.size() - 2] : bs.back();
+  const Shape a_batch = batch_of(as, rank), b_batch = batch_of(bs, rank);
+  Shape batch(rank - 2);
+  for (size_t d = 0; d < batch.size(); ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
+  const int64_t batches = volume(batch);
+
+  size_t in_idx = 2;
+  const TensorView* bias = p.post.has_bias ? &args.inputs[in_idx++] : nullptr;
+  const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
+  void* y = out.data;
+  const size_t es = dtype_size(out.dtype);
+  const cudaDataType_t type = cuda_type(out.dtype);
+  cudaStream_t stream = args.stream();
+
+  bool fused_bias = false, fused_activation = false;
+  if (k == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(out.numel()) * es, stream));
+  } else {
+    // Operands whose batch is neither the full batch nor a single matrix are expanded.
+    const int64_t a_mat = m * k, b_mat = k * n;
+    const bool expand_a = volume(a_batch) != 1 && a_batch != batch;
+    const bool expand_b = volume(b_batch) != 1 && b_batch != batch;
+    const size_t a_bytes = expand_a ? static_cast<size_t>(batches * a_mat) * es : 0;
+    const size_t b_bytes = expand_b ? static_cast<size_t>(batches * b_mat) * es : 0;
+    const size_t a_off = 0, b_off = (a_bytes + 255) / 256 * 256;
+    const size_t ws_off = b_off + (b_bytes + 255) / 256 * 256;
+    auto* ws = static_cast<uint8_t*>(args.res.workspace(ws_off + kCublasWorkspace));
+    const void* a_ptr = a.data;
+    const void* b_ptr = b.data;
+    auto expand = [&](const TensorView& t, const Shape& t_shape, const Shape& t_batch, void* dst) {
+      Shape full = batch;
+      full.push_back(t_shape[t_shape.size() - 2]);
+      full.push_back(t_shape.back());
+      const auto cs = contiguous_strides(Shape(t_batch.begin(), t_batch.end()));
+      std::vector<int64_t> strides(full.size(), 0);
+      const int64_t mat = t_shape[t_shape.size() - 2] * t_shape.back();
+      for (size_t d = 0; d < t_batch.size(); ++d) strides[d] = t_batch[d] == 1 ? 0 : cs[d] * mat;
+      strides[full.size() - 2] = t_shape.back();
+      strides[full.size() - 1] = 1;
+      launch_strided_copy(stream, name, es, t.data, 0, strides, full, dst);
+    };
+    if (expand_a) {
+      expand(a, as, a_batch, ws + a_off);
+      a_ptr = ws + a_off;
+    }
+    if (expand_b) {
+      expand(b, bs, b_batch, ws + b_off);
+      b_ptr = ws + b_off;
+    }
+    const int64_t a_stride = volume(a_batch) == 1 && !expand_a ? 0 : a_mat;
+    const int64_t b_stride = volume(b_batch) == 1 && !expand_b ? 0 : b_mat;
+    const bool bias_epilogue = bias && bias->numel() == n && bias->dtype == out.dtype;
+    const ActivationKind act = p.post.activation;
+    const bool act_epilogue = (bias_epilogue || !bias) &&
+                              (act == ActivationKind::kRelu || act == ActivationKind::kGeluTanh);
+    std::vector<int64_t> key = {static_cast<int64_t>(out.dtype),
+                                ta,
+                                tb,
+                                m,
+                                n,
+                                k,
+                                batches,
+                                a_stride,
+                                b_stride,
+                                bias_epilogue,
+                                act_epilogue,
+                                static_cast<int64_t>(act),
+                                alignment(a_ptr),
+                                alignment(b_ptr),
+                                alignment(y),
+                                bias_epilogue ? alignment(bias->data) : 0};
+    auto* state = dynamic_cast<MatMulState*>(args.state.get());
+    if (!state || state->key != key) {
+      auto fresh = std::make_unique<MatMulState>();
+      fresh->key = key;
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&fresh->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      // D^T (N x M, column-major) = op(B) (N x K) * op(A) (K x M).
+      const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &op_b, sizeof(op_b)));
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                       &op_a, sizeof(op_a)));
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      if (act_epilogue && act == ActivationKind::kRelu) {
+        epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      } else if (act_epilogue) {
+        epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      } else if (bias_epilogue) {
+        epilogue = CUBLASLT_EPILOGUE_BIAS;
+      }
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &epilogue, sizeof(epilogue)));
+      fresh->b =
+          tb ? layout(type, k, n, k, batches, b_stride) : layout(type, n, k, n, batches, b_stride);
+      fresh->a =
+          ta ? layout(type, m, k, m, batches, a_stride) : layout(type, k, m, k, batches, a_stride);
+      fresh->d = layout(type, n, m, n, batches, m * n);
+      cublasLtMatmulPreference_t pref = nullptr;
+      KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const uint64_t max_ws = kCublasWorkspace;
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                           sizeof(max_ws));
+      const uint32_t align_a = static_cast<uint32_t>(alignment(b_ptr));
+      const uint32_t align_b = static_cast<uint32_t>(alignment(a_ptr));
+      const uint32_t align_d = static_cast<uint32_t>(alignment(y));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &align_a, sizeof(align_a));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &align_b, sizeof(align_b));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                           &align_d, sizeof(align_d));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                           &align_d, sizeof(align_d));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+          static_cast<cublasLtHandle_t>(args.res.cublaslt()), fresh->desc, fresh->b, fresh->a,
+          fresh->d, fresh->d, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
+                 "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
+                 " batch=", batches, " (status ", static_cast<int>(status), ")");
+      fresh->algo = result.algo;
+      fresh->algo_workspace = result.workspaceSize;
+      fresh->fused_bias = bias_epilogue;
+      fresh->fused_activation = act_epilogue;
+      state = fresh.get();
+      args.state = std::move(fresh);
+    }
+    if (state->fused_bias) {
+      const void* bias_ptr = bias->data;
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          state->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    }
+    const float one = 1.f, zero = 0.f;
+    KILN_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(args.res.cublaslt()),
+                                     state->desc, &one, b_ptr, state->b, a_ptr, state->a, &zero, y,
+                                     state->d, y, state->d, &state->algo, ws + ws_off,
+                                     state->algo_workspace, stream));
+    fused_bias = state->fused_bias;
+    fused_activation = state->fused_activation;
+  }
+  const PostOps& post = p.post;
+  PostOpArgs rest;
+  rest.bias = bias && !fused_bias ? bias : nullptr;
+  rest.channels = rest.bias ? rest.bias->numel() : 1;
+  rest.act = fused_activation ? ActivationKind::kNone : post.activation;
+  rest.alpha = post.alpha, rest.beta = post.beta;
+  rest.residual = residual;
+  rest.act2 = post.activation2;
+  rest.alpha2 = post.alpha2, rest.beta2 = post.beta2;
+  if (rest.bias || rest.act != ActivationKind::kNone || residual ||
+      rest.act2 != ActivationKind::kNone) {
+    launch_post_ops(stream, name, out, rest);
+  }
+}
+
+std::string matmul_support(const Layer&, const std::vector<DataType>& in,
+                           const std::vector<DataType>& out) {
+  if (in.at(0) != out.at(0) || in.at(1) != out.at(0)) {
+    return std::string("operands must have the output's dtype, got ") + dtype_name(in[0]) +
+           " and " + dtype_name(in[1]);
+  }
+  for (DataType t : in) {
+    if (!is_floating(t)) return std::string("non-floating input ") + dtype_name(t);
+  }
+  return "";
+}
+
+}  // namespace
+
+void register_matmul(KernelTable& t) {
+  t.set<MatMulParams>(matmul_kernel, kFloatTypes, matmul_support);
+}
+
+}  // namespace kiln::engine::cuda

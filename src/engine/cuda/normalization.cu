@@ -1,0 +1,168 @@
+// CUDA kernels of the normalization family: softmax/log-softmax (one warp per row) and batch,
+// layer, group and instance normalization (one block per normalized run, two-pass statistics in
+// double like the CPU kernels).
+#include <cmath>
+
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ double block_sum(double v) {
+  __shared__ double partial[kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read from a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / kWarp;
+  v = lane < warps ? partial[lane] : 0.0;
+  return warp_sum(v);
+}
+
+__global__ void softmax_kernel_t(const void* x, DataType xt, void* y, DataType yt, int64_t rows,
+                                 int64_t n, int64_t inner, bool log) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps_per_grid = int64_t(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows;
+       r += warps_per_grid) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    float mx = -INFINITY;
+    for (int64_t i = lane; i < n; i += kWarp)
+      mx = fmaxf(mx, load_as<float>(xt, x, base + i * inner));
+    mx = warp_max(mx);
+    double sum = 0;
+    for (int64_t i = lane; i < n; i += kWarp) {
+      sum += exp(static_cast<double>(load_as<float>(xt, x, base + i * inner)) - mx);
+    }
+    sum = warp_sum(sum);
+    const double log_sum = ::log(sum);
+    for (int64_t i = lane; i < n; i += kWarp) {
+      const double z = static_cast<double>(load_as<float>(xt, x, base + i * inner)) - mx;
+      store_as<float>(yt, y, base + i * inner,
+                      static_cast<float>(log ? z - log_sum : exp(z) / sum));
+    }
+  }
+}
+
+void softmax_kernel(KernelArgs& args) {
+  const auto& p = std::get<SoftmaxParams>(args.layer.params);
+  const TensorView &x = args.inputs[0], &y = args.outputs[0];
+  const int axis = normalize_axis(p.axis, x.shape.size(), "softmax");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
+  const int warps = kThreads / kWarp;
+  softmax_kernel_t<<<grid_for(rows, warps), kThreads, 0, args.stream()>>>(
+      x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+// Run r covers elements [r * len, (r + 1) * len); element j of it uses affine channel
+// (r % group_mod) * group_mul + j / j_div.
+__global__ void normalize_runs_kernel(const void* x, DataType xt, void* y, DataType yt,
+                                      int64_t runs, int64_t len, double eps, const void* scale,
+                                      DataType st, const void* bias, DataType bt, int64_t group_mod,
+                                      int64_t group_mul, int64_t j_div) {
+  for (int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
+    const int64_t base = r * len;
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) sum += load_as<double>(xt, x, base + j);
+    const double mean = block_sum(sum) / static_cast<double>(len);
+    double sq = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      const double d = load_as<double>(xt, x, base + j) - mean;
+      sq += d * d;
+    }
+    const double inv = 1.0 / sqrt(block_sum(sq) / static_cast<double>(len) + eps);
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      double v = (load_as<double>(xt, x, base + j) - mean) * inv;
+      if (scale) {
+        const int64_t c = (r % group_mod) * group_mul + j / j_div;
+        v = v * load_as<double>(st, scale, c) + load_as<double>(bt, bias, c);
+      }
+      store_as<double>(yt, y, base + j, v);
+    }
+  }
+}
+
+__global__ void batch_norm_kernel(const void* x, DataType xt, void* y, DataType yt, int64_t total,
+                                  int64_t c, int64_t spatial, double eps, const void* scale,
+                                  DataType st, const void* bias, DataType bt, const void* mean,
+                                  DataType mt, const void* var, DataType vt) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = (i / spatial) % c;
+    double a = 1.0 / sqrt(load_as<double>(vt, var, ch) + eps);
+    if (scale) a *= load_as<double>(st, scale, ch);
+    const double b =
+        (bias ? load_as<double>(bt, bias, ch) : 0.0) - load_as<double>(mt, mean, ch) * a;
+    store_as<double>(yt, y, i, load_as<double>(xt, x, i) * a + b);
+  }
+}
+
+void normalization_kernel(KernelArgs& args) {
+  const auto& p = std::get<NormalizationParams>(args.layer.params);
+  const TensorView &x = args.inputs[0], &y = args.outputs[0];
+  const Shape& s = x.shape;
+  const auto& in = args.inputs;
+  const TensorView* scale = p.has_affine ? &in[1] : nullptr;
+  const TensorView* bias = p.has_affine ? &in[2] : nullptr;
+  const void* sd = scale ? scale->data : nullptr;
+  const void* bd = bias ? bias->data : nullptr;
+  const DataType st = scale ? scale->dtype : DataType::kF32;
+  const DataType bt = bias ? bias->dtype : DataType::kF32;
+  const cudaStream_t stream = args.stream();
+  auto runs = [&](int64_t count, int64_t len, int64_t mod, int64_t mul, int64_t div) {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(count, 65535 * 16));
+    normalize_runs_kernel<<<grid, kThreads, 0, stream>>>(
+        x.data, x.dtype, y.data, y.dtype, count, len, p.epsilon, sd, st, bd, bt, mod, mul, div);
+  };
+  if (p.kind == NormalizationKind::kLayer) {
+    int64_t len = 1;
+    for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
+      len *= s[d];
+    runs(x.numel() / len, len, 1, 0, 1);
+  } else {
+    const int64_t n = s[0], c = s[1], spatial = x.numel() / (n * c);
+    if (p.kind == NormalizationKind::kBatch) {
+      const size_t first = p.has_affine ? 3 : 1;
+      const int64_t total = x.numel();
+      batch_norm_kernel<<<grid_for(total), kThreads, 0, stream>>>(
+          x.data, x.dtype, y.data, y.dtype, total, c, spatial, p.epsilon, sd, st, bd, bt,
+          in[first].data, in[first].dtype, in[first + 1].data, in[first + 1].dtype);
+    } else if (p.kind == NormalizationKind::kGroup) {
+      KILN_CHECK(c % p.num_groups == 0, InvalidArgument, "layer `", args.layer.name,
+                 "`: num_groups ", p.num_groups, " does not divide ", c, " channels");
+      const int64_t g = p.num_groups, per = c / g;
+      runs(n * g, per * spatial, g, per, spatial);
+    } else {
+      runs(n * c, spatial, c, 1, spatial > 0 ? spatial : 1);
+    }
+  }
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+}  // namespace
+
+void register_normalization(KernelTable& t) {
+  t.set<NormalizationParams>(normalization_kernel, kFloatTypes);
+  t.set<SoftmaxParams>(softmax_kernel, kFloatTypes);
+}
+
+}  // namespace kiln::engine::cuda

@@ -1,0 +1,119 @@
+// CUDA kernel of the pooling family: max/average, windowed or adaptive, one thread per output
+// element walking its window (same window rules as cpu/pooling.cpp: dilation, asymmetric padding,
+// ceil_mode and torch's average divisor need no special paths).
+#include <cmath>
+
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+struct PoolDims {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pb[3] = {}, pe[3] = {}, dil[3] = {1, 1, 1};
+  bool adaptive = false, is_max = true, count_include_pad = true;
+};
+
+struct Window {
+  int64_t first, step, count, padded;
+};
+
+__device__ __forceinline__ int64_t floor_div(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+__device__ __forceinline__ Window window(const PoolDims& p, int d, int64_t o) {
+  const int64_t in = p.in[d], out = p.out[d];
+  if (p.adaptive) {  // torch: [floor(o * in / out), ceil((o + 1) * in / out))
+    const int64_t first = (o * in) / out;
+    const int64_t count = ((o + 1) * in + out - 1) / out - first;
+    return {first, 1, count, count};
+  }
+  const int64_t k = p.k[d], dil = p.dil[d];
+  const int64_t start = o * p.s[d] - p.pb[d];
+  const int64_t j0 = start >= 0 ? 0 : (-start + dil - 1) / dil;
+  int64_t j1 = floor_div(in - 1 - start, dil);
+  if (j1 > k - 1) j1 = k - 1;
+  const int64_t count = j1 - j0 + 1 > 0 ? j1 - j0 + 1 : 0;
+  const int64_t end = start + k < in + p.pe[d] ? start + k : in + p.pe[d];
+  return {start + j0 * dil, dil, count, end - start};
+}
+
+__global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType yt, PoolDims p,
+                                 int64_t total) {
+  const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
+  const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / out_plane, r = i % out_plane;
+    const Window w0 = window(p, 0, r / (p.out[1] * p.out[2]));
+    const Window w1 = window(p, 1, (r / p.out[2]) % p.out[1]);
+    const Window w2 = window(p, 2, r % p.out[2]);
+    const int64_t plane = b * in_plane;
+    float result;
+    if (p.is_max) {
+      float m = -INFINITY;
+      for (int64_t a = 0; a < w0.count; ++a) {
+        for (int64_t c = 0; c < w1.count; ++c) {
+          const int64_t row =
+              plane + ((w0.first + a * w0.step) * p.in[1] + w1.first + c * w1.step) * p.in[2];
+          for (int64_t e = 0; e < w2.count; ++e) {
+            const float v = load_as<float>(xt, x, row + w2.first + e * w2.step);
+            if (v > m || isnan(v)) m = v;  // NaN wins, as in torch
+          }
+        }
+      }
+      result = m;
+    } else {
+      double sum = 0;
+      for (int64_t a = 0; a < w0.count; ++a) {
+        for (int64_t c = 0; c < w1.count; ++c) {
+          const int64_t row = plane + ((w0.first + a) * p.in[1] + w1.first + c) * p.in[2];
+          for (int64_t e = 0; e < w2.count; ++e) sum += load_as<float>(xt, x, row + w2.first + e);
+        }
+      }
+      const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded
+                                                                 : w0.count * w1.count * w2.count;
+      result = static_cast<float>(sum / static_cast<double>(divisor));
+    }
+    store_as<float>(yt, y, i, result);
+  }
+}
+
+void pooling_kernel(KernelArgs& args) {
+  const auto& p = std::get<PoolingParams>(args.layer.params);
+  const TensorView &x = args.inputs[0], &out = args.outputs[0];
+  const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
+  KILN_CHECK(nd >= 1 && nd <= 3, Unsupported, "layer `", args.layer.name, "`: pooling over ", nd,
+             " dims (the CUDA kernel takes 1 to 3)");
+  const size_t lead = x.shape.size() - nd;
+  PoolDims d;
+  d.adaptive = p.adaptive;
+  d.is_max = p.kind == PoolingKind::kMax;
+  d.count_include_pad = p.count_include_pad;
+  for (size_t k = 0; k < nd; ++k) {
+    const size_t slot = 3 - nd + k;
+    d.in[slot] = x.shape[lead + k];
+    d.out[slot] = out.shape[lead + k];
+    if (!p.adaptive) {
+      d.k[slot] = p.kernel[k];
+      d.s[slot] = p.strides.empty() ? p.kernel[k] : p.strides[k];
+      d.pb[slot] = p.padding_begin.empty() ? 0 : p.padding_begin[k];
+      d.pe[slot] = p.padding_end.empty() ? 0 : p.padding_end[k];
+      d.dil[slot] = p.dilations.empty() ? 1 : p.dilations[k];
+    }
+  }
+  const int64_t total = out.numel();
+  pooling_kernel_t<<<grid_for(total), kThreads, 0, args.stream()>>>(x.data, x.dtype, out.data,
+                                                                    out.dtype, d, total);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+}  // namespace
+
+void register_pooling(KernelTable& t) {
+  t.set<PoolingParams>(pooling_kernel, kFloatTypes);
+}
+
+}  // namespace kiln::engine::cuda

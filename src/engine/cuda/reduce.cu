@@ -1,0 +1,279 @@
+// CUDA kernels of the reduce family: reduce (one warp per output), argmax/argmin and cumsum (one
+// thread per row) and topk (one thread per element, placed by its rank in the row). Floating data
+// accumulates in double and integers in int64 with wrap-around, as on the CPU.
+#include <cmath>
+
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMax:
+      return (isnan(a) || isnan(b)) ? NAN : fmax(a, b);
+    case ReduceOp::kMin:
+      return (isnan(a) || isnan(b)) ? NAN : fmin(a, b);
+    case ReduceOp::kAny:
+      return (a != 0 || b != 0) ? 1.0 : 0.0;
+    case ReduceOp::kAll:
+      return (a != 0 && b != 0) ? 1.0 : 0.0;
+    default:
+      return a + b;
+  }
+}
+
+__device__ __forceinline__ int64_t combine(ReduceOp op, int64_t a, int64_t b) {
+  const uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  switch (op) {
+    case ReduceOp::kProd:
+      return static_cast<int64_t>(ua * ub);
+    case ReduceOp::kMax:
+      return a > b ? a : b;
+    case ReduceOp::kMin:
+      return a < b ? a : b;
+    case ReduceOp::kAny:
+      return (a != 0 || b != 0) ? 1 : 0;
+    case ReduceOp::kAll:
+      return (a != 0 && b != 0) ? 1 : 0;
+    default:
+      return static_cast<int64_t>(ua + ub);
+  }
+}
+
+template <class C>
+__device__ __forceinline__ C identity(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd:
+    case ReduceOp::kAll:
+      return C(1);
+    default:
+      return C(0);  // max/min start from the first element instead
+  }
+}
+
+// Any/all reduce truthiness: each element enters as 0 or 1.
+template <class C>
+__global__ void reduce_kernel_t(const void* x, DataType xt, Dims kept, Dims red, int64_t m,
+                                ReduceOp op, void* y, DataType yt, int64_t num_out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kWarp);
+  const bool truth = op == ReduceOp::kAny || op == ReduceOp::kAll;
+  const bool extremum = op == ReduceOp::kMax || op == ReduceOp::kMin;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp; o < num_out;
+       o += warps) {
+    const int64_t base = offset_of(kept, o);
+    C acc = extremum ? load_as<C>(xt, x, base) : identity<C>(op);
+    for (int64_t j = lane; j < m; j += kWarp) {
+      C v = load_as<C>(xt, x, base + offset_of(red, j));
+      if (truth) v = v != C(0) ? C(1) : C(0);
+      acc = combine(op, acc, v);
+    }
+    for (int s = kWarp / 2; s > 0; s /= 2)
+      acc = combine(op, acc, __shfl_xor_sync(0xffffffffu, acc, s));
+    if (lane == 0) {
+      if (op == ReduceOp::kMean) {
+        if constexpr (std::is_same_v<C, double>) {
+          acc = acc / static_cast<double>(m);  // 0/0 is NaN, as on the CPU
+        } else {
+          acc = m > 0 ? acc / m : 0;
+        }
+      }
+      if (truth) {
+        store_as<int64_t>(yt, y, o, acc != C(0) ? 1 : 0);
+      } else {
+        store_as<C>(yt, y, o, acc);
+      }
+    }
+  }
+}
+
+void reduce_kernel(KernelArgs& args) {
+  const auto& p = std::get<ReduceParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const Shape& x = in.shape;
+  std::vector<bool> reduced(x.size(), p.axes.empty());
+  for (int64_t a : p.axes)
+    reduced[static_cast<size_t>(normalize_axis(a, x.size(), "reduce"))] = true;
+  const auto strides = contiguous_strides(x);
+  Shape kept, red;
+  std::vector<int64_t> kept_strides, red_strides;
+  for (size_t d = 0; d < x.size(); ++d) {
+    (reduced[d] ? red : kept).push_back(x[d]);
+    (reduced[d] ? red_strides : kept_strides).push_back(strides[d]);
+  }
+  const int64_t m = volume(red);
+  KILN_CHECK(m > 0 || (p.op != ReduceOp::kMax && p.op != ReduceOp::kMin), InvalidArgument,
+             "layer `", args.layer.name, "`: max/min over a zero-size dim");
+  const Dims kd = strided_dims(args.layer.name, kept, kept_strides);
+  const Dims rd = strided_dims(args.layer.name, red, red_strides);
+  const int64_t num_out = out.numel();
+  const unsigned grid = grid_for(num_out, kThreads / kWarp);
+  if (is_floating(in.dtype)) {
+    reduce_kernel_t<double><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, kd, rd, m, p.op, out.data, out.dtype, num_out);
+  } else {
+    reduce_kernel_t<int64_t><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, kd, rd, m, p.op, out.data, out.dtype, num_out);
+  }
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisSplit split_at(const Shape& s, int axis) {
+  AxisSplit r;
+  for (int d = 0; d < axis; ++d) r.outer *= s[static_cast<size_t>(d)];
+  r.n = s[static_cast<size_t>(axis)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) r.inner *= s[d];
+  return r;
+}
+
+template <class C>
+__global__ void argmax_kernel_t(const void* x, DataType xt, int64_t* y, AxisSplit s, bool is_min) {
+  const int64_t rows = s.outer * s.inner;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
+    C best = load_as<C>(xt, x, base);
+    int64_t best_i = 0;
+    for (int64_t i = 1; i < s.n; ++i) {
+      const C v = load_as<C>(xt, x, base + i * s.inner);
+      if constexpr (std::is_same_v<C, float>) {
+        if (isnan(best)) break;  // the first NaN wins for both argmax and argmin
+        if (isnan(v)) {
+          best = v;
+          best_i = i;
+          continue;
+        }
+      }
+      if (is_min ? v < best : v > best) {
+        best = v;
+        best_i = i;
+      }
+    }
+    y[r] = best_i;
+  }
+}
+
+void argmax_kernel(KernelArgs& args) {
+  const auto& p = std::get<ArgMaxParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "argmax"));
+  KILN_CHECK(s.n > 0, InvalidArgument, "layer `", args.layer.name,
+             "`: argmax over a zero-size dim");
+  auto* y = static_cast<int64_t*>(args.outputs[0].data);
+  const unsigned grid = grid_for(s.outer * s.inner);
+  if (is_floating(in.dtype)) {
+    argmax_kernel_t<float><<<grid, kThreads, 0, args.stream()>>>(in.data, in.dtype, y, s, p.min);
+  } else {
+    argmax_kernel_t<int64_t><<<grid, kThreads, 0, args.stream()>>>(in.data, in.dtype, y, s, p.min);
+  }
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+// Whether (a, i) comes before (b, j) in topk order: NaN above everything, ties by lower index.
+template <class C>
+__device__ __forceinline__ bool before(C a, int64_t i, C b, int64_t j, bool largest) {
+  if constexpr (std::is_same_v<C, float>) {
+    const bool na = isnan(a), nb = isnan(b);
+    if (na || nb) return (na && nb) ? i < j : (largest ? na : nb);
+  }
+  if (a != b) return largest ? a > b : a < b;
+  return i < j;
+}
+
+template <class C>
+__global__ void topk_kernel_t(const void* x, DataType xt, void* values, DataType vt,
+                              int64_t* indices, AxisSplit s, int64_t k, bool largest) {
+  const int64_t total = s.outer * s.n * s.inner;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t outer = t / (s.n * s.inner), i = (t / s.inner) % s.n, inner = t % s.inner;
+    const int64_t base = outer * s.n * s.inner + inner;
+    const C v = load_as<C>(xt, x, t);
+    int64_t rank = 0;
+    for (int64_t j = 0; j < s.n && rank < k; ++j) {
+      if (j != i && before<C>(load_as<C>(xt, x, base + j * s.inner), j, v, i, largest)) ++rank;
+    }
+    if (rank < k) {
+      const int64_t o = outer * k * s.inner + rank * s.inner + inner;
+      store_as<C>(vt, values, o, v);
+      indices[o] = i;
+    }
+  }
+}
+
+void topk_kernel(KernelArgs& args) {
+  const auto& p = std::get<TopKParams>(args.layer.params);
+  const TensorView& in = args.inputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "topk"));
+  KILN_CHECK(p.k >= 0 && p.k <= s.n, InvalidArgument, "layer `", args.layer.name, "`: k = ", p.k,
+             " exceeds the dim size ", s.n);
+  const TensorView &values = args.outputs[0], &indices = args.outputs[1];
+  auto* idx = static_cast<int64_t*>(indices.data);
+  const unsigned grid = grid_for(in.numel());
+  if (is_floating(in.dtype)) {
+    topk_kernel_t<float><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, values.data, values.dtype, idx, s, p.k, p.largest);
+  } else {
+    topk_kernel_t<int64_t><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, values.data, values.dtype, idx, s, p.k, p.largest);
+  }
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+template <class C>
+__global__ void cumsum_kernel_t(const void* x, DataType xt, void* y, DataType yt, AxisSplit s,
+                                bool exclusive, bool reverse) {
+  const int64_t rows = s.outer * s.inner;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
+    C acc = 0;
+    for (int64_t j = 0; j < s.n; ++j) {
+      const int64_t i = base + (reverse ? s.n - 1 - j : j) * s.inner;
+      const C v = load_as<C>(xt, x, i);
+      if (exclusive) store_as<C>(yt, y, i, acc);
+      if constexpr (std::is_same_v<C, double>) {
+        acc += v;
+      } else {
+        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+      }
+      if (!exclusive) store_as<C>(yt, y, i, acc);
+    }
+  }
+}
+
+void cumsum_kernel(KernelArgs& args) {
+  const auto& p = std::get<CumSumParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "cumsum"));
+  const unsigned grid = grid_for(s.outer * s.inner);
+  if (is_floating(in.dtype)) {
+    cumsum_kernel_t<double><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, out.data, out.dtype, s, p.exclusive, p.reverse);
+  } else {
+    cumsum_kernel_t<int64_t><<<grid, kThreads, 0, args.stream()>>>(
+        in.data, in.dtype, out.data, out.dtype, s, p.exclusive, p.reverse);
+  }
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+}  // namespace
+
+void register_reduce(KernelTable& t) {
+  t.set<ReduceParams>(reduce_kernel, kAllTypes);
+  t.set<ArgMaxParams>(argmax_kernel, dtype_bit(DataType::kI64));
+  t.set<TopKParams>(topk_kernel, kAllTypes);
+  t.set<CumSumParams>(cumsum_kernel, kAllTypes);
+}
+
+}  // namespace kiln::engine::cuda

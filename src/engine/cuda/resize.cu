@@ -1,0 +1,199 @@
+// CUDA kernel of resize (nearest, linear, cubic over 1-3 trailing spatial dims). The per-dim
+// source indices and weights are built on the host with the CPU kernel's rules (so both backends
+// read the same taps), uploaded once per shape, and each thread sums its output's taps.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+constexpr int kMaxSpatial = 3;
+
+struct Taps {
+  int taps = 1;
+  std::vector<int64_t> index;
+  std::vector<float> weight;
+};
+
+// As cpu/resize.cpp: torch's area_pixel_compute_scale and interpolate's index rules.
+float coordinate_scale(const ResizeParams& p, size_t d, int64_t in, int64_t out) {
+  if (p.align_corners && p.mode != ResizeMode::kNearest) {
+    return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  }
+  if (!p.scales.empty() && p.scales[d] > 0) return static_cast<float>(1.0 / p.scales[d]);
+  return static_cast<float>(in) / static_cast<float>(out);
+}
+
+float cubic1(float x, float a) {
+  return ((a + 2) * x - (a + 3)) * x * x + 1;
+}
+float cubic2(float x, float a) {
+  return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+}
+
+Taps make_taps(const ResizeParams& p, size_t d, int64_t in, int64_t out) {
+  Taps t;
+  const float scale = coordinate_scale(p, d, in, out);
+  auto source = [&](int64_t o, bool cubic) {
+    if (p.align_corners) return scale * static_cast<float>(o);
+    const float s = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
+    return !cubic && s < 0 ? 0.f : s;
+  };
+  for (int64_t o = 0; o < out; ++o) {
+    if (p.mode == ResizeMode::kNearest) {
+      int64_t i = o;
+      if (out == 2 * in) {
+        i = o >> 1;
+      } else if (out != in) {
+        i = std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
+      }
+      t.index.push_back(i);
+      t.weight.push_back(1.f);
+    } else if (p.mode == ResizeMode::kLinear) {
+      t.taps = 2;
+      const float s = source(o, false);
+      const int64_t i0 = std::min(static_cast<int64_t>(std::floor(s)), in - 1);
+      const float l1 = std::min(std::max(s - static_cast<float>(i0), 0.f), 1.f);
+      t.index.insert(t.index.end(), {i0, i0 + (i0 < in - 1 ? 1 : 0)});
+      t.weight.insert(t.weight.end(), {1.f - l1, l1});
+    } else {
+      t.taps = 4;
+      const float s = source(o, true);
+      const float f = std::floor(s), x = s - f;
+      constexpr float a = -0.75f;
+      const float w[4] = {cubic2(x + 1, a), cubic1(x, a), cubic1(1 - x, a), cubic2(2 - x, a)};
+      for (int k = 0; k < 4; ++k) {
+        t.index.push_back(std::clamp<int64_t>(static_cast<int64_t>(f) - 1 + k, 0, in - 1));
+        t.weight.push_back(w[k]);
+      }
+    }
+  }
+  return t;
+}
+
+struct ResizeDims {
+  int spatial = 0;
+  int taps[kMaxSpatial] = {};
+  int64_t out[kMaxSpatial] = {}, in_stride[kMaxSpatial] = {}, first[kMaxSpatial] = {};
+  int64_t out_plane = 1, in_plane = 1;
+};
+
+// Tap tables on the device for the last shapes: indices then weights.
+struct ResizeState : KernelState {
+  Shape key;
+  ResizeDims dims;
+  int64_t* index = nullptr;
+  float* weight = nullptr;
+  std::vector<int64_t> host_index;  // kept until the upload is certainly done
+  std::vector<float> host_weight;
+  ~ResizeState() override {
+    if (index) cudaFree(index);
+    if (weight) cudaFree(weight);
+  }
+};
+
+__global__ void resize_kernel_t(const void* x, DataType xt, void* y, DataType yt, ResizeDims d,
+                                const int64_t* index, const float* weight, bool nearest,
+                                size_t elem_size, int64_t total) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t plane = e / d.out_plane;
+    int64_t pos = e % d.out_plane;
+    int64_t c[kMaxSpatial] = {};
+    for (int k = d.spatial - 1; k >= 0; --k) {
+      c[k] = pos % d.out[k];
+      pos /= d.out[k];
+    }
+    const int64_t base = plane * d.in_plane;
+    if (nearest) {
+      int64_t off = base;
+      for (int k = 0; k < d.spatial; ++k) off += index[d.first[k] + c[k]] * d.in_stride[k];
+      const auto* src = static_cast<const uint8_t*>(x) + off * elem_size;
+      auto* dst = static_cast<uint8_t*>(y) + e * elem_size;
+      for (size_t b = 0; b < elem_size; ++b) dst[b] = src[b];
+      continue;
+    }
+    int combos = 1;
+    for (int k = 0; k < d.spatial; ++k) combos *= d.taps[k];
+    float acc = 0;
+    for (int combo = 0; combo < combos; ++combo) {
+      int rem = combo;
+      int64_t off = base;
+      float w = 1;
+      for (int k = 0; k < d.spatial; ++k) {
+        const int64_t t = d.first[k] + c[k] * d.taps[k] + rem % d.taps[k];
+        rem /= d.taps[k];
+        off += index[t] * d.in_stride[k];
+        w *= weight[t];
+      }
+      acc += w * load_as<float>(xt, x, off);
+    }
+    store_as<float>(yt, y, e, acc);
+  }
+}
+
+void resize_kernel(KernelArgs& args) {
+  const auto& p = std::get<ResizeParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const size_t spatial = in.shape.size() - 2;
+  KILN_CHECK(spatial >= 1 && spatial <= static_cast<size_t>(kMaxSpatial), Unsupported, "layer `",
+             args.layer.name, "`: the CUDA resize takes 1 to 3 spatial dims, got ", spatial);
+  Shape key = in.shape;
+  key.insert(key.end(), out.shape.begin(), out.shape.end());
+  auto* state = dynamic_cast<ResizeState*>(args.state.get());
+  if (!state || state->key != key) {
+    auto fresh = std::make_unique<ResizeState>();
+    fresh->key = key;
+    ResizeDims& d = fresh->dims;
+    d.spatial = static_cast<int>(spatial);
+    const Shape in_sp(in.shape.begin() + 2, in.shape.end());
+    const auto in_strides = contiguous_strides(in_sp);
+    for (size_t k = 0; k < spatial; ++k) {
+      KILN_CHECK(in.shape[k + 2] > 0, InvalidArgument, "layer `", args.layer.name,
+                 "`: cannot resize an empty spatial dim");
+      Taps t = make_taps(p, k, in.shape[k + 2], out.shape[k + 2]);
+      d.taps[k] = t.taps;
+      d.out[k] = out.shape[k + 2];
+      d.in_stride[k] = in_strides[k];
+      d.first[k] = static_cast<int64_t>(fresh->host_index.size());
+      d.out_plane *= out.shape[k + 2];
+      d.in_plane *= in.shape[k + 2];
+      fresh->host_index.insert(fresh->host_index.end(), t.index.begin(), t.index.end());
+      fresh->host_weight.insert(fresh->host_weight.end(), t.weight.begin(), t.weight.end());
+    }
+    const size_t n = fresh->host_index.size();
+    KILN_CUDA_CHECK(cudaMalloc(&fresh->index, n * sizeof(int64_t)));
+    KILN_CUDA_CHECK(cudaMalloc(&fresh->weight, n * sizeof(float)));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(fresh->index, fresh->host_index.data(), n * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, args.stream()));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(fresh->weight, fresh->host_weight.data(), n * sizeof(float),
+                                    cudaMemcpyHostToDevice, args.stream()));
+    state = fresh.get();
+    args.state = std::move(fresh);
+  }
+  const int64_t total = out.numel();
+  resize_kernel_t<<<grid_for(total), kThreads, 0, args.stream()>>>(
+      in.data, in.dtype, out.data, out.dtype, state->dims, state->index, state->weight,
+      p.mode == ResizeMode::kNearest, dtype_size(in.dtype), total);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+std::string resize_support(const Layer& layer, const std::vector<DataType>& in,
+                           const std::vector<DataType>&) {
+  const auto& p = std::get<ResizeParams>(layer.params);
+  if (p.mode != ResizeMode::kNearest && !is_floating(in.at(0))) {
+    return "linear/cubic resize of integer data";
+  }
+  return "";
+}
+
+}  // namespace
+
+void register_resize(KernelTable& t) {
+  t.set<ResizeParams>(resize_kernel, kAllTypes, resize_support);
+}
+
+}  // namespace kiln::engine::cuda

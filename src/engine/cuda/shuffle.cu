@@ -1,0 +1,245 @@
+// CUDA kernels of the shuffle family: shuffle (transpose, reshape, transpose), concat, slice and
+// pad, all as strided copies of elements moved by their byte size.
+#include <algorithm>
+
+#include "engine/cpu/convert.h"
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+template <class T>
+__global__ void strided_copy_kernel(const T* src, Dims d, T* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = src[offset_of(d, i)];
+  }
+}
+
+struct PadDims {
+  int rank = 0;
+  int64_t out[kMaxRank] = {}, in[kMaxRank] = {}, stride[kMaxRank] = {}, begin[kMaxRank] = {};
+};
+
+template <class T>
+__global__ void pad_kernel_t(const T* src, PadDims p, PadMode mode, T fill, T* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    bool inside = true;
+    for (int k = p.rank - 1; k >= 0; --k) {
+      int64_t j = rem % p.out[k] - p.begin[k];
+      rem /= p.out[k];
+      const int64_t d = p.in[k];
+      if (j < 0 || j >= d) {
+        if (mode == PadMode::kConstant) {
+          inside = false;
+        } else if (mode == PadMode::kReplicate) {
+          j = j < 0 ? 0 : d - 1;
+        } else {
+          j = j < 0 ? -j : 2 * (d - 1) - j;
+        }
+      }
+      off += j * p.stride[k];
+    }
+    dst[i] = inside ? src[off] : fill;
+  }
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+void transpose(cudaStream_t stream, const std::string& layer, size_t es, const void* in,
+               const Shape& shape, const std::vector<int64_t>& perm, void* dst) {
+  const auto strides = contiguous_strides(shape);
+  Shape out_shape(perm.size());
+  std::vector<int64_t> src_strides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    out_shape[i] = shape[static_cast<size_t>(perm[i])];
+    src_strides[i] = strides[static_cast<size_t>(perm[i])];
+  }
+  launch_strided_copy(stream, layer, es, in, 0, src_strides, out_shape, dst);
+}
+
+void shuffle_kernel(KernelArgs& args) {
+  const auto& p = std::get<ShuffleParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const size_t es = dtype_size(in.dtype);
+  const size_t bytes = static_cast<size_t>(in.numel()) * es;
+  const bool perm1 = !p.first_perm.empty() && !is_identity(p.first_perm);
+  const bool perm2 = !p.second_perm.empty() && !is_identity(p.second_perm);
+  Shape reshaped = out.shape;  // the reshape target: the output shape before second_perm
+  if (!p.second_perm.empty()) {
+    for (size_t i = 0; i < p.second_perm.size(); ++i) {
+      reshaped[static_cast<size_t>(p.second_perm[i])] = out.shape[i];
+    }
+  }
+  const std::string& layer = args.layer.name;
+  if (!perm1 && !perm2) {
+    if (out.data != in.data) {
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(out.data, in.data, bytes, cudaMemcpyDeviceToDevice, args.stream()));
+    }
+  } else if (!perm2) {
+    transpose(args.stream(), layer, es, in.data, in.shape, p.first_perm, out.data);
+  } else if (!perm1) {
+    transpose(args.stream(), layer, es, in.data, reshaped, p.second_perm, out.data);
+  } else {
+    void* tmp = args.res.workspace(bytes);
+    transpose(args.stream(), layer, es, in.data, in.shape, p.first_perm, tmp);
+    transpose(args.stream(), layer, es, tmp, reshaped, p.second_perm, out.data);
+  }
+}
+
+void concat_kernel(KernelArgs& args) {
+  const auto& p = std::get<ConcatParams>(args.layer.params);
+  const TensorView& out = args.outputs[0];
+  const size_t es = dtype_size(out.dtype);
+  const Shape& s0 = args.inputs[0].shape;
+  const int axis = normalize_axis(p.axis, p.stack ? s0.size() + 1 : s0.size(), args.layer.name);
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d) outer *= s0[static_cast<size_t>(d)];
+  std::vector<size_t> chunk;
+  size_t row = 0;
+  for (const TensorView& in : args.inputs) {
+    int64_t n = 1;
+    for (size_t d = static_cast<size_t>(axis); d < in.shape.size(); ++d) n *= in.shape[d];
+    chunk.push_back(static_cast<size_t>(n) * es);
+    row += chunk.back();
+  }
+  size_t at = 0;
+  for (size_t k = 0; k < args.inputs.size(); ++k) {
+    if (chunk[k] > 0 && outer > 0) {
+      // One 2-D copy per input: `outer` rows of its chunk into the output's rows.
+      KILN_CUDA_CHECK(cudaMemcpy2DAsync(
+          static_cast<uint8_t*>(out.data) + at, row, args.inputs[k].data, chunk[k], chunk[k],
+          static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, args.stream()));
+    }
+    at += chunk[k];
+  }
+}
+
+void slice_kernel(KernelArgs& args) {
+  const auto& p = std::get<SliceParams>(args.layer.params);
+  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const auto strides = contiguous_strides(in.shape);
+  std::vector<int64_t> src_strides = strides;
+  int64_t offset = 0;
+  for (size_t i = 0; i < p.axes.size(); ++i) {
+    const size_t a =
+        static_cast<size_t>(normalize_axis(p.axes[i], in.shape.size(), args.layer.name));
+    const int64_t d = in.shape[a], step = p.steps.empty() ? 1 : p.steps[i];
+    int64_t start = p.starts[i];
+    if (start < 0) start += d;
+    start = std::clamp<int64_t>(start, 0, d);
+    offset += start * strides[a];
+    src_strides[a] = strides[a] * step;
+  }
+  launch_strided_copy(args.stream(), args.layer.name, dtype_size(in.dtype), in.data, offset,
+                      src_strides, out.shape, out.data);
+}
+
+void pad_kernel(KernelArgs& args) {
+  const auto& p = std::get<PadParams>(args.layer.params);
+  launch_pad(args.stream(), args.layer.name, args.inputs[0], args.outputs[0], p.begin, p.mode,
+             p.value);
+}
+
+template <class T>
+void launch_pad_t(cudaStream_t stream, const void* src, const PadDims& d, PadMode mode,
+                  uint64_t fill_bytes, void* dst, int64_t n) {
+  T fill;
+  std::memcpy(&fill, &fill_bytes, sizeof(T));
+  pad_kernel_t<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), d, mode, fill,
+                                                        static_cast<T*>(dst), n);
+}
+
+}  // namespace
+
+void launch_strided_copy(cudaStream_t stream, const std::string& layer, size_t elem_size,
+                         const void* src, int64_t src_offset,
+                         const std::vector<int64_t>& src_strides, const Shape& shape, void* dst) {
+  const int64_t n = volume(shape);
+  if (n == 0) return;
+  const Dims d = strided_dims(layer, shape, src_strides);
+  const auto* base =
+      static_cast<const uint8_t*>(src) + src_offset * static_cast<int64_t>(elem_size);
+  const unsigned grid = grid_for(n);
+  switch (elem_size) {
+    case 1:
+      strided_copy_kernel<<<grid, kThreads, 0, stream>>>(base, d, static_cast<uint8_t*>(dst), n);
+      break;
+    case 2:
+      strided_copy_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(base), d,
+                                                         static_cast<uint16_t*>(dst), n);
+      break;
+    case 4:
+      strided_copy_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint32_t*>(base), d,
+                                                         static_cast<uint32_t*>(dst), n);
+      break;
+    default:
+      strided_copy_kernel<<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint64_t*>(base), d,
+                                                         static_cast<uint64_t*>(dst), n);
+      break;
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+void launch_pad(cudaStream_t stream, const std::string& layer, const TensorView& in,
+                const TensorView& out, const std::vector<int64_t>& begin, PadMode mode,
+                double value) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const size_t r = out.shape.size();
+  KILN_CHECK(r <= static_cast<size_t>(kMaxRank), Unsupported, "layer `", layer,
+             "`: the CUDA pad kernel takes at most ", kMaxRank, " dims");
+  PadDims d;
+  d.rank = static_cast<int>(r);
+  const auto strides = contiguous_strides(in.shape);
+  for (size_t k = 0; k < r; ++k) {
+    d.out[k] = out.shape[k];
+    d.in[k] = in.shape[k];
+    d.stride[k] = strides[k];
+    d.begin[k] = begin[k];
+    const int64_t lo = -begin[k], hi = out.shape[k] - 1 - begin[k];  // source index range
+    if (mode == PadMode::kReflect) {
+      KILN_CHECK(lo >= -(in.shape[k] - 1) && hi <= 2 * (in.shape[k] - 1), InvalidArgument,
+                 "layer `", layer, "`: reflect pad too large for a dim of size ", in.shape[k]);
+    }
+    if (mode == PadMode::kReplicate) {
+      KILN_CHECK(in.shape[k] > 0, InvalidArgument, "layer `", layer,
+                 "`: replicate pad of an empty dim");
+    }
+  }
+  uint64_t fill = 0;  // the pad value's bytes in the tensor's dtype
+  cpu::store_as<double>(in.dtype, &fill, 0, value);
+  switch (dtype_size(in.dtype)) {
+    case 1:
+      launch_pad_t<uint8_t>(stream, in.data, d, mode, fill, out.data, n);
+      break;
+    case 2:
+      launch_pad_t<uint16_t>(stream, in.data, d, mode, fill, out.data, n);
+      break;
+    case 4:
+      launch_pad_t<uint32_t>(stream, in.data, d, mode, fill, out.data, n);
+      break;
+    default:
+      launch_pad_t<uint64_t>(stream, in.data, d, mode, fill, out.data, n);
+      break;
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+void register_shuffle(KernelTable& t) {
+  t.set<ShuffleParams>(shuffle_kernel, kAllTypes);
+  t.set<ConcatParams>(concat_kernel, kAllTypes);
+  t.set<SliceParams>(slice_kernel, kAllTypes);
+  t.set<PadParams>(pad_kernel, kAllTypes);
+}
+
+}  // namespace kiln::engine::cuda

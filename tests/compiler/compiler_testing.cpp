@@ -1,0 +1,115 @@
+#include "compiler/compiler_testing.h"
+
+#include <torch/serialize.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "harness/process.h"
+#include "kiln_test_paths.h"
+
+namespace kiln::testing {
+namespace {
+
+::testing::AssertionResult compare(const torch::jit::IValue& a, const torch::jit::IValue& b,
+                                   const std::string& where) {
+  if (b.isTensor()) {
+    if (!a.isTensor()) return ::testing::AssertionFailure() << where << ": not a tensor";
+    const at::Tensor x = a.toTensor(), y = b.toTensor();
+    if (x.sizes() != y.sizes()) {
+      return ::testing::AssertionFailure()
+             << where << ": shape " << x.sizes() << ", expected " << y.sizes();
+    }
+    if (x.scalar_type() != y.scalar_type()) {
+      return ::testing::AssertionFailure()
+             << where << ": dtype " << x.scalar_type() << ", expected " << y.scalar_type();
+    }
+    if (y.numel() == 0) return ::testing::AssertionSuccess();
+    const at::Tensor xd = x.to(at::kDouble), yd = y.to(at::kDouble);
+    const double diff = (xd - yd).abs().max().item<double>();
+    const double scale = yd.abs().max().item<double>();
+    if (!(diff <= 1e-4 * scale + 1e-5)) {
+      return ::testing::AssertionFailure()
+             << where << ": max|a-b| = " << diff << " > 1e-4 * " << scale << " + 1e-5";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  if (b.isTuple() || b.isList()) {
+    const auto xs = a.isTuple() ? a.toTupleRef().elements().vec() : a.toListRef().vec();
+    const auto ys = b.isTuple() ? b.toTupleRef().elements().vec() : b.toListRef().vec();
+    if (xs.size() != ys.size()) return ::testing::AssertionFailure() << where << ": size differs";
+    for (size_t i = 0; i < ys.size(); ++i) {
+      auto r = compare(xs[i], ys[i], where + "[" + std::to_string(i) + "]");
+      if (!r) return r;
+    }
+    return ::testing::AssertionSuccess();
+  }
+  if (a == b) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << where << ": " << a << " != " << b;
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+::testing::AssertionResult matches_reference(const torch::jit::IValue& actual,
+                                             const torch::jit::IValue& expected) {
+  return compare(actual, expected, "output");
+}
+
+size_t count_segments(const CompileReport& report, const std::string& target) {
+  size_t n = 0;
+  for (const auto& s : report.segments) n += s.target == target;
+  return n;
+}
+
+torch::jit::IValue run_in_fresh_cpp_process(torch::jit::Module& module,
+                                            const std::vector<torch::jit::IValue>& inputs,
+                                            const std::string& tag) {
+  const std::string model = write_temp_file(tag + ".ts", "");
+  const std::string in = write_temp_file(tag + ".in.pt", "");
+  const std::string out = write_temp_file(tag + ".out.pt", "");
+  module.save(model);
+  write_bytes(in, torch::pickle_save(c10::ivalue::Tuple::create(inputs)));
+  auto r = run_process({KILN_RUN_MODULE_PATH, model, in, out});
+  if (r.exit_code != 0) throw std::runtime_error("kiln_run_module failed: " + r.err);
+  return torch::pickle_load(read_bytes(out));
+}
+
+torch::jit::IValue run_in_fresh_python_process(torch::jit::Module& module,
+                                               const std::vector<torch::jit::IValue>& inputs,
+                                               const std::string& tag) {
+  const std::string model = write_temp_file(tag + ".py.ts", "");
+  const std::string in = write_temp_file(tag + ".py.in.pt", "");
+  const std::string out = write_temp_file(tag + ".py.out.pt", "");
+  module.save(model);
+  write_bytes(in, torch::pickle_save(c10::ivalue::Tuple::create(inputs)));
+  const std::string script = write_temp_file(tag + ".run.py",
+                                             "import sys, torch\n"
+                                             "torch.ops.load_library(sys.argv[1])\n"
+                                             "m = torch.jit.load(sys.argv[2])\n"
+                                             "inputs = torch.load(sys.argv[3])\n"
+                                             "with torch.no_grad():\n"
+                                             "    torch.save(m(*inputs), sys.argv[4])\n");
+  auto r = run_process({KILN_PYTHON_PATH, script, KILN_RUNTIME_LIB_PATH, model, in, out});
+  if (r.exit_code != 0) throw std::runtime_error("python failed: " + r.err);
+  return torch::pickle_load(read_bytes(out));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace kiln::testing

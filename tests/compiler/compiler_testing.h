@@ -1,0 +1,29 @@
+// Helpers for compiler tests: the tolerance, engine counts, and runs of a compiled module
+// in fresh C++ and Python processes.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include "kiln/kiln.h"
+
+namespace kiln::testing {
+
+// Tensors (or tuples/lists of them) agree when max|a-b| <= 1e-4 * max|b| + 1e-5 per tensor.
+::testing::AssertionResult matches_reference(const torch::jit::IValue& actual,
+                                             const torch::jit::IValue& expected);
+
+size_t count_segments(const CompileReport& report, const std::string& target);
+
+// Saves the module, then runs forward(inputs) in a fresh process and returns its output.
+torch::jit::IValue run_in_fresh_cpp_process(torch::jit::Module& module,
+                                            const std::vector<torch::jit::IValue>& inputs,
+                                            const std::string& tag);
+torch::jit::IValue run_in_fresh_python_process(torch::jit::Module& module,
+                                               const std::vector<torch::jit::IValue>& inputs,
+                                               const std::string& tag);
+
+// The message of the exception f throws, or "(no error)".
+std::string error_of(const std::function<void()>& f);
+
+}  // namespace kiln::testing

@@ -1,0 +1,108 @@
+// The CUDA matmul (cuBLASLt) against the CPU backend: transposes, batches (broadcast ones too),
+// vectors, constant weights, and post-ops fused by the builder (bias, activations, residual).
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+constexpr double kRtol = 1e-5, kAtol = 1e-4;
+
+void compare_matmul(const Shape& a, const Shape& b, bool ta, bool tb, uint64_t seed) {
+  SCOPED_TRACE(shape_to_string(a) + " x " + shape_to_string(b) + (ta ? " ta" : "") +
+               (tb ? " tb" : ""));
+  cuda_testing::compare_layer(
+      MatMulParams{ta, tb},
+      {random_tensor(DataType::kF32, a, seed), random_tensor(DataType::kF32, b, seed + 1)}, kRtol,
+      kAtol);
+}
+
+TEST(CudaMatMul, ShapesAndTransposes) {
+  KILN_REQUIRE_GPU();
+  compare_matmul({7, 13}, {13, 5}, false, false, 1);
+  compare_matmul({13, 7}, {13, 5}, true, false, 3);
+  compare_matmul({7, 13}, {5, 13}, false, true, 5);
+  compare_matmul({13, 7}, {5, 13}, true, true, 7);
+  compare_matmul({64, 128}, {128, 96}, false, false, 9);
+  compare_matmul({13}, {13, 5}, false, false, 11);  // vector @ matrix
+  compare_matmul({7, 13}, {13}, false, false, 13);  // matrix @ vector
+  compare_matmul({13}, {13}, false, false, 15);     // dot
+}
+
+TEST(CudaMatMul, Batches) {
+  KILN_REQUIRE_GPU();
+  compare_matmul({3, 7, 13}, {3, 13, 5}, false, false, 17);
+  compare_matmul({3, 7, 13}, {13, 5}, false, false, 19);  // shared weights
+  compare_matmul({7, 13}, {2, 3, 13, 5}, false, false, 21);
+  compare_matmul({2, 1, 7, 13}, {1, 3, 13, 5}, false, false, 23);  // both broadcast
+  compare_matmul({2, 3, 13, 7}, {3, 5, 13}, true, true, 25);
+}
+
+TEST(CudaMatMul, ConstantWeightsAndFusedPostOps) {
+  KILN_REQUIRE_GPU();
+  const HostTensor w = random_tensor(DataType::kF32, {32, 48}, 27);
+  const HostTensor bias = random_tensor(DataType::kF32, {48}, 28);
+  auto constant = [](Network& net, const std::string& name, const HostTensor& t) {
+    std::vector<uint8_t> bytes(static_cast<const uint8_t*>(t.data()),
+                               static_cast<const uint8_t*>(t.data()) + t.nbytes());
+    return net.add_constant(name, Weights::from_bytes(t.dtype(), t.shape(), std::move(bytes)));
+  };
+  for (ActivationKind act : {ActivationKind::kRelu, ActivationKind::kGeluTanh,
+                             ActivationKind::kSigmoid, ActivationKind::kNone}) {
+    for (bool residual : {false, true}) {
+      SCOPED_TRACE(std::string(activation_name(act)) + (residual ? " + residual" : ""));
+      auto r = cuda_testing::run_both(
+          {random_tensor(DataType::kF32, {4, 10, 32}, 29),
+           random_tensor(DataType::kF32, {4, 10, 48}, 30)},
+          [&](Network& net, const std::vector<TensorId>& in) {
+            auto y = net.add("mm", MatMulParams{}, {in[0], constant(net, "w", w)});
+            y = net.add("bias", ElementwiseParams{BinaryOp::kAdd}, {y, constant(net, "b", bias)});
+            if (act != ActivationKind::kNone) y = net.add("act", ActivationParams{act}, {y});
+            if (residual) {
+              y = net.add("res", ElementwiseParams{BinaryOp::kAdd}, {y, in[1]});
+              y = net.add("act2", ActivationParams{ActivationKind::kRelu}, {y});
+            }
+            return std::vector<TensorId>{y};
+          });
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "matmul"), 1);
+      cuda_testing::expect_match(r, kRtol, kAtol);
+    }
+  }
+}
+
+TEST(CudaMatMul, HalfPrecisionsAccumulateInFloat) {
+  KILN_REQUIRE_GPU();
+  for (DataType t : {DataType::kF16, DataType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    MatMulParams p;
+    p.post.has_bias = true;
+    p.post.activation = ActivationKind::kRelu;
+    cuda_testing::compare_layer(
+        p,
+        {random_tensor(t, {3, 40, 256}, 35, -1, 1), random_tensor(t, {256, 72}, 36, -1, 1),
+         random_tensor(t, {72}, 37)},
+        1e-2, 2e-2);
+    cuda_testing::compare_layer(
+        MatMulParams{false, true},
+        {random_tensor(t, {2, 5, 64}, 38, -1, 1), random_tensor(t, {2, 7, 64}, 39, -1, 1)}, 1e-2,
+        2e-2);
+  }
+}
+
+TEST(CudaMatMul, PostOpsOnTheLayer) {
+  KILN_REQUIRE_GPU();
+  MatMulParams p;
+  p.post.has_bias = true;
+  p.post.activation = ActivationKind::kRelu;
+  p.post.has_residual = true;
+  p.post.activation2 = ActivationKind::kTanh;
+  cuda_testing::compare_layer(
+      p,
+      {random_tensor(DataType::kF32, {9, 16}, 31), random_tensor(DataType::kF32, {16, 24}, 32),
+       random_tensor(DataType::kF32, {24}, 33), random_tensor(DataType::kF32, {9, 24}, 34)},
+      kRtol, kAtol);
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,57 @@
+// The CUDA normalization family against the CPU backend: softmax/log-softmax on every axis, and
+// batch, layer, group and instance normalization (with and without affine parameters).
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using cuda_testing::compare_layer;
+using testing::random_tensor;
+
+TEST(CudaNormalization, Softmax) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x = random_tensor(DataType::kF32, {3, 5, 67}, 1, -8, 8);
+  for (int64_t axis : {0, 1, 2}) {
+    for (bool log : {false, true}) {
+      SCOPED_TRACE(std::to_string(axis) + (log ? " log" : ""));
+      compare_layer(SoftmaxParams{axis, log}, {x}, 1e-5, 1e-6);
+    }
+  }
+  compare_layer(SoftmaxParams{-1, false}, {random_tensor(DataType::kF32, {2, 5000}, 2)}, 1e-5,
+                1e-7);
+  compare_layer(SoftmaxParams{-1, false}, {random_tensor(DataType::kBF16, {4, 100}, 3)}, 1e-2,
+                1e-3);
+}
+
+TEST(CudaNormalization, Kinds) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x = random_tensor(DataType::kF32, {2, 6, 5, 7}, 4, -3, 5);
+  const HostTensor scale = random_tensor(DataType::kF32, {6}, 5);
+  const HostTensor bias = random_tensor(DataType::kF32, {6}, 6);
+  const HostTensor mean = random_tensor(DataType::kF32, {6}, 7);
+  const HostTensor var = random_tensor(DataType::kF32, {6}, 8, 0.5, 2);
+  NormalizationParams batch{NormalizationKind::kBatch, 1e-5};
+  compare_layer(batch, {x, scale, bias, mean, var});
+  batch.has_affine = false;
+  compare_layer(batch, {x, mean, var});
+  NormalizationParams group{NormalizationKind::kGroup, 1e-5};
+  group.num_groups = 3;
+  compare_layer(group, {x, scale, bias}, 1e-5, 1e-5);
+  NormalizationParams instance{NormalizationKind::kInstance, 1e-5};
+  compare_layer(instance, {x, scale, bias}, 1e-5, 1e-5);
+  instance.has_affine = false;
+  compare_layer(instance, {x}, 1e-5, 1e-5);
+  NormalizationParams layer{NormalizationKind::kLayer, 1e-5};
+  layer.normalized_dims = 2;
+  compare_layer(
+      layer,
+      {x, random_tensor(DataType::kF32, {5, 7}, 9), random_tensor(DataType::kF32, {5, 7}, 10)},
+      1e-5, 1e-5);
+  layer.normalized_dims = 1;
+  layer.has_affine = false;
+  compare_layer(layer, {random_tensor(DataType::kF32, {3, 4000}, 11, 100, 101)}, 1e-5, 1e-5);
+  compare_layer(layer, {random_tensor(DataType::kF16, {3, 64}, 12)}, 1e-2, 1e-2);
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,50 @@
+// The CUDA pooling kernel against the CPU backend: max/average, padding, ceil_mode, dilation,
+// count_include_pad, 1-3-D and adaptive.
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+PoolingParams pool(PoolingKind kind, std::vector<int64_t> k, std::vector<int64_t> s,
+                   std::vector<int64_t> pb, std::vector<int64_t> pe, bool ceil = false,
+                   bool include_pad = true, std::vector<int64_t> dil = {}) {
+  PoolingParams p;
+  p.kind = kind;
+  p.kernel = std::move(k);
+  p.strides = std::move(s);
+  p.padding_begin = std::move(pb);
+  p.padding_end = std::move(pe);
+  p.ceil_mode = ceil;
+  p.count_include_pad = include_pad;
+  p.dilations = std::move(dil);
+  return p;
+}
+
+TEST(CudaPooling, WindowedAndAdaptive) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x2 = random_tensor(DataType::kF32, {2, 3, 17, 18}, 1);
+  for (PoolingKind kind : {PoolingKind::kMax, PoolingKind::kAverage}) {
+    SCOPED_TRACE(kind == PoolingKind::kMax ? "max" : "avg");
+    cuda_testing::compare_layer(pool(kind, {3, 3}, {2, 2}, {1, 1}, {1, 1}), {x2});
+    cuda_testing::compare_layer(pool(kind, {3, 2}, {2, 3}, {1, 0}, {1, 0}, true), {x2});
+    cuda_testing::compare_layer(pool(kind, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, false), {x2});
+    cuda_testing::compare_layer(pool(kind, {4}, {3}, {1}, {1}),
+                                {random_tensor(DataType::kF32, {2, 5, 40}, 2)});
+    cuda_testing::compare_layer(pool(kind, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {0, 0, 0}),
+                                {random_tensor(DataType::kF32, {1, 2, 6, 7, 8}, 3)});
+    PoolingParams adaptive;
+    adaptive.kind = kind;
+    adaptive.adaptive = true;
+    adaptive.output_size = {5, 7};
+    cuda_testing::compare_layer(adaptive, {x2});
+  }
+  cuda_testing::compare_layer(
+      pool(PoolingKind::kMax, {3, 3}, {1, 1}, {2, 2}, {2, 2}, false, true, {2, 2}), {x2});
+  cuda_testing::compare_layer(pool(PoolingKind::kAverage, {2, 2}, {2, 2}, {0, 0}, {0, 0}),
+                              {random_tensor(DataType::kF16, {2, 3, 8, 8}, 4)}, 1e-2, 1e-3);
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,55 @@
+// The CUDA reduce family against the CPU backend: reduce ops over axes (float, integer, bool),
+// argmax/argmin, topk and cumsum.
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using cuda_testing::compare_layer;
+using testing::random_tensor;
+
+TEST(CudaReduce, OpsAndAxes) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x = random_tensor(DataType::kF32, {3, 4, 5, 70}, 1, 0.5, 1.5);
+  const std::vector<std::vector<int64_t>> axes = {{}, {0}, {1, 3}, {-1}, {0, 2}};
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+    for (const auto& a : axes) {
+      for (bool keep : {false, true}) {
+        SCOPED_TRACE(std::to_string(static_cast<int>(op)) + " axes " + std::to_string(a.size()) +
+                     (keep ? " keep" : ""));
+        compare_layer(ReduceParams{op, a, keep}, {x}, 1e-5, 1e-6);
+      }
+    }
+  }
+  const HostTensor i = random_tensor(DataType::kI64, {6, 33}, 2, -50, 50);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+    compare_layer(ReduceParams{op, {1}, false}, {i});
+  }
+  const HostTensor b = random_tensor(DataType::kBool, {5, 40}, 3, 0, 1);
+  compare_layer(ReduceParams{ReduceOp::kAny, {1}, false}, {b});
+  compare_layer(ReduceParams{ReduceOp::kAll, {0}, true}, {b});
+  compare_layer(ReduceParams{ReduceOp::kSum, {2}, false},
+                {random_tensor(DataType::kF16, {2, 3, 300}, 4)}, 1e-2, 1e-2);
+}
+
+TEST(CudaReduce, ArgMaxTopKCumSum) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x = random_tensor(DataType::kF32, {4, 37, 6}, 5);
+  for (int64_t axis : {0, 1, -1}) {
+    SCOPED_TRACE(axis);
+    compare_layer(ArgMaxParams{axis, false, false}, {x});
+    compare_layer(ArgMaxParams{axis, true, true}, {x});
+    compare_layer(TopKParams{3, axis, true, true}, {x});
+    compare_layer(TopKParams{2, axis, false, true}, {x});
+    compare_layer(CumSumParams{axis, false, false}, {x}, 1e-5, 1e-5);
+    compare_layer(CumSumParams{axis, true, true}, {x}, 1e-5, 1e-5);
+  }
+  const HostTensor ints = random_tensor(DataType::kI64, {5, 20}, 6, -3, 3);  // many ties
+  compare_layer(TopKParams{4, 1, true, true}, {ints});
+  compare_layer(ArgMaxParams{1, false, false}, {ints});
+  compare_layer(CumSumParams{1, false, false}, {ints});
+}
+
+}  // namespace
+}  // namespace kiln::engine

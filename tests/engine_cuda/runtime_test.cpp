@@ -1,0 +1,230 @@
+// The CUDA runtime: device pointers on the caller's stream, contexts sharing one engine, dynamic
+// shapes (shape tensors computed on the host), plans saved and loaded, and clear errors for host
+// pointers, missing devices and foreign compute capabilities.
+#include <cuda_runtime_api.h>
+
+#include "cuda_testing.h"
+#include "engine/cuda/backend.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+Network small_network() {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 3, 8, 8});
+  ConvolutionParams c;
+  c.strides = {1, 1};
+  c.padding_begin = c.padding_end = {1, 1};
+  c.dilations = {1, 1};
+  auto w =
+      net.add_constant("w", Weights::from_floats({4, 3, 3, 3}, std::vector<float>(108, 0.05f)));
+  auto y = net.add("conv", c, {x, w});
+  y = net.add("relu", ActivationParams{ActivationKind::kRelu}, {y});
+  y = net.add("scale", ElementwiseParams{BinaryOp::kMul},
+              {y, net.add_constant("k", Weights::from_floats({1}, {3.f}))});
+  y = net.add("tanh", ActivationParams{ActivationKind::kTanh}, {y});
+  net.mark_output(y, "y");
+  return net;
+}
+
+std::shared_ptr<const Engine> cuda_engine(const Network& net) {
+  BuilderConfig config;
+  config.device = "cuda";
+  Plan plan = build(net, config);
+  return std::make_shared<const Engine>(plan.network, plan.target);
+}
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+TEST(CudaRuntime, DevicePointersOnTheCallersStream) {
+  KILN_REQUIRE_GPU();
+  const Network net = small_network();
+  const HostTensor x = random_tensor(DataType::kF32, {2, 3, 8, 8}, 1);
+  const auto expected = testing::to_doubles(
+      ExecutionContext(std::make_shared<const Engine>(build(net, {}).network)).run({x})[0]);
+  auto engine = cuda_engine(net);
+  EXPECT_TRUE(engine->on_cuda());
+  // Two contexts of one engine, each on its own stream, interleaved.
+  ExecutionContext a(engine), b(engine);
+  cudaStream_t sa = nullptr, sb = nullptr;
+  CUDA_OK(cudaStreamCreate(&sa));
+  CUDA_OK(cudaStreamCreate(&sb));
+  a.set_stream(sa);
+  b.set_stream(sb);
+  EXPECT_EQ(a.stream(), sa);
+  void *in = nullptr, *out_a = nullptr, *out_b = nullptr;
+  const size_t out_bytes = static_cast<size_t>(volume(a.output_shape(0))) * 4;
+  CUDA_OK(cudaMalloc(&in, x.nbytes()));
+  CUDA_OK(cudaMalloc(&out_a, out_bytes));
+  CUDA_OK(cudaMalloc(&out_b, out_bytes));
+  CUDA_OK(cudaMemcpy(in, x.data(), x.nbytes(), cudaMemcpyHostToDevice));
+  for (ExecutionContext* ctx : {&a, &b}) ctx->bind_input(0, in);
+  a.bind_output(0, out_a);
+  b.bind_output(0, out_b);
+  for (int i = 0; i < 3; ++i) {
+    a.execute();
+    b.execute();
+  }
+  HostTensor ya(DataType::kF32, a.output_shape(0)), yb(DataType::kF32, b.output_shape(0));
+  CUDA_OK(cudaMemcpyAsync(ya.data(), out_a, out_bytes, cudaMemcpyDeviceToHost, sa));
+  CUDA_OK(cudaMemcpyAsync(yb.data(), out_b, out_bytes, cudaMemcpyDeviceToHost, sb));
+  CUDA_OK(cudaStreamSynchronize(sa));
+  CUDA_OK(cudaStreamSynchronize(sb));
+  EXPECT_TRUE(testing::near(ya, expected, 1e-5, 1e-5));
+  EXPECT_TRUE(testing::near(yb, expected, 1e-5, 1e-5));
+  // One context moving between streams keeps its results (the new stream waits for the old).
+  for (int i = 0; i < 4; ++i) {
+    a.set_stream(i % 2 ? sb : sa);
+    a.execute();
+  }
+  CUDA_OK(cudaMemcpyAsync(ya.data(), out_a, out_bytes, cudaMemcpyDeviceToHost, sb));
+  CUDA_OK(cudaStreamSynchronize(sb));
+  EXPECT_TRUE(testing::near(ya, expected, 1e-5, 1e-5));
+  // Host memory is refused where device memory is expected.
+  EXPECT_THROW(a.bind_input(0, x.data()), InvalidArgument);
+  cudaFree(in);
+  cudaFree(out_a);
+  cudaFree(out_b);
+  cudaStreamDestroy(sa);
+  cudaStreamDestroy(sb);
+}
+
+TEST(CudaRuntime, CudaGraphsReplayAndFollowShapes) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto in = net.add_input("x", DataType::kF32, {kDynamic, 16}, Profile{{1, 16}, {4, 16}, {8, 16}});
+  auto w = net.add_constant("w", Weights::from_floats({16, 16}, std::vector<float>(256, 0.1f)));
+  auto y = net.add("mm", MatMulParams{}, {in, w});
+  y = net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y});
+  y = net.add("sm", SoftmaxParams{-1, false}, {y});
+  net.mark_output(y);
+  auto engine = cuda_engine(net);
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  ExecutionContext gpu(engine);
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  gpu.set_stream(s);
+  gpu.enable_cuda_graphs(true);
+  void *din = nullptr, *dout[2] = {nullptr, nullptr};
+  CUDA_OK(cudaMalloc(&din, 8 * 16 * 4));
+  CUDA_OK(cudaMalloc(&dout[0], 8 * 16 * 4));
+  CUDA_OK(cudaMalloc(&dout[1], 8 * 16 * 4));
+  // Each shape runs eagerly, then is captured, then replays (both shapes keep their graphs); the
+  // input data and the output buffer change every run.
+  int run = 0;
+  for (int64_t n : {2, 2, 2, 8, 8, 8, 2, 8, 2}) {
+    const HostTensor x = random_tensor(DataType::kF32, {n, 16}, static_cast<uint64_t>(100 + run));
+    void* out = dout[run++ % 2];
+    CUDA_OK(cudaMemcpyAsync(din, x.data(), x.nbytes(), cudaMemcpyHostToDevice, s));
+    gpu.set_input_shape(0, {n, 16});
+    gpu.bind_input(0, din);
+    gpu.bind_output(0, out);
+    gpu.execute();
+    HostTensor got(DataType::kF32, {n, 16});
+    CUDA_OK(cudaMemcpyAsync(got.data(), out, got.nbytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(testing::near(got, testing::to_doubles(cpu.run({x})[0]), 1e-5, 1e-6))
+        << "run " << run << " n " << n;
+  }
+  cudaFree(din);
+  cudaFree(dout[0]);
+  cudaFree(dout[1]);
+  cudaStreamDestroy(s);
+}
+
+TEST(CudaRuntime, DynamicShapesAndShapeTensors) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto in = net.add_input("x", DataType::kF32, {kDynamic, 3, 4},
+                          Profile{{1, 3, 4}, {2, 3, 4}, {4, 3, 4}});
+  auto shape = net.add("shape", ShapeParams{}, {in});
+  auto batch = net.add("batch", SliceParams{{0}, {0}, {1}, {1}}, {shape});
+  auto dims = net.add("dims", ConcatParams{-1, false},
+                      {batch, net.add_constant("twelve", Weights::from_ints({1}, {12}))});
+  auto flat = net.add("flat", ShuffleParams{{}, true, {}, {1, 0}}, {in, dims});
+  auto sm = net.add("softmax", SoftmaxParams{0, false}, {flat});
+  net.mark_output(sm);
+  net.mark_output(dims);
+  auto engine = cuda_engine(net);
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  ExecutionContext gpu(engine);
+  for (int64_t n : {1, 4, 2, 4}) {
+    const HostTensor x = random_tensor(DataType::kF32, {n, 3, 4}, static_cast<uint64_t>(n));
+    const auto want = cpu.run({x}), got = gpu.run({x});
+    ASSERT_EQ(got[0].shape(), (Shape{12, n}));
+    EXPECT_TRUE(testing::near(got[0], testing::to_doubles(want[0]), 1e-5, 1e-6));
+    EXPECT_TRUE(testing::near(got[1], testing::to_doubles(want[1]), 0, 0));
+  }
+  EXPECT_THROW(gpu.run({random_tensor(DataType::kF32, {5, 3, 4}, 9)}), ShapeMismatch);
+}
+
+TEST(CudaRuntime, PlanRoundTripKeepsTheTarget) {
+  KILN_REQUIRE_GPU();
+  BuilderConfig config;
+  config.device = "cuda:0";
+  const Plan plan = build(small_network(), config);
+  const auto bytes = serialize_plan(plan);
+  const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
+  EXPECT_EQ(loaded.target.device, "cuda");
+  EXPECT_EQ(loaded.target.compute_capability, cuda::compute_capability(0));
+  const HostTensor x = random_tensor(DataType::kF32, {2, 3, 8, 8}, 2);
+  ExecutionContext ctx(std::make_shared<const Engine>(loaded.network, loaded.target));
+  ExecutionContext ref(std::make_shared<const Engine>(plan.network, EngineTarget{}));
+  EXPECT_TRUE(testing::near(ctx.run({x})[0], testing::to_doubles(ref.run({x})[0]), 1e-5, 1e-5));
+}
+
+TEST(CudaRuntime, DeviceErrorsAreClear) {
+  KILN_REQUIRE_GPU();
+  const Plan plan = build(small_network(), BuilderConfig{"cuda"});
+  EngineTarget elsewhere = plan.target;
+  elsewhere.device_index = cuda::device_count();
+  EXPECT_THROW(Engine(plan.network, elsewhere), DeviceError);
+  EngineTarget foreign = plan.target;
+  foreign.compute_capability = 10;
+  EXPECT_THROW(Engine(plan.network, foreign), DeviceError);
+  ExecutionContext cpu(std::make_shared<const Engine>(plan.network, EngineTarget{}));
+  EXPECT_THROW(cpu.set_stream(nullptr), InvalidArgument);
+  BuilderConfig bad;
+  bad.device = "cuda:x";
+  EXPECT_THROW(build(small_network(), bad), InvalidArgument);
+}
+
+TEST(CudaRuntime, UnsupportedLayersFailTheBuildNamingThem) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {1, 2, 5, 5});
+  ConvolutionParams c;
+  c.strides = {2, 2};
+  c.padding_begin = {0, 1};
+  c.padding_end = {1, 0};
+  c.dilations = {1, 1};
+  c.transposed = true;
+  c.output_padding = {0, 0};
+  auto w = net.add_constant("w", Weights::from_floats({2, 3, 3, 3}, std::vector<float>(54, 1.f)));
+  net.mark_output(net.add("odd_deconv", c, {x, w}));
+  EXPECT_NO_THROW(build(net, {}));  // the CPU backend runs it
+  try {
+    build(net, BuilderConfig{"cuda"});
+    FAIL() << "built a cuda plan with a layer the backend cannot run";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("odd_deconv"), std::string::npos) << e.what();
+  }
+}
+
+// Runs on every machine: without a GPU (or without CUDA in the build) a cuda engine is refused.
+TEST(CudaRuntime, NoDeviceMeansAClearError) {
+  if (cuda_testing::gpu_available()) GTEST_SKIP() << "a CUDA device is present";
+  EngineTarget target{"cuda", 90, 0};
+  try {
+    Engine engine(small_network(), target);
+    FAIL() << "a cuda engine was made without a device";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.kind() == ErrorKind::kDevice || e.kind() == ErrorKind::kUnsupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,81 @@
+// The CUDA shuffle and gather families against the CPU backend: transposes and reshapes, concat
+// and stack, slices with steps, pads (constant, reflect, replicate), gather and scatter.
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using cuda_testing::compare_layer;
+using testing::random_tensor;
+
+TEST(CudaShuffle, TransposeReshapeTranspose) {
+  KILN_REQUIRE_GPU();
+  const HostTensor x = random_tensor(DataType::kF32, {2, 3, 4, 5}, 1);
+  compare_layer(ShuffleParams{{2, 0, 3, 1}, true, {0, -1, 3}, {2, 0, 1}}, {x});
+  compare_layer(ShuffleParams{{}, true, {-1, 0}, {}}, {random_tensor(DataType::kI64, {6, 4}, 2)});
+  compare_layer(ShuffleParams{{3, 1, 0, 2}, false, {}, {}}, {x});
+  compare_layer(ShuffleParams{{}, true, {6, 20}, {1, 0}},
+                {random_tensor(DataType::kF16, {2, 3, 4, 5}, 3)});
+  compare_layer(ShuffleParams{{1, 0}, false, {}, {}},
+                {random_tensor(DataType::kBool, {7, 9}, 4, 0, 1)});
+}
+
+TEST(CudaShuffle, ConcatSlicePad) {
+  KILN_REQUIRE_GPU();
+  compare_layer(ConcatParams{1, false}, {random_tensor(DataType::kF32, {2, 3, 4}, 5),
+                                         random_tensor(DataType::kF32, {2, 1, 4}, 6),
+                                         random_tensor(DataType::kF32, {2, 5, 4}, 7)});
+  compare_layer(ConcatParams{-1, true}, {random_tensor(DataType::kI32, {3, 4}, 8),
+                                         random_tensor(DataType::kI32, {3, 4}, 9)});
+  const HostTensor x = random_tensor(DataType::kF32, {6, 7, 8}, 10);
+  compare_layer(SliceParams{{0, -1, 1}, {-3, 1, -100}, {kSliceEnd, 100, -1}, {2, 3, 1}}, {x});
+  compare_layer(SliceParams{{1}, {2}, {6}, {1}}, {x});
+  for (PadMode mode : {PadMode::kConstant, PadMode::kReflect, PadMode::kReplicate}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    compare_layer(PadParams{{0, 2, 1}, {0, 3, 4}, mode, 7}, {x});
+    compare_layer(PadParams{{1, 0}, {0, 2}, mode, -1},
+                  {random_tensor(DataType::kI64, {3, 4}, 11, -9, 9)});
+  }
+  compare_layer(PadParams{{0, -2, 1}, {0, 1, -3}, PadMode::kConstant, 0}, {x});
+}
+
+TEST(CudaGather, GatherAndScatter) {
+  KILN_REQUIRE_GPU();
+  const HostTensor data = random_tensor(DataType::kF32, {5, 6, 7}, 12);
+  compare_layer(GatherParams{GatherMode::kDefault, 1},
+                {data, random_tensor(DataType::kI64, {2, 4}, 13, -6, 5)});
+  compare_layer(
+      GatherParams{GatherMode::kDefault, 0},
+      {random_tensor(DataType::kF16, {50, 16}, 14), random_tensor(DataType::kI32, {9}, 15, 0, 49)});
+  compare_layer(GatherParams{GatherMode::kElements, -1},
+                {data, random_tensor(DataType::kI64, {5, 6, 3}, 16, 0, 6)});
+  compare_layer(GatherParams{GatherMode::kElements, 0},
+                {data, random_tensor(DataType::kI64, {2, 6, 7}, 17, -5, 4)});
+  for (ScatterReduce reduce : {ScatterReduce::kNone, ScatterReduce::kAdd}) {
+    SCOPED_TRACE(static_cast<int>(reduce));
+    compare_layer(ScatterParams{0, reduce}, {random_tensor(DataType::kF32, {4, 5}, 18),
+                                             random_tensor(DataType::kI64, {3, 5}, 19, 0, 3),
+                                             random_tensor(DataType::kF32, {3, 5}, 20)});
+    compare_layer(ScatterParams{1, reduce}, {random_tensor(DataType::kI64, {3, 6}, 21, -5, 5),
+                                             random_tensor(DataType::kI64, {3, 4}, 22, 0, 5),
+                                             random_tensor(DataType::kI64, {3, 4}, 23, -5, 5)});
+  }
+}
+
+TEST(CudaFill, FillAndShape) {
+  KILN_REQUIRE_GPU();
+  auto r = cuda_testing::run_both(
+      {random_tensor(DataType::kF32, {3, 4}, 24)},
+      [](Network& net, const std::vector<TensorId>& in) {
+        FillParams range{FillMode::kRange, DataType::kF32, {3, 4}, 0, -1.5, 0.25};
+        FillParams ones{FillMode::kConstant, DataType::kI64, {5}, 7};
+        auto a = net.add("range", range, {});
+        auto s = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {in[0], a});
+        return std::vector<TensorId>{s, net.add("ones", ones, {}),
+                                     net.add("shape", ShapeParams{}, {in[0]})};
+      });
+  cuda_testing::expect_match(r);
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,169 @@
+// kilnc: compile a TorchScript module from the command line (torchtrtc's interface).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include "kiln/kiln.h"
+#include "kiln/logging.h"
+#include "util/errors.h"
+
+namespace {
+
+constexpr int kExitInputError = 2;  // bad flags or specs, unreadable or unsupported model
+constexpr int kExitInternalError = 3;
+
+int fail(int code, std::string message) {
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  std::cerr << "kilnc: error: " << message << '\n';
+  return code;
+}
+
+torch::jit::Module load_module(const std::string& path) {
+  std::ifstream probe(path);
+  KILN_CHECK(probe.good(), InvalidArgument, path, ": cannot open");
+  try {
+    return torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    if (what.find("kiln") != std::string::npos && what.find("Unknown") != std::string::npos) {
+      KILN_THROW(InvalidArgument, path,
+                 ": it holds kiln engines; it is already compiled (load libkiln_runtime.so to "
+                 "run it)");
+    }
+    KILN_THROW(InvalidArgument, path,
+               ": not a TorchScript module: ", what.substr(0, what.find('\n')));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kilnc: compile a TorchScript module with kiln"};
+  std::string input_path, output_path;
+  std::vector<std::string> input_specs;
+  std::string device = "cpu";
+  std::vector<std::string> precisions;
+  size_t min_block_size = 3;
+  std::vector<std::string> torch_ops, torch_modules;
+  bool full = false, truncate = false, save_engine = false, debug = false, quiet = false;
+  std::string check_method;
+  std::string report_path;
+  size_t workspace = size_t{1} << 30;
+  app.add_option("input", input_path, "TorchScript module (torch.jit.save)")->required();
+  app.add_option("output", output_path, "where to write the compiled module (or plan)");
+  app.add_option("inputs", input_specs,
+                 "one spec per forward argument: (N,C,H,W)[@dtype] or "
+                 "[(min);(opt);(max)][@dtype], dtype f32|f16|bf16|i32|i64|i8|u8|bool");
+  app.add_option("--device", device, "cpu | cuda | cuda:N");
+  app.add_option("-p,--enabled-precision", precisions, "f32 | f16 | bf16 (repeatable)");
+  app.add_option("--min-block-size", min_block_size, "fewest ops in an engine segment")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--torch-executed-op", torch_ops, "keep this op in PyTorch (repeatable)");
+  app.add_option("--torch-executed-module", torch_modules,
+                 "keep this module type in PyTorch (repeatable)");
+  app.add_flag("--require-full-compilation", full, "fail unless the whole graph is one engine");
+  app.add_flag("--truncate-long-double", truncate, "accepted for compatibility (int64 is native)");
+  app.add_option("--workspace-size", workspace, "builder workspace limit in bytes");
+  app.add_option("--check-method-support", check_method,
+                 "only report whether every op of this method is supported");
+  app.add_flag("--save-engine", save_engine,
+               "write the standalone engine plan instead of a module");
+  app.add_option("--report", report_path,
+                 "write segments, fallback reasons, shapes, times as JSON");
+  app.add_flag("-v,--debug", debug, "log every phase (and graphs) to stderr");
+  app.add_flag("-q,--quiet", quiet, "no progress or summary");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitInputError;
+  }
+
+  try {
+    if (debug) kiln::set_log_level(kiln::LogLevel::kDebug);
+    const auto start = std::chrono::steady_clock::now();
+    torch::jit::Module module = load_module(input_path);
+
+    if (!check_method.empty()) {
+      std::string text;
+      const bool ok = kiln::check_method_op_support(module, check_method, &text);
+      std::cout << text;
+      std::cout << "method `" << check_method << "` is " << (ok ? "" : "not ")
+                << "fully supported\n";
+      return ok ? 0 : 1;
+    }
+    if (output_path.empty()) return fail(kExitInputError, "output: a path is required");
+    if (input_specs.empty()) {
+      return fail(kExitInputError, "inputs: give one input spec per forward argument");
+    }
+
+    kiln::CompileSpec spec;
+    for (const std::string& s : input_specs) spec.inputs.push_back(kiln::parse_input_spec(s));
+    spec.device = kiln::parse_device(device);
+    if (!precisions.empty()) {
+      spec.enabled_precisions.clear();
+      for (const std::string& p : precisions) {
+        const kiln::DType d = kiln::parse_dtype(p);
+        if (d != kiln::DType::kF32 && d != kiln::DType::kF16 && d != kiln::DType::kBF16) {
+          return fail(kExitInputError, "--enabled-precision: `" + p +
+                                           "` is not a floating precision (f32, f16, bf16)");
+        }
+        spec.enabled_precisions.push_back(d);
+      }
+    }
+    spec.min_block_size = min_block_size;
+    spec.torch_executed_ops = torch_ops;
+    spec.torch_executed_modules = torch_modules;
+    spec.require_full_compilation = full;
+    spec.truncate_long_and_double = truncate;
+    spec.workspace_size = workspace;
+    spec.debug = debug;
+    if (!quiet) {
+      spec.progress = [](kiln::Phase phase, const std::string& detail) {
+        std::cerr << "kilnc: " << kiln::phase_name(phase) << (detail.empty() ? "" : ": ") << detail
+                  << std::endl;
+      };
+    }
+
+    if (save_engine) {
+      const auto plan = kiln::convert_method_to_engine(module, "forward", spec);
+      std::ofstream out(output_path, std::ios::binary);
+      if (!out) return fail(kExitInputError, output_path + ": cannot open for writing");
+      out.write(reinterpret_cast<const char*>(plan.data()),
+                static_cast<std::streamsize>(plan.size()));
+      if (!quiet)
+        std::cerr << "kilnc: wrote engine plan " << output_path << " (" << plan.size()
+                  << " bytes)\n";
+      return 0;
+    }
+
+    kiln::CompileReport report;
+    torch::jit::Module compiled = kiln::compile(module, spec, &report);
+    compiled.save(output_path);
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!report_path.empty()) {
+      std::ofstream out(report_path);
+      if (!out) return fail(kExitInputError, report_path + ": cannot open for writing");
+      out << report.to_json() << "\n";
+    }
+    if (!quiet) {
+      std::cout << report.summary();
+      std::cout << "wrote " << output_path << " in " << std::fixed << std::setprecision(2) << total
+                << " s\n";
+    }
+    return 0;
+  } catch (const kiln::Error& e) {
+    const bool internal = e.kind() == kiln::ErrorKind::kInternal;
+    return fail(internal ? kExitInternalError : kExitInputError, e.what());
+  } catch (const c10::Error& e) {
+    return fail(kExitInternalError, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(kExitInternalError, e.what());
+  }
+}
