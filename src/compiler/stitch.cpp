@@ -106,6 +106,11 @@ torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
       !graph.inputs().empty() && graph.inputs()[0]->type()->kind() == c10::TypeKind::ClassType,
       InternalError, "stitch: the graph's first input must be `self`");
   torch::jit::Module module(name);
+  // Registered before the engines, so that loading without the runtime library fails with an
+  // error whose quoted context (the attribute lines just above the unknown Engine type) names
+  // the library to load.
+  module.register_attribute(kRuntimeHintAttribute, c10::StringType::get(),
+                            c10::IValue(std::string(kRuntimeHint)));
   auto out = std::make_shared<Graph>();
   Value* self = out->addInput("self")->setType(module.type());
   Stitcher stitcher(engines, module, *out, self);

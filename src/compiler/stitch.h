@@ -12,6 +12,12 @@
 
 namespace kiln::compiler {
 
+// A string attribute of every compiled module; see stitch().
+inline constexpr const char* kRuntimeHintAttribute = "requires_libkiln_runtime_so";
+inline constexpr const char* kRuntimeHint =
+    "load libkiln_runtime.so before loading this module: link it (C++) or call "
+    "torch.ops.load_library('.../libkiln_runtime.so') (Python)";
+
 // The engine of each engine segment (nested If branches included), keyed by segment address.
 using SegmentEngines =
     std::map<const partitioning::Segment*, c10::intrusive_ptr<runtime::EngineHolder>>;

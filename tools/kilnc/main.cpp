@@ -1,6 +1,7 @@
 // kilnc: compile a TorchScript module from the command line (torchtrtc's interface).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iomanip>
@@ -75,8 +76,15 @@ int main(int argc, char** argv) {
                  "write segments, fallback reasons, shapes, times as JSON");
   app.add_flag("-v,--debug", debug, "log every phase (and graphs) to stderr");
   app.add_flag("-q,--quiet", quiet, "no progress or summary");
+  // CLI11 reads an argument written "[...]" as its own list syntax and splits it at the commas;
+  // a leading space (which the spec parser trims) keeps range specs whole.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args) {
+    if (!a.empty() && a.front() == '[') a.insert(a.begin(), ' ');
+  }
+  std::reverse(args.begin(), args.end());
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

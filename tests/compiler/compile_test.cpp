@@ -1,0 +1,173 @@
+// kiln::compile on the test models that need fallback, the standalone-engine entry points, and
+// the errors users see: wrong inputs at run time, unsupported ops under require_full_compilation,
+// bad specs, and loading a compiled module without the runtime library.
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_testing.h"
+#include "harness/process.h"
+#include "harness/test_models.h"
+#include "kiln_test_paths.h"
+#include "util/errors.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+CompileSpec spec_for(const std::vector<at::Tensor>& examples) {
+  CompileSpec spec;
+  for (const at::Tensor& t : examples) {
+    spec.inputs.push_back(
+        Input(t.sizes().vec(), t.scalar_type() == at::kLong ? DType::kI64 : DType::kF32));
+  }
+  return spec;
+}
+
+TEST(Compile, LgammaFallsBackAroundTheUnsupportedOps) {
+  testing::TestModel m = testing::load_test_model("lgamma");
+  const at::Tensor x = m.args[0].toTensor(), y = m.args[1].toTensor();
+  CompileSpec spec = spec_for({x, y});
+  spec.min_block_size = 1;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m.module, spec, &report);
+  // Seed 000: add/mul/div in one engine, the lgammas in PyTorch, the cat in another engine.
+  ASSERT_EQ(report.segments.size(), 3u) << report.summary();
+  EXPECT_EQ(report.segments[0].target, "engine");
+  EXPECT_EQ(report.segments[1].target, "torch");
+  EXPECT_EQ(report.segments[1].ops, std::vector<std::string>(3, "aten::lgamma"));
+  EXPECT_EQ(report.segments[2].target, "engine");
+  EXPECT_NE(report.segments[1].fallback_reason.find("no converter"), std::string::npos);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(testing::matches_reference(compiled.forward({x, y}), m.expected));
+  const at::Tensor a = at::rand({2, 3}) + 0.5, b = at::rand({2, 3}) + 0.5;
+  const auto expected = m.module.forward({a, b});
+  EXPECT_TRUE(testing::matches_reference(
+      testing::run_in_fresh_cpp_process(compiled, {a, b}, "lgamma"), expected));
+  EXPECT_TRUE(testing::matches_reference(
+      testing::run_in_fresh_python_process(compiled, {a, b}, "lgamma"), expected));
+}
+
+TEST(Compile, ControlFlowKeepsTheBranchAndLoopInPyTorch) {
+  testing::TestModel m = testing::load_test_model("control_flow");
+  const at::Tensor x = m.args[0].toTensor();
+  CompileReport report;
+  torch::jit::Module compiled = compile(m.module, spec_for({x}), &report);
+  EXPECT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
+  EXPECT_GE(testing::count_segments(report, "torch"), 1u) << report.summary();
+  torch::NoGradGuard no_grad;
+  // Inputs that take each branch of `if y.mean() > 0.1`.
+  for (double shift : {-3.0, 3.0}) {
+    const at::Tensor input = at::randn(x.sizes()) + shift;
+    EXPECT_TRUE(testing::matches_reference(compiled.forward({input}), m.module.forward({input})))
+        << "shift " << shift;
+  }
+  const at::Tensor input = at::randn(x.sizes());
+  const auto expected = m.module.forward({input});
+  EXPECT_TRUE(testing::matches_reference(
+      testing::run_in_fresh_cpp_process(compiled, {input}, "control_flow"), expected));
+  EXPECT_TRUE(testing::matches_reference(
+      testing::run_in_fresh_python_process(compiled, {input}, "control_flow"), expected));
+}
+
+TEST(Compile, WrongInputsAtRunTimeNameExpectedAndActual) {
+  testing::TestModel m = testing::load_test_model("resnet18");
+  torch::jit::Module compiled = compile(m.module, spec_for({m.args[0].toTensor()}));
+  std::string err = error_of([&] { compiled.forward({at::randn({2, 3, 64, 64})}); });
+  EXPECT_NE(err.find("execute_engine `engine_0_"), std::string::npos) << err;
+  EXPECT_NE(err.find("[2, 3, 64, 64]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[1, 3, 64, 64]"), std::string::npos) << err;
+  err = error_of([&] { compiled.forward({at::randn({1, 3, 64, 64}, at::kDouble)}); });
+  EXPECT_NE(err.find("expected dtype Float, got Double"), std::string::npos) << err;
+}
+
+TEST(Compile, RequireFullCompilationListsEveryUnsupportedNode) {
+  testing::TestModel m = testing::load_test_model("lgamma");
+  CompileSpec spec = spec_for({m.args[0].toTensor(), m.args[1].toTensor()});
+  spec.require_full_compilation = true;
+  try {
+    compile(m.module, spec);
+    FAIL() << "expected Unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    const std::string what = e.what();
+    size_t count = 0;
+    for (size_t p = what.find("aten::lgamma"); p != std::string::npos;
+         p = what.find("aten::lgamma", p + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 6u) << what;  // each of the 3 nodes: its text and its reason
+  }
+}
+
+TEST(Compile, BadSpecsNameWhatIsWrong) {
+  testing::TestModel m = testing::load_test_model("resnet18");
+  CompileSpec spec;
+  std::string err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("forward takes 1 argument but the spec gives 0 inputs"), std::string::npos)
+      << err;
+  spec.inputs = {Input({1, 3, 64, 64}, {1, 3, 64, 64}, {1, 3, 32, 64})};
+  err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("input 0 dimension 2 needs 0 <= min <= opt <= max"), std::string::npos) << err;
+  testing::TestModel tl = testing::load_test_model("tuple_list");
+  spec.inputs = {Input({2, 8}), Input({3})};
+  err = error_of([&] { compile(tl.module, spec); });
+  EXPECT_NE(err.find("kiln compiles modules whose arguments are tensors"), std::string::npos)
+      << err;
+}
+
+TEST(Compile, MissingRuntimeLibraryNamesIt) {
+  testing::TestModel m = testing::load_test_model("resnet18");
+  torch::jit::Module compiled = compile(m.module, spec_for({m.args[0].toTensor()}));
+  const std::string path = testing::write_temp_file("no_runtime.ts", "");
+  compiled.save(path);
+  const std::string script =
+      testing::write_temp_file("no_runtime.py", "import sys, torch\ntorch.jit.load(sys.argv[1])\n");
+  auto r = testing::run_process({KILN_PYTHON_PATH, script, path});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("requires_libkiln_runtime_so"), std::string::npos) << r.err;
+}
+
+TEST(Compile, SupportCheckAndStandaloneEngine) {
+  testing::TestModel r18 = testing::load_test_model("resnet18");
+  std::string report;
+  EXPECT_TRUE(check_method_op_support(r18.module, "forward", &report)) << report;
+  testing::TestModel lg = testing::load_test_model("lgamma");
+  EXPECT_FALSE(check_method_op_support(lg.module, "forward", &report));
+  EXPECT_NE(report.find("aten::lgamma"), std::string::npos) << report;
+
+  const at::Tensor x = r18.args[0].toTensor();
+  const std::vector<uint8_t> plan = convert_method_to_engine(r18.module, "forward", spec_for({x}));
+  torch::jit::Module embedded = embed_engine_in_new_module(plan);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(testing::matches_reference(embedded.forward({x}), r18.module.forward({x})));
+  EXPECT_THROW(convert_method_to_engine(lg.module, "forward",
+                                        spec_for({lg.args[0].toTensor(), lg.args[1].toTensor()})),
+               Unsupported);
+}
+
+TEST(InputSpec, ParsesShapesRangesDtypesAndDevices) {
+  Input in = parse_input_spec("(1,3,224,224)");
+  EXPECT_EQ(in.opt_shape, (std::vector<int64_t>{1, 3, 224, 224}));
+  EXPECT_TRUE(in.is_static());
+  EXPECT_EQ(in.dtype, DType::kF32);
+  in = parse_input_spec("[(1,3,64,64);(4,3,64,64);(8,3,64,64)]@f16");
+  EXPECT_EQ(in.min_shape[0], 1);
+  EXPECT_EQ(in.opt_shape[0], 4);
+  EXPECT_EQ(in.max_shape[0], 8);
+  EXPECT_EQ(in.dtype, DType::kF16);
+  EXPECT_EQ(parse_input_spec("( 2 , 16 )@i64").dtype, DType::kI64);
+  EXPECT_EQ(parse_input_spec("(1,3,8,8)@f32%channels_last").format, TensorFormat::kChannelsLast);
+  EXPECT_TRUE(parse_input_spec("()").opt_shape.empty());
+  EXPECT_EQ(parse_device("cuda:1").index, 1);
+  EXPECT_EQ(parse_device("cpu").kind, Device::Kind::kCpu);
+  for (const char* bad : {"1,3", "(1,x)", "(1,-3)", "[(1);(2)]", "[(2);(1);(3)]", "(1)@f64",
+                          "[(1,2);(1);(1,2)]", "(1)@f32%nchwc", "(99999999999999999999)"}) {
+    EXPECT_THROW(parse_input_spec(bad), InvalidArgument) << bad;
+  }
+  for (const char* bad : {"gpu0", "cuda:", "cuda:x", "cuda:1234"}) {
+    EXPECT_THROW(parse_device(bad), InvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,98 @@
+// kilnc as a user runs it: compiles a model, writes the report, the compiled module runs in a
+// fresh process; --check-method-support and --save-engine; bad flags and specs exit 2 naming them.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "harness/process.h"
+#include "kiln_test_paths.h"
+
+namespace kiln {
+namespace {
+
+std::string model(const std::string& name) {
+  return std::string(KILN_TEST_MODELS_DIR) + "/" + name + ".ts";
+}
+
+TEST(Kilnc, CompilesWritesAReportAndTheModuleRuns) {
+  const std::string out = testing::write_temp_file("kilnc_resnet18.ts", "");
+  const std::string report = testing::write_temp_file("kilnc_resnet18.json", "");
+  auto r = testing::run_process({KILNC_PATH, model("resnet18"), out,
+                                 "[(1,3,64,64);(2,3,64,64);(4,3,64,64)]", "--report", report,
+                                 "--require-full-compilation"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kilnc: build: engine 1 of 1"), std::string::npos) << r.err;  // progress
+  EXPECT_NE(r.out.find("segments: 1 (1 engine, 0 torch)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("% in engines"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote " + out), std::string::npos) << r.out;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["segments"].size(), 1u);
+  EXPECT_EQ(j["segments"][0]["target"], "engine");
+  EXPECT_EQ(j["segments"][0]["input_shapes"][0], "(2,3,64,64)");
+  EXPECT_EQ(j["torch_ops"], 0);
+  EXPECT_GT(j["engine_ops"].get<int>(), 50);
+  std::vector<std::string> phases;
+  for (const auto& p : j["phases"]) phases.push_back(p["phase"]);
+  EXPECT_EQ(phases, (std::vector<std::string>{"lower", "partition", "shape analysis", "convert",
+                                              "stitch"}));
+  // The compiled file loads and runs where the runtime library is linked.
+  const std::string script =
+      testing::write_temp_file("kilnc_run.py",
+                               "import sys, torch\n"
+                               "torch.ops.load_library(sys.argv[1])\n"
+                               "m = torch.jit.load(sys.argv[2])\n"
+                               "print(tuple(m(torch.randn(3, 3, 64, 64)).shape))\n");
+  auto py = testing::run_process({KILN_PYTHON_PATH, script, KILN_RUNTIME_LIB_PATH, out});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_EQ(py.out, "(3, 10)\n");
+}
+
+TEST(Kilnc, CheckMethodSupportAndSaveEngine) {
+  auto r = testing::run_process({KILNC_PATH, model("lgamma"), "--check-method-support", "forward"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("aten::lgamma"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("method `forward` is not fully supported"), std::string::npos) << r.out;
+  r = testing::run_process({KILNC_PATH, model("resnet18"), "--check-method-support", "forward"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+
+  const std::string plan = testing::write_temp_file("kilnc_resnet18.plan", "");
+  r = testing::run_process(
+      {KILNC_PATH, model("resnet18"), plan, "(1,3,64,64)", "--save-engine", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto run = testing::run_process({KILN_RUN_PATH, plan, "--iterations", "2"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("f32[1, 10]"), std::string::npos) << run.out;
+}
+
+TEST(Kilnc, BadFlagsAndSpecsExit2NamingThem) {
+  const std::string out = testing::write_temp_file("kilnc_bad.ts", "");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{model("resnet18"), out, "(1,3,64"}, "input spec `(1,3,64`"},
+      {{model("resnet18"), out, "(1,3,64,64)@f64"}, "unknown dtype `f64`"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--device", "tpu"}, "unknown device `tpu`"},
+      {{model("resnet18"), out, "(1,3,64,64)", "-p", "i8"}, "--enabled-precision"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--min-block-size", "0"}, "--min-block-size"},
+      {{model("resnet18"), out, "(1,3,64,64)", "(1,3,64,64)"}, "forward takes 1 argument"},
+      {{model("resnet18"), out}, "inputs"},
+      {{model("lgamma"), out, "(2,3)", "(2,3)", "--require-full-compilation"}, "aten::lgamma"},
+      {{"/nonexistent.ts", out, "(1)"}, "/nonexistent.ts: cannot open"},
+      {{KILN_TEST_DATA_DIR "/lgamma.ir", out, "(1)"}, "not a TorchScript module"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--bogus"}, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {KILNC_PATH};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = testing::run_process(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.expected << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
