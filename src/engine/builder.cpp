@@ -1,5 +1,5 @@
-// The builder's passes: constant folding, dead-layer removal, post-op and elementwise fusion,
-// then memory planning at the opt shapes for the report.
+// The builder's passes: precision choice (precision.cpp), constant folding, dead-layer removal,
+// post-op and elementwise fusion, then memory planning at the opt shapes for the report.
 #include "engine/builder.h"
 
 #include <algorithm>
@@ -307,6 +307,7 @@ std::string BuildReport::to_string() const {
   std::ostringstream os;
   os << "layers: " << layers_before << " -> " << layers_after << " (" << dead_layers_removed
      << " dead removed, " << layers_folded << " folded into constants)\n";
+  if (precision.low != DataType::kF32) os << precision.summary() << "\n";
   for (const auto& f : fusions) os << "fused: " << f << "\n";
   os << "activation memory: arena " << arena_bytes << " bytes vs " << activation_bytes
      << " bytes unshared";
@@ -339,6 +340,11 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   Plan plan{network, target};
   Network& net = plan.network;
   r.layers_before = static_cast<int>(net.layers().size());
+  // Before folding, so that the casts of f32 weights fold into low-precision constants. The CPU
+  // backend computes in f32: only cuda plans lower their precision.
+  if (target.device == "cuda") {
+    choose_precisions(net, config.enabled_precisions, cuda_precision_support(), &r.precision);
+  }
   r.layers_folded = fold_constants(net, config.refittable);
   r.dead_layers_removed = remove_dead_layers(net);
   fuse_post_ops(net, r.fusions);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/plan.h"
+#include "engine/precision.h"
 
 namespace kiln::engine {
 
@@ -24,6 +25,7 @@ struct BuildReport {
   int layers_before = 0, layers_after = 0;
   int dead_layers_removed = 0, layers_folded = 0;
   std::vector<std::string> fusions;  // one line per fusion: "conv1 + relu1 -> conv1"
+  PrecisionReport precision;         // per layer, for cuda builds with f16/bf16 enabled
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""kiln against PyTorch on one GPU, side by side in one process run (issue #8).
+
+For each model, batch and precision it times eager PyTorch, TorchScript (frozen +
+optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln (kilnc with
+--device cuda), by CUDA events after warm-up, and prints a markdown table; JSON goes to --out.
+Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
+compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
+left in PyTorch, and the largest difference from eager's output.
+
+Needs build/bin/kilnc and build/lib/libkiln_runtime.so built with CUDA (tools/device/gpu-bench.sh).
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Bert(nn.Module):
+    """A BERT-base-sized encoder from torch.nn: 12 layers, hidden 768, 12 heads."""
+
+    def __init__(self, vocab=30522, d=768, heads=12, layers=12, seq=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        self.norm = nn.LayerNorm(d)
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, ids):
+        return self.encoder(self.norm(self.tok(ids) + self.pos))
+
+
+def make_model(name):
+    import torchvision
+    if name == "bert":
+        return Bert(), lambda b: torch.randint(0, 30522, (b, 128))
+    ctor = getattr(torchvision.models, name)
+    return ctor(), lambda b: torch.randn(b, 3, 224, 224)
+
+
+def time_cuda(fn, x, warmup, iters):
+    for _ in range(warmup):
+        fn(x)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return {"median": statistics.median(times), "p90": times[int(0.9 * (len(times) - 1))],
+            "p99": times[int(0.99 * (len(times) - 1))]}
+
+
+def measured_peak_tflops():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    t = time_cuda(lambda _: a @ b, None, 3, 10)["median"]
+    return 2 * 8192 ** 3 / (t * 1e-3) / 1e12
+
+
+def model_flops(model, x):
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False) as counter:
+            model(x)
+        return counter.get_total_flops()
+    except Exception:  # flop counting is a report column, not a reason to stop
+        return None
+
+
+def max_diff(a, b):
+    if isinstance(a, (tuple, list)):
+        return max(max_diff(x, y) for x, y in zip(a, b))
+    return (a.float() - b.float()).abs().max().item()
+
+
+def kiln_compile(args, model, x, dtype, tmp, tag):
+    """Traces on the CPU in fp32 (shape analysis runs there), compiles with kilnc for cuda."""
+    path = os.path.join(tmp, tag + ".ts")
+    out = os.path.join(tmp, tag + ".kiln.ts")
+    report = os.path.join(tmp, tag + ".json")
+    with torch.no_grad():
+        torch.jit.trace(model, x.cpu(), check_trace=False).save(path)
+    spec = "(" + ",".join(str(d) for d in x.shape) + ")@" + (
+        "i64" if x.dtype == torch.long else "f32")
+    cmd = [args.kilnc, path, out, spec, "--device", "cuda", "--report", report, "-q"]
+    if dtype == torch.float16:
+        cmd += ["-p", "f16", "-p", "f32"]
+    start = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.time() - start
+    if r.returncode != 0:
+        return None, seconds, {"error": (r.stderr or r.stdout).strip()[-400:]}
+    with open(report) as f:
+        rep = json.load(f)
+    compiled = torch.jit.load(out)
+    info = {"engines": sum(s["target"] == "engine" for s in rep["segments"]),
+            "torch_ops": rep["torch_ops"]}
+    return compiled, seconds, info
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert")
+    p.add_argument("--batches", default="1,32")
+    p.add_argument("--precisions", default="fp16,fp32")
+    p.add_argument("--backends", default="eager,torchscript,reduce-overhead,max-autotune,kiln")
+    p.add_argument("--kilnc", default="build/bin/kilnc")
+    p.add_argument("--runtime", default="build/lib/libkiln_runtime.so")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args()
+    torch.ops.load_library(args.runtime)
+    torch.backends.cudnn.benchmark = True
+    peak = measured_peak_tflops()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"measured fp16 peak {peak:.0f} TFLOP/s", flush=True)
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="kiln_bench_")
+    for name in args.models.split(","):
+        for prec in args.precisions.split(","):
+            dtype = torch.float16 if prec == "fp16" else torch.float32
+            for batch in [int(b) for b in args.batches.split(",")]:
+                torch.manual_seed(0)
+                model, make_input = make_model(name)
+                model.eval()
+                x_cpu = make_input(batch)
+                x = x_cpu.cuda()
+                gpu_model = copy.deepcopy(model).to("cuda", dtype)
+                if x.is_floating_point():
+                    x = x.to(dtype)
+                with torch.no_grad():
+                    reference = gpu_model(x)
+                    flops = model_flops(gpu_model, x)
+                for backend in args.backends.split(","):
+                    row = {"model": name, "batch": batch, "precision": prec, "backend": backend}
+                    try:
+                        with torch.no_grad():
+                            start = time.time()
+                            info = {}
+                            inp = x
+                            if backend == "eager":
+                                fn = gpu_model
+                            elif backend == "torchscript":
+                                ts = torch.jit.freeze(torch.jit.trace(gpu_model, x, check_trace=False))
+                                fn = torch.jit.optimize_for_inference(ts)
+                                fn(x)
+                            elif backend in ("reduce-overhead", "max-autotune"):
+                                torch._dynamo.reset()
+                                fn = torch.compile(gpu_model, mode=backend)
+                                fn(x)
+                                fn(x)
+                            else:
+                                fn, _, info = kiln_compile(args, model, x_cpu, dtype, tmp,
+                                                           f"{name}_{prec}_{batch}")
+                                if fn is None:
+                                    raise RuntimeError(info["error"])
+                                # The traced module takes f32; with -p f16 the engine casts
+                                # at its boundary and computes in f16.
+                                inp = x.float() if x.is_floating_point() else x
+                            row["compile_s"] = time.time() - start
+                            row.update(info)
+                            out = fn(inp)
+                            row["max_diff"] = max_diff(out, reference)
+                            row.update(time_cuda(fn, inp, args.warmup, args.iters))
+                    except Exception as e:  # a backend that fails is a row that says so
+                        row["error"] = str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e)
+                    if "median" in row:
+                        row["throughput"] = batch / (row["median"] * 1e-3)
+                        if flops:
+                            row["peak_pct"] = 100 * flops / (row["median"] * 1e-3) / 1e12 / peak
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    # Free the model copy each backend made (graphs, autotune caches).
+                    torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
+                  indent=1)
+    lines = ["| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | "
+             "% peak | engines | torch ops | max diff |", "|" + "---|" * 13]
+    for r in rows:
+        if "median" not in r:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
+                         f"failed: {r.get('error', '')[:80]} |" + " |" * 8)
+            continue
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
+            f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
+            f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
+            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} |")
+    table = "\n".join(lines)
+    with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

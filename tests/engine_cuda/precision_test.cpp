@@ -1,0 +1,134 @@
+// cuda builds with f16/bf16 enabled (the builder's precision pass) against the CPU engine in f32:
+// a conv net and a matmul/softmax net, weights folded into low-precision constants (or kept as
+// casts when refittable), outputs still f32 under their names.
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+TensorId constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
+  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
+  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(t.data()),
+                             static_cast<const uint8_t*>(t.data()) + t.nbytes());
+  return net.add_constant(name, Weights::from_bytes(t.dtype(), t.shape(), std::move(bytes)));
+}
+
+ConvolutionParams conv3x3() {
+  ConvolutionParams p;
+  p.strides = {1, 1};
+  p.padding_begin = p.padding_end = {1, 1};
+  p.dilations = {1, 1};
+  return p;
+}
+
+std::vector<TensorId> conv_net(Network& net, const std::vector<TensorId>& in) {
+  auto y = net.add("conv1", conv3x3(), {in[0], constant(net, "w1", {8, 3, 3, 3}, 1)});
+  y = net.add("bias1", ElementwiseParams{BinaryOp::kAdd},
+              {y, constant(net, "b1", {1, 8, 1, 1}, 2)});
+  y = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {y});
+  y = net.add("conv2", conv3x3(), {y, constant(net, "w2", {8, 8, 3, 3}, 3)});
+  y = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {y});
+  PoolingParams pool;
+  pool.kind = PoolingKind::kAverage;
+  pool.adaptive = true;
+  pool.output_size = {1, 1};
+  return {net.add("pool", pool, {y})};
+}
+
+std::vector<TensorId> matmul_softmax_net(Network& net, const std::vector<TensorId>& in) {
+  auto y = net.add("mm1", MatMulParams{}, {in[0], constant(net, "w1", {32, 48}, 4)});
+  y = net.add("bias1", ElementwiseParams{BinaryOp::kAdd}, {y, constant(net, "b1", {48}, 5)});
+  y = net.add("gelu", ActivationParams{ActivationKind::kGeluTanh}, {y});
+  y = net.add("mm2", MatMulParams{}, {y, constant(net, "w2", {48, 16}, 6)});
+  return {net.add("softmax", SoftmaxParams{-1}, {y})};
+}
+
+// The network run_both builds, for inspecting the plan and report of a cuda build.
+Plan build_cuda(const std::vector<HostTensor>& inputs, const cuda_testing::NetworkBuilder& make,
+                BuilderConfig config, BuildReport* report) {
+  Network net;
+  std::vector<TensorId> ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ids.push_back(net.add_input("in" + std::to_string(i), inputs[i].dtype(), inputs[i].shape()));
+  }
+  for (TensorId out : make(net, ids)) net.mark_output(out, "out");
+  config.device = "cuda:0";
+  return build(net, config, report);
+}
+
+// Every weight is a low-precision constant (casts folded), every float activation low but the
+// output, which is f32 and keeps its name.
+void expect_lowered(const Plan& plan, DataType low, bool refittable) {
+  const Network& net = plan.network;
+  int casts_of_constants = 0;
+  for (const Layer& l : net.layers()) {
+    if (!std::holds_alternative<CastParams>(l.params)) continue;
+    for (const Layer& p : net.layers()) {
+      casts_of_constants +=
+          std::holds_alternative<ConstantParams>(p.params) && p.outputs[0] == l.inputs.at(0);
+    }
+  }
+  if (refittable) {
+    EXPECT_GT(casts_of_constants, 0);  // named weights stay f32 for refit; their casts run
+  } else {
+    EXPECT_EQ(casts_of_constants, 0);
+    for (const Layer& l : net.layers()) {
+      if (std::holds_alternative<ConstantParams>(l.params)) {
+        EXPECT_EQ(net.tensor(l.outputs[0]).dtype, low) << l.name;
+      }
+    }
+  }
+  for (const Layer& l : net.layers()) {
+    if (std::holds_alternative<ConvolutionParams>(l.params) ||
+        std::holds_alternative<MatMulParams>(l.params)) {
+      EXPECT_EQ(net.tensor(l.outputs[0]).dtype, low) << l.name;
+    }
+  }
+  ASSERT_EQ(net.outputs().size(), 1u);
+  EXPECT_EQ(net.tensor(net.outputs()[0]).name, "out");
+  EXPECT_EQ(net.tensor(net.outputs()[0]).dtype, DataType::kF32);
+}
+
+// Half precision with f32 accumulation: 1e-2 relative, with an absolute floor for values near 0.
+constexpr double kRtol = 1e-2, kAtol = 1e-2;
+
+TEST(CudaPrecision, ConvNetInF16MatchesCpuF32) {
+  KILN_REQUIRE_GPU();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 3, 16, 16}, 10)};
+  for (bool refittable : {false, true}) {
+    SCOPED_TRACE(refittable ? "refittable" : "folded");
+    BuilderConfig config;
+    config.enabled_precisions = {DataType::kF32, DataType::kF16};
+    config.refittable = refittable;
+    BuildReport report;
+    const Plan plan = build_cuda(in, conv_net, config, &report);
+    expect_lowered(plan, DataType::kF16, refittable);
+    EXPECT_EQ(report.precision.count(DataType::kF16), 6) << report.to_string();
+    EXPECT_NE(report.to_string().find("precision: 6 layers f16, 0 f32"), std::string::npos)
+        << report.to_string();
+    auto r = cuda_testing::run_both(in, conv_net, config);
+    cuda_testing::expect_match(r, kRtol, kAtol);
+  }
+}
+
+TEST(CudaPrecision, MatMulSoftmaxNetInF16AndBf16MatchesCpuF32) {
+  KILN_REQUIRE_GPU();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {4, 10, 32}, 11)};
+  for (DataType low : {DataType::kF16, DataType::kBF16}) {
+    SCOPED_TRACE(dtype_name(low));
+    BuilderConfig config;
+    config.enabled_precisions = {DataType::kF32, low};
+    BuildReport report;
+    expect_lowered(build_cuda(in, matmul_softmax_net, config, &report), low, false);
+    EXPECT_EQ(report.precision.count(low), 5) << report.to_string();
+    auto r = cuda_testing::run_both(in, matmul_softmax_net, config);
+    // Probabilities near 1/16: a tighter floor. bf16 keeps 8 bits of mantissa to f16's 11.
+    const bool f16 = low == DataType::kF16;
+    cuda_testing::expect_match(r, f16 ? kRtol : 4 * kRtol, f16 ? 1e-3 : 4e-3);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine
