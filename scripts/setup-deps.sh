@@ -4,6 +4,7 @@ set -euo pipefail
 
 pkgs=(
   cmake ninja-build ccache g++ make pkg-config clang-format
+  clang libclang-rt-14-dev
   libtorch-dev python3-torch python3-torchvision
   libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev

@@ -1,4 +1,5 @@
 // kiln::compile: lower, partition, analyze shapes, convert and build each engine segment, stitch.
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "conversion/convert.h"
 #include "conversion/dtypes.h"
 #include "engine/builder.h"
+#include "engine/cuda/backend.h"
 #include "engine/plan.h"
 #include "ir/torch_compat.h"
 #include "kiln/kiln.h"
@@ -134,10 +136,14 @@ struct Pipeline {
 
   engine::BuilderConfig builder_config() const {
     engine::BuilderConfig config;
-    config.device = spec.device.kind == Device::Kind::kCpu ? "cpu" : "cuda";
+    config.device = spec.device.str();  // "cpu" or "cuda:N"
     config.enabled_precisions.clear();
     for (DType d : spec.enabled_precisions) config.enabled_precisions.push_back(engine_dtype(d));
-    if (config.enabled_precisions.empty()) config.enabled_precisions = {engine::DataType::kF32};
+    // f32 is always allowed: layers that cannot run in a lower precision stay in it.
+    if (std::find(config.enabled_precisions.begin(), config.enabled_precisions.end(),
+                  engine::DataType::kF32) == config.enabled_precisions.end()) {
+      config.enabled_precisions.push_back(engine::DataType::kF32);
+    }
     config.workspace_bytes = spec.workspace_size;
     return config;
   }
@@ -238,7 +244,8 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
                                               std::to_string(sr.ops.size()) + " ops)");
       }
       auto bytes = pipe.build_engine(s, sr.engine_name);
-      engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes));
+      engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes),
+                                                               pipe.spec.device.str());
       sr.build_ms = ms_since(start);
       if (pipe.report) pipe.report->engine_ops += sr.ops.size();
     } else {
@@ -251,6 +258,20 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
                     engines, built, total);
     }
   }
+}
+
+// A cuda compile needs what running its engines needs, so that it fails before any work. Shape
+// analysis still runs the PyTorch segments on the CPU (it needs sizes only, not values).
+void check_device(const CompileSpec& spec) {
+  if (spec.device.kind != Device::Kind::kCuda) return;
+  KILN_CHECK(
+      runtime::cuda_supported(), Unsupported, "compile: device ", spec.device.str(),
+      " needs kiln's CUDA backend and a libtorch with CUDA; this build has ",
+      engine::cuda::built() ? "the CUDA backend but a CPU-only libtorch" : "no CUDA backend");
+  const int count = engine::cuda::device_count();
+  KILN_CHECK(spec.device.index >= 0 && spec.device.index < count, DeviceError, "compile: device ",
+             spec.device.str(), " does not exist (this machine has ", count, " CUDA device",
+             count == 1 ? "" : "s", ")");
 }
 
 size_t count_engines(const std::vector<Segment>& segments) {
@@ -266,6 +287,7 @@ size_t count_engines(const std::vector<Segment>& segments) {
 
 torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
                            CompileReport* report) {
+  check_device(spec);
   CompileReport local;
   if (!report) report = &local;
   *report = {};

@@ -9,11 +9,11 @@ namespace kiln {
 torch::jit::Module embed_engine_in_new_module(const std::vector<uint8_t>& plan,
                                               const Device& device) {
   using namespace torch::jit;
-  auto holder = c10::make_intrusive<runtime::EngineHolder>("engine", plan);
-  const std::string target = holder->engine().target().device;
+  const std::string target = engine::deserialize_plan(plan.data(), plan.size()).target.device;
   const std::string wanted = device.kind == Device::Kind::kCpu ? "cpu" : "cuda";
   KILN_CHECK(target == wanted, InvalidArgument, "embed_engine_in_new_module: the plan targets ",
              target, " but device ", device.str(), " was asked for");
+  auto holder = c10::make_intrusive<runtime::EngineHolder>("engine", plan, device.str());
   Module m("__torch__.kiln.EmbeddedEngine");
   m.register_attribute("engine",
                        c10::getCustomClassType<c10::intrusive_ptr<runtime::EngineHolder>>(),

@@ -16,6 +16,8 @@ namespace {
 
 constexpr size_t kWeightAlignment = 64;
 constexpr uint64_t kMaxRank = 16;
+// As volume() allows: no tensor of more than 2^48 elements, so byte sizes cannot overflow.
+constexpr int64_t kMaxVolume = int64_t{1} << 48;
 
 void put_shape(ByteWriter& w, const Shape& s) {
   w.put<uint64_t>(s.size());
@@ -27,9 +29,14 @@ Shape get_shape(ByteReader& r, const char* what) {
   KILN_CHECK(rank <= kMaxRank, CorruptInput, "plan: ", what, " has rank ", rank, " (max ", kMaxRank,
              ")");
   Shape s(static_cast<size_t>(rank));
+  int64_t elements = 1;  // of the static dims
   for (auto& d : s) {
     d = r.get<int64_t>(what);
     KILN_CHECK(d >= kDynamic, CorruptInput, "plan: ", what, " has dim ", d);
+    if (d == kDynamic) continue;
+    KILN_CHECK(!__builtin_mul_overflow(elements, d, &elements) && elements <= kMaxVolume,
+               CorruptInput, "plan: ", what, " ", shape_to_string(s),
+               " has dims whose product is past 2^48 (the most elements a tensor may have)");
   }
   return s;
 }

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "engine/cuda/backend.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
@@ -16,7 +18,21 @@
 namespace kiln::engine {
 namespace {
 
+// Physical memory of this machine; 0 where the system does not say.
+size_t physical_memory_bytes() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  }();
+  return bytes;
+}
+
 std::shared_ptr<uint8_t> aligned_alloc_bytes(size_t bytes) {
+  // Where the kernel overcommits, malloc grants more than the machine has and the process is
+  // killed when the pages are touched; a request past physical memory fails here instead.
+  const size_t physical = physical_memory_bytes();
+  KILN_CHECK(physical == 0 || bytes <= physical, DeviceError, "out of host memory allocating ",
+             bytes, " bytes (the machine has ", physical, ")");
   const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
   void* p = std::aligned_alloc(64, size);
   KILN_CHECK(p != nullptr, DeviceError, "out of host memory allocating ", bytes, " bytes");

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -10,6 +12,15 @@ namespace {
 
 // Sanity bound on vector fields: no layer parameter list is longer than this.
 constexpr uint64_t kMaxFieldItems = 1 << 20;
+// Integer parameters (sizes, pads, strides, axes) lie within +-2^48, as tensor volumes do, so that
+// shape arithmetic on them cannot overflow; the extremes stand for "to the end" (slices).
+constexpr int64_t kMaxFieldValue = int64_t{1} << 48;
+
+void check_int_field(const char* name, int64_t v) {
+  KILN_CHECK(v == std::numeric_limits<int64_t>::max() || v == std::numeric_limits<int64_t>::min() ||
+                 (v >= -kMaxFieldValue && v <= kMaxFieldValue),
+             CorruptInput, "plan: field ", name, " holds ", v, ", out of range");
+}
 
 struct Writer {
   ByteWriter& w;
@@ -48,7 +59,10 @@ struct Reader {
       const uint64_t n = r.get_count(name, sizeof(typename T::value_type));
       KILN_CHECK(n <= kMaxFieldItems, CorruptInput, "plan: field ", name, " has ", n, " items");
       v.resize(static_cast<size_t>(n));
-      for (auto& x : v) x = r.get<typename T::value_type>(name);
+      for (auto& x : v) {
+        x = r.get<typename T::value_type>(name);
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) check_int_field(name, x);
+      }
     } else if constexpr (std::is_same_v<T, bool>) {
       const uint8_t b = r.get<uint8_t>(name);
       KILN_CHECK(b <= 1, CorruptInput, "plan: field ", name, " holds ", int(b), ", not a bool");
@@ -64,6 +78,7 @@ struct Reader {
       v = static_cast<T>(raw);
     } else {
       v = r.get<T>(name);
+      if constexpr (std::is_same_v<T, int64_t>) check_int_field(name, v);
     }
   }
 };

@@ -53,11 +53,19 @@ bool is_static(const Shape& s) {
   return true;
 }
 
+// No tensor has more than 2^48 elements: byte sizes and arena offsets computed from shapes then
+// cannot overflow, whatever a plan or an input claims (plan.cpp checks the same bound).
+constexpr int64_t kMaxVolume = int64_t{1} << 48;
+
 int64_t volume(const Shape& s) {
-  int64_t n = 1;
   for (int64_t d : s) {
     KILN_CHECK(d >= 0, InternalError, "volume of dynamic shape ", shape_to_string(s));
-    n *= d;
+    if (d == 0) return 0;
+  }
+  int64_t n = 1;
+  for (int64_t d : s) {
+    KILN_CHECK(!__builtin_mul_overflow(n, d, &n) && n <= kMaxVolume, InvalidArgument, "shape ",
+               shape_to_string(s), " has more than 2^48 elements");
   }
   return n;
 }

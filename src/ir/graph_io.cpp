@@ -11,6 +11,7 @@
 #include "ir/torch_compat.h"
 #include "ir/verifier.h"
 #include "util/errors.h"
+#include "util/nesting.h"
 
 namespace kiln::ir {
 namespace {
@@ -90,6 +91,8 @@ void keep_value_names(const std::unordered_map<std::string, torch::jit::Value*>&
 
 std::shared_ptr<torch::jit::Graph> parse_graph(const std::string& text,
                                                const std::string& source_name) {
+  // torch's parser recurses once per bracket with no bound of its own.
+  check_nesting_depth(text, source_name);
   auto graph = std::make_shared<torch::jit::Graph>();
   try {
     std::unordered_map<std::string, torch::jit::Value*> names;

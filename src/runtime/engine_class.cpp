@@ -2,9 +2,13 @@
 // module can run from many threads.
 #include "runtime/engine_class.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
+#include "engine/cuda/backend.h"
 #include "engine/plan.h"
+#include "runtime/torch_cuda.h"
 #include "util/errors.h"
 
 namespace kiln::runtime {
@@ -23,12 +27,46 @@ std::vector<std::string> io_names(const engine::Engine& e, bool inputs) {
   return names;
 }
 
+bool all_inputs_static(const engine::Network& net) {
+  for (engine::TensorId id : net.inputs()) {
+    if (!engine::is_static(net.tensor(id).shape)) return false;
+  }
+  return true;
+}
+
+bool cuda_graphs_allowed() {
+  const char* env = std::getenv("KILN_CUDA_GRAPHS");
+  return env == nullptr || std::string(env) != "0";
+}
+
 }  // namespace
 
-EngineHolder::EngineHolder(std::string name, std::vector<uint8_t> plan_bytes)
+EngineHolder::EngineHolder(std::string name, std::vector<uint8_t> plan_bytes,
+                           const std::string& device)
     : name_(std::move(name)), plan_bytes_(std::move(plan_bytes)) {
   engine::Plan plan = engine::deserialize_plan(plan_bytes_.data(), plan_bytes_.size());
-  engine_ = std::make_shared<const engine::Engine>(std::move(plan.network), plan.target);
+  engine::EngineTarget target = plan.target;
+  if (target.device == "cuda") {
+    const std::string wanted = device.empty() ? "cuda" : device;
+    KILN_CHECK(wanted.rfind("cuda", 0) == 0, InvalidArgument, "kiln.Engine `", name_,
+               "`: its plan targets cuda, so it cannot run on ", wanted);
+    KILN_CHECK(cuda_supported(), Unsupported, "kiln.Engine `", name_,
+               "`: a cuda engine, but this libkiln_runtime was built without CUDA support (kiln's "
+               "CUDA backend: ",
+               engine::cuda::built() ? "yes" : "no",
+               ", libtorch with CUDA: ", torch_cuda::kTorchHasCuda ? "yes" : "no", ")");
+    target.device_index = engine::cuda::parse_device(wanted);
+    cuda_graphs_ = all_inputs_static(plan.network) && cuda_graphs_allowed();
+  } else {
+    KILN_CHECK(device.empty() || device == "cpu", InvalidArgument, "kiln.Engine `", name_,
+               "`: its plan targets ", target.device, ", so it cannot run on ", device);
+  }
+  engine_ = std::make_shared<const engine::Engine>(std::move(plan.network), target);
+}
+
+std::string EngineHolder::device() const {
+  const engine::EngineTarget& t = engine_->target();
+  return t.device == "cuda" ? "cuda:" + std::to_string(t.device_index) : t.device;
 }
 
 EngineHolder::State EngineHolder::state() const {
@@ -36,7 +74,7 @@ EngineHolder::State EngineHolder::state() const {
   std::memcpy(plan.data_ptr(), plan_bytes_.data(), plan_bytes_.size());
   return {kEngineAbiVersion,
           name_,
-          engine_->target().device,
+          device(),
           plan,
           join(io_names(*engine_, true)),
           join(io_names(*engine_, false))};
@@ -53,29 +91,38 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
   std::vector<uint8_t> data(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
   c10::intrusive_ptr<EngineHolder> holder;
   try {
-    holder = c10::make_intrusive<EngineHolder>(name, std::move(data));
+    // Plans record only "cuda"; the state says which device ("cuda:N"; "cuda" means cuda:0).
+    const engine::Plan plan = engine::deserialize_plan(data.data(), data.size());
+    const bool cuda_state = device == "cuda" || device.rfind("cuda:", 0) == 0;
+    KILN_CHECK(plan.target.device == (cuda_state ? "cuda" : device), CorruptInput, "kiln.Engine `",
+               name, "`: state says device ", device, " but its plan targets ", plan.target.device);
+    holder = c10::make_intrusive<EngineHolder>(name, std::move(data), device);
   } catch (const CorruptInput& e) {
     KILN_THROW(CorruptInput, "kiln.Engine `", name, "`: ", e.message());
   }
-  KILN_CHECK(holder->engine_->target().device == device, CorruptInput, "kiln.Engine `", name,
-             "`: state says device ", device, " but its plan targets ",
-             holder->engine_->target().device);
   KILN_CHECK(join(io_names(*holder->engine_, true)) == inputs &&
                  join(io_names(*holder->engine_, false)) == outputs,
              CorruptInput, "kiln.Engine `", name, "`: input/output names disagree with its plan");
   return holder;
 }
 
-std::unique_ptr<engine::ExecutionContext> EngineHolder::acquire() {
+std::unique_ptr<engine::ExecutionContext> EngineHolder::acquire(void* stream) {
   {
     std::lock_guard<std::mutex> lock(pool_mutex_);
     if (!pool_.empty()) {
-      auto ctx = std::move(pool_.back());
-      pool_.pop_back();
+      // A context keeps the stream it last ran on; taking one of another stream is correct (the
+      // new stream waits for the old one's work through an event) but serializes the two.
+      auto it = std::find_if(pool_.begin(), pool_.end(),
+                             [&](const auto& ctx) { return ctx->stream() == stream; });
+      if (it == pool_.end()) it = pool_.end() - 1;
+      auto ctx = std::move(*it);
+      pool_.erase(it);
       return ctx;
     }
   }
-  return std::make_unique<engine::ExecutionContext>(engine_);
+  auto ctx = std::make_unique<engine::ExecutionContext>(engine_);
+  if (engine_->on_cuda()) ctx->enable_cuda_graphs(cuda_graphs_);
+  return ctx;
 }
 
 void EngineHolder::release(std::unique_ptr<engine::ExecutionContext> ctx) {

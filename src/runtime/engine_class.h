@@ -5,6 +5,7 @@
 #include <torch/custom_class.h>
 #include <torch/script.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,27 +18,45 @@ namespace kiln::runtime {
 // Bump when the serialized state layout changes; loading another version is a clear error.
 constexpr int64_t kEngineAbiVersion = 1;
 
+// Whether this libkiln_runtime can run cuda engines: kiln's CUDA backend and a libtorch with CUDA
+// were both there when it was built (it may still find no device at run time).
+bool cuda_supported();
+
 class EngineHolder : public torch::CustomClassHolder {
  public:
-  EngineHolder(std::string name, std::vector<uint8_t> plan_bytes);
-  // What __getstate__ saves: (ABI version, name, device, plan bytes as a uint8 tensor,
-  // input names, output names), names newline-separated.
+  // `device` binds the engine: "cpu" for a cpu plan, "cuda" or "cuda:N" for a cuda plan; empty
+  // means the plan's own target (cuda plans then run on cuda:0).
+  EngineHolder(std::string name, std::vector<uint8_t> plan_bytes, const std::string& device = "");
+  // What __getstate__ saves: (ABI version, name, device ("cpu" or "cuda:N"), plan bytes as a
+  // uint8 tensor, input names, output names), names newline-separated.
   using State = std::tuple<int64_t, std::string, std::string, at::Tensor, std::string, std::string>;
   static c10::intrusive_ptr<EngineHolder> from_state(const State& state);
   State state() const;
 
   const std::string& name() const { return name_; }
   const engine::Engine& engine() const { return *engine_; }
+  // "cpu" or "cuda:N".
+  std::string device() const;
   std::vector<at::Tensor> execute(const std::vector<at::Tensor>& inputs);
   std::string inspect() const { return engine_->inspect_json(); }
 
  private:
-  std::unique_ptr<engine::ExecutionContext> acquire();
+  // Checks dtype and shape of input `i`, moving it to the engine's device where needed.
+  at::Tensor prepare_input(size_t i, const at::Tensor& input, engine::ExecutionContext& ctx);
+  std::vector<at::Tensor> execute_on_cpu(const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> execute_on_cuda(const std::vector<at::Tensor>& inputs);
+  // An idle context, preferring one last used on `stream` (cuda) so that no cross-stream wait
+  // is needed; a new one when none is idle.
+  std::unique_ptr<engine::ExecutionContext> acquire(void* stream = nullptr);
   void release(std::unique_ptr<engine::ExecutionContext> ctx);
 
   std::string name_;
   std::vector<uint8_t> plan_bytes_;
   std::shared_ptr<const engine::Engine> engine_;
+  // cuda engines: whole-engine CUDA graphs when every input shape is static (KILN_CUDA_GRAPHS=0
+  // in the environment turns them off).
+  bool cuda_graphs_ = false;
+  std::atomic<bool> warned_host_inputs_{false};
   std::mutex pool_mutex_;
   std::vector<std::unique_ptr<engine::ExecutionContext>> pool_;  // idle contexts, reused
 };

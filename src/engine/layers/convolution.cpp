@@ -14,8 +14,10 @@ std::vector<int64_t> per_dim(const std::string& layer, const char* name,
   KILN_CHECK(v.size() == nd, InvalidArgument, "layer `", layer, "` (convolution): ", name, " has ",
              v.size(), " values for ", nd, " spatial dims");
   for (int64_t x : v) {
-    KILN_CHECK(x >= min_value, InvalidArgument, "layer `", layer, "` (convolution): ", name,
-               " must be >= ", min_value, ", got ", x);
+    // Within 2^48, as tensor dims are, so that the window arithmetic cannot overflow (plan fields
+    // may hold int64's extremes).
+    KILN_CHECK(x >= min_value && x <= (int64_t{1} << 48), InvalidArgument, "layer `", layer,
+               "` (convolution): ", name, " must be in [", min_value, ", 2^48], got ", x);
   }
   return v;
 }
@@ -66,9 +68,12 @@ std::vector<InferOutput> infer(const std::string& layer, const ConvolutionParams
     const int64_t c_per_group = w[1];
     KILN_CHECK(w[0] == kDynamic || w[0] % g == 0, ShapeMismatch, "layer `", layer,
                "` (convolution): ", w[0], " output channels do not divide into ", g, " groups");
-    KILN_CHECK(c == kDynamic || c_per_group == kDynamic || c == c_per_group * g, ShapeMismatch,
-               "layer `", layer, "` (convolution): data has ", c, " channels but weights ",
-               shape_to_string(w), " with ", g, " groups expect ", c_per_group * g);
+    const int64_t expected = c_per_group == kDynamic
+                                 ? kDynamic
+                                 : size_product(layer, "(convolution) channels", c_per_group, g);
+    KILN_CHECK(c == kDynamic || expected == kDynamic || c == expected, ShapeMismatch, "layer `",
+               layer, "` (convolution): data has ", c, " channels but weights ", shape_to_string(w),
+               " with ", g, " groups expect ", expected);
     out_channels = w[0];
   } else {
     KILN_CHECK(w[0] == kDynamic || w[0] % g == 0, ShapeMismatch, "layer `", layer,
@@ -77,7 +82,8 @@ std::vector<InferOutput> infer(const std::string& layer, const ConvolutionParams
     KILN_CHECK(c == kDynamic || w[0] == kDynamic || c == w[0], ShapeMismatch, "layer `", layer,
                "` (transposed convolution): data has ", c, " channels but weights ",
                shape_to_string(w), " expect ", w[0]);
-    out_channels = w[1] == kDynamic ? kDynamic : w[1] * g;
+    out_channels =
+        w[1] == kDynamic ? kDynamic : size_product(layer, "(convolution) channels", w[1], g);
   }
   Shape out = {x[0], out_channels};
   for (size_t d = 0; d < nd; ++d) {
@@ -86,11 +92,15 @@ std::vector<InferOutput> infer(const std::string& layer, const ConvolutionParams
       out.push_back(kDynamic);
       continue;
     }
+    // Every term is within 2^48, so the sums below cannot overflow.
+    const int64_t window =
+        size_product(layer, "(convolution) dilation * (kernel - 1)", dil[d], k - 1);
     int64_t o;
     if (p.transposed) {
-      o = (i - 1) * strides[d] - pb[d] - pe[d] + dil[d] * (k - 1) + op[d] + 1;
+      o = size_product(layer, "(transposed convolution) stride * (input - 1)", i - 1, strides[d]) -
+          pb[d] - pe[d] + window + op[d] + 1;
     } else {
-      const int64_t span = i + pb[d] + pe[d] - dil[d] * (k - 1) - 1;
+      const int64_t span = i + pb[d] + pe[d] - window - 1;
       o = span < 0 ? 0 : span / strides[d] + 1;
     }
     KILN_CHECK(o > 0, ShapeMismatch, "layer `", layer, "` (convolution): spatial dim ", d,

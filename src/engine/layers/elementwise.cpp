@@ -113,10 +113,13 @@ std::vector<FusedOp> decode_program(const std::string& layer, const FusedElement
     FusedOp op{p.program[i],     p.program[i + 1],   p.program[i + 2],
                p.program[i + 3], p.constants[i / 2], p.constants[i / 2 + 1]};
     const int64_t regs = static_cast<int64_t>(num_inputs + ops.size());
-    KILN_CHECK(op.kind >= 0 && op.kind <= 3 && op.a >= 0 && op.a < regs &&
-                   (op.kind != 0 || (op.b >= 0 && op.b < regs)),
+    // b is checked for every kind (the builder writes 0 where it is unused): kernels form its
+    // register address unconditionally. Op codes are bounded like the plan reader's enums.
+    KILN_CHECK(op.kind >= 0 && op.kind <= 3 && op.a >= 0 && op.a < regs && op.b >= 0 &&
+                   op.b < regs && op.op >= 0 && op.op < (op.kind == 3 ? kNumDataTypes : 64),
                InvalidArgument, "layer `", layer, "`: fused op ", ops.size(),
-               " reads a register that is not yet written, or has unknown kind ", op.kind);
+               " reads a register that is not yet written, or has unknown kind ", op.kind,
+               " or op ", op.op);
     ops.push_back(op);
   }
   return ops;

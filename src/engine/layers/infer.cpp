@@ -13,6 +13,13 @@ void expect_input_count(const std::string& layer, const std::vector<InferInput>&
              " inputs, got ", inputs.size());
 }
 
+int64_t size_product(const std::string& layer, const char* what, int64_t a, int64_t b) {
+  int64_t n = 0;
+  KILN_CHECK(!__builtin_mul_overflow(a, b, &n) && n >= -(int64_t{1} << 48) && n <= int64_t{1} << 48,
+             InvalidArgument, "layer `", layer, "`: ", what, " ", a, " * ", b, " is past 2^48");
+  return n;
+}
+
 std::vector<InferOutput> infer_layer(const std::string& layer, const LayerParams& params,
                                      const std::vector<InferInput>& inputs) {
   return std::visit(

@@ -30,6 +30,10 @@ std::vector<InferOutput> infer_layer(const std::string& layer, const LayerParams
 void expect_input_count(const std::string& layer, const std::vector<InferInput>& inputs, size_t min,
                         size_t max);
 
+// a * b for sizes a plan gives (kernel extents, strides, dilations, groups). Past 2^48, the bound
+// on any tensor's volume, it throws InvalidArgument naming `what` instead of overflowing.
+int64_t size_product(const std::string& layer, const char* what, int64_t a, int64_t b);
+
 #define KILN_DECLARE_INFER(Params)                                          \
   std::vector<InferOutput> infer(const std::string& layer, const Params& p, \
                                  const std::vector<InferInput>& inputs);

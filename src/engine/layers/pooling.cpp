@@ -13,17 +13,20 @@ std::vector<int64_t> per_dim(const std::string& layer, const char* name,
   KILN_CHECK(v.size() == nd, InvalidArgument, "layer `", layer, "` (pooling): ", name, " has ",
              v.size(), " values for ", nd, " spatial dims");
   for (int64_t x : v) {
-    KILN_CHECK(x >= min_value, InvalidArgument, "layer `", layer, "` (pooling): ", name,
-               " must be >= ", min_value, ", got ", x);
+    // Within 2^48, as tensor dims are, so that the window arithmetic cannot overflow (plan fields
+    // may hold int64's extremes).
+    KILN_CHECK(x >= min_value && x <= (int64_t{1} << 48), InvalidArgument, "layer `", layer,
+               "` (pooling): ", name, " must be in [", min_value, ", 2^48], got ", x);
   }
   return v;
 }
 
 // Output extent of one windowed dim, torch's pooling_output_shape with asymmetric padding:
 // with ceil_mode the last window must still start inside the input or the begin padding.
-int64_t pooled_extent(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d,
+// `window` is the dilated kernel, d * (k - 1) + 1.
+int64_t pooled_extent(int64_t in, int64_t window, int64_t s, int64_t pb, int64_t pe,
                       bool ceil_mode) {
-  const int64_t span = in + pb + pe - d * (k - 1) - 1;
+  const int64_t span = in + pb + pe - window;
   if (span < 0) return 0;
   int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   if (ceil_mode && (out - 1) * s >= in + pb) --out;
@@ -70,7 +73,8 @@ std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
     KILN_CHECK(p.kind == PoolingKind::kMax || dil[d] == 1, Unsupported, "layer `", layer,
                "` (average pooling): dilation ", dil[d], " is not supported (torch has none)");
     // Torch's limit; it also guarantees every window overlaps the input.
-    const int64_t effective = dil[d] * (kernel[d] - 1) + 1;
+    const int64_t effective =
+        size_product(layer, "(pooling) dilation * (kernel - 1)", dil[d], kernel[d] - 1) + 1;
     KILN_CHECK(pb[d] <= effective / 2 && pe[d] <= effective / 2, InvalidArgument, "layer `", layer,
                "` (pooling): padding must be at most half the (dilated) kernel ", effective,
                ", got ", pb[d], "/", pe[d]);
@@ -79,7 +83,7 @@ std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
       out.push_back(kDynamic);
       continue;
     }
-    const int64_t o = pooled_extent(i, kernel[d], strides[d], pb[d], pe[d], dil[d], p.ceil_mode);
+    const int64_t o = pooled_extent(i, effective, strides[d], pb[d], pe[d], p.ceil_mode);
     KILN_CHECK(o > 0, ShapeMismatch, "layer `", layer, "` (pooling): spatial dim ", d, " of input ",
                shape_to_string(x), " is too small for kernel ", kernel[d]);
     out.push_back(o);

@@ -35,8 +35,12 @@ std::vector<InferOutput> infer(const std::string& layer, const ResizeParams& p,
                  p.output_size[d], " is negative");
       o = p.output_size[d];
     } else {
-      o = i == kDynamic ? kDynamic
-                        : static_cast<int64_t>(std::floor(static_cast<double>(i) * p.scales[d]));
+      const double scaled = std::floor(static_cast<double>(i) * p.scales[d]);
+      // Checked as a double: converting one past int64's range would be undefined behaviour.
+      KILN_CHECK(i == kDynamic || scaled <= static_cast<double>(int64_t{1} << 48), InvalidArgument,
+                 "layer `", layer, "`: scale ", p.scales[d], " makes dim ", d + 2, " of ",
+                 shape_to_string(s), " larger than 2^48");
+      o = i == kDynamic ? kDynamic : static_cast<int64_t>(scaled);
     }
     KILN_CHECK(i != 0 || o == 0, InvalidArgument, "layer `", layer,
                "`: cannot resize empty spatial dim ", d + 2, " of ", shape_to_string(s), " to ", o);

@@ -66,15 +66,19 @@ Shape resolve_reshape(const std::string& layer, const Shape& in, const std::vect
     if (in[i] == kDynamic) {
       cancellable = cancellable && copied[i];
     } else if (!copied[i]) {
-      in_rest *= in[i];
+      in_rest = volume({in_rest, in[i]});
     }
-  }
-  for (size_t i = 0; i < spec.size(); ++i) {
-    const bool was_copied = i < copied.size() && copied[i];  // the output may have more dims
-    if (static_cast<int64_t>(i) != infer_at && !was_copied) out_rest *= out[i];
   }
   const std::string what = "layer `" + layer + "`: cannot reshape " + shape_to_string(in) + " to " +
                            ints_to_string(spec);
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const bool was_copied = i < copied.size() && copied[i];  // the output may have more dims
+    if (static_cast<int64_t>(i) == infer_at || was_copied) continue;
+    // Reshape dims come from plans too: a product past 2^48 elements is an error, not overflow.
+    KILN_CHECK(
+        !__builtin_mul_overflow(out_rest, out[i], &out_rest) && out_rest <= (int64_t{1} << 48),
+        InvalidArgument, what, ": more than 2^48 elements");
+  }
   if (infer_at >= 0) {
     auto& d = out[static_cast<size_t>(infer_at)];
     if (!cancellable) {
@@ -189,6 +193,11 @@ std::vector<InferOutput> infer(const std::string& layer, const PadParams& p,
   Shape out = s;
   for (size_t d = 0; d < s.size(); ++d) {
     if (s[d] == kDynamic) continue;
+    constexpr int64_t kMaxPad = int64_t{1} << 48;  // keeps the sum below from overflowing
+    KILN_CHECK(p.begin[d] >= -kMaxPad && p.begin[d] <= kMaxPad && p.end[d] >= -kMaxPad &&
+                   p.end[d] <= kMaxPad,
+               InvalidArgument, "layer `", layer, "`: pads ", p.begin[d], ", ", p.end[d],
+               " of dim ", d, " are out of range");
     out[d] = s[d] + p.begin[d] + p.end[d];
     KILN_CHECK(out[d] >= 0, ShapeMismatch, "layer `", layer, "`: pads ", p.begin[d], ", ", p.end[d],
                " crop dim ", d, " of ", shape_to_string(s), " below zero");

@@ -1,0 +1,256 @@
+// The model zoo on a CUDA device (issue #7): each model compiles with device cuda into one engine,
+// matches libtorch's CUDA eager run in fp32 (TF32 off; kRel below) and runs the same after save and load; and
+// the runtime's device rules. Without a CUDA device, or with a CPU-only libtorch, these skip.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#ifdef KILN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "compiler/compiler_testing.h"
+#include "engine/cuda/backend.h"
+#include "harness/process.h"
+#include "harness/test_models.h"
+#include "kiln/kiln.h"
+#include "runtime/engine_class.h"
+#include "util/errors.h"
+
+namespace kiln {
+namespace {
+
+// Empty when CUDA models can run here; otherwise why not, in one line.
+std::string why_no_cuda() {
+  if (!runtime::cuda_supported()) {
+    return "libkiln_runtime has no CUDA support (no CUDA backend, or a CPU-only libtorch)";
+  }
+  if (!torch::cuda::is_available() || engine::cuda::device_count() == 0) return "no CUDA device";
+  return "";
+}
+
+#define SKIP_WITHOUT_CUDA()                                         \
+  do {                                                              \
+    const std::string why = why_no_cuda();                          \
+    if (!why.empty()) GTEST_SKIP() << "GPU tests skipped: " << why; \
+  } while (0)
+
+// Whole models in fp32 against libtorch's fp32 (TF32 off), the bound of the CPU zoo: other
+// convolution algorithms on each side leave ~1e-5 relative differences in deep stacks. Layers
+// alone are held to 1e-5 relative (tests/engine_cuda).
+constexpr double kRel = 1e-4, kAbs = 1e-5;
+
+struct Diff {
+  double max_abs = 0, scale = 0;
+  double relative() const { return scale > 0 ? max_abs / scale : max_abs; }
+};
+
+// Max |a-b| and max |b| over every tensor of (nested tuples/lists of) outputs.
+Diff diff_of(const c10::IValue& a, const c10::IValue& b) {
+  Diff d;
+  if (b.isTensor()) {
+    const at::Tensor x = a.toTensor().cpu().to(at::kDouble), y = b.toTensor().cpu().to(at::kDouble);
+    EXPECT_EQ(x.sizes(), y.sizes());
+    if (y.numel() == 0 || x.sizes() != y.sizes()) return d;
+    d.max_abs = (x - y).abs().max().item<double>();
+    d.scale = y.abs().max().item<double>();
+    return d;
+  }
+  const auto xs = a.isTuple() ? a.toTupleRef().elements().vec() : a.toListRef().vec();
+  const auto ys = b.isTuple() ? b.toTupleRef().elements().vec() : b.toListRef().vec();
+  EXPECT_EQ(xs.size(), ys.size());
+  for (size_t i = 0; i < std::min(xs.size(), ys.size()); ++i) {
+    const Diff e = diff_of(xs[i], ys[i]);
+    d.max_abs = std::max(d.max_abs, e.max_abs);
+    d.scale = std::max(d.scale, e.scale);
+  }
+  return d;
+}
+
+bool all_on_cuda(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().is_cuda();
+  const auto xs = v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+  return std::all_of(xs.begin(), xs.end(), all_on_cuda);
+}
+
+// Where compiled modules go for tools/device/gpu_zoo_bench.py (KILN_GPU_ZOO_OUT), else a temp dir.
+std::string output_path(const std::string& name) {
+  const char* dir = std::getenv("KILN_GPU_ZOO_OUT");
+  if (dir != nullptr && *dir) return std::string(dir) + "/" + name + ".kiln.ts";
+  return testing::write_temp_file(name + ".kiln.ts", "");
+}
+
+// Median latency in ms of one call, synchronized, timed by CUDA events on the legacy default
+// stream (PyTorch's current stream here) after warm-up; -1 in a build without CUDA.
+double latency_ms(const std::function<void()>& call, int warmup = 20, int iters = 100) {
+#ifdef KILN_WITH_CUDA
+  for (int i = 0; i < warmup; ++i) call();
+  cudaEvent_t start = nullptr, end = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&end);
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(start, nullptr);
+    call();
+    cudaEventRecord(end, nullptr);
+    cudaEventSynchronize(end);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, end);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  std::nth_element(times.begin(), times.begin() + iters / 2, times.end());
+  return times[iters / 2];
+#else
+  return -1;
+#endif
+}
+
+class GpuZoo : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuZoo, MatchesCudaEagerInFp32AndAfterSaveAndLoad) {
+  SKIP_WITHOUT_CUDA();
+  // PyTorch's reference in true fp32: cuDNN convolutions default to TF32 on Ampere and later.
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  const std::string name = GetParam();
+  testing::TestModel m = testing::load_test_model(name);
+  m.module.eval();
+  ASSERT_EQ(m.args.size(), 1u);
+  const at::Tensor example = m.args[0].toTensor();
+  const DType dtype = example.scalar_type() == at::kLong ? DType::kI64 : DType::kF32;
+  torch::NoGradGuard no_grad;
+
+  CompileSpec spec;
+  spec.inputs = {Input(example.sizes().vec(), dtype)};  // static: the engine uses CUDA graphs
+  spec.device = parse_device("cuda:0");
+  spec.require_full_compilation = true;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m.module, spec, &report);
+  EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
+
+  const at::Tensor x = (dtype == DType::kI64 ? at::randint(0, 100, example.sizes(), at::kLong)
+                                             : at::randn(example.sizes()))
+                           .to(at::kCUDA);
+  torch::jit::Module reference = m.module.clone();
+  reference.to(at::kCUDA);
+  c10::IValue expected;
+  try {
+    expected = reference.forward({x});
+  } catch (const c10::Error& e) {  // a traced graph may hold CPU-only constants
+    std::cout << "[ gpu-zoo ] " << name << ": reference on the CPU (" << e.msg().substr(0, 120)
+              << ")\n";
+    expected = m.module.forward({x.cpu()});
+  }
+  // Twice: the first call runs eagerly and the second replays a captured CUDA graph.
+  for (int run = 0; run < 3; ++run) {
+    const c10::IValue actual = compiled.forward({x});
+    ASSERT_TRUE(all_on_cuda(actual)) << name;
+    const Diff d = diff_of(actual, expected);
+    std::cout << "[ gpu-zoo ] " << name << " run " << run << ": max|kiln-torch| " << d.max_abs
+              << ", max|torch| " << d.scale << ", relative " << d.relative() << "\n";
+    EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << name << " run " << run;
+  }
+
+  const std::string path = output_path(name);
+  compiled.save(path);
+  torch::jit::Module loaded = torch::jit::load(path);
+  const c10::IValue again = loaded.forward({x});
+  ASSERT_TRUE(all_on_cuda(again)) << name;
+  const Diff d = diff_of(again, expected);
+  EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << name << " after save and load";
+  // The zoo table of tools/device/gpu-test.sh (KILN_GPU_ZOO_TIMING=1): kiln with CUDA graphs,
+  // without them (KILN_CUDA_GRAPHS=0 when the engine loads), and eager PyTorch.
+  if (std::getenv("KILN_GPU_ZOO_TIMING") != nullptr && expected.isTensor() &&
+      expected.toTensor().is_cuda()) {
+    setenv("KILN_CUDA_GRAPHS", "0", 1);
+    torch::jit::Module no_graphs = torch::jit::load(path);
+    unsetenv("KILN_CUDA_GRAPHS");
+    const double t_graphs = latency_ms([&] { loaded.forward({x}); });
+    const double t_eager = latency_ms([&] { no_graphs.forward({x}); });
+    const double t_torch = latency_ms([&] { reference.forward({x}); });
+    std::string shape;
+    for (int64_t v : x.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(v);
+    char line[256];
+    std::snprintf(line, sizeof(line), "%-24s %-12s %10.2e %9.1e %11.3f %8.3f %8.3f %7.2fx",
+                  name.c_str(), shape.c_str(), d.max_abs, d.relative(), t_graphs, t_eager, t_torch,
+                  t_torch / std::min(t_graphs, t_eager));
+    std::cout << "[ zoo-table ] " << line << "\n";
+  }
+  // CPU inputs are moved to the engine's device (with a warning once).
+  const Diff host = diff_of(loaded.forward({x.cpu()}), expected);
+  EXPECT_LE(host.max_abs, kRel * host.scale + kAbs) << name << " with a CPU input";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuZoo,
+                         ::testing::Values("resnet18", "mobilenet_v2", "vit_tiny", "text_encoder",
+                                           "zoo_resnet50", "zoo_efficientnet_b0", "zoo_convnext",
+                                           "zoo_densenet", "zoo_mobilenet_v3_small",
+                                           "zoo_shufflenet_v2"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
+  SKIP_WITHOUT_CUDA();
+  at::globalContext().setAllowTF32CuDNN(false);
+  testing::TestModel m = testing::load_test_model("resnet18");
+  m.module.eval();
+  torch::NoGradGuard no_grad;
+  CompileSpec spec;
+  spec.inputs = {Input({1, 3, 64, 64}, {4, 3, 64, 64}, {8, 3, 64, 64})};
+  spec.device = parse_device("cuda");
+  torch::jit::Module compiled = compile(m.module, spec);
+  torch::jit::Module reference = m.module.clone();
+  reference.to(at::kCUDA);
+  for (int64_t batch : {1, 8, 3, 8}) {
+    const at::Tensor x = at::randn({batch, 3, 64, 64}, at::kCUDA);
+    const Diff d = diff_of(compiled.forward({x}), reference.forward({x}));
+    EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << "batch " << batch;
+  }
+}
+
+TEST(GpuRuntime, EngineBoundToAMissingDeviceIsAClearError) {
+  SKIP_WITHOUT_CUDA();
+  testing::TestModel m = testing::load_test_model("resnet18");
+  CompileSpec spec;
+  spec.inputs = {Input({1, 3, 64, 64})};
+  spec.device = parse_device("cuda:0");
+  const std::vector<uint8_t> plan = convert_method_to_engine(m.module, "forward", spec);
+  const int n = engine::cuda::device_count();
+  const std::string missing = "cuda:" + std::to_string(n);
+  std::string err =
+      testing::error_of([&] { c10::make_intrusive<runtime::EngineHolder>("e", plan, missing); });
+  EXPECT_NE(err.find("is bound to CUDA device " + std::to_string(n)), std::string::npos) << err;
+  err = testing::error_of([&] { c10::make_intrusive<runtime::EngineHolder>("e", plan, "cpu"); });
+  EXPECT_NE(err.find("its plan targets cuda, so it cannot run on cpu"), std::string::npos) << err;
+  // The state names the device; a holder made from it runs there.
+  auto holder = c10::make_intrusive<runtime::EngineHolder>("e", plan, "cuda:0");
+  EXPECT_EQ(std::get<2>(holder->state()), "cuda:0");
+  EXPECT_EQ(runtime::EngineHolder::from_state(holder->state())->device(), "cuda:0");
+  if (n >= 2) {  // a tensor on another GPU is an error naming both devices
+    const std::string e2 = testing::error_of([&] {
+      holder->execute({at::randn({1, 3, 64, 64}, at::Device(at::kCUDA, 1))});
+    });
+    EXPECT_NE(e2.find("is on cuda:1 but the engine runs on cuda:0"), std::string::npos) << e2;
+  }
+}
+
+TEST(GpuCompile, CudaCompileWithoutCudaSupportIsAClearError) {
+  if (why_no_cuda().empty()) GTEST_SKIP() << "this machine runs CUDA models";
+  testing::TestModel m = testing::load_test_model("resnet18");
+  CompileSpec spec;
+  spec.inputs = {Input({1, 3, 64, 64})};
+  spec.device = parse_device("cuda:0");
+  const std::string err = testing::error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("compile: device cuda:0"), std::string::npos) << err;
+  EXPECT_THROW(compile(m.module, spec), Error);
+}
+
+}  // namespace
+}  // namespace kiln
