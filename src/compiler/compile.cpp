@@ -4,6 +4,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+
 #include "compiler/stitch.h"
 #include "conversion/capability.h"
 #include "conversion/convert.h"
@@ -274,6 +277,30 @@ void check_device(const CompileSpec& spec) {
              count == 1 ? "" : "s", ")");
 }
 
+// The PyTorch segments of a cuda compile run on the device too: their tensor constants (frozen
+// weights the lowering left outside engines) move there, as `module.to(device)` would have moved
+// them. Zero-dim constants stay where they are: PyTorch takes CPU scalars next to CUDA tensors.
+void move_tensor_constants(torch::jit::Block* block, const c10::Device& device) {
+  std::vector<torch::jit::Node*> constants;
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* b : n->blocks()) move_tensor_constants(b, device);
+    if (n->kind() == c10::prim::Constant && n->output()->type()->cast<c10::TensorType>()) {
+      constants.push_back(n);
+    }
+  }
+  for (torch::jit::Node* n : constants) {
+    const auto value = torch::jit::toIValue(n->output());
+    if (!value || !value->isTensor()) continue;
+    const at::Tensor t = value->toTensor();
+    if (!t.defined() || t.dim() == 0 || t.device() == device) continue;
+    torch::jit::WithInsertPoint guard(n);
+    torch::jit::Value* moved = block->owningGraph()->insertConstant(t.to(device));
+    moved->setType(c10::TensorType::create(t.to(device)));
+    n->output()->replaceAllUsesWith(moved);
+    n->destroy();
+  }
+}
+
 size_t count_engines(const std::vector<Segment>& segments) {
   size_t n = 0;
   for (const Segment& s : segments) {
@@ -320,6 +347,10 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
   pipe.phase(Phase::kStitch);
   std::string type_name = module.type()->name() ? module.type()->name()->name() : "Module";
   auto compiled = compiler::stitch(partitioned, engines, "__torch__.kiln.Compiled_" + type_name);
+  if (spec.device.kind == Device::Kind::kCuda) {
+    move_tensor_constants(compiled.get_method(method).graph()->block(),
+                          c10::Device(spec.device.str()));
+  }
   pipe.end_phase();
   return compiled;
 }

@@ -196,6 +196,37 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuZoo,
                            return info.param;
                          });
 
+TEST(GpuCompile, WeightsOfPyTorchSegmentsMoveToTheDevice) {
+  SKIP_WITHOUT_CUDA();
+  torch::jit::Module m("M");
+  m.register_parameter("w", torch::randn({8}), false);
+  m.define(R"(
+def forward(self, x):
+    y = torch.relu(x) * self.w
+    return torch.sigmoid(y) + 1.0
+)");
+  m.eval();
+  torch::NoGradGuard no_grad;
+  CompileSpec spec;
+  spec.inputs = {Input({4, 8}, DType::kF32)};
+  spec.device = parse_device("cuda:0");
+  spec.torch_executed_ops = {"aten::mul"};  // w stays in a PyTorch segment
+  spec.min_block_size = 1;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m, spec, &report);
+  ASSERT_EQ(testing::count_segments(report, "torch"), 1u) << report.summary();
+  ASSERT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
+  const at::Tensor x = at::randn({4, 8});
+  const at::Tensor expected = m.forward({x}).toTensor();
+  const std::string path = testing::write_temp_file("torch_segment_weights.kiln.ts", "");
+  compiled.save(path);
+  const at::Tensor y = compiled.forward({x.cuda()}).toTensor();
+  ASSERT_TRUE(y.is_cuda());
+  EXPECT_TRUE(at::allclose(y.cpu(), expected, 1e-5, 1e-6));
+  torch::jit::Module loaded = torch::jit::load(path);
+  EXPECT_TRUE(at::allclose(loaded.forward({x.cuda()}).toTensor().cpu(), expected, 1e-5, 1e-6));
+}
+
 TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
   SKIP_WITHOUT_CUDA();
   at::globalContext().setAllowTF32CuDNN(false);
