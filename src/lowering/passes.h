@@ -25,6 +25,8 @@ bool propagate_constants(GraphPtr& graph);
 bool remove_exceptions(GraphPtr& graph);
 // Removes assert ops (aten::_assert_async, ...) that only check.
 bool eliminate_guards(GraphPtr& graph);
+// Folds inference batch_norm into the convolution before it (constant weights, one use).
+bool fold_conv_batch_norm(GraphPtr& graph);
 // Removes dropout, feature_dropout, alpha_dropout and their in-place forms when train=False.
 bool remove_dropout(GraphPtr& graph);
 // In-place tensor and list ops become functional where no alias observes the write.

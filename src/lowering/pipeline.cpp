@@ -18,6 +18,9 @@ const ir::PassPipeline& lowering_pipeline() {
     p.add("eliminate_guards", eliminate_guards);
     // Inference: dropout is the identity (train is a constant False after freezing).
     p.add("remove_dropout", remove_dropout);
+    // Inference batch norm into the convolution before it; after remove_dropout and
+    // propagate_constants, so its weights and training flag are constants.
+    p.add("fold_conv_batch_norm", fold_conv_batch_norm);
     // In-place ops of traced models (relu_, add_) become pure ops the engine can take; after
     // dropout so dropout_ goes first, before the peepholes that match functional forms.
     p.add("remove_mutation", remove_mutation);

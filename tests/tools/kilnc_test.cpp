@@ -32,7 +32,8 @@ TEST(Kilnc, CompilesWritesAReportAndTheModuleRuns) {
   EXPECT_EQ(j["segments"][0]["target"], "engine");
   EXPECT_EQ(j["segments"][0]["input_shapes"][0], "(2,3,64,64)");
   EXPECT_EQ(j["torch_ops"], 0);
-  EXPECT_GT(j["engine_ops"].get<int>(), 50);
+  // resnet18: 20 convolutions (batch norms folded in), relus, adds, pooling, linear.
+  EXPECT_GT(j["engine_ops"].get<int>(), 40);
   std::vector<std::string> phases;
   for (const auto& p : j["phases"]) phases.push_back(p["phase"]);
   EXPECT_EQ(phases, (std::vector<std::string>{"lower", "partition", "shape analysis", "convert",
