@@ -1,6 +1,7 @@
 // The model zoo on a CUDA device (issue #7): each model compiles with device cuda into one engine,
-// matches libtorch's CUDA eager run in fp32 (TF32 off; kRel below) and runs the same after save and load; and
-// the runtime's device rules. Without a CUDA device, or with a CPU-only libtorch, these skip.
+// matches libtorch's CUDA eager run in fp32 (TF32 off; kRel below) and runs the same after save and
+// load; and the runtime's device rules. Without a CUDA device, or with a CPU-only libtorch, these
+// skip.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 

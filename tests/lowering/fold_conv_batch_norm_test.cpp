@@ -49,7 +49,8 @@ TEST(FoldConvBatchNorm, FoldsScriptedConvWithAndWithoutBias) {
     auto g = frozen(src);
     auto before = g->copy();
     EXPECT_TRUE(fold_conv_batch_norm(g));
-    EXPECT_TRUE(testing::file_check("CHECK: aten::conv2d\nCHECK-NOT: batch_norm\nCHECK: aten::relu", *g));
+    EXPECT_TRUE(
+        testing::file_check("CHECK: aten::conv2d\nCHECK-NOT: batch_norm\nCHECK: aten::relu", *g));
     EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({2, 3, 10, 10})}, 1e-4, 1e-5));
   }
 }
