@@ -1,7 +1,9 @@
-// Concurrency: one compiled module run from 16 threads at once on the CPU backend, every output
-// checked; two models compiled in parallel threads. KILN_STRESS_CALLS sets the calls per thread
-// (default 10,000, as in issue #9; lower it on a slow machine, e.g. under sanitizers).
+// Concurrency: one compiled module run from 16 threads at once on the CPU backend (and on the
+// CUDA backend where there is a device), every output checked; two models compiled in parallel
+// threads. KILN_STRESS_CALLS sets the calls per thread (default 10,000, as in issue #9; lower it on
+// a slow machine, e.g. under sanitizers).
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 
 #include "compiler/compiler_testing.h"
 #include "kiln/kiln.h"
+#include "runtime/engine_class.h"
 
 namespace kiln {
 namespace {
@@ -35,19 +38,21 @@ def forward(self, x):
 }
 
 torch::jit::Module compile_static(const torch::jit::Module& m, std::vector<int64_t> shape,
-                                  CompileReport* report) {
+                                  CompileReport* report, const std::string& device = "cpu") {
   CompileSpec spec;
+  spec.device = parse_device(device);
   spec.inputs.push_back(Input(std::move(shape)));
   spec.min_block_size = 1;
   spec.require_full_compilation = true;
   return compile(m, spec, report);
 }
 
-TEST(Concurrency, OneCompiledModuleFromSixteenThreads) {
+// One compiled module on `device` from 16 threads, every output checked against eager PyTorch.
+void run_from_sixteen_threads(const std::string& device) {
   torch::NoGradGuard no_grad;
   const torch::jit::Module model = small_mlp(16, 1);
   CompileReport report;
-  torch::jit::Module compiled = compile_static(model, {4, 16}, &report);
+  torch::jit::Module compiled = compile_static(model, {4, 16}, &report, device);
   ASSERT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
   ASSERT_EQ(testing::count_segments(report, "torch"), 0u) << report.summary();
 
@@ -59,8 +64,9 @@ TEST(Concurrency, OneCompiledModuleFromSixteenThreads) {
   torch::jit::Module reference = model.clone();
   for (int t = 0; t < kThreads; ++t) {
     for (int k = 0; k < 4; ++k) {
-      inputs[t].push_back(at::randn({4, 16}) + t);
-      expected[t].push_back(reference.forward({inputs[t].back()}).toTensor());
+      const at::Tensor x = at::randn({4, 16}) + t;
+      expected[t].push_back(reference.forward({x}).toTensor());
+      inputs[t].push_back(x.to(c10::Device(device)));
     }
   }
   std::atomic<int> wrong{0}, failed{0}, done{0};
@@ -72,7 +78,7 @@ TEST(Concurrency, OneCompiledModuleFromSixteenThreads) {
       try {
         for (int i = 0; i < calls; ++i) {
           const int k = i % 4;
-          const at::Tensor out = compiled.forward({inputs[t][k]}).toTensor();
+          const at::Tensor out = compiled.forward({inputs[t][k]}).toTensor().cpu();
           if (!at::allclose(out, expected[t][k], 1e-4, 1e-4)) {
             if (wrong++ == 0)
               first_error[t] =
@@ -92,6 +98,19 @@ TEST(Concurrency, OneCompiledModuleFromSixteenThreads) {
   EXPECT_EQ(failed.load(), 0) << errors;
   EXPECT_EQ(wrong.load(), 0) << errors;
   EXPECT_EQ(done.load(), kThreads * calls);
+}
+
+TEST(Concurrency, OneCompiledModuleFromSixteenThreads) {
+  run_from_sixteen_threads("cpu");
+}
+
+// The same on the CUDA backend: each thread on PyTorch's current stream (the default one), the
+// engine's pool of contexts shared between them.
+TEST(Concurrency, OneCudaModuleFromSixteenThreads) {
+  if (!runtime::cuda_supported() || !torch::cuda::is_available()) {
+    GTEST_SKIP() << "GPU tests skipped: no CUDA device, or no CUDA support in libkiln_runtime";
+  }
+  run_from_sixteen_threads("cuda:0");
 }
 
 TEST(Concurrency, TwoModelsCompileInParallelThreads) {
