@@ -294,8 +294,9 @@ void move_tensor_constants(torch::jit::Block* block, const c10::Device& device) 
     const at::Tensor t = value->toTensor();
     if (!t.defined() || t.dim() == 0 || t.device() == device) continue;
     torch::jit::WithInsertPoint guard(n);
-    torch::jit::Value* moved = block->owningGraph()->insertConstant(t.to(device));
-    moved->setType(c10::TensorType::create(t.to(device)));
+    const at::Tensor on_device = t.to(device).detach();  // constants never require grad
+    torch::jit::Value* moved = block->owningGraph()->insertConstant(on_device);
+    moved->setType(c10::TensorType::create(on_device));
     n->output()->replaceAllUsesWith(moved);
     n->destroy();
   }
