@@ -1,5 +1,4 @@
 // embed_engine_in_new_module: a standalone plan wrapped in a module whose forward runs it.
-#include "engine/plan.h"
 #include "kiln/kiln.h"
 #include "runtime/engine_class.h"
 #include "util/errors.h"
@@ -9,10 +8,8 @@ namespace kiln {
 torch::jit::Module embed_engine_in_new_module(const std::vector<uint8_t>& plan,
                                               const Device& device) {
   using namespace torch::jit;
-  const std::string target = engine::deserialize_plan(plan.data(), plan.size()).target.device;
-  const std::string wanted = device.kind == Device::Kind::kCpu ? "cpu" : "cuda";
-  KILN_CHECK(target == wanted, InvalidArgument, "embed_engine_in_new_module: the plan targets ",
-             target, " but device ", device.str(), " was asked for");
+  // The holder checks the plan's target against `device` ("its plan targets X, so it cannot run
+  // on Y").
   auto holder = c10::make_intrusive<runtime::EngineHolder>("engine", plan, device.str());
   Module m("__torch__.kiln.EmbeddedEngine");
   m.register_attribute("engine",

@@ -91,14 +91,14 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
   std::vector<uint8_t> data(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
   c10::intrusive_ptr<EngineHolder> holder;
   try {
-    // Plans record only "cuda"; the state says which device ("cuda:N"; "cuda" means cuda:0).
-    const engine::Plan plan = engine::deserialize_plan(data.data(), data.size());
-    const bool cuda_state = device == "cuda" || device.rfind("cuda:", 0) == 0;
-    KILN_CHECK(plan.target.device == (cuda_state ? "cuda" : device), CorruptInput, "kiln.Engine `",
-               name, "`: state says device ", device, " but its plan targets ", plan.target.device);
+    // The constructor parses the plan once and checks the state's device against its target
+    // (plans record only "cuda"; the state says "cuda:N").
     holder = c10::make_intrusive<EngineHolder>(name, std::move(data), device);
   } catch (const CorruptInput& e) {
     KILN_THROW(CorruptInput, "kiln.Engine `", name, "`: ", e.message());
+  } catch (const InvalidArgument& e) {
+    KILN_THROW(CorruptInput, "kiln.Engine `", name, "`: state says device ", device, ": ",
+               e.message());
   }
   KILN_CHECK(join(io_names(*holder->engine_, true)) == inputs &&
                  join(io_names(*holder->engine_, false)) == outputs,

@@ -43,6 +43,9 @@ class EngineHolder : public torch::CustomClassHolder {
  private:
   // Checks dtype and shape of input `i`, moving it to the engine's device where needed.
   at::Tensor prepare_input(size_t i, const at::Tensor& input, engine::ExecutionContext& ctx);
+  // Output tensors on `device` in the context's output shapes, bound to the context.
+  std::vector<at::Tensor> allocate_outputs(engine::ExecutionContext& ctx,
+                                           const c10::Device& device) const;
   std::vector<at::Tensor> execute_on_cpu(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> execute_on_cuda(const std::vector<at::Tensor>& inputs);
   // An idle context, preferring one last used on `stream` (cuda) so that no cross-stream wait

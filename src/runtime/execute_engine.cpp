@@ -100,6 +100,18 @@ at::Tensor EngineHolder::prepare_input(size_t i, const at::Tensor& input,
   return t;
 }
 
+std::vector<at::Tensor> EngineHolder::allocate_outputs(engine::ExecutionContext& ctx,
+                                                       const c10::Device& device) const {
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < engine_->num_outputs(); ++i) {
+    outputs.push_back(at::empty(
+        ctx.output_shape(i),
+        at::TensorOptions().dtype(scalar_type_of(engine_->output(i).dtype)).device(device)));
+    ctx.bind_output(i, outputs.back().data_ptr());
+  }
+  return outputs;
+}
+
 std::vector<at::Tensor> EngineHolder::execute_on_cpu(const std::vector<at::Tensor>& inputs) {
   ContextLease lease{[this](std::unique_ptr<engine::ExecutionContext> c) { release(std::move(c)); },
                      acquire()};
@@ -107,12 +119,7 @@ std::vector<at::Tensor> EngineHolder::execute_on_cpu(const std::vector<at::Tenso
   std::vector<at::Tensor> keep;
   keep.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) keep.push_back(prepare_input(i, inputs[i], ctx));
-  std::vector<at::Tensor> outputs;
-  for (size_t i = 0; i < engine_->num_outputs(); ++i) {
-    outputs.push_back(at::empty(
-        ctx.output_shape(i), at::TensorOptions().dtype(scalar_type_of(engine_->output(i).dtype))));
-    ctx.bind_output(i, outputs.back().data_ptr());
-  }
+  std::vector<at::Tensor> outputs = allocate_outputs(ctx, c10::Device(c10::DeviceType::CPU));
   ctx.execute();
   return outputs;
 }
@@ -184,14 +191,8 @@ std::vector<at::Tensor> EngineHolder::execute_on_cuda(const std::vector<at::Tens
   for (size_t i = 0; i < inputs.size(); ++i) keep.push_back(prepare_input(i, inputs[i], ctx));
   // Outputs come from PyTorch's allocator on the current stream; with a fork they are written on
   // the side stream, and the current stream waits for it before anything else can touch them.
-  std::vector<at::Tensor> outputs;
-  const c10::Device device(c10::DeviceType::CUDA, index);
-  for (size_t i = 0; i < engine_->num_outputs(); ++i) {
-    outputs.push_back(at::empty(
-        ctx.output_shape(i),
-        at::TensorOptions().dtype(scalar_type_of(engine_->output(i).dtype)).device(device)));
-    ctx.bind_output(i, outputs.back().data_ptr());
-  }
+  std::vector<at::Tensor> outputs =
+      allocate_outputs(ctx, c10::Device(c10::DeviceType::CUDA, index));
   if (fork) {
     check_cuda(cudaEventRecord(side->fork, current), "execute_engine: cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream, side->fork, 0), "execute_engine: cudaStreamWaitEvent");

@@ -111,6 +111,13 @@ TEST(Runtime, CorruptOrForeignStateIsRejected) {
   std::get<3>(corrupt)[std::get<3>(state).numel() / 2] += 1;
   err = error_of([&] { EngineHolder::from_state(corrupt); });
   EXPECT_NE(err.find("kiln.Engine `segment0`: plan: checksum mismatch"), std::string::npos) << err;
+  auto elsewhere = state;  // a cpu plan whose state claims a GPU
+  std::get<2>(elsewhere) = "cuda:0";
+  err = error_of([&] { EngineHolder::from_state(elsewhere); });
+  EXPECT_NE(err.find("kiln.Engine `segment0`: state says device cuda:0: "), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("its plan targets cpu, so it cannot run on cuda:0"), std::string::npos) << err;
+  EXPECT_THROW(EngineHolder::from_state(elsewhere), CorruptInput);
   auto renamed = state;
   std::get<4>(renamed) = "not_x";
   EXPECT_THROW(EngineHolder::from_state(renamed), CorruptInput);
