@@ -140,6 +140,9 @@ TEST(Compile, SupportCheckAndStandaloneEngine) {
   torch::jit::Module embedded = embed_engine_in_new_module(plan);
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(testing::matches_reference(embedded.forward({x}), r18.module.forward({x})));
+  const std::string err =
+      testing::error_of([&] { embed_engine_in_new_module(plan, parse_device("cuda:0")); });
+  EXPECT_NE(err.find("its plan targets cpu, so it cannot run on cuda:0"), std::string::npos) << err;
   EXPECT_THROW(convert_method_to_engine(lg.module, "forward",
                                         spec_for({lg.args[0].toTensor(), lg.args[1].toTensor()})),
                Unsupported);
