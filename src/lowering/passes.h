@@ -51,6 +51,10 @@ bool remove_flatten_before_linear(GraphPtr& graph);
 bool unpack_addmm(GraphPtr& graph);
 // Unpacks aten::log_softmax into log(softmax).
 bool unpack_log_softmax(GraphPtr& graph);
+// Rewrites the fused fast paths of nn.TransformerEncoderLayer and nn.MultiheadAttention
+// (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention) without a mask into
+// linear, attention, layer_norm and activation ops.
+bool decompose_transformer_fast_paths(GraphPtr& graph);
 // Rewrites composite ops (var, std, type_as, square, hardtanh, relu6) into engine ops.
 bool decompose_ops(GraphPtr& graph);
 // Removes aten::to that changes neither dtype nor device (casts that change them stay).

@@ -44,6 +44,10 @@ const ir::PassPipeline& lowering_pipeline() {
     // addmm that did not fuse (no transposed weight) needs no converter of its own.
     p.add("unpack_addmm", unpack_addmm);
     p.add("unpack_log_softmax", unpack_log_softmax);
+    // Fused transformer layers (inference fast paths) into the ops they compute: linears,
+    // attention, layer norms. Flags and sizes are constants by now; the linears it writes need
+    // none of the fusions above, and CSE below merges the constants it inserts.
+    p.add("decompose_transformer_fast_paths", decompose_transformer_fast_paths);
     // Composite ops into engine ops; may insert casts that the next step inspects.
     p.add("decompose_ops", decompose_ops);
     // Late, per seed 001: earlier rewrites may have made casts redundant.

@@ -85,6 +85,25 @@ class TextEncoder(nn.Module):
         return self.head(h[:, 0])
 
 
+class FastPathTransformer(nn.Module):
+    """Transformer layers that run torch's fused inference fast path when traced without autograd
+    (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention): a BERT-style
+    post-norm gelu encoder, a pre-norm relu layer, and self-attention."""
+
+    def __init__(self, d=64, heads=4, layers=2):
+        super().__init__()
+        post = nn.TransformerEncoderLayer(d, heads, dim_feedforward=2 * d, dropout=0.1,
+                                          activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(post, layers, enable_nested_tensor=False)
+        self.pre = nn.TransformerEncoderLayer(d, heads, dim_feedforward=2 * d, dropout=0.1,
+                                              batch_first=True, norm_first=True)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        h = self.pre(self.encoder(x))
+        return self.attn(h, h, h, need_weights=False)[0]
+
+
 def zoo():
     """torchvision classification architectures, shrunk where the constructor allows so the
     suite stays fast: each compiles into one engine (tests/compiler/zoo_test.cpp)."""
@@ -113,7 +132,7 @@ def zoo():
 
 
 def models():
-    """(name, module, example inputs, how: 'trace' or 'script')."""
+    """(name, module, example inputs, how: 'trace', 'trace-inference' or 'script')."""
     img = torch.randn(1, 3, 64, 64)
     yield "resnet18", torchvision.models.resnet18(num_classes=10), (img,), "trace"
     yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), (img,), "trace"
@@ -127,6 +146,12 @@ def models():
     yield "control_flow", ControlFlow(), (torch.randn(2, 3, 16, 16),), "script"
     yield "tuple_list", TupleList(), (
         (torch.randn(2, 8), torch.randn(2, 8)), [torch.randn(3), torch.randn(4)]), "script"
+    yield "transformer_fast_path", FastPathTransformer(), (torch.randn(2, 16, 64),), \
+        "trace-inference"
+    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                               num_heads=4, hidden_dim=64, mlp_dim=128,
+                                               num_classes=10)
+    yield "vit_tiny_fast_path", vit, (torch.randn(1, 3, 32, 32),), "trace-inference"
 
 
 def calibrate(module, inputs):
@@ -178,9 +203,13 @@ def main():
         calibrate(module, inputs)
         module.eval()
         # Tracing with autograd on keeps nn.MultiheadAttention off its fused inference path,
-        # so the graph holds ordinary aten ops on every torch version.
+        # so the graph holds ordinary aten ops on every torch version; 'trace-inference' traces
+        # without autograd, as users of inference do, and records the fused ops.
         if how == "trace":
             scripted = torch.jit.trace(module, inputs, check_trace=False)
+        elif how == "trace-inference":
+            with torch.no_grad():
+                scripted = torch.jit.trace(module, inputs, check_trace=False)
         else:
             scripted = torch.jit.script(module)
         with torch.no_grad():
