@@ -45,7 +45,8 @@ TEST_P(LowerModel, LowersToAFrozenGraphWithTheSameOutputs) {
 
 INSTANTIATE_TEST_SUITE_P(Models, LowerModel,
                          ::testing::Values("resnet18", "mobilenet_v2", "vit_tiny", "text_encoder",
-                                           "lgamma", "control_flow", "tuple_list"));
+                                           "lgamma", "control_flow", "tuple_list",
+                                           "transformer_fast_path", "vit_tiny_fast_path"));
 
 TEST(LowerModule, MarksTorchExecutedModulesOnly) {
   TestModel m = kiln::testing::load_test_model("resnet18");

@@ -34,7 +34,8 @@ TEST_P(TestModel, LoadsVerifiesAndMatchesPython) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TestModel,
                          ::testing::Values("resnet18", "mobilenet_v2", "vit_tiny", "text_encoder",
-                                           "lgamma", "control_flow", "tuple_list"));
+                                           "lgamma", "control_flow", "tuple_list",
+                                           "transformer_fast_path", "vit_tiny_fast_path"));
 
 }  // namespace
 }  // namespace kiln
