@@ -3,6 +3,8 @@
 #include "engine/builder.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -301,6 +303,66 @@ void fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
   net.set_layers(std::move(out_layers));
 }
 
+// Unmasked, non-causal f32 attention as matmul(q * scale, k^T) -> softmax -> matmul(., v): on
+// the CUDA backend both products then run as cuBLASLt batched GEMMs on tensor cores (the
+// attention kernel is a simple one). Masked and causal attention keep the attention layer.
+int decompose_attention(Network& net) {
+  std::vector<Layer> out;
+  int rewritten = 0;
+  for (const Layer& l : net.layers()) {
+    const auto* a = std::get_if<AttentionParams>(&l.params);
+    bool f32 = a != nullptr;
+    for (size_t i = 0; f32 && i < l.inputs.size(); ++i) {
+      f32 = net.tensor(l.inputs[i]).dtype == DataType::kF32;
+    }
+    if (!f32 || a->has_mask || a->causal) {
+      out.push_back(l);
+      continue;
+    }
+    const TensorDesc q = net.tensor(l.inputs[0]), k = net.tensor(l.inputs[1]);
+    const int64_t e = q.shape.back();
+    if (e == kDynamic) {
+      out.push_back(l);
+      continue;
+    }
+    const double scale = a->scale != 0 ? a->scale : 1.0 / std::sqrt(static_cast<double>(e));
+    const auto tensor = [&](const std::string& suffix, Shape shape) {
+      return net.add_tensor(TensorDesc{l.name + suffix, DataType::kF32, std::move(shape), {}});
+    };
+    const std::string weight = l.name + ":scale";
+    net.add_weight(weight, Weights::from_floats({1}, {static_cast<float>(scale)}));
+    const TensorId scale_t = tensor(":scale", {1});
+    out.push_back(Layer{weight, ConstantParams{weight}, {}, {scale_t}});
+    const TensorId qs = tensor(":q_scaled", q.shape);
+    out.push_back(
+        Layer{l.name + ":q_scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {qs}});
+    const Shape out_shape = net.tensor(l.outputs[0]).shape;
+    Shape scores_shape = out_shape;
+    scores_shape.back() = k.shape[k.shape.size() - 2];
+    const TensorId scores = tensor(":scores", scores_shape);
+    MatMulParams qk;
+    qk.transpose_b = true;
+    out.push_back(Layer{l.name + ":scores", qk, {qs, l.inputs[1]}, {scores}});
+    const TensorId probs = tensor(":probs", scores_shape);
+    out.push_back(Layer{l.name + ":softmax", SoftmaxParams{-1, false}, {scores}, {probs}});
+    out.push_back(Layer{l.name, MatMulParams{}, {probs, l.inputs[2]}, l.outputs});
+    ++rewritten;
+  }
+  net.set_layers(std::move(out));
+  return rewritten;
+}
+
+// kAuto can be overridden for experiments: KILN_CONV_LAYOUT=channels_last|channels_first|auto.
+ConvLayout conv_layout(ConvLayout configured) {
+  if (configured != ConvLayout::kAuto) return configured;
+  const char* env = std::getenv("KILN_CONV_LAYOUT");
+  if (!env || !*env || std::string(env) == "auto") return configured;
+  const std::string v = env;
+  KILN_CHECK(v == "channels_last" || v == "channels_first", InvalidArgument,
+             "KILN_CONV_LAYOUT=`", v, "`: expected channels_last, channels_first or auto");
+  return v == "channels_last" ? ConvLayout::kChannelsLast : ConvLayout::kChannelsFirst;
+}
+
 }  // namespace
 
 std::string BuildReport::to_string() const {
@@ -308,6 +370,14 @@ std::string BuildReport::to_string() const {
   os << "layers: " << layers_before << " -> " << layers_after << " (" << dead_layers_removed
      << " dead removed, " << layers_folded << " folded into constants)\n";
   if (precision.low != DataType::kF32) os << precision.summary() << "\n";
+  if (attention_decomposed > 0) {
+    os << "attention: " << attention_decomposed << " layers as matmul + softmax + matmul\n";
+  }
+  if (layout.convolutions > 0) {
+    os << "layout: " << layout.convolutions << " convolutions channels-last, "
+       << layout.layers_moved << " other layers follow, " << layout.transposes
+       << " transposes of activations\n";
+  }
   for (const auto& f : fusions) os << "fused: " << f << "\n";
   os << "activation memory: arena " << arena_bytes << " bytes vs " << activation_bytes
      << " bytes unshared";
@@ -343,10 +413,22 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   // Before folding, so that the casts of f32 weights fold into low-precision constants. The CPU
   // backend computes in f32: only cuda plans lower their precision.
   if (target.device == "cuda") {
+    r.attention_decomposed = decompose_attention(net);
     choose_precisions(net, config.enabled_precisions, cuda_precision_support(), &r.precision);
+  }
+  // After precisions (the choice depends on them), before folding (weight transposes fold).
+  const ConvLayout layout = conv_layout(config.conv_layout);
+  if (layout != ConvLayout::kChannelsFirst && !config.refittable) {
+    const bool cuda = target.device == "cuda";
+    const bool all = layout == ConvLayout::kChannelsLast;
+    r.layout = assign_channels_last(net, [&](const Network& n, const Layer& conv) {
+      const DataType t = n.tensor(conv.outputs[0]).dtype;
+      return all || (cuda && (t == DataType::kF16 || t == DataType::kBF16));
+    });
   }
   r.layers_folded = fold_constants(net, config.refittable);
   r.dead_layers_removed = remove_dead_layers(net);
+  if (r.layout.convolutions > 0) r.layout.transposes = count_layout_transposes(net);
   fuse_post_ops(net, r.fusions);
   fuse_elementwise(net, r.fusions);
   r.layers_after = static_cast<int>(net.layers().size());

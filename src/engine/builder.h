@@ -5,10 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "engine/layout.h"
 #include "engine/plan.h"
 #include "engine/precision.h"
 
 namespace kiln::engine {
+
+// Which 2-d convolutions run on channels-last data (the layout pass, layout.h). kAuto: those a
+// cuda plan runs in f16/bf16 (cuDNN's tensor-core kernels want NHWC); CPU plans stay
+// channels-first. Refittable plans always stay channels-first (the weights must not be rewritten).
+enum class ConvLayout : uint8_t { kAuto, kChannelsFirst, kChannelsLast };
 
 struct BuilderConfig {
   // "cpu", "cuda" (device 0) or "cuda:N": a cuda plan targets that device's compute capability
@@ -19,6 +25,7 @@ struct BuilderConfig {
   int timing_iterations = 0;   // 0: choose kernels by heuristics, no timing
   bool refittable = false;     // keep named weights out of constant folding
   bool strip_weights = false;  // serialize plans without weight data
+  ConvLayout conv_layout = ConvLayout::kAuto;
 };
 
 struct BuildReport {
@@ -26,6 +33,8 @@ struct BuildReport {
   int dead_layers_removed = 0, layers_folded = 0;
   std::vector<std::string> fusions;  // one line per fusion: "conv1 + relu1 -> conv1"
   PrecisionReport precision;         // per layer, for cuda builds with f16/bf16 enabled
+  LayoutReport layout;               // what the channels-last pass did
+  int attention_decomposed = 0;      // cuda: attention layers rewritten as two GEMMs + softmax
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

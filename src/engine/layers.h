@@ -114,12 +114,15 @@ struct PostOps {
 
 // Inputs: data [N, C, spatial...], weights [O, C/groups, k...] ([C, O/groups, k...] transposed),
 // then post-op inputs (bias [O], residual).
+// channels_last (set by the builder's layout pass, never transposed): data, output and residual
+// are [N, spatial..., C] and weights [O, k..., C/groups]; the parameters still count spatial dims.
 struct ConvolutionParams {
   std::vector<int64_t> strides, padding_begin, padding_end, dilations;
   int64_t groups = 1;
   bool transposed = false;
   std::vector<int64_t> output_padding;  // transposed only
   PostOps post;
+  bool channels_last = false;
   template <class V>
   void fields(V& v) {
     v("strides", strides);
@@ -130,6 +133,7 @@ struct ConvolutionParams {
     v("transposed", transposed);
     v("output_padding", output_padding);
     post.fields(v);
+    v("channels_last", channels_last);
   }
 };
 
@@ -172,12 +176,14 @@ struct ActivationParams {
 };
 
 // Input [N, C, spatial...]. Adaptive pooling computes windows from output_size, as torch does.
+// channels_last (set by the builder's layout pass): input and output are [N, spatial..., C].
 struct PoolingParams {
   PoolingKind kind = PoolingKind::kMax;
   std::vector<int64_t> kernel, strides, padding_begin, padding_end, dilations;
   bool ceil_mode = false, count_include_pad = true;
   bool adaptive = false;
   std::vector<int64_t> output_size;  // adaptive only
+  bool channels_last = false;
   template <class V>
   void fields(V& v) {
     v("kind", kind);
@@ -190,6 +196,7 @@ struct PoolingParams {
     v("count_include_pad", count_include_pad);
     v("adaptive", adaptive);
     v("output_size", output_size);
+    v("channels_last", channels_last);
   }
 };
 

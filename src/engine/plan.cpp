@@ -127,6 +127,8 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   KILN_CHECK(version <= kPlanFormatVersion, CorruptInput, "plan: format version ", version,
              " is newer than this kiln reads (", kPlanFormatVersion, "); rebuild the plan");
   KILN_CHECK(version >= 1, CorruptInput, "plan: format version ", version, " is invalid");
+  KILN_CHECK(version == kPlanFormatVersion, CorruptInput, "plan: format version ", version,
+             " is older than this kiln reads (", kPlanFormatVersion, "); rebuild the plan");
   uint64_t stored_checksum;
   std::memcpy(&stored_checksum, data + size - 8, 8);
   KILN_CHECK(hash_bytes(data, size - 8) == stored_checksum, CorruptInput,

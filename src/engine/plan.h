@@ -12,7 +12,9 @@
 namespace kiln::engine {
 
 constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
-constexpr uint32_t kPlanFormatVersion = 1;
+// 2: channels_last in convolution and pooling parameters. Plans of older versions are refused
+// (rebuilding them is the supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 2;
 
 struct Plan {
   Network network;

@@ -191,4 +191,19 @@ float bf16_to_float(uint16_t b) {
   return f;
 }
 
+Shape to_channels_last(const Shape& s) {
+  if (s.size() < 3) return s;
+  Shape r = {s[0]};
+  r.insert(r.end(), s.begin() + 2, s.end());
+  r.push_back(s[1]);
+  return r;
+}
+
+Shape to_channels_first(const Shape& s) {
+  if (s.size() < 3) return s;
+  Shape r = {s[0], s.back()};
+  r.insert(r.end(), s.begin() + 1, s.end() - 1);
+  return r;
+}
+
 }  // namespace kiln::engine

@@ -26,6 +26,10 @@ int64_t volume(const Shape& s);               // product of dims; requires a sta
 std::string shape_to_string(const Shape& s);  // "[1, 3, ?, 224]"
 // Row-major strides, in elements.
 std::vector<int64_t> contiguous_strides(const Shape& s);
+// The channels-last order of a [N, C, spatial...] shape, [N, spatial..., C], and back. Shapes of
+// rank < 3 are returned unchanged.
+Shape to_channels_last(const Shape& channels_first);
+Shape to_channels_first(const Shape& channels_last);
 // Maps a possibly negative axis to [0, rank); throws InvalidArgument naming `what` if out of range.
 int normalize_axis(int64_t axis, size_t rank, const std::string& what);
 // Numpy broadcasting of two shapes (dynamic dims broadcast to dynamic unless the other is > 1);

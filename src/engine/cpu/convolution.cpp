@@ -48,12 +48,27 @@ std::vector<int64_t> or_default(const std::vector<int64_t>& v, size_t nd, int64_
   return v.empty() ? std::vector<int64_t>(nd, fallback) : v;
 }
 
-memory::format_tag data_tag(size_t nd) {
+memory::format_tag data_tag(size_t nd, bool channels_last) {
+  if (channels_last) {
+    return nd == 1   ? memory::format_tag::nwc
+           : nd == 2 ? memory::format_tag::nhwc
+                     : memory::format_tag::ndhwc;
+  }
   return nd == 1   ? memory::format_tag::ncw
          : nd == 2 ? memory::format_tag::nchw
                    : memory::format_tag::ncdhw;
 }
-memory::format_tag weights_tag(size_t nd, bool grouped) {
+memory::format_tag weights_tag(size_t nd, bool grouped, bool channels_last) {
+  if (channels_last) {  // [g,] O, k..., C/g
+    if (grouped) {
+      return nd == 1   ? memory::format_tag::gowi
+             : nd == 2 ? memory::format_tag::gohwi
+                       : memory::format_tag::godhwi;
+    }
+    return nd == 1   ? memory::format_tag::owi
+           : nd == 2 ? memory::format_tag::ohwi
+                     : memory::format_tag::odhwi;
+  }
   if (grouped) {
     return nd == 1   ? memory::format_tag::goiw
            : nd == 2 ? memory::format_tag::goihw
@@ -81,10 +96,16 @@ std::vector<float> swap_io(const float* w, int64_t g, int64_t cg, int64_t og, in
 }
 
 // The primitive descriptor (the first implementation oneDNN offers for `layouts`) and the
-// plain layouts.
-void describe(ConvState& s, const ConvolutionParams& p, const Shape& x, const Shape& w,
-              const Shape& out, Layouts layouts) {
+// plain layouts. Shapes are as the layer has them (channels-last ones permuted: oneDNN's dims
+// are always channels-first, the layout is in the memory format). Channels-last data is asked
+// for as it is (no reorders) with `kPreferred`.
+void describe(ConvState& s, const ConvolutionParams& p, const Shape& x_layer, const Shape& w_layer,
+              const Shape& out_layer, Layouts layouts) {
   s.layouts = layouts;
+  const bool cl = p.channels_last;
+  const Shape x = cl ? to_channels_first(x_layer) : x_layer;
+  const Shape w = cl ? to_channels_first(w_layer) : w_layer;
+  const Shape out = cl ? to_channels_first(out_layer) : out_layer;
   dnnl::primitive_attr attr;
   dnnl::algorithm act_alg;
   float act_a, act_b;
@@ -117,11 +138,11 @@ void describe(ConvState& s, const ConvolutionParams& p, const Shape& x, const Sh
   const auto blocked = nd == 1   ? memory::format_tag::nCw8c
                        : nd == 2 ? memory::format_tag::nChw8c
                                  : memory::format_tag::nCdhw8c;
-  s.user_src = memory::desc(onednn::to_dims(x), f32, data_tag(nd));
-  s.user_dst = memory::desc(onednn::to_dims(out), f32, data_tag(nd));
-  s.user_wei = memory::desc(onednn::to_dims(wd), f32, weights_tag(nd, g > 1));
+  s.user_src = memory::desc(onednn::to_dims(x), f32, data_tag(nd, cl));
+  s.user_dst = memory::desc(onednn::to_dims(out), f32, data_tag(nd, cl));
+  s.user_wei = memory::desc(onednn::to_dims(wd), f32, weights_tag(nd, g > 1, cl));
   const auto asked = [&](const memory::desc& plain, const Shape& dims, bool data) {
-    if (layouts == Layouts::kPlain) return plain;
+    if (layouts == Layouts::kPlain || (cl && data && layouts == Layouts::kPreferred)) return plain;
     const bool block = data && layouts == Layouts::kBlocked;
     return memory::desc(onednn::to_dims(dims), f32, block ? blocked : any);
   };
@@ -212,7 +233,9 @@ void convolution_kernel(KernelArgs& args) {
   KILN_CHECK(is_floating(x.dtype), InvalidArgument, "layer `", layer,
              "` (convolution): integer convolution is not supported, got ", dtype_name(x.dtype));
   if (out.numel() == 0) return;
-  const int64_t spatial = out.numel() / (out.shape[0] * out.shape[1]);
+  // The channel dim and the elements per channel run the epilogue's bias indexing needs.
+  const int64_t channels = p.channels_last ? out.shape.back() : out.shape[1];
+  const int64_t spatial = p.channels_last ? 1 : out.numel() / (out.shape[0] * out.shape[1]);
   const auto post = onednn::post_inputs(p.post, args.inputs);
   onednn::F32Result y(out);
   ConvState* state = nullptr;  // set when the primitive runs
@@ -268,7 +291,7 @@ void convolution_kernel(KernelArgs& args) {
             {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, state->wei_mem}, {DNNL_ARG_DST, dst}};
         if (state->fused_bias) {
           exec_args[DNNL_ARG_BIAS] =
-              memory(memory::desc({out.shape[1]}, memory::data_type::f32, memory::format_tag::a),
+              memory(memory::desc({channels}, memory::data_type::f32, memory::format_tag::a),
                      eng, fb->data());
         }
         state->primitive.execute(stream, exec_args);
@@ -282,7 +305,7 @@ void convolution_kernel(KernelArgs& args) {
   const TensorView* bias = post.bias;
   if (state && state->fused_activation) rest.activation = ActivationKind::kNone;
   if (state && state->fused_bias) bias = nullptr;
-  onednn::finish(rest, bias, post.residual, out.shape[1], spatial, y.data(), out);
+  onednn::finish(rest, bias, post.residual, channels, spatial, y.data(), out);
 }
 
 }  // namespace

@@ -54,7 +54,11 @@ void pooling_kernel(KernelArgs& args) {
   const TensorView& out = args.outputs[0];
   if (out.numel() == 0) return;
   const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
-  const size_t lead = x.shape.size() - nd;
+  // Channels-first: every (n, c) pair is a plane of its own, elements adjacent. Channels-last
+  // ([N, spatial..., C]): a plane per n, elements `ch` apart, channel innermost.
+  const bool cl = p.channels_last;
+  const size_t lead = cl ? 1 : x.shape.size() - nd;
+  const int64_t ch = cl ? x.shape.back() : 1;
   int64_t batch = 1;
   for (size_t d = 0; d < lead; ++d) batch *= x.shape[d];
   // Pad to 3 pooled dims with size-1 dims whose single window is the single element.
@@ -81,23 +85,22 @@ void pooling_kernel(KernelArgs& args) {
   }
   const int64_t in_plane = in[0] * in[1] * in[2], out_plane = os[0] * os[1] * os[2];
   const bool is_max = p.kind == PoolingKind::kMax;
-  const int64_t total = batch * out_plane;
+  const int64_t total = batch * out_plane * ch;
 #pragma omp parallel for schedule(static) if (total > 4096)
   for (int64_t i = 0; i < total; ++i) {
-    const int64_t b = i / out_plane, r = i % out_plane;
+    const int64_t b = i / (out_plane * ch), r = (i / ch) % out_plane, c = i % ch;
     const Window& w0 = win[0][static_cast<size_t>(r / (os[1] * os[2]))];
     const Window& w1 = win[1][static_cast<size_t>((r / os[2]) % os[1])];
     const Window& w2 = win[2][static_cast<size_t>(r % os[2])];
-    const float* plane = src + b * in_plane;
+    const float* plane = src + b * in_plane * ch + c;
     float result;
     if (is_max) {
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t c = 0; c < w1.count; ++c) {
-          const float* row =
-              plane + ((w0.first + a * w0.step) * in[1] + w1.first + c * w1.step) * in[2];
+        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
+          const int64_t row = ((w0.first + a * w0.step) * in[1] + w1.first + e1 * w1.step) * in[2];
           for (int64_t e = 0; e < w2.count; ++e) {
-            const float v = row[w2.first + e * w2.step];
+            const float v = plane[(row + w2.first + e * w2.step) * ch];
             if (v > m || std::isnan(v)) m = v;  // NaN wins, as in torch
           }
         }
@@ -106,9 +109,9 @@ void pooling_kernel(KernelArgs& args) {
     } else {
       double sum = 0;
       for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t c = 0; c < w1.count; ++c) {
-          const float* row = plane + ((w0.first + a) * in[1] + w1.first + c) * in[2] + w2.first;
-          for (int64_t e = 0; e < w2.count; ++e) sum += row[e];
+        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
+          const int64_t row = ((w0.first + a) * in[1] + w1.first + e1) * in[2] + w2.first;
+          for (int64_t e = 0; e < w2.count; ++e) sum += plane[(row + e) * ch];
         }
       }
       const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded

@@ -1,14 +1,17 @@
-// CUDA kernel of the convolution family: cuDNN's convolution (NCHW; f32 with FMA math so that fp32
-// stays fp32, f16/bf16 on tensor cores with fp32 accumulation) for 1-3 spatial dims, groups and
-// dilation; deconvolution as cuDNN's backward-data.
+// CUDA kernel of the convolution family: cuDNN's convolution (NCHW, or NHWC for channels-last
+// layers; f32 with FMA math so that fp32 stays fp32, f16/bf16 on tensor cores with fp32
+// accumulation) for 1-3 spatial dims, groups and dilation; deconvolution as cuDNN's backward-data.
 // Bias + ReLU (and residual + ReLU) fuse through cudnnConvolutionBiasActivationForward; other
-// post-ops run in the post-op kernel. Algorithms are chosen once per shape and cached.
+// post-ops run in the post-op kernel. Forward algorithms come from cuDNN's heuristic, in its order;
+// one that fails to run is replaced by the next (see bench/NOTES.md G4 for why not by timing).
 #include <cudnn.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
+#include "util/logging.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -29,9 +32,12 @@ struct ConvState : KernelState {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnActivationDescriptor_t relu = nullptr;
   cudnnConvolutionFwdAlgo_t fwd_algo{};
+  // The heuristic's usable forward algorithms after fwd_algo, best first, with their workspace.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks;
   cudnnConvolutionBwdDataAlgo_t bwd_algo{};
   size_t algo_workspace = 0;
   Shape padded_input;  // non-empty when the input is padded explicitly (asymmetric padding)
+  bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
@@ -59,10 +65,23 @@ cudnnDataType_t cudnn_type(DataType t) {
                              : (t == DataType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT);
 }
 
-void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type) {
+// `s` is channels-first; `channels_last` says the memory is [N, spatial..., C].
+void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type,
+                bool channels_last = false) {
+  if (channels_last) {
+    KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptorEx(d, CUDNN_TENSOR_NHWC, type,
+                                                  static_cast<int>(s.size()), to_int(s).data()));
+    return;
+  }
   const auto strides = contiguous_strides(s);
   KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(s.size()), to_int(s).data(),
                                               to_int(strides).data()));
+}
+
+bool usable(const cudnnConvolutionFwdAlgoPerf_t& perf, bool f32) {
+  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= kMaxAlgoWorkspace &&
+         !(f32 && (perf.mathType == CUDNN_TENSOR_OP_MATH ||
+                   perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
 // 1-d convolutions run as 2-d ones over a height of 1.
@@ -85,27 +104,35 @@ void convolution_kernel(KernelArgs& args) {
   size_t in_idx = 2;
   const TensorView* bias = p.post.has_bias ? &args.inputs[in_idx++] : nullptr;
   const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
+  if (depthwise_nhwc_applies(p, x, w, residual, out)) {
+    launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out);
+    return;
+  }
   const size_t spatial = x.shape.size() - 2;
   const auto strides = lift_param(p.strides, spatial, 1, 1);
   const auto dil = lift_param(p.dilations, spatial, 1, 1);
   const auto pb = lift_param(p.padding_begin, spatial, 0, 0);
   const auto pe = lift_param(p.padding_end, spatial, 0, 0);
   const bool asymmetric = pb != pe;
-  Shape xs = lift(x.shape), ws = lift(w.shape), ys = lift(out.shape);
+  // cuDNN's dims are channels-first whatever the layout; a channels-last layer says so in the
+  // descriptors (NHWC tensors and filters).
+  const bool cl = p.channels_last;
+  const auto first = [&](const Shape& s) { return cl ? to_channels_first(s) : s; };
+  Shape xs = lift(first(x.shape)), ws = lift(first(w.shape)), ys = lift(first(out.shape));
   cudaStream_t stream = args.stream();
   auto handle = static_cast<cudnnHandle_t>(args.res.cudnn());
 
   const ActivationKind act = p.post.activation, act2 = p.post.activation2;
   const bool f32 = out.dtype == DataType::kF32;
   const cudnnDataType_t type = cudnn_type(out.dtype);
-  const bool f32_bias =
-      f32 && bias && bias->dtype == DataType::kF32 && bias->numel() == out.shape[1];
+  const int64_t channels = ys[1];
+  const bool full_bias = bias && bias->dtype == out.dtype && bias->numel() == channels;
   // cuDNN fuses y = relu(conv + z + bias): our act(conv + bias) [+ res, act2] fits two ways.
-  const bool fuse_relu = !p.transposed && f32_bias && act == ActivationKind::kRelu && !residual;
-  const bool fuse_residual = !p.transposed && f32_bias && act == ActivationKind::kNone &&
-                             residual && residual->dtype == DataType::kF32 &&
-                             act2 == ActivationKind::kRelu;
-  std::vector<int64_t> key = {static_cast<int64_t>(out.dtype)};
+  const bool fuse_relu = !p.transposed && full_bias && act == ActivationKind::kRelu && !residual;
+  const bool fuse_residual = !p.transposed && full_bias && act == ActivationKind::kNone &&
+                             residual && residual->dtype == out.dtype &&
+                             residual->shape == out.shape && act2 == ActivationKind::kRelu;
+  std::vector<int64_t> key = {static_cast<int64_t>(out.dtype), cl ? 1 : 0};
   key.insert(key.end(), xs.begin(), xs.end());
   key.insert(key.end(), ws.begin(), ws.end());
   auto* state = dynamic_cast<ConvState*>(args.state.get());
@@ -119,9 +146,10 @@ void convolution_kernel(KernelArgs& args) {
       std::fill(pad.begin(), pad.end(), 0);
       fresh->padded_input = conv_in;
     }
-    set_tensor(fresh->x, p.transposed ? ys : conv_in, type);
-    set_tensor(fresh->y, p.transposed ? conv_in : ys, type);
-    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(fresh->w, type, CUDNN_TENSOR_NCHW,
+    set_tensor(fresh->x, p.transposed ? ys : conv_in, type, cl);
+    set_tensor(fresh->y, p.transposed ? conv_in : ys, type, cl);
+    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(fresh->w, type,
+                                                cl ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                                 static_cast<int>(ws.size()), to_int(ws).data()));
     KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(
         fresh->conv, static_cast<int>(pad.size()), to_int(pad).data(), to_int(strides).data(),
@@ -131,7 +159,7 @@ void convolution_kernel(KernelArgs& args) {
         cudnnSetConvolutionMathType(fresh->conv, f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     Shape bias_shape(ys.size(), 1);
     bias_shape[1] = ys[1];
-    set_tensor(fresh->bias, bias_shape, CUDNN_DATA_FLOAT);
+    set_tensor(fresh->bias, bias_shape, bias ? cudnn_type(bias->dtype) : CUDNN_DATA_FLOAT);
     KILN_CUDNN_CHECK(
         cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
     int found = 0;
@@ -141,15 +169,15 @@ void convolution_kernel(KernelArgs& args) {
       KILN_CUDNN_CHECK(
           cudnnGetConvolutionForwardAlgorithm_v7(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
-      for (int i = 0; i < found && !chosen; ++i) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxAlgoWorkspace ||
-            (f32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                     perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))) {
-          continue;
+      for (int i = 0; i < found; ++i) {
+        if (!usable(perf[i], f32)) continue;
+        if (!chosen) {
+          fresh->fwd_algo = perf[i].algo;
+          fresh->algo_workspace = perf[i].memory;
+          chosen = true;
+        } else {
+          fresh->fallbacks.push_back(perf[i]);
         }
-        fresh->fwd_algo = perf[i].algo;
-        fresh->algo_workspace = perf[i].memory;
-        chosen = true;
       }
     } else {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -168,7 +196,7 @@ void convolution_kernel(KernelArgs& args) {
       }
     }
     KILN_CHECK(chosen, Unsupported, "layer `", name,
-               "` (convolution): cuDNN has no fp32 algorithm ", "for input ",
+               "` (convolution): cuDNN has no usable ", dtype_name(out.dtype), " algorithm for input ",
                shape_to_string(x.shape), " and weights ", shape_to_string(w.shape));
     state = fresh.get();
     args.state = std::move(fresh);
@@ -179,32 +207,56 @@ void convolution_kernel(KernelArgs& args) {
           ? 0
           : static_cast<size_t>(volume(state->padded_input)) * dtype_size(out.dtype);
   const size_t pad_slot = (pad_bytes + 255) / 256 * 256;
-  auto* scratch = static_cast<uint8_t*>(args.res.workspace(pad_slot + state->algo_workspace + 256));
-  void* algo_ws = scratch + pad_slot;
+  void* algo_ws = nullptr;
   const void* x_ptr = x.data;
-  if (!state->padded_input.empty()) {
+  // The workspace holds the padded input (if any) and then the algorithm's workspace; staged
+  // again when a fallback algorithm needs a larger one.
+  const auto stage = [&] {
+    auto* scratch =
+        static_cast<uint8_t*>(args.res.workspace(pad_slot + state->algo_workspace + 256));
+    algo_ws = scratch + pad_slot;
+    if (state->padded_input.empty()) return;
+    // The pad kernel works on the layout in memory: channels-last shapes for channels-last data.
+    const auto layout = [&](const Shape& s) { return cl ? to_channels_last(s) : s; };
     Shape full_begin(xs.size(), 0);
     for (size_t d = 0; d < pb.size(); ++d) full_begin[d + 2] = pb[d];
-    launch_pad(stream, name, TensorView{x.dtype, xs, x.data},
-               TensorView{x.dtype, state->padded_input, scratch}, full_begin, PadMode::kConstant,
-               0.0);
+    launch_pad(stream, name, TensorView{x.dtype, layout(xs), x.data},
+               TensorView{x.dtype, layout(state->padded_input), scratch}, layout(full_begin),
+               PadMode::kConstant, 0.0);
     x_ptr = scratch;
-  }
+  };
+  stage();
   const float one = 1.f, zero = 0.f;
   bool fused = false;
-  if (fuse_relu || fuse_residual) {
+  if ((fuse_relu || fuse_residual) && !state->fusion_failed) {
     const void* z = fuse_residual ? residual->data : out.data;
     const float alpha2 = fuse_residual ? 1.f : 0.f;
     const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
         handle, &one, state->x, x_ptr, state->w, w.data, state->conv, state->fwd_algo, algo_ws,
         state->algo_workspace, &alpha2, state->y, z, state->bias, bias->data, state->relu, state->y,
         out.data);
-    fused = status == CUDNN_STATUS_SUCCESS;  // else: the unfused path below
+    fused = status == CUDNN_STATUS_SUCCESS;  // else: the unfused path below, from now on
+    if (!fused) state->fusion_failed = true;
   }
   if (!fused && !p.transposed) {
-    KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, state->x, x_ptr, state->w, w.data,
-                                             state->conv, state->fwd_algo, algo_ws,
-                                             state->algo_workspace, &zero, state->y, out.data));
+    cudnnStatus_t status;
+    for (;;) {
+      status = cudnnConvolutionForward(handle, &one, state->x, x_ptr, state->w, w.data, state->conv,
+                                       state->fwd_algo, algo_ws, state->algo_workspace, &zero,
+                                       state->y, out.data);
+      // cuDNN's heuristic may offer an algorithm that then refuses these descriptors: the next
+      // one, with its own workspace (refusals come on the first, uncaptured run).
+      if (status == CUDNN_STATUS_SUCCESS || state->fallbacks.empty()) break;
+      const cudnnConvolutionFwdAlgoPerf_t next = state->fallbacks.front();
+      state->fallbacks.erase(state->fallbacks.begin());
+      KILN_LOG(kDebug, "layer `", name, "`: cuDNN algorithm ", static_cast<int>(state->fwd_algo),
+               " refused; trying ", static_cast<int>(next.algo));
+      state->fwd_algo = next.algo;
+      state->algo_workspace = next.memory;
+      stage();
+    }
+    KILN_CHECK(status == CUDNN_STATUS_SUCCESS, DeviceError, "layer `", name,
+               "`: cudnnConvolutionForward failed: ", cudnnGetErrorString(status));
   } else if (!fused) {
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(
         handle, &one, state->w, w.data, state->y, x_ptr, state->conv, state->bwd_algo, algo_ws,
@@ -215,7 +267,8 @@ void convolution_kernel(KernelArgs& args) {
     PostOpArgs post;
     post.bias = bias;
     post.channels = bias ? bias->numel() : 1;
-    post.inner = bias && bias->numel() > 1
+    // Bias runs along the channel: innermost for channels-last data.
+    post.inner = bias && bias->numel() > 1 && !cl
                      ? out.numel() / std::max<int64_t>(1, out.shape[0] * out.shape[1])
                      : 1;
     post.act = act, post.alpha = p.post.alpha, post.beta = p.post.beta;

@@ -107,6 +107,14 @@ struct PostOpArgs {
 // elementwise.cu: the post-op kernel.
 void launch_post_ops(cudaStream_t stream, const std::string& layer, const TensorView& out,
                      const PostOpArgs& post);
+// depthwise.cu: channels-last depthwise 2-d convolution (one filter per channel) with every
+// post-op fused; `applies` says whether a convolution layer is one it runs.
+bool depthwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                            const TensorView* residual, const TensorView& out);
+void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
+                           const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                           const TensorView* bias, const TensorView* residual,
+                           const TensorView& out);
 // elementwise.cu: converts `n` elements between dtypes (float<->f16/bf16, ...).
 void launch_convert(cudaStream_t stream, const std::string& layer, const void* src, DataType from,
                     void* dst, DataType to, int64_t n);

@@ -12,6 +12,7 @@ namespace {
 struct PoolDims {
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
   int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pb[3] = {}, pe[3] = {}, dil[3] = {1, 1, 1};
+  int64_t ch = 1;  // channels-last: the channel count (innermost); channels-first: 1
   bool adaptive = false, is_max = true, count_include_pad = true;
 };
 
@@ -44,22 +45,22 @@ __global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType y
                                  int64_t total) {
   const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
   const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+  const int64_t ch = p.ch;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / out_plane, r = i % out_plane;
+    const int64_t b = i / (out_plane * ch), r = (i / ch) % out_plane, c = i % ch;
     const Window w0 = window(p, 0, r / (p.out[1] * p.out[2]));
     const Window w1 = window(p, 1, (r / p.out[2]) % p.out[1]);
     const Window w2 = window(p, 2, r % p.out[2]);
-    const int64_t plane = b * in_plane;
+    const int64_t plane = b * in_plane * ch + c;
     float result;
     if (p.is_max) {
       float m = -INFINITY;
       for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t c = 0; c < w1.count; ++c) {
-          const int64_t row =
-              plane + ((w0.first + a * w0.step) * p.in[1] + w1.first + c * w1.step) * p.in[2];
+        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
+          const int64_t row = ((w0.first + a * w0.step) * p.in[1] + w1.first + e1 * w1.step) * p.in[2];
           for (int64_t e = 0; e < w2.count; ++e) {
-            const float v = load_as<float>(xt, x, row + w2.first + e * w2.step);
+            const float v = load_as<float>(xt, x, plane + (row + w2.first + e * w2.step) * ch);
             if (v > m || isnan(v)) m = v;  // NaN wins, as in torch
           }
         }
@@ -68,9 +69,9 @@ __global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType y
     } else {
       double sum = 0;
       for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t c = 0; c < w1.count; ++c) {
-          const int64_t row = plane + ((w0.first + a) * p.in[1] + w1.first + c) * p.in[2];
-          for (int64_t e = 0; e < w2.count; ++e) sum += load_as<float>(xt, x, row + w2.first + e);
+        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
+          const int64_t row = ((w0.first + a) * p.in[1] + w1.first + e1) * p.in[2] + w2.first;
+          for (int64_t e = 0; e < w2.count; ++e) sum += load_as<float>(xt, x, plane + (row + e) * ch);
         }
       }
       const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded
@@ -87,8 +88,10 @@ void pooling_kernel(KernelArgs& args) {
   const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
   KILN_CHECK(nd >= 1 && nd <= 3, Unsupported, "layer `", args.layer.name, "`: pooling over ", nd,
              " dims (the CUDA kernel takes 1 to 3)");
-  const size_t lead = x.shape.size() - nd;
+  // Channels-last ([N, spatial..., C]): one plane per n, elements C apart (see PoolDims::ch).
+  const size_t lead = p.channels_last ? 1 : x.shape.size() - nd;
   PoolDims d;
+  if (p.channels_last) d.ch = x.shape.back();
   d.adaptive = p.adaptive;
   d.is_max = p.kind == PoolingKind::kMax;
   d.count_include_pad = p.count_include_pad;

@@ -26,6 +26,21 @@ std::vector<int64_t> per_dim(const std::string& layer, const char* name,
 
 std::vector<InferOutput> infer(const std::string& layer, const ConvolutionParams& p,
                                const std::vector<InferInput>& in) {
+  if (p.channels_last) {
+    // The same rules on the channels-first view: data, weights and residual permuted.
+    KILN_CHECK(!p.transposed, InvalidArgument, "layer `", layer,
+               "` (convolution): a transposed convolution cannot be channels-last");
+    ConvolutionParams first = p;
+    first.channels_last = false;
+    std::vector<InferInput> permuted = in;
+    for (size_t i = 0; i < permuted.size(); ++i) {
+      const bool is_bias = p.post.has_bias && i == 2;
+      if (!is_bias) permuted[i].shape = to_channels_first(permuted[i].shape);
+    }
+    auto out = infer(layer, first, permuted);
+    out[0].shape = to_channels_last(out[0].shape);
+    return out;
+  }
   const size_t count = 2 + (p.post.has_bias ? 1 : 0) + (p.post.has_residual ? 1 : 0);
   expect_input_count(layer, in, count, count);
   const DataType dt = in[0].dtype;

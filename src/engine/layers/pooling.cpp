@@ -38,6 +38,17 @@ int64_t pooled_extent(int64_t in, int64_t window, int64_t s, int64_t pb, int64_t
 std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
                                const std::vector<InferInput>& in) {
   expect_input_count(layer, in, 1, 1);
+  if (p.channels_last) {
+    const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
+    KILN_CHECK(in[0].shape.size() == nd + 2, InvalidArgument, "layer `", layer,
+               "` (pooling): a channels-last input must be [N, spatial..., C] with ", nd,
+               " spatial dims, got ", shape_to_string(in[0].shape));
+    PoolingParams first = p;
+    first.channels_last = false;
+    auto out = infer(layer, first, {{in[0].dtype, to_channels_first(in[0].shape)}});
+    out[0].shape = to_channels_last(out[0].shape);
+    return out;
+  }
   KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, "layer `", layer,
              "` (pooling): needs a floating input, got ", dtype_name(in[0].dtype));
   const Shape& x = in[0].shape;

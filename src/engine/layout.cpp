@@ -1,0 +1,271 @@
+// The channels-last layout pass (layout.h). Transposes are Shuffle layers with only a first_perm:
+// [0, 2, 3, 1] into channels-last, [0, 3, 1, 2] back. A layer reading a tensor through a "back"
+// transpose is moved onto the channels-last data when all its other inputs can follow (scalars,
+// constants, other channels-last data); its outputs then get the "back" transpose, and a "into"
+// transpose that reads a "back" transpose's output is replaced by the data it transposed.
+#include "engine/layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using Perm = std::vector<int64_t>;
+const Perm kToLast = {0, 2, 3, 1};
+const Perm kToFirst = {0, 3, 1, 2};
+
+bool is_transpose(const Layer& l, const Perm& perm) {
+  const auto* s = std::get_if<ShuffleParams>(&l.params);
+  return s && l.inputs.size() == 1 && !s->has_reshape && s->second_perm.empty() &&
+         s->first_perm == perm;
+}
+
+bool is_static_numel_one(const Shape& s) {
+  return is_static(s) && volume(s) == 1;
+}
+
+class Pass {
+ public:
+  Pass(Network& net, LayoutReport& report) : net_(net), report_(report) {}
+
+  void rewrite_convolutions(const std::function<bool(const Network&, const Layer&)>& wants) {
+    std::vector<Layer> out;
+    for (Layer l : net_.layers()) {
+      auto* c = std::get_if<ConvolutionParams>(&l.params);
+      if (!c || c->transposed || c->channels_last || net_.tensor(l.inputs[0]).shape.size() != 4 ||
+          net_.tensor(l.inputs[1]).shape.size() != 4 || !wants(net_, l)) {
+        out.push_back(std::move(l));
+        continue;
+      }
+      std::vector<size_t> permuted = {0, 1};  // data, weights, and the residual if fused already
+      if (c->post.has_residual) permuted.push_back(l.inputs.size() - 1);
+      for (size_t k : permuted) {
+        const TensorId t = channels_last_tensor(l.inputs[k]);
+        out.push_back(transpose(l.name, l.inputs[k], t, kToLast));
+        l.inputs[k] = t;
+      }
+      c->channels_last = true;
+      const TensorId y = l.outputs[0];
+      l.outputs[0] = channels_last_tensor(y);
+      out.push_back(l);
+      out.push_back(transpose(l.name, l.outputs[0], y, kToFirst));
+      ++report_.convolutions;
+    }
+    net_.set_layers(std::move(out));
+  }
+
+  // Cancels and sinks until nothing changes (each layer moves at most once, so this ends).
+  void propagate() {
+    for (;;) {
+      index_producers();
+      bool changed = cancel();
+      auto& layers = net_.mutable_layers();
+      for (size_t i = 0; i < layers.size() && !changed; ++i) changed = sink(i);
+      if (!changed) return;
+    }
+  }
+
+ private:
+  std::string unique(const std::string& base, const char* what) {
+    return base + ":" + what + std::to_string(counter_++);
+  }
+
+  TensorId channels_last_tensor(TensorId like) {
+    TensorDesc d = net_.tensor(like);
+    d.name = unique(d.name, "nhwc");
+    d.shape = to_channels_last(d.shape);
+    d.values.reset();
+    return net_.add_tensor(std::move(d));
+  }
+
+  Layer transpose(const std::string& near, TensorId in, TensorId out, const Perm& perm) {
+    ShuffleParams p;
+    p.first_perm = perm;
+    return Layer{unique(near, perm == kToLast ? "to_nhwc" : "to_nchw"), p, {in}, {out}};
+  }
+
+  void index_producers() {
+    producer_.clear();
+    const auto& layers = net_.layers();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      for (TensorId id : layers[i].outputs) producer_[id] = i;
+    }
+  }
+
+  const Layer* producer(TensorId id) const {
+    auto it = producer_.find(id);
+    return it == producer_.end() ? nullptr : &net_.layers()[it->second];
+  }
+
+  bool is_constant(TensorId id) const {
+    const Layer* p = producer(id);
+    return p && std::holds_alternative<ConstantParams>(p->params);
+  }
+
+  // The channels-last tensor `id` is the "back" transpose of, or -1.
+  TensorId channels_last_source(TensorId id) const {
+    const Layer* p = producer(id);
+    return p && is_transpose(*p, kToFirst) ? p->inputs[0] : -1;
+  }
+
+  // An "into" transpose of a "back" transpose's output reads the original instead.
+  bool cancel() {
+    bool changed = false;
+    for (Layer& l : net_.mutable_layers()) {
+      for (TensorId& id : l.inputs) {
+        const Layer* into = producer(id);
+        if (!into || !is_transpose(*into, kToLast)) continue;
+        const TensorId source = channels_last_source(into->inputs[0]);
+        if (source < 0) continue;
+        id = source;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  // Whether an input can be read channels-last: channels-last data, a scalar, or a constant.
+  bool can_follow(TensorId in) const {
+    if (channels_last_source(in) >= 0) return true;
+    const TensorDesc& d = net_.tensor(in);
+    if (is_static_numel_one(d.shape)) return true;
+    return is_constant(in) && is_static(d.shape) && d.shape.size() <= 4 && volume(d.shape) > 0;
+  }
+
+  // What layer l's input `in` (can_follow) becomes: the source tensor, a permuted constant
+  // (a Shuffle appended to `before`), or itself (a scalar).
+  TensorId follow(const Layer& l, TensorId in, std::vector<Layer>& before) {
+    if (const TensorId source = channels_last_source(in); source >= 0) return source;
+    const TensorDesc& d = net_.tensor(in);
+    if (is_static_numel_one(d.shape)) return in;
+    // Right-aligned to rank 4 (broadcasting), then permuted: folds into a constant.
+    ShuffleParams p;
+    p.has_reshape = true;
+    p.reshape = Shape(4 - d.shape.size(), 1);
+    p.reshape.insert(p.reshape.end(), d.shape.begin(), d.shape.end());
+    p.second_perm = kToLast;
+    TensorDesc permuted = d;
+    permuted.name = unique(d.name, "nhwc");
+    permuted.shape = to_channels_last(p.reshape);
+    permuted.values.reset();
+    const TensorId id = net_.add_tensor(std::move(permuted));
+    before.push_back(Layer{unique(l.name, "const_to_nhwc"), p, {in}, {id}});
+    return id;
+  }
+
+  bool sink(size_t i) {
+    Layer m = net_.layers()[i];
+    if (m.outputs.size() != 1 || m.inputs.empty()) return false;
+    bool any = false;
+    for (TensorId id : m.inputs) any = any || channels_last_source(id) >= 0;
+    if (!any) return false;
+    const Shape out_shape = net_.tensor(m.outputs[0]).shape;
+    if (out_shape.size() != 4) {
+      // Only a reduction may drop dims (checked below).
+      if (!std::holds_alternative<ReduceParams>(m.params)) return false;
+    }
+    bool transpose_output = true;
+    std::vector<size_t> followed;  // inputs that must follow
+    if (std::holds_alternative<ElementwiseParams>(m.params) ||
+        std::holds_alternative<UnaryParams>(m.params) ||
+        std::holds_alternative<ActivationParams>(m.params) ||
+        std::holds_alternative<CastParams>(m.params) ||
+        std::holds_alternative<SelectParams>(m.params)) {
+      // Not where broadcasting makes the output larger than the channels-last operand.
+      bool same = false;
+      for (TensorId id : m.inputs) {
+        same = same || (channels_last_source(id) >= 0 && net_.tensor(id).shape == out_shape);
+      }
+      if (!same) return false;
+      for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
+    } else if (auto* pool = std::get_if<PoolingParams>(&m.params)) {
+      const size_t nd = pool->adaptive ? pool->output_size.size() : pool->kernel.size();
+      if (pool->channels_last || nd != 2 || channels_last_source(m.inputs[0]) < 0) return false;
+      pool->channels_last = true;
+      followed = {0};
+    } else if (auto* cat = std::get_if<ConcatParams>(&m.params)) {
+      if (cat->stack) return false;
+      cat->axis = kToFirst[static_cast<size_t>(normalize_axis(cat->axis, 4, m.name))];
+      for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
+    } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
+      if (channels_last_source(m.inputs[0]) < 0) return false;
+      soft->axis = kToFirst[static_cast<size_t>(normalize_axis(soft->axis, 4, m.name))];
+      followed = {0};
+    } else if (auto* red = std::get_if<ReduceParams>(&m.params)) {
+      if (channels_last_source(m.inputs[0]) < 0 || red->axes.empty()) return false;
+      std::vector<bool> reduced(4, false);
+      for (int64_t a : red->axes) reduced[static_cast<size_t>(normalize_axis(a, 4, m.name))] = true;
+      std::vector<int64_t> axes;
+      for (size_t a = 0; a < 4; ++a) {
+        if (reduced[a]) axes.push_back(kToFirst[a]);
+      }
+      std::sort(axes.begin(), axes.end());
+      if (!red->keep_dims) {
+        // The kept dims must come out in the same order in both layouts.
+        std::vector<int64_t> kept;
+        for (size_t j = 0; j < 4; ++j) {
+          if (!reduced[static_cast<size_t>(kToLast[j])]) kept.push_back(kToLast[j]);
+        }
+        if (!std::is_sorted(kept.begin(), kept.end())) return false;
+        transpose_output = false;
+      }
+      red->axes = axes;
+      followed = {0};
+    } else {
+      return false;
+    }
+    for (size_t k : followed) {
+      if (!can_follow(m.inputs[k])) return false;
+    }
+    std::vector<Layer> before;
+    for (size_t k : followed) m.inputs[k] = follow(m, m.inputs[k], before);
+    std::vector<Layer> after;
+    if (transpose_output) {
+      const TensorId y = m.outputs[0];
+      m.outputs[0] = channels_last_tensor(y);
+      after.push_back(transpose(m.name, m.outputs[0], y, kToFirst));
+    }
+    auto& layers = net_.mutable_layers();
+    layers[i] = m;
+    layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i) + 1, after.begin(), after.end());
+    layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i), before.begin(), before.end());
+    ++report_.layers_moved;
+    return true;
+  }
+
+  Network& net_;
+  LayoutReport& report_;
+  std::map<TensorId, size_t> producer_;
+  int counter_ = 0;
+};
+
+}  // namespace
+
+LayoutReport assign_channels_last(
+    Network& net, const std::function<bool(const Network&, const Layer&)>& wants) {
+  LayoutReport report;
+  Pass pass(net, report);
+  pass.rewrite_convolutions(wants);
+  if (report.convolutions == 0) return report;
+  pass.propagate();
+  return report;
+}
+
+int count_layout_transposes(const Network& net) {
+  std::set<TensorId> constant;
+  int n = 0;
+  for (const Layer& l : net.layers()) {
+    if (std::holds_alternative<ConstantParams>(l.params)) constant.insert(l.outputs[0]);
+    if ((is_transpose(l, kToLast) || is_transpose(l, kToFirst)) && !constant.count(l.inputs[0])) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace kiln::engine

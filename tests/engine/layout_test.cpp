@@ -1,0 +1,191 @@
+// The channels-last layout pass and the channels-last convolution/pooling kernels: a network
+// built channels-last gives the channels-first results, the transposes cancel between
+// convolutions, and channels-last plans survive serialization.
+#include "engine/builder.h"
+#include "engine/plan.h"
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+TensorId constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
+  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
+  std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
+  return net.add_constant(name, Weights::from_floats(shape, values));
+}
+
+ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, int64_t dil = 1) {
+  ConvolutionParams p;
+  p.strides = {stride, stride};
+  p.padding_begin = p.padding_end = {pad, pad};
+  p.dilations = {dil, dil};
+  p.groups = groups;
+  return p;
+}
+
+// conv+bias -> relu -> maxpool -> grouped dilated conv + residual -> relu -> per-channel scale
+// -> concat with a depthwise conv -> avgpool (ceil, padded) -> outputs: the 4-d tensor and its
+// spatial mean.
+Network small_cnn() {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 6, 15, 13});
+  ConvolutionParams c1 = conv(1);
+  c1.post.has_bias = true;
+  TensorId t = net.add("conv1", c1, {x, constant(net, "w1", {8, 6, 3, 3}, 1),
+                                      constant(net, "b1", {8}, 2)});
+  t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
+  PoolingParams mp;
+  mp.kind = PoolingKind::kMax;
+  mp.kernel = {3, 3};
+  mp.strides = {2, 2};
+  mp.padding_begin = mp.padding_end = {1, 1};
+  const TensorId pooled = net.add("maxpool", mp, {t});
+  t = net.add("conv2", conv(2, 1, 2, 2), {pooled, constant(net, "w2", {8, 4, 3, 3}, 3)});
+  t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, pooled});
+  t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
+  t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1}, 4)});
+  const TensorId dw = net.add("depthwise", conv(1, 1, 8), {t, constant(net, "w3", {8, 1, 3, 3}, 5)});
+  t = net.add("cat", ConcatParams{1, false}, {t, dw});
+  PoolingParams ap;
+  ap.kind = PoolingKind::kAverage;
+  ap.kernel = {2, 2};
+  ap.strides = {2, 2};
+  ap.padding_begin = ap.padding_end = {1, 1};
+  ap.ceil_mode = true;
+  ap.count_include_pad = false;
+  t = net.add("avgpool", ap, {t});
+  ReduceParams mean;
+  mean.op = ReduceOp::kMean;
+  mean.axes = {2, 3};
+  const TensorId m = net.add("mean", mean, {t});
+  net.mark_output(t, "features");
+  net.mark_output(m, "pooled");
+  return net;
+}
+
+std::vector<HostTensor> run(const Plan& plan, const std::vector<HostTensor>& in) {
+  ExecutionContext ctx(std::make_shared<const Engine>(plan.network, plan.target));
+  return ctx.run(in);
+}
+
+int channels_last_layers(const Plan& plan) {
+  int n = 0;
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* c = std::get_if<ConvolutionParams>(&l.params)) n += c->channels_last;
+    if (const auto* p = std::get_if<PoolingParams>(&l.params)) n += p->channels_last;
+  }
+  return n;
+}
+
+TEST(Layout, ChannelsLastNetworkMatchesChannelsFirst) {
+  const Network net = small_cnn();
+  BuilderConfig first, last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  BuildReport report;
+  const Plan a = build(net, first);
+  const Plan b = build(net, last, &report);
+  EXPECT_EQ(channels_last_layers(a), 0);
+  // 3 convolutions and 2 pools; relu/add fuse into the convolutions.
+  EXPECT_EQ(channels_last_layers(b), 5) << report.to_string();
+  EXPECT_EQ(report.layout.convolutions, 3);
+  // The input goes channels-last once; the 4-d output comes back once; the mean (over H, W)
+  // needs no transpose: [N, C] in both layouts.
+  EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
+  EXPECT_NE(report.to_string().find("layout: 3 convolutions channels-last"), std::string::npos)
+      << report.to_string();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 6, 15, 13}, 9)};
+  const auto want = run(a, in);
+  const auto got = run(b, in);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i].shape(), want[i].shape());
+    EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 1e-5, 1e-6)) << "output " << i;
+  }
+}
+
+TEST(Layout, CpuPlansStayChannelsFirstByDefaultAndRefittablePlansAlways) {
+  const Network net = small_cnn();
+  EXPECT_EQ(channels_last_layers(build(net, BuilderConfig{})), 0);
+  BuilderConfig refit;
+  refit.conv_layout = ConvLayout::kChannelsLast;
+  refit.refittable = true;
+  EXPECT_EQ(channels_last_layers(build(net, refit)), 0);
+}
+
+TEST(Layout, ChannelsLastPlansRoundTrip) {
+  BuilderConfig last;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  const Plan plan = build(small_cnn(), last);
+  const auto bytes = serialize_plan(plan);
+  const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
+  EXPECT_EQ(channels_last_layers(loaded), 5);
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 6, 15, 13}, 3)};
+  const auto want = run(plan, in);
+  const auto got = run(loaded, in);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 0, 0)) << "output " << i;
+  }
+  // A plan of the format before channels_last existed is refused, asking for a rebuild.
+  auto old = bytes;
+  old[8] = 1;
+  try {
+    deserialize_plan(old.data(), old.size());
+    FAIL() << "a version-1 plan loaded";
+  } catch (const CorruptInput& e) {
+    EXPECT_NE(std::string(e.what()).find("format version 1 is older"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Dynamic batch: the transposes and channels-last layers follow the run-time shape.
+TEST(Layout, DynamicBatch) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {kDynamic, 4, 9, 9},
+                                   Profile{{1, 4, 9, 9}, {2, 4, 9, 9}, {5, 4, 9, 9}});
+  ConvolutionParams c = conv(1, 2);
+  TensorId t = net.add("conv", c, {x, constant(net, "w", {6, 4, 3, 3}, 7)});
+  t = net.add("sig", ActivationParams{ActivationKind::kSigmoid}, {t});
+  net.mark_output(t, "y");
+  BuilderConfig first, last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  const Plan a = build(net, first), b = build(net, last);
+  EXPECT_EQ(channels_last_layers(b), 1);
+  for (int64_t n : {1, 5}) {
+    const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {n, 4, 9, 9}, 20 + n)};
+    const auto want = run(a, in);
+    const auto got = run(b, in);
+    EXPECT_EQ(got[0].shape(), (Shape{n, 6, 5, 5}));
+    EXPECT_TRUE(testing::near(got[0], testing::to_doubles(want[0]), 1e-5, 1e-6));
+  }
+}
+
+// Layers the pass cannot move (here a softmax over a reshaped tensor) keep their inputs
+// channels-first: the transpose stays in front of them.
+TEST(Layout, UnmovableLayersReadChannelsFirstData) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 3, 8, 8});
+  TensorId t = net.add("conv", conv(0), {x, constant(net, "w", {4, 3, 1, 1}, 8)});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {2, -1};
+  t = net.add("flatten", flat, {t});
+  t = net.add("softmax", SoftmaxParams{-1, false}, {t});
+  net.mark_output(t, "y");
+  BuilderConfig first, last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  BuildReport report;
+  const Plan b = build(net, last, &report);
+  EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 3, 8, 8}, 30)};
+  EXPECT_TRUE(testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]),
+                            1e-5, 1e-7));
+}
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,109 @@
+// Channels-last on the CUDA backend: cuDNN's NHWC convolutions (with fused bias + ReLU and
+// residual + ReLU in f16), channels-last pooling, and the layout pass's transposes, against the
+// CPU backend.
+#include "cuda_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+TensorId constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
+  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
+  std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
+  return net.add_constant(name, Weights::from_floats(shape, values));
+}
+
+ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, bool bias = true) {
+  ConvolutionParams p;
+  p.strides = {stride, stride};
+  p.padding_begin = p.padding_end = {pad, pad};
+  p.groups = groups;
+  p.post.has_bias = bias;
+  return p;
+}
+
+// A residual block as resnets have them, a depthwise stage as mobilenets do, an asymmetric pad,
+// pooling and a classifier.
+std::vector<TensorId> cnn(Network& net, const std::vector<TensorId>& in) {
+  TensorId t = net.add("stem", conv(3, 2), {in[0], constant(net, "w0", {16, 3, 7, 7}, 1),
+                                            constant(net, "b0", {16}, 2)});
+  t = net.add("relu0", ActivationParams{ActivationKind::kRelu}, {t});
+  PoolingParams mp;
+  mp.kind = PoolingKind::kMax;
+  mp.kernel = {3, 3};
+  mp.strides = {2, 2};
+  mp.padding_begin = mp.padding_end = {1, 1};
+  const TensorId block_in = net.add("maxpool", mp, {t});
+  t = net.add("c1", conv(1), {block_in, constant(net, "w1", {16, 16, 3, 3}, 3),
+                              constant(net, "b1", {16}, 4)});
+  t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
+  t = net.add("c2", conv(1), {t, constant(net, "w2", {16, 16, 3, 3}, 5),
+                              constant(net, "b2", {16}, 6)});
+  t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, block_in});
+  t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
+  t = net.add("dw", conv(1, 1, 16), {t, constant(net, "w3", {16, 1, 3, 3}, 7),
+                                     constant(net, "b3", {16}, 8)});
+  t = net.add("clamp", ActivationParams{ActivationKind::kClamp, 0, 6}, {t});
+  ConvolutionParams dw2 = conv(2, 2, 16, false);  // strided, dilated, our own NHWC kernel
+  dw2.dilations = {2, 2};
+  t = net.add("dw2", dw2, {t, constant(net, "w5", {16, 1, 3, 3}, 12)});
+  ConvolutionParams asym = conv(0, 2, 1, false);
+  asym.padding_begin = {0, 1};
+  asym.padding_end = {1, 2};
+  t = net.add("asym", asym, {t, constant(net, "w4", {24, 16, 3, 3}, 9)});
+  PoolingParams gap;
+  gap.kind = PoolingKind::kAverage;
+  gap.adaptive = true;
+  gap.output_size = {1, 1};
+  t = net.add("gap", gap, {t});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {0, -1};
+  t = net.add("flatten", flat, {t});
+  MatMulParams fc;
+  fc.transpose_b = true;
+  t = net.add("fc", fc, {t, constant(net, "wfc", {10, 24}, 10)});
+  return {t};
+}
+
+int channels_last_convolutions(const Plan& plan) {
+  int n = 0;
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* c = std::get_if<ConvolutionParams>(&l.params)) n += c->channels_last;
+  }
+  return n;
+}
+
+TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
+  KILN_REQUIRE_GPU();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {3, 3, 40, 36}, 11)};
+  {
+    SCOPED_TRACE("f32, channels-last forced");
+    BuilderConfig config;
+    config.conv_layout = ConvLayout::kChannelsLast;
+    auto r = cuda_testing::run_both(in, cnn, config);
+    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 6);
+    cuda_testing::expect_match(r, 1e-4, 1e-4);
+  }
+  {
+    SCOPED_TRACE("f16, channels-last by default");
+    BuilderConfig config;
+    config.enabled_precisions = {DataType::kF32, DataType::kF16};
+    auto r = cuda_testing::run_both(in, cnn, config);
+    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 6);
+    cuda_testing::expect_match(r, 2e-2, 2e-2);
+  }
+  {
+    SCOPED_TRACE("f16, channels-first");
+    BuilderConfig config;
+    config.enabled_precisions = {DataType::kF32, DataType::kF16};
+    config.conv_layout = ConvLayout::kChannelsFirst;
+    auto r = cuda_testing::run_both(in, cnn, config);
+    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 0);
+    cuda_testing::expect_match(r, 2e-2, 2e-2);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine

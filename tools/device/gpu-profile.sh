@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Per-layer profile of one bench/gpu model compiled by kilnc for cuda: builds kilnc and kiln-run
+# (with the CUDA backend, against python3's libtorch), traces the model with random weights,
+# builds a plan (kilnc --save-engine) and runs `kiln-run PLAN --device cuda --profile`.
+# Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+model=$1 batch=$2
+shift 2
+py=${PYTHON:-python3}
+build=${BUILD_DIR:-build-gpu}
+out=${OUT:-/tmp}
+source tools/device/common.sh
+configure_gpu_build "$build" "$out/profile_configure.log" || exit 1
+cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run >"$out/profile_build.log" 2>&1 ||
+  { grep -B5 -A20 "error" "$out/profile_build.log" | head -80; exit 1; }
+tmp=$(mktemp -d)
+spec=$("$py" - "$model" "$batch" "$tmp/model.ts" <<'PY'
+import sys
+sys.path.insert(0, "bench/gpu")
+import torch
+from bench import make_model
+model, make_input = make_model(sys.argv[1])
+x = make_input(int(sys.argv[2]))
+with torch.no_grad():
+    torch.jit.trace(model.eval(), x, check_trace=False).save(sys.argv[3])
+print("(" + ",".join(str(d) for d in x.shape) + ")@" + ("i64" if x.dtype == torch.long else "f32"))
+PY
+) || exit 1
+"$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device cuda --save-engine "$@" |
+  tail -12
+"$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile | tail -40
