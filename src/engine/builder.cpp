@@ -334,8 +334,8 @@ int decompose_attention(Network& net) {
     const TensorId scale_t = tensor(":scale", {1});
     out.push_back(Layer{weight, ConstantParams{weight}, {}, {scale_t}});
     const TensorId qs = tensor(":q_scaled", q.shape);
-    out.push_back(
-        Layer{l.name + ":q_scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {qs}});
+    out.push_back(Layer{
+        l.name + ":q_scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {qs}});
     const Shape out_shape = net.tensor(l.outputs[0]).shape;
     Shape scores_shape = out_shape;
     scores_shape.back() = k.shape[k.shape.size() - 2];
@@ -358,8 +358,8 @@ ConvLayout conv_layout(ConvLayout configured) {
   const char* env = std::getenv("KILN_CONV_LAYOUT");
   if (!env || !*env || std::string(env) == "auto") return configured;
   const std::string v = env;
-  KILN_CHECK(v == "channels_last" || v == "channels_first", InvalidArgument,
-             "KILN_CONV_LAYOUT=`", v, "`: expected channels_last, channels_first or auto");
+  KILN_CHECK(v == "channels_last" || v == "channels_first", InvalidArgument, "KILN_CONV_LAYOUT=`",
+             v, "`: expected channels_last, channels_first or auto");
   return v == "channels_last" ? ConvLayout::kChannelsLast : ConvLayout::kChannelsFirst;
 }
 

@@ -246,8 +246,8 @@ class Pass {
 
 }  // namespace
 
-LayoutReport assign_channels_last(
-    Network& net, const std::function<bool(const Network&, const Layer&)>& wants) {
+LayoutReport assign_channels_last(Network& net,
+                                  const std::function<bool(const Network&, const Layer&)>& wants) {
   LayoutReport report;
   Pass pass(net, report);
   pass.rewrite_convolutions(wants);

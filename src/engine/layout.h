@@ -19,8 +19,8 @@ struct LayoutReport {
 
 // Rewrites every convolution for which `wants(net, layer)` holds (only 2-d, non-transposed ones
 // are considered). Leaves dead transposes behind for the builder's dead-layer removal.
-LayoutReport assign_channels_last(
-    Network& net, const std::function<bool(const Network&, const Layer&)>& wants);
+LayoutReport assign_channels_last(Network& net,
+                                  const std::function<bool(const Network&, const Layer&)>& wants);
 
 // Layout transposes of non-constant tensors in `net` (after dead-layer removal: what runs).
 int count_layout_transposes(const Network& net);

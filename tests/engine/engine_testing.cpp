@@ -25,6 +25,12 @@ HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, doub
   return t;
 }
 
+TensorId random_constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
+  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
+  const float* v = t.as<float>();
+  return net.add_constant(name, Weights::from_floats(shape, std::vector<float>(v, v + t.numel())));
+}
+
 HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values) {
   HostTensor t(dtype, shape);
   EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());

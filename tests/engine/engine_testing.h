@@ -16,6 +16,8 @@ namespace kiln::engine::testing {
 // Uniform random values in [lo, hi) (integers: rounded) of any dtype, deterministic per seed.
 HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, double lo = -2,
                          double hi = 2);
+// A constant of the network holding random_tensor(f32, shape, seed, -0.5, 0.5) (weights).
+TensorId random_constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed);
 HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values);
 // Every element as double (f16/bf16 widened, integers exact up to 2^53).
 std::vector<double> to_doubles(const HostTensor& t);

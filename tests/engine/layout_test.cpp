@@ -10,12 +10,7 @@ namespace kiln::engine {
 namespace {
 
 using testing::random_tensor;
-
-TensorId constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
-  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
-  std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
-  return net.add_constant(name, Weights::from_floats(shape, values));
-}
+const auto constant = testing::random_constant;
 
 ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, int64_t dil = 1) {
   ConvolutionParams p;
@@ -34,8 +29,8 @@ Network small_cnn() {
   const TensorId x = net.add_input("x", DataType::kF32, {2, 6, 15, 13});
   ConvolutionParams c1 = conv(1);
   c1.post.has_bias = true;
-  TensorId t = net.add("conv1", c1, {x, constant(net, "w1", {8, 6, 3, 3}, 1),
-                                      constant(net, "b1", {8}, 2)});
+  TensorId t =
+      net.add("conv1", c1, {x, constant(net, "w1", {8, 6, 3, 3}, 1), constant(net, "b1", {8}, 2)});
   t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
   PoolingParams mp;
   mp.kind = PoolingKind::kMax;
@@ -47,7 +42,8 @@ Network small_cnn() {
   t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, pooled});
   t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
   t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1}, 4)});
-  const TensorId dw = net.add("depthwise", conv(1, 1, 8), {t, constant(net, "w3", {8, 1, 3, 3}, 5)});
+  const TensorId dw =
+      net.add("depthwise", conv(1, 1, 8), {t, constant(net, "w3", {8, 1, 3, 3}, 5)});
   t = net.add("cat", ConcatParams{1, false}, {t, dw});
   PoolingParams ap;
   ap.kind = PoolingKind::kAverage;
@@ -183,8 +179,8 @@ TEST(Layout, UnmovableLayersReadChannelsFirstData) {
   const Plan b = build(net, last, &report);
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
   const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 3, 8, 8}, 30)};
-  EXPECT_TRUE(testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]),
-                            1e-5, 1e-7));
+  EXPECT_TRUE(
+      testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]), 1e-5, 1e-7));
 }
 
 }  // namespace

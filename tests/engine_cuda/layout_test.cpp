@@ -7,12 +7,7 @@ namespace kiln::engine {
 namespace {
 
 using testing::random_tensor;
-
-TensorId constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed) {
-  const HostTensor t = random_tensor(DataType::kF32, shape, seed, -0.5, 0.5);
-  std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
-  return net.add_constant(name, Weights::from_floats(shape, values));
-}
+const auto constant = testing::random_constant;
 
 ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, bool bias = true) {
   ConvolutionParams p;
@@ -26,8 +21,9 @@ ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, bool
 // A residual block as resnets have them, a depthwise stage as mobilenets do, an asymmetric pad,
 // pooling and a classifier.
 std::vector<TensorId> cnn(Network& net, const std::vector<TensorId>& in) {
-  TensorId t = net.add("stem", conv(3, 2), {in[0], constant(net, "w0", {16, 3, 7, 7}, 1),
-                                            constant(net, "b0", {16}, 2)});
+  TensorId t =
+      net.add("stem", conv(3, 2),
+              {in[0], constant(net, "w0", {16, 3, 7, 7}, 1), constant(net, "b0", {16}, 2)});
   t = net.add("relu0", ActivationParams{ActivationKind::kRelu}, {t});
   PoolingParams mp;
   mp.kind = PoolingKind::kMax;
@@ -35,15 +31,15 @@ std::vector<TensorId> cnn(Network& net, const std::vector<TensorId>& in) {
   mp.strides = {2, 2};
   mp.padding_begin = mp.padding_end = {1, 1};
   const TensorId block_in = net.add("maxpool", mp, {t});
-  t = net.add("c1", conv(1), {block_in, constant(net, "w1", {16, 16, 3, 3}, 3),
-                              constant(net, "b1", {16}, 4)});
+  t = net.add("c1", conv(1),
+              {block_in, constant(net, "w1", {16, 16, 3, 3}, 3), constant(net, "b1", {16}, 4)});
   t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
-  t = net.add("c2", conv(1), {t, constant(net, "w2", {16, 16, 3, 3}, 5),
-                              constant(net, "b2", {16}, 6)});
+  t = net.add("c2", conv(1),
+              {t, constant(net, "w2", {16, 16, 3, 3}, 5), constant(net, "b2", {16}, 6)});
   t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, block_in});
   t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
-  t = net.add("dw", conv(1, 1, 16), {t, constant(net, "w3", {16, 1, 3, 3}, 7),
-                                     constant(net, "b3", {16}, 8)});
+  t = net.add("dw", conv(1, 1, 16),
+              {t, constant(net, "w3", {16, 1, 3, 3}, 7), constant(net, "b3", {16}, 8)});
   t = net.add("clamp", ActivationParams{ActivationKind::kClamp, 0, 6}, {t});
   ConvolutionParams dw2 = conv(2, 2, 16, false);  // strided, dilated, our own NHWC kernel
   dw2.dilations = {2, 2};
@@ -78,30 +74,26 @@ int channels_last_convolutions(const Plan& plan) {
 TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
   KILN_REQUIRE_GPU();
   const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {3, 3, 40, 36}, 11)};
-  {
-    SCOPED_TRACE("f32, channels-last forced");
+  struct Case {
+    const char* name;
+    DataType low;
+    ConvLayout layout;
+    int channels_last;
+    double tolerance;
+  };
+  const Case cases[] = {
+      {"f32, channels-last forced", DataType::kF32, ConvLayout::kChannelsLast, 6, 1e-4},
+      {"f16, channels-last by default", DataType::kF16, ConvLayout::kAuto, 6, 2e-2},
+      {"f16, channels-first", DataType::kF16, ConvLayout::kChannelsFirst, 0, 2e-2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
     BuilderConfig config;
-    config.conv_layout = ConvLayout::kChannelsLast;
+    config.enabled_precisions = {DataType::kF32};
+    if (c.low != DataType::kF32) config.enabled_precisions.push_back(c.low);
+    config.conv_layout = c.layout;
     auto r = cuda_testing::run_both(in, cnn, config);
-    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 6);
-    cuda_testing::expect_match(r, 1e-4, 1e-4);
-  }
-  {
-    SCOPED_TRACE("f16, channels-last by default");
-    BuilderConfig config;
-    config.enabled_precisions = {DataType::kF32, DataType::kF16};
-    auto r = cuda_testing::run_both(in, cnn, config);
-    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 6);
-    cuda_testing::expect_match(r, 2e-2, 2e-2);
-  }
-  {
-    SCOPED_TRACE("f16, channels-first");
-    BuilderConfig config;
-    config.enabled_precisions = {DataType::kF32, DataType::kF16};
-    config.conv_layout = ConvLayout::kChannelsFirst;
-    auto r = cuda_testing::run_both(in, cnn, config);
-    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 0);
-    cuda_testing::expect_match(r, 2e-2, 2e-2);
+    EXPECT_EQ(channels_last_convolutions(r.gpu_plan), c.channels_last);
+    cuda_testing::expect_match(r, c.tolerance, c.tolerance);
   }
 }
 

@@ -291,8 +291,8 @@ void convolution_kernel(KernelArgs& args) {
             {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, state->wei_mem}, {DNNL_ARG_DST, dst}};
         if (state->fused_bias) {
           exec_args[DNNL_ARG_BIAS] =
-              memory(memory::desc({channels}, memory::data_type::f32, memory::format_tag::a),
-                     eng, fb->data());
+              memory(memory::desc({channels}, memory::data_type::f32, memory::format_tag::a), eng,
+                     fb->data());
         }
         state->primitive.execute(stream, exec_args);
         if (state->dst_reorder) state->dst_reorder.execute(stream, state->dst_mem, user_dst);

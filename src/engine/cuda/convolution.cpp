@@ -36,7 +36,7 @@ struct ConvState : KernelState {
   std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks;
   cudnnConvolutionBwdDataAlgo_t bwd_algo{};
   size_t algo_workspace = 0;
-  Shape padded_input;  // non-empty when the input is padded explicitly (asymmetric padding)
+  Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
   bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
@@ -195,9 +195,9 @@ void convolution_kernel(KernelArgs& args) {
         chosen = true;
       }
     }
-    KILN_CHECK(chosen, Unsupported, "layer `", name,
-               "` (convolution): cuDNN has no usable ", dtype_name(out.dtype), " algorithm for input ",
-               shape_to_string(x.shape), " and weights ", shape_to_string(w.shape));
+    KILN_CHECK(chosen, Unsupported, "layer `", name, "` (convolution): cuDNN has no usable ",
+               dtype_name(out.dtype), " algorithm for input ", shape_to_string(x.shape),
+               " and weights ", shape_to_string(w.shape));
     state = fresh.get();
     args.state = std::move(fresh);
   }

@@ -58,7 +58,8 @@ __global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType y
       float m = -INFINITY;
       for (int64_t a = 0; a < w0.count; ++a) {
         for (int64_t e1 = 0; e1 < w1.count; ++e1) {
-          const int64_t row = ((w0.first + a * w0.step) * p.in[1] + w1.first + e1 * w1.step) * p.in[2];
+          const int64_t row =
+              ((w0.first + a * w0.step) * p.in[1] + w1.first + e1 * w1.step) * p.in[2];
           for (int64_t e = 0; e < w2.count; ++e) {
             const float v = load_as<float>(xt, x, plane + (row + w2.first + e * w2.step) * ch);
             if (v > m || isnan(v)) m = v;  // NaN wins, as in torch
@@ -71,7 +72,8 @@ __global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType y
       for (int64_t a = 0; a < w0.count; ++a) {
         for (int64_t e1 = 0; e1 < w1.count; ++e1) {
           const int64_t row = ((w0.first + a) * p.in[1] + w1.first + e1) * p.in[2] + w2.first;
-          for (int64_t e = 0; e < w2.count; ++e) sum += load_as<float>(xt, x, plane + (row + e) * ch);
+          for (int64_t e = 0; e < w2.count; ++e)
+            sum += load_as<float>(xt, x, plane + (row + e) * ch);
         }
       }
       const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded

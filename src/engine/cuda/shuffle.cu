@@ -39,9 +39,8 @@ template <class T>
 void copy_t(const void* src, const Dims& d, void* dst, int64_t n, bool narrow, unsigned grid,
             cudaStream_t stream) {
   if (narrow) {
-    strided_copy_kernel32<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(src), d,
-                                                         static_cast<T*>(dst),
-                                                         static_cast<int32_t>(n));
+    strided_copy_kernel32<<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(src), d, static_cast<T*>(dst), static_cast<int32_t>(n));
   } else {
     strided_copy_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(src), d,
                                                        static_cast<T*>(dst), n);

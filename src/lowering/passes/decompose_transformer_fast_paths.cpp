@@ -165,14 +165,20 @@ std::pair<Value*, Value*> emit_attention(Emitter& e, const Attention& a, Attenti
 // qkv_bias, proj_weight, proj_bias, mask=None, need_weights=True, average_attn_weights=True,
 // mask_type=None) -> (Tensor, Tensor). Like the rewrite below: inserts the decomposition before
 // the node and moves its uses there, or returns false having changed nothing.
+// The packed in-projection weight and bias and the out-projection weight and bias, which both
+// ops take as four consecutive inputs from `first`.
+void read_projections(Node* node, size_t first, Attention& a) {
+  a.qkv_weight = node->input(first);
+  a.qkv_bias = node->input(first + 1);
+  a.proj_weight = node->input(first + 2);
+  a.proj_bias = node->input(first + 3);
+}
+
 bool rewrite_multi_head_attention(torch::jit::Graph& graph, Node* node) {
   if (node->inputs().size() != 13 || node->outputs().size() != 2) return false;
   Attention a{node->input(0), node->input(1), node->input(2)};
   if (!read_sizes(node, 3, a) || !is_constant_none(node->input(9))) return false;
-  a.qkv_weight = node->input(5);
-  a.qkv_bias = node->input(6);
-  a.proj_weight = node->input(7);
-  a.proj_bias = node->input(8);
+  read_projections(node, 5, a);
   auto need_weights = constant_bool(node->input(10));
   auto average = constant_bool(node->input(11));
   if (!need_weights || !average) return false;
@@ -201,10 +207,7 @@ bool rewrite_encoder_layer(torch::jit::Graph& graph, Node* node) {
   Value* src = node->input(0);
   Attention a{src, src, src};
   if (!read_sizes(node, 1, a) || !is_constant_none(node->input(18))) return false;
-  a.qkv_weight = node->input(3);
-  a.qkv_bias = node->input(4);
-  a.proj_weight = node->input(5);
-  a.proj_bias = node->input(6);
+  read_projections(node, 3, a);
   auto use_gelu = constant_bool(node->input(7));
   auto norm_first = constant_bool(node->input(8));
   auto eps = constant_value(node->input(9));
