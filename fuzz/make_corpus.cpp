@@ -52,6 +52,20 @@ std::vector<Seed> seeds() {
          p.dilations = {1, 1};
          n.mark_output(n.add("pool", p, {c}), "y");
        }},
+      {"conv_pool_channels_last",  // the layout pass's layers: NHWC data, [O, kh, kw, C] weights
+       [](Network& n) {
+         auto x = n.add_input("x", DataType::kF32, {1, 6, 6, 2});
+         auto w = n.add_constant("w", ramp({4, 3, 3, 1}));
+         ConvolutionParams cp{{2, 2}, {1, 1}, {1, 0}, {1, 1}, 2};
+         cp.channels_last = true;
+         auto c = n.add("conv", cp, {x, w});
+         PoolingParams p;
+         p.kind = PoolingKind::kAverage;
+         p.adaptive = true;
+         p.output_size = {1, 1};
+         p.channels_last = true;
+         n.mark_output(n.add("pool", p, {c}), "y");
+       }},
       {"matmul_softmax",
        [=](Network& n) {
          auto x = n.add_input("x", DataType::kF32, {kDynamic, 4}, batch);
