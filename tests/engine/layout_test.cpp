@@ -183,5 +183,29 @@ TEST(Layout, UnmovableLayersReadChannelsFirstData) {
       testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]), 1e-5, 1e-7));
 }
 
+// Channels-last parameters a plan or caller may hold that no layer can run are errors naming it.
+TEST(Layout, ImpossibleChannelsLastLayersAreRejected) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {1, 5, 5, 4});
+  ConvolutionParams deconv = conv(0);
+  deconv.transposed = true;
+  deconv.channels_last = true;
+  try {
+    net.add("deconv", deconv, {x, constant(net, "w", {4, 2, 3, 3}, 1)});
+    FAIL() << "a channels-last transposed convolution was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("`deconv`"), std::string::npos) << e.what();
+  }
+  PoolingParams pool;
+  pool.kernel = {2, 2, 2};  // 3 spatial dims on a 4-d tensor
+  pool.channels_last = true;
+  try {
+    net.add("pool", pool, {x});
+    FAIL() << "a channels-last pooling of the wrong rank was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("[N, spatial..., C]"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine
