@@ -37,8 +37,11 @@ class Pass {
     std::vector<Layer> out;
     for (Layer l : net_.layers()) {
       auto* c = std::get_if<ConvolutionParams>(&l.params);
+      // A residual fused already must be a whole 4-d tensor (not broadcast) to be transposed.
+      const bool residual_4d =
+          !c || !c->post.has_residual || net_.tensor(l.inputs.back()).shape.size() == 4;
       if (!c || c->transposed || c->channels_last || net_.tensor(l.inputs[0]).shape.size() != 4 ||
-          net_.tensor(l.inputs[1]).shape.size() != 4 || !wants(net_, l)) {
+          net_.tensor(l.inputs[1]).shape.size() != 4 || !residual_4d || !wants(net_, l)) {
         out.push_back(std::move(l));
         continue;
       }
