@@ -78,7 +78,10 @@ void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type,
                                               to_int(strides).data()));
 }
 
-bool usable(const cudnnConvolutionFwdAlgoPerf_t& perf, bool f32) {
+// An algorithm cuDNN offers that runs within our workspace limit and, for f32, without tensor
+// cores (forward and backward-data results have the same fields).
+template <class Perf>
+bool usable(const Perf& perf, bool f32) {
   return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= kMaxAlgoWorkspace &&
          !(f32 && (perf.mathType == CUDNN_TENSOR_OP_MATH ||
                    perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
@@ -185,11 +188,7 @@ void convolution_kernel(KernelArgs& args) {
           handle, fresh->w, fresh->y, fresh->conv, fresh->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           &found, perf));
       for (int i = 0; i < found && !chosen; ++i) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxAlgoWorkspace ||
-            (f32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                     perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))) {
-          continue;
-        }
+        if (!usable(perf[i], f32)) continue;
         fresh->bwd_algo = perf[i].algo;
         fresh->algo_workspace = perf[i].memory;
         chosen = true;
