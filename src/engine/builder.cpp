@@ -303,47 +303,53 @@ void fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
   net.set_layers(std::move(out_layers));
 }
 
-// Unmasked, non-causal f32 attention as matmul(q * scale, k^T) -> softmax -> matmul(., v): on
-// the CUDA backend both products then run as cuBLASLt batched GEMMs on tensor cores (the
-// attention kernel is a simple one). Masked and causal attention keep the attention layer.
+// Unmasked, non-causal attention that the fused CUDA kernel does not take (f32, or head sizes it
+// does not handle) as matmul(q * scale, k^T) -> softmax -> matmul(., v), in the attention's
+// dtype (after the precision pass): both products then run as cuBLASLt batched GEMMs on tensor
+// cores, where the general attention kernel is a simple one. Masked and causal attention keep
+// the attention layer.
 int decompose_attention(Network& net) {
   std::vector<Layer> out;
   int rewritten = 0;
   for (const Layer& l : net.layers()) {
     const auto* a = std::get_if<AttentionParams>(&l.params);
-    bool f32 = a != nullptr;
-    for (size_t i = 0; f32 && i < l.inputs.size(); ++i) {
-      f32 = net.tensor(l.inputs[i]).dtype == DataType::kF32;
-    }
-    if (!f32 || a->has_mask || a->causal) {
+    if (a == nullptr || a->has_mask || a->causal) {
       out.push_back(l);
       continue;
     }
-    const TensorDesc q = net.tensor(l.inputs[0]), k = net.tensor(l.inputs[1]);
+    const TensorDesc q = net.tensor(l.inputs[0]), k = net.tensor(l.inputs[1]),
+                     v = net.tensor(l.inputs[2]);
+    const DataType dt = q.dtype;
     const int64_t e = q.shape.back();
-    if (e == kDynamic) {
+    if (e == kDynamic || k.dtype != dt || v.dtype != dt || net.tensor(l.outputs[0]).dtype != dt ||
+        cuda::fused_attention_applies(q.shape, k.shape, v.shape, dt, false)) {
       out.push_back(l);
       continue;
     }
     const double scale = a->scale != 0 ? a->scale : 1.0 / std::sqrt(static_cast<double>(e));
-    const auto tensor = [&](const std::string& suffix, Shape shape) {
-      return net.add_tensor(TensorDesc{l.name + suffix, DataType::kF32, std::move(shape), {}});
+    const auto tensor = [&](const std::string& suffix, DataType t, Shape shape) {
+      return net.add_tensor(TensorDesc{l.name + suffix, t, std::move(shape), {}});
     };
     const std::string weight = l.name + ":scale";
     net.add_weight(weight, Weights::from_floats({1}, {static_cast<float>(scale)}));
-    const TensorId scale_t = tensor(":scale", {1});
+    TensorId scale_t = tensor(":scale", DataType::kF32, {1});
     out.push_back(Layer{weight, ConstantParams{weight}, {}, {scale_t}});
-    const TensorId qs = tensor(":q_scaled", q.shape);
+    if (dt != DataType::kF32) {  // folds into a constant of the attention's dtype
+      const TensorId cast = tensor(":scale_cast", dt, {1});
+      out.push_back(Layer{l.name + ":scale_cast", CastParams{dt}, {scale_t}, {cast}});
+      scale_t = cast;
+    }
+    const TensorId qs = tensor(":q_scaled", dt, q.shape);
     out.push_back(Layer{
         l.name + ":q_scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {qs}});
     const Shape out_shape = net.tensor(l.outputs[0]).shape;
     Shape scores_shape = out_shape;
     scores_shape.back() = k.shape[k.shape.size() - 2];
-    const TensorId scores = tensor(":scores", scores_shape);
+    const TensorId scores = tensor(":scores", dt, scores_shape);
     MatMulParams qk;
     qk.transpose_b = true;
     out.push_back(Layer{l.name + ":scores", qk, {qs, l.inputs[1]}, {scores}});
-    const TensorId probs = tensor(":probs", scores_shape);
+    const TensorId probs = tensor(":probs", dt, scores_shape);
     out.push_back(Layer{l.name + ":softmax", SoftmaxParams{-1, false}, {scores}, {probs}});
     out.push_back(Layer{l.name, MatMulParams{}, {probs, l.inputs[2]}, l.outputs});
     ++rewritten;
@@ -413,8 +419,8 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   // Before folding, so that the casts of f32 weights fold into low-precision constants. The CPU
   // backend computes in f32: only cuda plans lower their precision.
   if (target.device == "cuda") {
-    r.attention_decomposed = decompose_attention(net);
     choose_precisions(net, config.enabled_precisions, cuda_precision_support(), &r.precision);
+    r.attention_decomposed = decompose_attention(net);
   }
   // After precisions (the choice depends on them), before folding (weight transposes fold).
   const ConvLayout layout = conv_layout(config.conv_layout);

@@ -114,6 +114,9 @@ class ExecutionContext {
   // engine it copies the inputs to the device, executes, waits for the stream and copies back.
   std::vector<HostTensor> run(const std::vector<HostTensor>& inputs);
 
+  // Per-layer times while on: wall time of each layer on the CPU; on cuda, device time between
+  // events around each layer, the layers enqueued eagerly (no graph) behind a gate so that
+  // enqueue time on the host does not count.
   void enable_profiling(bool on) { profiling_ = on; }
   const std::vector<LayerTiming>& profile() const { return timings_; }
   std::string profile_table() const;  // one line per layer, slowest first

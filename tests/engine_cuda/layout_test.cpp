@@ -97,5 +97,42 @@ TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
   }
 }
 
+// The depthwise kernels: 16-byte channel groups (C = 40 in f16, C = 36 in f32) and the
+// per-element fallback (C = 36 in f16, C = 6), 3x3 and 5x5, strided, with bias, clamp, residual.
+TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
+  KILN_REQUIRE_GPU();
+  for (int64_t c : {40, 36, 6}) {
+    for (int64_t k : {3, 5}) {
+      for (int64_t stride : {1, 2}) {
+        for (DataType low : {DataType::kF32, DataType::kF16}) {
+          SCOPED_TRACE("C=" + std::to_string(c) + " k=" + std::to_string(k) + " stride " +
+                       std::to_string(stride) + " " + dtype_name(low));
+          BuilderConfig config;
+          config.enabled_precisions = {DataType::kF32};
+          if (low != DataType::kF32) config.enabled_precisions.push_back(low);
+          config.conv_layout = ConvLayout::kChannelsLast;
+          auto r = cuda_testing::run_both(
+              {random_tensor(DataType::kF32, {2, c, 15, 13}, 20)},
+              [&](Network& net, const std::vector<TensorId>& in) {
+                TensorId t = net.add(
+                    "dw", conv(k / 2, stride, c),
+                    {in[0], constant(net, "w", {c, 1, k, k}, 21), constant(net, "b", {c}, 22)});
+                t = net.add("clamp", ActivationParams{ActivationKind::kClamp, 0, 6}, {t});
+                if (stride == 1) {
+                  t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, in[0]});
+                  t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
+                }
+                return std::vector<TensorId>{t};
+              },
+              config);
+          EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
+          const double tol = low == DataType::kF32 ? 1e-4 : 2e-2;
+          cuda_testing::expect_match(r, tol, tol);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

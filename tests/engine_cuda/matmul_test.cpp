@@ -102,6 +102,24 @@ TEST(CudaMatMul, PostOpsOnTheLayer) {
       {random_tensor(DataType::kF32, {9, 16}, 31), random_tensor(DataType::kF32, {16, 24}, 32),
        random_tensor(DataType::kF32, {24}, 33), random_tensor(DataType::kF32, {9, 24}, 34)},
       kRtol, kAtol);
+  // The residual (always of the output's shape and dtype) is cuBLASLt's C operand when nothing
+  // comes between bias and residual; act2 then is the epilogue's (GELU-tanh) or none.
+  MatMulParams q;
+  q.post.has_bias = true;
+  q.post.has_residual = true;
+  for (DataType t : {DataType::kF32, DataType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const double rtol = t == DataType::kF32 ? kRtol : 1e-2,
+                 atol = t == DataType::kF32 ? kAtol : 2e-2;
+    for (ActivationKind act2 : {ActivationKind::kNone, ActivationKind::kGeluTanh}) {
+      q.post.activation2 = act2;
+      cuda_testing::compare_layer(
+          q,
+          {random_tensor(t, {2, 9, 64}, 40, -1, 1), random_tensor(t, {64, 24}, 41, -1, 1),
+           random_tensor(t, {24}, 42), random_tensor(t, {2, 9, 24}, 43)},
+          rtol, atol);
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The CUDA pooling kernel against the CPU backend: max/average, padding, ceil_mode, dilation,
 // count_include_pad, 1-3-D and adaptive.
+#include <cmath>
+
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -44,6 +46,29 @@ TEST(CudaPooling, WindowedAndAdaptive) {
       pool(PoolingKind::kMax, {3, 3}, {1, 1}, {2, 2}, {2, 2}, false, true, {2, 2}), {x2});
   cuda_testing::compare_layer(pool(PoolingKind::kAverage, {2, 2}, {2, 2}, {0, 0}, {0, 0}),
                               {random_tensor(DataType::kF16, {2, 3, 8, 8}, 4)}, 1e-2, 1e-3);
+}
+
+// Windows covering whole planes run as a reduction over the spatial dims: adaptive 1x1 and a
+// full-size kernel, channels-first and channels-last, f16, and NaN winning the max.
+TEST(CudaPooling, GlobalPooling) {
+  KILN_REQUIRE_GPU();
+  HostTensor x = random_tensor(DataType::kF32, {2, 5, 33, 31}, 5);
+  static_cast<float*>(x.data())[40] = NAN;
+  const HostTensor x_last = random_tensor(DataType::kF32, {2, 33, 31, 5}, 6);
+  for (PoolingKind kind : {PoolingKind::kMax, PoolingKind::kAverage}) {
+    SCOPED_TRACE(kind == PoolingKind::kMax ? "max" : "avg");
+    PoolingParams adaptive;
+    adaptive.kind = kind;
+    adaptive.adaptive = true;
+    adaptive.output_size = {1, 1};
+    cuda_testing::compare_layer(adaptive, {x});
+    cuda_testing::compare_layer(pool(kind, {33, 31}, {}, {0, 0}, {0, 0}), {x});
+    PoolingParams last = adaptive;
+    last.channels_last = true;
+    cuda_testing::compare_layer(last, {x_last});
+    cuda_testing::compare_layer(last, {random_tensor(DataType::kF16, {4, 7, 7, 64}, 7)}, 1e-2,
+                                1e-3);
+  }
 }
 
 }  // namespace

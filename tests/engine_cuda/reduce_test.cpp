@@ -1,5 +1,7 @@
 // The CUDA reduce family against the CPU backend: reduce ops over axes (float, integer, bool),
 // argmax/argmin, topk and cumsum.
+#include <cmath>
+
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -31,6 +33,15 @@ TEST(CudaReduce, OpsAndAxes) {
   compare_layer(ReduceParams{ReduceOp::kAll, {0}, true}, {b});
   compare_layer(ReduceParams{ReduceOp::kSum, {2}, false},
                 {random_tensor(DataType::kF16, {2, 3, 300}, 4)}, 1e-2, 1e-2);
+  // One run of reduced dims (the [outer, m, inner] kernel), size-1 dims inside it, NaN.
+  HostTensor n = random_tensor(DataType::kF32, {3, 1, 50, 1, 20, 7}, 5);
+  static_cast<float*>(n.data())[123] = NAN;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+    compare_layer(ReduceParams{op, {2, 3, 4}, false}, {n}, 1e-5, 1e-6);
+    compare_layer(ReduceParams{op, {1, 2}, true}, {n}, 1e-5, 1e-6);
+  }
+  compare_layer(ReduceParams{ReduceOp::kMean, {1, 2}, false},
+                {random_tensor(DataType::kBF16, {4, 30, 30, 48}, 6)}, 2e-2, 1e-2);
 }
 
 TEST(CudaReduce, ArgMaxTopKCumSum) {

@@ -29,4 +29,4 @@ PY
 ) || exit 1
 "$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device cuda --save-engine "$@" |
   tail -12
-"$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile | tail -40
+"$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile

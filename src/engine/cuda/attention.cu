@@ -1,7 +1,18 @@
-// CUDA kernel of scaled dot-product attention: one block per query row computes its scores (in a
-// workspace row), a safe softmax and the weighted sum of values, in double like the CPU kernel.
-// Rows whose every position is masked out produce zeros. A simple kernel, not a flash kernel.
+// CUDA kernels of scaled dot-product attention, with the CPU kernel's semantics. Two paths:
+// - flash: q, k, v and out all f16 or all bf16, no mask (causal or not), E == Ev a multiple of 16
+//   up to 128, equal batch dims (fused_attention_applies, which the builder asks too) and 16-byte
+//   aligned data. One block of 4 warps takes 64 query rows and streams 64-row key/value tiles
+//   through shared memory (cp.async, two stages); q k^T and p v run on tensor cores (WMMA, float
+//   accumulation) around an online softmax in float, with p rounded to the input dtype for p v.
+// - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
+//   a safe softmax and the weighted sum of values, in double like the CPU kernel.
+// Rows whose every position is masked out produce zeros.
+#include <mma.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -99,10 +110,356 @@ Shape batch_of(const Shape& s) {
   return Shape(s.begin(), s.end() - 2);
 }
 
+// ---- flash path ----
+
+constexpr int kFlashWarps = 4;
+constexpr int kFlashThreads = kFlashWarps * kWarp;
+constexpr int kMma = 16;                        // side of a WMMA tile
+constexpr int kQueryTile = kFlashWarps * kMma;  // query rows per block, 16 per warp
+constexpr int kKeyTile = 64;                    // key/value rows per step
+// Row strides of the per-warp score (float) and probability blocks: 8 past the width puts the
+// softmax's float4 reads and 8-byte writes of a quarter/half warp in distinct banks.
+constexpr int kScoreLd = kKeyTile + 8;
+constexpr int kProbLd = kKeyTile + 8;
+constexpr size_t kElemBytes = 2;  // f16 and bf16
+
+// Shared memory of the flash kernel for head size E, in bytes; every WMMA pointer is 32-byte
+// aligned as WMMA requires. Two stages of a key tile and a value tile, the query tile, then per
+// warp a 16 x 64 score block (floats), a 16 x 64 probability block and 16 row factors. (Query
+// fragments held in registers across the key loop made E = 128 spill.)
+template <int E>
+struct FlashSmem {
+  static constexpr int kLd = E + 8;  // tile row stride in elements: 16-byte rows over all banks
+  static constexpr int kTile = kKeyTile * kLd;  // elements of one query, key or value tile
+  static_assert(kQueryTile == kKeyTile, "query and key tiles share a shape");
+  static constexpr size_t kQuery = 2 * 2 * kTile * kElemBytes;
+  static constexpr size_t kScores = kQuery + kTile * kElemBytes;
+  static constexpr size_t kProbs = kScores + kFlashWarps * kMma * kScoreLd * sizeof(float);
+  static constexpr size_t kFactors = kProbs + kFlashWarps * kMma * kProbLd * kElemBytes;
+  static constexpr size_t kBytes = kFactors + kFlashWarps * kMma * sizeof(float);
+  static_assert(E % kMma == 0 && E <= 128, "head sizes the flash kernel takes");
+};
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// cp.async of 16 bytes, of which the first `src_bytes` (0 or 16) come from `src`, the rest zeros.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait_async_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Starts copying rows [row0, row0 + 64) of a row-major [rows, E] matrix into a tile of row
+// stride FlashSmem<E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
+template <int E, class T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t row0, int64_t rows) {
+  constexpr int kChunks = E / 8;  // 16-byte pieces per row
+  constexpr int kLd = FlashSmem<E>::kLd;
+#pragma unroll
+  for (int it = 0; it < kKeyTile * kChunks / kFlashThreads; ++it) {
+    const int c = it * kFlashThreads + static_cast<int>(threadIdx.x);
+    const int r = c / kChunks, e = (c % kChunks) * 8;
+    const bool inside = row0 + r < rows;
+    copy16_async(tile + r * kLd + e, inside ? src + (row0 + r) * E + e : src, inside ? 16 : 0);
+  }
+}
+
+struct FlashArgs {
+  const void *q, *k, *v;
+  void* out;
+  int64_t batch, L, S;
+  float scale_log2;  // scale * log2(e): the softmax works in base 2
+  bool causal;
+};
+
+template <class T, int E>
+__global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
+  namespace wmma = nvcuda::wmma;
+  using Smem = FlashSmem<E>;
+  using Acc = wmma::fragment<wmma::accumulator, kMma, kMma, kMma, float>;
+  constexpr int kLd = Smem::kLd, kFrags = E / kMma;
+  static_assert(sizeof(T) == kElemBytes, "16-bit elements");
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const kv = reinterpret_cast<T*>(smem);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp,
+            lane = static_cast<int>(threadIdx.x) % kWarp;
+  T* const q_tile = reinterpret_cast<T*>(smem + Smem::kQuery);
+  const T* const q_rows = q_tile + warp * kMma * kLd;  // the warp's 16 rows
+  float* const scores = reinterpret_cast<float*>(smem + Smem::kScores) + warp * kMma * kScoreLd;
+  T* const probs = reinterpret_cast<T*>(smem + Smem::kProbs) + warp * kMma * kProbLd;
+  float* const factor = reinterpret_cast<float*>(smem + Smem::kFactors) + warp * kMma;
+
+  // The row each accumulator element holds (WMMA leaves the layout unspecified, but it is one
+  // per fragment type): load a block whose entries are their row indices. Row factors of the
+  // online softmax then scale the output fragments in registers.
+  Acc row_of;
+  for (int x = lane; x < kMma * kMma; x += kWarp) {
+    scores[(x / kMma) * kScoreLd + x % kMma] = static_cast<float>(x / kMma);
+  }
+  __syncwarp();
+  wmma::load_matrix_sync(row_of, scores, kScoreLd, wmma::mem_row_major);
+
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kQueryTile;
+  const int64_t key_tiles = (a.S + kKeyTile - 1) / kKeyTile;
+  // Causal: keys past the block's last query row are masked in every row of the block.
+  const int64_t last_tile = (q0 + kQueryTile - 1) / kKeyTile;
+  const int64_t tiles = a.causal && last_tile + 1 < key_tiles ? last_tile + 1 : key_tiles;
+  // Lanes 2r and 2r + 1 run the softmax of the warp's row r, each over half its columns.
+  const int r = lane / 2, half = lane % 2;
+  const int64_t i = q0 + warp * kMma + r;  // that row's query index
+
+  for (int64_t b = blockIdx.y; b < a.batch; b += gridDim.y) {
+    const T* const qm = static_cast<const T*>(a.q) + b * a.L * E;
+    const T* const km = static_cast<const T*>(a.k) + b * a.S * E;
+    const T* const vm = static_cast<const T*>(a.v) + b * a.S * E;
+    T* const om = static_cast<T*>(a.out) + b * a.L * E;
+    __syncthreads();  // no warp still reads the previous matrix's tiles
+    if (tiles > 0) {  // (else nothing is read: the rows are zeros)
+      load_tile_async<E>(q_tile, qm, q0, a.L);
+      load_tile_async<E>(kv, km, 0, a.S);
+      load_tile_async<E>(kv + Smem::kTile, vm, 0, a.S);
+      commit_async();
+    }
+    Acc o[kFrags];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(o[f], 0.0f);
+    float m = -INFINITY, l = 0;  // running max (base-2 scaled) and sum of row r
+
+    for (int64_t t = 0; t < tiles; ++t) {
+      wait_async_all();  // tile t (started during step t - 1, or above) has landed ...
+      __syncthreads();   // ... for every thread, and no warp still reads tile t - 1's stage
+      if (t + 1 < tiles) {
+        T* const next = kv + ((t + 1) % 2) * 2 * Smem::kTile;
+        load_tile_async<E>(next, km, (t + 1) * kKeyTile, a.S);
+        load_tile_async<E>(next + Smem::kTile, vm, (t + 1) * kKeyTile, a.S);
+        commit_async();
+      }
+      const T* const kt = kv + (t % 2) * 2 * Smem::kTile;
+      const T* const vt = kt + Smem::kTile;
+
+      // Scores of the warp's 16 rows against the tile's 64 keys.
+      Acc s[kKeyTile / kMma];
+#pragma unroll
+      for (int n = 0; n < kKeyTile / kMma; ++n) wmma::fill_fragment(s[n], 0.0f);
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+        wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> qf;
+        wmma::load_matrix_sync(qf, q_rows + f * kMma, kLd);
+#pragma unroll
+        for (int n = 0; n < kKeyTile / kMma; ++n) {
+          wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, T, wmma::col_major> kf;
+          wmma::load_matrix_sync(kf, kt + n * kMma * kLd + f * kMma, kLd);
+          wmma::mma_sync(s[n], qf, kf, s[n]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kKeyTile / kMma; ++n) {
+        wmma::store_matrix_sync(scores + n * kMma, s[n], kScoreLd, wmma::mem_row_major);
+      }
+      __syncwarp();
+
+      // Online softmax of row r: columns below `kept` are keys < S (and <= i if causal). The
+      // lane takes the float4 groups 2g + half of the row.
+      const int64_t j0 = t * kKeyTile;
+      int64_t kept64 = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
+      if (a.causal && i - j0 + 1 < kept64) kept64 = i - j0 + 1;
+      const int kept = kept64 > 0 ? static_cast<int>(kept64) : 0;
+      const float* const srow = scores + r * kScoreLd;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int g = 0; g < kKeyTile / 8; ++g) {
+        const int c = (2 * g + half) * 4;
+        const float4 s4 = *reinterpret_cast<const float4*>(srow + c);
+        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (c + u < kept) tile_max = fmaxf(tile_max, sv[u] * a.scale_log2);
+        }
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      const float m_new = fmaxf(m, tile_max);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing kept yet: p and o stay 0
+      const float alpha = exp2f(m - base);
+      float sum = 0;
+#pragma unroll
+      for (int g = 0; g < kKeyTile / 8; ++g) {
+        const int c = (2 * g + half) * 4;
+        const float4 s4 = *reinterpret_cast<const float4*>(srow + c);
+        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+        alignas(8) T p4[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          // The sum takes p as rounded, the weights p v uses, so they still sum to one.
+          p4[u] = from_float<T>(c + u < kept ? exp2f(sv[u] * a.scale_log2 - base) : 0.0f);
+          sum += to_float(p4[u]);
+        }
+        *reinterpret_cast<uint2*>(probs + r * kProbLd + c) = *reinterpret_cast<const uint2*>(p4);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      l = l * alpha + sum;
+      m = m_new;
+      if (half == 0) factor[r] = alpha;
+      __syncwarp();
+
+      // o = o * alpha (per row) + p v.
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+#pragma unroll
+        for (int x = 0; x < o[f].num_elements; ++x) {
+          o[f].x[x] *= factor[static_cast<int>(row_of.x[x])];
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kKeyTile / kMma; ++n) {
+        wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> pf;
+        wmma::load_matrix_sync(pf, probs + n * kMma, kProbLd);
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f) {
+          wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, T, wmma::row_major> vf;
+          wmma::load_matrix_sync(vf, vt + n * kMma * kLd + f * kMma, kLd);
+          wmma::mma_sync(o[f], pf, vf, o[f]);
+        }
+      }
+    }
+
+    // o / l (l == 0 only when S == 0: zeros, like the simple kernel), stored through the score
+    // block 64 columns at a time as 16-byte vectors; rows past L are not stored.
+    __syncwarp();
+    if (half == 0) factor[r] = l > 0 ? 1.0f / l : 0.0f;
+    __syncwarp();
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) {
+#pragma unroll
+      for (int x = 0; x < o[f].num_elements; ++x) {
+        o[f].x[x] *= factor[static_cast<int>(row_of.x[x])];
+      }
+    }
+#pragma unroll
+    for (int c0 = 0; c0 < E; c0 += kKeyTile) {
+      const int width = E - c0 < kKeyTile ? E - c0 : kKeyTile;
+#pragma unroll
+      for (int f = c0 / kMma; f < (c0 + width) / kMma; ++f) {
+        wmma::store_matrix_sync(scores + (f * kMma - c0), o[f], kScoreLd, wmma::mem_row_major);
+      }
+      __syncwarp();
+      const int vecs = width / 8;  // 16-byte vectors per row
+      for (int x = lane; x < kMma * vecs; x += kWarp) {
+        const int rr = x / vecs, c = (x % vecs) * 8;
+        const int64_t row = q0 + warp * kMma + rr;
+        if (row >= a.L) continue;
+        alignas(16) T v8[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v8[u] = from_float<T>(scores[rr * kScoreLd + c + u]);
+        *reinterpret_cast<uint4*>(om + row * E + c0 + c) = *reinterpret_cast<const uint4*>(v8);
+      }
+      __syncwarp();
+    }
+  }
+}
+
+template <class T, int E>
+void launch_flash(KernelArgs& args, const FlashArgs& a, dim3 grid) {
+  constexpr size_t bytes = FlashSmem<E>::kBytes;
+  const auto kernel = flash_attention_kernel<T, E>;
+  if (bytes > 48 * 1024) {
+    // Above 48 KiB a kernel must opt in, once per device (the attribute is per context).
+    static std::atomic<uint64_t> configured{0};
+    const int device = args.res.device();
+    const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (configured.load() & bit) == 0) {
+      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+      configured.fetch_or(bit);
+    }
+  }
+  kernel<<<grid, kFlashThreads, bytes, args.stream()>>>(a);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+template <class T>
+void launch_flash(KernelArgs& args, const FlashArgs& a, dim3 grid, int64_t E) {
+  switch (E) {
+    case 16:
+      return launch_flash<T, 16>(args, a, grid);
+    case 32:
+      return launch_flash<T, 32>(args, a, grid);
+    case 48:
+      return launch_flash<T, 48>(args, a, grid);
+    case 64:
+      return launch_flash<T, 64>(args, a, grid);
+    case 80:
+      return launch_flash<T, 80>(args, a, grid);
+    case 96:
+      return launch_flash<T, 96>(args, a, grid);
+    case 112:
+      return launch_flash<T, 112>(args, a, grid);
+    case 128:
+      return launch_flash<T, 128>(args, a, grid);
+  }
+  KILN_THROW(InternalError, "layer `", args.layer.name, "`: no flash attention kernel for E=", E);
+}
+
+// Whether the flash kernel runs this layer: what the builder asks too (fused_attention_applies),
+// one dtype throughout, out shaped as q (no broadcast batch), and data aligned for 16-byte access.
+bool flash_applies(const AttentionParams& p, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& out) {
+  const auto aligned = [](const void* d) { return reinterpret_cast<uintptr_t>(d) % 16 == 0; };
+  return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype, p.has_mask) &&
+         k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape &&
+         aligned(q.data) && aligned(k.data) && aligned(v.data) && aligned(out.data);
+}
+
+void flash_attention(KernelArgs& args, const AttentionParams& p) {
+  const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
+  const TensorView& out = args.outputs[0];
+  FlashArgs a{};
+  a.q = q.data, a.k = k.data, a.v = v.data, a.out = out.data;
+  a.L = q.shape[q.shape.size() - 2], a.S = k.shape[k.shape.size() - 2];
+  a.batch = volume(batch_of(out.shape));
+  const int64_t E = q.shape.back();
+  const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
+  a.causal = p.causal;
+  const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile),
+                  static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
+  if (q.dtype == DataType::kF16) {
+    launch_flash<__half>(args, a, grid, E);
+  } else {
+    launch_flash<__nv_bfloat16>(args, a, grid, E);
+  }
+}
+
 void attention_kernel(KernelArgs& args) {
   const auto& p = std::get<AttentionParams>(args.layer.params);
   const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
   const TensorView& out = args.outputs[0];
+  if (out.numel() == 0) return;  // (a grid of no blocks is a launch error)
+  if (flash_applies(p, q, k, v, out)) {
+    flash_attention(args, p);
+    return;
+  }
   const Shape batch = batch_of(out.shape);
   AttentionArgs a{};
   a.q = q.data, a.k = k.data, a.v = v.data, a.out = out.data;

@@ -13,6 +13,7 @@
 #include "engine/cuda/graphs.h"
 #include "engine/cuda/kernels.h"
 #include "engine/runtime.h"
+#include "util/logging.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -137,6 +138,8 @@ class ContextState : public Resources {
     arena_.release();
     workspace_.release();
     if (switch_event_) cudaEventDestroy(switch_event_);
+    for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
+    if (gate_) cudaFreeHost(const_cast<int*>(gate_));
     if (cublaslt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(cublaslt_));
     if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
   }
@@ -194,7 +197,54 @@ class ContextState : public Resources {
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
 
+  // Profiling (see backend.h): the gate flag in host-mapped memory and one event per mark.
+  void profile_begin() {
+    DeviceGuard guard(device());
+    if (!gate_) {
+      void* p = nullptr;
+      KILN_CUDA_CHECK(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped));
+      gate_ = static_cast<int*>(p);
+      void* d = nullptr;
+      KILN_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+      gate_device_ = static_cast<int*>(d);
+    }
+    gate_[0] = 0;
+    gate_[1] = 0;
+    marks_.clear();
+    launch_gate(stream_, gate_device_, 2'000'000'000LL);
+    record(kNoLayer);
+  }
+  void profile_mark(size_t layer) { record(layer); }
+  std::vector<std::pair<size_t, double>> profile_end() {
+    DeviceGuard guard(device());
+    gate_[0] = 1;
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (gate_[1] != 0) {
+      KILN_LOG(kWarning,
+               "profiling: the host took over 2 s to enqueue the layers (or waited on "
+               "the device meanwhile); layer times include host time");
+    }
+    std::vector<std::pair<size_t, double>> out;
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, profile_events_[i - 1], profile_events_[i]));
+      out.emplace_back(marks_[i], static_cast<double>(ms));
+    }
+    return out;
+  }
+
  private:
+  static constexpr size_t kNoLayer = static_cast<size_t>(-1);
+  void record(size_t layer) {
+    if (profile_events_.size() <= marks_.size()) {
+      cudaEvent_t e = nullptr;
+      KILN_CUDA_CHECK(cudaEventCreate(&e));
+      profile_events_.push_back(e);
+    }
+    KILN_CUDA_CHECK(cudaEventRecord(profile_events_[marks_.size()], stream_));
+    marks_.push_back(layer);
+  }
+
   std::shared_ptr<EngineState> engine_;
   cudaStream_t stream_ = nullptr;
   GrowingBuffer arena_, workspace_;
@@ -203,6 +253,10 @@ class ContextState : public Resources {
   bool cudnn_stream_set_ = false;
   cudaEvent_t switch_event_ = nullptr;
   std::vector<std::unique_ptr<KernelState>> states_;
+  volatile int* gate_ = nullptr;
+  int* gate_device_ = nullptr;
+  std::vector<cudaEvent_t> profile_events_;
+  std::vector<size_t> marks_;
 };
 
 bool built() {
@@ -399,6 +453,30 @@ void copy_device_to_host(ContextState& ctx, void* dst, const void* src, size_t b
 void synchronize(ContextState& ctx) {
   DeviceGuard guard(ctx.device());
   KILN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+}
+
+bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype,
+                             bool has_mask) {
+  if (has_mask || (dtype != DataType::kF16 && dtype != DataType::kBF16)) return false;
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return false;
+  const int64_t e = q.back();
+  if (e <= 0 || e > 128 || e % 16 != 0 || k.back() != e || v.back() != e) return false;
+  if (k[k.size() - 2] != v[v.size() - 2]) return false;
+  for (size_t d = 0; d + 2 < q.size(); ++d) {
+    if (k[d] != q[d] || v[d] != q[d]) return false;
+  }
+  return true;
+}
+
+void profile_begin(ContextState& ctx) {
+  ctx.profile_begin();
+}
+void profile_mark(ContextState& ctx, size_t layer) {
+  DeviceGuard guard(ctx.device());
+  ctx.profile_mark(layer);
+}
+std::vector<std::pair<size_t, double>> profile_end(ContextState& ctx) {
+  return ctx.profile_end();
 }
 
 std::shared_ptr<void> allocate(ContextState& ctx, size_t bytes) {

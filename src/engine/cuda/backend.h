@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/network.h"
@@ -29,6 +30,12 @@ int compute_capability(int index);
 // Throws Unsupported naming the first layer the CUDA backend cannot run (its kind, or a dtype its
 // kernel does not declare).
 void check_supported(const Network& net);
+
+// Whether attention over q [B..., L, E], k [B..., S, E], v [B..., S, Ev] of `dtype` runs as the
+// fused (flash) kernel: f16/bf16, no mask, E == Ev a multiple of 16 up to 128, equal batch dims.
+// The builder keeps such layers; other unmasked, non-causal ones become two GEMMs + softmax.
+bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype,
+                             bool has_mask);
 
 // A dense row-major tensor in device memory.
 struct DeviceTensor {
@@ -81,6 +88,13 @@ void copy_host_to_device(ContextState& ctx, void* dst, const void* src, size_t b
 void copy_device_to_host(ContextState& ctx, void* dst, const void* src, size_t bytes);
 // Waits for the context's stream (only the convenience run() calls this).
 void synchronize(ContextState& ctx);
+// Per-layer device time for profiling, free of host time: profile_begin() holds the stream
+// behind a gate kernel while the host enqueues the layers, recording an event after each
+// (profile_mark); profile_end() opens the gate, waits, and returns the milliseconds between
+// consecutive marks as (layer index, ms) pairs.
+void profile_begin(ContextState& ctx);
+void profile_mark(ContextState& ctx, size_t layer);
+std::vector<std::pair<size_t, double>> profile_end(ContextState& ctx);
 // Device memory on the engine's device, freed when the last reference goes.
 std::shared_ptr<void> allocate(ContextState& ctx, size_t bytes);
 

@@ -1,8 +1,11 @@
 // CUDA depthwise 2-d convolution on channels-last data (x [N, H, W, C], weights [C, kh, kw, 1],
-// one filter per channel): one thread per output element with the channel innermost, so that a
-// warp reads consecutive channels of one pixel; fp32 accumulation; bias, activation, residual and
-// the second activation in the same pass. cuDNN's NHWC grouped convolutions are slow for this
+// one filter per channel), fp32 accumulation, bias, activation, residual and the second
+// activation in the same pass. Where channels come in 16-byte groups, each thread computes one
+// group of one pixel with the block's filter taps in shared memory; otherwise one thread per
+// output element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
 // shape (bench/NOTES.md G4).
+#include <algorithm>
+
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -52,6 +55,105 @@ __global__ void depthwise_nhwc_t(DepthwiseArgs a) {
   }
 }
 
+// The vectorized kernel: each thread computes V consecutive channels (16 bytes) of one output
+// pixel. Block (x: pixel chunk, y: channel tile of `tile` V-groups); its tile's filter taps are
+// staged in shared memory as [tap][channel] so that a thread reads its V weights of a tap as one
+// 16-byte word. 32-bit index math (the launcher checks the sizes).
+constexpr int kVecThreads = 256;
+constexpr int kVecSmemBytes = 48 * 1024;
+
+template <class T>
+struct Vec {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+
+template <class T>
+__global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
+  constexpr int V = Vec<T>::kN;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* ws = reinterpret_cast<T*>(smem_raw);
+  const int c_total = static_cast<int>(a.c), groups = c_total / V, taps = a.kh * a.kw;
+  const int g0 = blockIdx.y * tile;  // first V-group of this block's channel tile
+  const int tile_c = tile * V;
+  const T* w = static_cast<const T*>(a.w);
+  for (int idx = threadIdx.x; idx < tile_c * taps; idx += blockDim.x) {
+    const int cl = idx / taps, tap = idx % taps, c = g0 * V + cl;
+    ws[tap * tile_c + cl] = c < c_total ? w[c * taps + tap] : T(0.f);
+  }
+  __syncthreads();
+  const int per_block = kVecThreads / tile;  // pixels in flight per block
+  const int g = threadIdx.x % tile, lane_pix = threadIdx.x / tile;
+  if (lane_pix >= per_block || g0 + g >= groups) return;
+  const int c = (g0 + g) * V;
+  const int h = static_cast<int>(a.h), wi = static_cast<int>(a.w_in);
+  const int oh = static_cast<int>(a.oh), ow = static_cast<int>(a.ow);
+  const T* x = static_cast<const T*>(a.x);
+  for (int pix = blockIdx.x * per_block + lane_pix; pix < npix; pix += gridDim.x * per_block) {
+    const int ox = pix % ow, t = pix / ow;
+    const int oy = t % oh, n = t / oh;
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = 0.f;
+    for (int r = 0; r < a.kh; ++r) {
+      const int iy = oy * a.sh - a.ph + r * a.dh;
+      if (iy < 0 || iy >= h) continue;
+      const T* row = x + static_cast<int64_t>((n * h + iy) * wi) * c_total + c;
+      for (int s = 0; s < a.kw; ++s) {
+        const int ix = ox * a.sw - a.pw + s * a.dw;
+        if (ix < 0 || ix >= wi) continue;
+        const Vec<T> xv =
+            *reinterpret_cast<const Vec<T>*>(row + static_cast<int64_t>(ix) * c_total);
+        const Vec<T> wv = *reinterpret_cast<const Vec<T>*>(ws + (r * a.kw + s) * tile_c + g * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          acc[k] += static_cast<float>(xv.v[k]) * static_cast<float>(wv.v[k]);
+        }
+      }
+    }
+    const int64_t at = static_cast<int64_t>(pix) * c_total + c;
+    Vec<T> res{};
+    if (a.residual) res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
+    Vec<T> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float v = acc[k];
+      if (a.bias) v += static_cast<float>(static_cast<const T*>(a.bias)[c + k]);
+      v = activate(a.act, v, a.alpha, a.beta);
+      if (a.residual) {
+        v += static_cast<float>(res.v[k]);
+        v = activate(a.act2, v, a.alpha2, a.beta2);
+      }
+      out.v[k] = T(v);
+    }
+    *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
+  }
+}
+
+// Launches the vectorized kernel when channels, pointers and sizes allow; false otherwise.
+template <class T>
+bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
+  constexpr int V = Vec<T>::kN;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.c % V != 0 || !aligned(a.x) || !aligned(a.y) || (a.residual && !aligned(a.residual))) {
+    return false;
+  }
+  const int64_t npix = a.total / a.c;
+  const int64_t in_elems = a.total / a.oh / a.ow * a.h * a.w_in;
+  if (a.total >= (int64_t{1} << 31) || in_elems >= (int64_t{1} << 31)) return false;
+  const int groups = static_cast<int>(a.c / V);
+  const int tile = groups < 32 ? groups : 32;
+  const size_t smem = static_cast<size_t>(tile) * V * a.kh * a.kw * sizeof(T);
+  if (smem > kVecSmemBytes) return false;
+  const int per_block = kVecThreads / tile;
+  const int64_t chunks = (npix + per_block - 1) / per_block;
+  dim3 grid(static_cast<unsigned>(std::min<int64_t>(chunks, 2048)),
+            static_cast<unsigned>((groups + tile - 1) / tile));
+  if (grid.y > 65535) return false;
+  depthwise_nhwc_vec<T><<<grid, kVecThreads, smem, stream>>>(a, tile, static_cast<int>(npix));
+  return true;
+}
+
 }  // namespace
 
 bool depthwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
@@ -86,13 +188,16 @@ void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
   const unsigned grid = grid_for(a.total);
   switch (out.dtype) {
     case DataType::kF16:
-      depthwise_nhwc_t<__half><<<grid, kThreads, 0, stream>>>(a);
+      if (!launch_vec<__half>(stream, a))
+        depthwise_nhwc_t<__half><<<grid, kThreads, 0, stream>>>(a);
       break;
     case DataType::kBF16:
-      depthwise_nhwc_t<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a);
+      if (!launch_vec<__nv_bfloat16>(stream, a)) {
+        depthwise_nhwc_t<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a);
+      }
       break;
     default:
-      depthwise_nhwc_t<float><<<grid, kThreads, 0, stream>>>(a);
+      if (!launch_vec<float>(stream, a)) depthwise_nhwc_t<float><<<grid, kThreads, 0, stream>>>(a);
       break;
   }
   KILN_CUDA_CHECK_LAUNCH(layer);

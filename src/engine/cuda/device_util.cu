@@ -1,5 +1,6 @@
 // Host side of the shared device helpers: Dims for broadcast and strided operands.
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -36,7 +37,29 @@ std::vector<Dims> merge(const std::string& layer, const Shape& shape,
   return out;
 }
 
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void gate_kernel(volatile int* flag, long long timeout_ns) {
+  const long long start = global_ns();
+  while (flag[0] == 0) {
+    if (global_ns() - start > timeout_ns) {
+      flag[1] = 1;
+      return;
+    }
+    __nanosleep(1000);
+  }
+}
+
 }  // namespace
+
+void launch_gate(cudaStream_t stream, volatile int* flag, long long timeout_ns) {
+  gate_kernel<<<1, 1, 0, stream>>>(flag, timeout_ns);
+  KILN_CUDA_CHECK_LAUNCH("profiling gate");
+}
 
 std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
                                  const std::vector<Shape>& inputs) {

@@ -1,7 +1,8 @@
 // CUDA kernel of the matmul family: cuBLASLt (row-major operands seen as transposed column-major
 // ones) in f32, f16 or bf16 with fp32 accumulation (plain fp32 math for f32: no TF32), batched by
 // strides (broadcast batches materialized in the workspace), with bias and ReLU/GELU(tanh) fused
-// as cuBLASLt epilogues; the post-op kernel does the rest.
+// as cuBLASLt epilogues and a full-shape residual added as the C operand (beta = 1); the post-op
+// kernel does the rest.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -28,7 +29,8 @@ struct MatMulState : KernelState {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t algo_workspace = 0;
-  bool fused_bias = false, fused_activation = false;
+  bool fused_bias = false, fused_activation = false, fused_residual = false,
+       fused_activation2 = false;
   ~MatMulState() override {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -92,7 +94,8 @@ void matmul_kernel(KernelArgs& args) {
   const cudaDataType_t type = cuda_type(out.dtype);
   cudaStream_t stream = args.stream();
 
-  bool fused_bias = false, fused_activation = false;
+  bool fused_bias = false, fused_activation = false, fused_residual = false,
+       fused_activation2 = false;
   if (k == 0) {
     KILN_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(out.numel()) * es, stream));
   } else {
@@ -130,9 +133,18 @@ void matmul_kernel(KernelArgs& args) {
     const int64_t a_stride = volume(a_batch) == 1 && !expand_a ? 0 : a_mat;
     const int64_t b_stride = volume(b_batch) == 1 && !expand_b ? 0 : b_mat;
     const bool bias_epilogue = bias && bias->numel() == n && bias->dtype == out.dtype;
-    const ActivationKind act = p.post.activation;
-    const bool act_epilogue = (bias_epilogue || !bias) &&
-                              (act == ActivationKind::kRelu || act == ActivationKind::kGeluTanh);
+    const ActivationKind act = p.post.activation, act2 = p.post.activation2;
+    const auto epilogue_act = [](ActivationKind a) {
+      return a == ActivationKind::kRelu || a == ActivationKind::kGeluTanh;
+    };
+    const bool act_epilogue = (bias_epilogue || !bias) && epilogue_act(act);
+    // cuBLASLt computes act(A B + beta C + bias): a residual of the output's shape and dtype is C
+    // when nothing is applied between the bias and the residual; act2 then is the epilogue's.
+    const bool residual_c = residual && (bias_epilogue || !bias) && act == ActivationKind::kNone &&
+                            residual->dtype == out.dtype && residual->shape == out.shape;
+    const bool act2_epilogue = residual_c && epilogue_act(act2);
+    const ActivationKind epi_act =
+        act_epilogue ? act : (act2_epilogue ? act2 : ActivationKind::kNone);
     std::vector<int64_t> key = {static_cast<int64_t>(out.dtype),
                                 ta,
                                 tb,
@@ -148,7 +160,11 @@ void matmul_kernel(KernelArgs& args) {
                                 alignment(a_ptr),
                                 alignment(b_ptr),
                                 alignment(y),
-                                bias_epilogue ? alignment(bias->data) : 0};
+                                bias_epilogue ? alignment(bias->data) : 0,
+                                residual_c,
+                                act2_epilogue,
+                                static_cast<int64_t>(act2),
+                                residual_c ? alignment(residual->data) : 0};
     auto* state = dynamic_cast<MatMulState*>(args.state.get());
     if (!state || state->key != key) {
       auto fresh = std::make_unique<MatMulState>();
@@ -162,9 +178,9 @@ void matmul_kernel(KernelArgs& args) {
       KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                        &op_a, sizeof(op_a)));
       cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      if (act_epilogue && act == ActivationKind::kRelu) {
+      if (epi_act == ActivationKind::kRelu) {
         epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-      } else if (act_epilogue) {
+      } else if (epi_act == ActivationKind::kGeluTanh) {
         epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
       } else if (bias_epilogue) {
         epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -184,12 +200,14 @@ void matmul_kernel(KernelArgs& args) {
       const uint32_t align_a = static_cast<uint32_t>(alignment(b_ptr));
       const uint32_t align_b = static_cast<uint32_t>(alignment(a_ptr));
       const uint32_t align_d = static_cast<uint32_t>(alignment(y));
+      const uint32_t align_c =
+          residual_c ? static_cast<uint32_t>(alignment(residual->data)) : align_d;
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                            &align_a, sizeof(align_a));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                            &align_b, sizeof(align_b));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                           &align_d, sizeof(align_d));
+                                           &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
       cublasLtMatmulHeuristicResult_t result{};
@@ -205,6 +223,8 @@ void matmul_kernel(KernelArgs& args) {
       fresh->algo_workspace = result.workspaceSize;
       fresh->fused_bias = bias_epilogue;
       fresh->fused_activation = act_epilogue;
+      fresh->fused_residual = residual_c;
+      fresh->fused_activation2 = act2_epilogue;
       state = fresh.get();
       args.state = std::move(fresh);
     }
@@ -214,12 +234,15 @@ void matmul_kernel(KernelArgs& args) {
           state->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
     }
     const float one = 1.f, zero = 0.f;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(args.res.cublaslt()),
-                                     state->desc, &one, b_ptr, state->b, a_ptr, state->a, &zero, y,
-                                     state->d, y, state->d, &state->algo, ws + ws_off,
-                                     state->algo_workspace, stream));
+    const void* c_ptr = state->fused_residual ? residual->data : y;
+    KILN_CUBLAS_CHECK(cublasLtMatmul(
+        static_cast<cublasLtHandle_t>(args.res.cublaslt()), state->desc, &one, b_ptr, state->b,
+        a_ptr, state->a, state->fused_residual ? &one : &zero, c_ptr, state->d, y, state->d,
+        &state->algo, ws + ws_off, state->algo_workspace, stream));
     fused_bias = state->fused_bias;
     fused_activation = state->fused_activation;
+    fused_residual = state->fused_residual;
+    fused_activation2 = state->fused_activation2;
   }
   const PostOps& post = p.post;
   PostOpArgs rest;
@@ -227,10 +250,10 @@ void matmul_kernel(KernelArgs& args) {
   rest.channels = rest.bias ? rest.bias->numel() : 1;
   rest.act = fused_activation ? ActivationKind::kNone : post.activation;
   rest.alpha = post.alpha, rest.beta = post.beta;
-  rest.residual = residual;
-  rest.act2 = post.activation2;
+  rest.residual = fused_residual ? nullptr : residual;
+  rest.act2 = fused_activation2 ? ActivationKind::kNone : post.activation2;
   rest.alpha2 = post.alpha2, rest.beta2 = post.beta2;
-  if (rest.bias || rest.act != ActivationKind::kNone || residual ||
+  if (rest.bias || rest.act != ActivationKind::kNone || rest.residual ||
       rest.act2 != ActivationKind::kNone) {
     launch_post_ops(stream, name, out, rest);
   }

@@ -1,7 +1,11 @@
-// CUDA kernels of the normalization family: softmax/log-softmax (one warp per row) and batch,
-// layer, group and instance normalization (one block per normalized run, two-pass statistics in
-// double like the CPU kernels).
+// CUDA kernels of the normalization family: softmax/log-softmax and batch, layer, group and
+// instance normalization. Rows of at most 1024 contiguous f32/f16/bf16 elements (softmax over the
+// last dim, layer norm) take typed kernels with the row in registers and float statistics; the
+// rest one warp per row (softmax) or one block per normalized run (two-pass statistics in double
+// like the CPU kernels).
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -59,6 +63,171 @@ __global__ void softmax_kernel_t(const void* x, DataType xt, void* y, DataType y
   }
 }
 
+// Typed fast paths for rows of at most 32 * kItems contiguous elements, one warp per row with the
+// row in registers (one read, one write), statistics in float. Element i of a row is held by
+// lane i % 32 (coalesced loads).
+template <class T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return v;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
+__device__ __forceinline__ float warp_sum_f(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kRowWarps = 4;  // warps (rows in flight) per block of the row kernels
+
+template <class T, int kItems>
+__global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool log) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
+       r += int64_t(gridDim.x) * kRowWarps) {
+    const T* xr = x + r * n;
+    float v[kItems];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      v[j] = i < n ? to_float(xr[i]) : -INFINITY;
+      mx = fmaxf(mx, v[j]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      // A NaN anywhere makes the sum (and so the row) NaN, as torch; fmaxf skipped it above.
+      if (i < n) sum += expf(v[j] - mx);
+    }
+    sum = warp_sum_f(sum);
+    const float inv = 1.f / sum, log_sum = logf(sum);
+    T* yr = y + r * n;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      if (i < n) yr[i] = from_float<T>(log ? v[j] - mx - log_sum : expf(v[j] - mx) * inv);
+    }
+  }
+}
+
+// Layer normalization of rows of `n` elements; scale and bias (any float dtype, or null) per
+// element of the row.
+template <class T, int kItems>
+__global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
+                                       const void* scale, DataType st, const void* bias,
+                                       DataType bt) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
+       r += int64_t(gridDim.x) * kRowWarps) {
+    const T* xr = x + r * n;
+    float v[kItems];
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      v[j] = i < n ? to_float(xr[i]) : 0.f;
+      sum += v[j];
+    }
+    const float mean = warp_sum_f(sum) / static_cast<float>(n);
+    float sq = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      const float d = v[j] - mean;
+      if (i < n) sq += d * d;
+    }
+    const float inv = 1.f / sqrtf(warp_sum_f(sq) / static_cast<float>(n) + eps);
+    T* yr = y + r * n;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = lane + j * kWarp;
+      if (i < n) {
+        float o = (v[j] - mean) * inv;
+        if (scale) o = o * load_as<float>(st, scale, i) + load_as<float>(bt, bias, i);
+        yr[i] = from_float<T>(o);
+      }
+    }
+  }
+}
+
+// Launches `Kernel<T, kItems>` for the smallest kItems in {1, 2, 4, 8, 16, 32} holding n.
+template <class T, template <class, int> class Launch, class... A>
+void launch_rows(int n, A&&... a) {
+  const int items = (n + kWarp - 1) / kWarp;
+  if (items <= 1) {
+    Launch<T, 1>::run(a...);
+  } else if (items <= 2) {
+    Launch<T, 2>::run(a...);
+  } else if (items <= 4) {
+    Launch<T, 4>::run(a...);
+  } else if (items <= 8) {
+    Launch<T, 8>::run(a...);
+  } else if (items <= 16) {
+    Launch<T, 16>::run(a...);
+  } else {
+    Launch<T, 32>::run(a...);
+  }
+}
+
+unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>((rows + kRowWarps - 1) / kRowWarps, 65535 * 16));
+}
+
+template <class T, int kItems>
+struct SoftmaxRows {
+  static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, bool log) {
+    softmax_rows_kernel<T, kItems><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
+  }
+};
+
+template <class T, int kItems>
+struct LayerNormRows {
+  static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, float eps,
+                  const void* scale, DataType st, const void* bias, DataType bt) {
+    layer_norm_rows_kernel<T, kItems><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt);
+  }
+};
+
+// Calls `Launch<T>` for the float dtype `t`; false for other dtypes.
+template <template <class, int> class Launch, class... A>
+bool launch_typed_rows(DataType t, int n, A&&... a) {
+  switch (t) {
+    case DataType::kF32:
+      launch_rows<float, Launch>(n, a...);
+      return true;
+    case DataType::kF16:
+      launch_rows<__half, Launch>(n, a...);
+      return true;
+    case DataType::kBF16:
+      launch_rows<__nv_bfloat16, Launch>(n, a...);
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr int64_t kMaxRowItems = 32 * kWarp;
+
 void softmax_kernel(KernelArgs& args) {
   const auto& p = std::get<SoftmaxParams>(args.layer.params);
   const TensorView &x = args.inputs[0], &y = args.outputs[0];
@@ -67,6 +236,12 @@ void softmax_kernel(KernelArgs& args) {
   for (int d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
   for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
   const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
+  if (inner == 1 && n > 0 && n <= kMaxRowItems && x.dtype == y.dtype &&
+      launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), args.stream(), x.data, y.data,
+                                     rows, static_cast<int>(n), p.log)) {
+    KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+    return;
+  }
   const int warps = kThreads / kWarp;
   softmax_kernel_t<<<grid_for(rows, warps), kThreads, 0, args.stream()>>>(
       x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log);
@@ -137,6 +312,13 @@ void normalization_kernel(KernelArgs& args) {
     int64_t len = 1;
     for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
       len *= s[d];
+    if (len > 0 && len <= kMaxRowItems && x.dtype == y.dtype &&
+        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len), stream, x.data, y.data,
+                                         x.numel() / len, static_cast<int>(len),
+                                         static_cast<float>(p.epsilon), sd, st, bd, bt)) {
+      KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+      return;
+    }
     runs(x.numel() / len, len, 1, 0, 1);
   } else {
     const int64_t n = s[0], c = s[1], spatial = x.numel() / (n * c);

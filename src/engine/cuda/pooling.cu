@@ -109,6 +109,24 @@ void pooling_kernel(KernelArgs& args) {
       d.dil[slot] = p.dilations.empty() ? 1 : p.dilations[k];
     }
   }
+  // Global pooling (one window covering each whole plane): a reduction over the spatial dims.
+  bool global = true;
+  int64_t plane = 1;
+  for (size_t k = 0; k < nd; ++k) {
+    const size_t slot = 3 - nd + k;
+    plane *= d.in[slot];
+    global = global && d.out[slot] == 1 &&
+             (p.adaptive ||
+              (d.k[slot] == d.in[slot] && d.pb[slot] == 0 && d.pe[slot] == 0 && d.dil[slot] == 1));
+  }
+  if (global && plane > 0) {
+    const int64_t outer = p.channels_last ? x.shape[0] : x.numel() / plane;
+    const int64_t inner = p.channels_last ? d.ch : 1;
+    if (launch_reduce_middle(args.stream(), args.layer.name, x, out, outer, plane, inner,
+                             d.is_max ? ReduceOp::kMax : ReduceOp::kMean)) {
+      return;
+    }
+  }
   const int64_t total = out.numel();
   pooling_kernel_t<<<grid_for(total), kThreads, 0, args.stream()>>>(x.data, x.dtype, out.data,
                                                                     out.dtype, d, total);

@@ -1,6 +1,9 @@
-// CUDA kernels of the reduce family: reduce (one warp per output), argmax/argmin and cumsum (one
-// thread per row) and topk (one thread per element, placed by its rank in the row). Floating data
-// accumulates in double and integers in int64 with wrap-around, as on the CPU.
+// CUDA kernels of the reduce family: reduce (sum/mean/max/min of a float tensor over one run of
+// dims: the [outer, m, inner] kernel, accumulating in float; otherwise one warp per output,
+// floating data in double and integers in int64 with wrap-around, as on the CPU), argmax/argmin
+// and cumsum (one thread per row) and topk (one thread per element, placed by its rank in the
+// row).
+#include <algorithm>
 #include <cmath>
 
 #include "engine/cuda/device_util.cuh"
@@ -93,6 +96,97 @@ __global__ void reduce_kernel_t(const void* x, DataType xt, Dims kept, Dims red,
   }
 }
 
+// Reduction of x viewed as [outer, m, inner] over m, same float dtype in and out: a block of
+// (tx, ty) threads covers tx consecutive inner positions (coalesced) and splits m over ty, then
+// combines the ty partials in shared memory. f32 accumulates in double (as the CPU), f16/bf16 in
+// float. Global pooling (channels-last:
+// inner = C; channels-first: inner = 1) and reductions over a run of middle dims take it.
+constexpr int kMiddleThreads = 256;
+
+template <class T, class A>
+__global__ void reduce_middle_kernel(const T* x, T* y, int64_t outer, int64_t m, int64_t inner,
+                                     ReduceOp op) {
+  __shared__ A partial[kMiddleThreads];
+  const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    A acc = is_max ? -INFINITY : (is_min ? INFINITY : 0);
+    if (i < inner) {
+      const T* base = x + o * m * inner + i;
+      for (int64_t j = threadIdx.y; j < m; j += blockDim.y) {
+        const A v = static_cast<float>(base[j * inner]);
+        if (is_max) {
+          acc = (v > acc || isnan(v) || isnan(acc)) ? (isnan(acc) ? acc : v) : acc;
+        } else if (is_min) {
+          acc = (v < acc || isnan(v) || isnan(acc)) ? (isnan(acc) ? acc : v) : acc;
+        } else {
+          acc += v;
+        }
+      }
+    }
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    partial[t] = acc;
+    __syncthreads();
+    for (int half = blockDim.y / 2; half > 0; half /= 2) {
+      if (threadIdx.y < half) {
+        const A other = partial[t + half * blockDim.x];
+        A a = partial[t];
+        if (is_max) {
+          a = (other > a || isnan(other)) && !isnan(a) ? other : a;
+        } else if (is_min) {
+          a = (other < a || isnan(other)) && !isnan(a) ? other : a;
+        } else {
+          a += other;
+        }
+        partial[t] = a;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.y == 0 && i < inner) {
+      A r = partial[threadIdx.x];
+      if (op == ReduceOp::kMean) r /= static_cast<A>(m);
+      y[o * inner + i] = T(static_cast<float>(r));
+    }
+    __syncthreads();  // partial[] is rewritten for the next o
+  }
+}
+
+}  // namespace
+
+bool launch_reduce_middle(cudaStream_t stream, const std::string& layer, const TensorView& x,
+                          const TensorView& y, int64_t outer, int64_t m, int64_t inner,
+                          ReduceOp op) {
+  if (x.dtype != y.dtype || !is_floating(x.dtype) || outer <= 0 || inner <= 0 || m <= 0 ||
+      (op != ReduceOp::kSum && op != ReduceOp::kMean && op != ReduceOp::kMax &&
+       op != ReduceOp::kMin)) {
+    return false;
+  }
+  unsigned tx = 1;
+  while (tx < 32 && tx < inner) tx *= 2;
+  const dim3 block(tx, kMiddleThreads / tx);
+  const dim3 grid(static_cast<unsigned>((inner + tx - 1) / tx),
+                  static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+  switch (x.dtype) {
+    case DataType::kF16:
+      reduce_middle_kernel<__half, float><<<grid, block, 0, stream>>>(
+          static_cast<const __half*>(x.data), static_cast<__half*>(y.data), outer, m, inner, op);
+      break;
+    case DataType::kBF16:
+      reduce_middle_kernel<__nv_bfloat16, float>
+          <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x.data),
+                                       static_cast<__nv_bfloat16*>(y.data), outer, m, inner, op);
+      break;
+    default:
+      reduce_middle_kernel<float, double><<<grid, block, 0, stream>>>(
+          static_cast<const float*>(x.data), static_cast<float*>(y.data), outer, m, inner, op);
+      break;
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+  return true;
+}
+
+namespace {
+
 void reduce_kernel(KernelArgs& args) {
   const auto& p = std::get<ReduceParams>(args.layer.params);
   const TensorView &in = args.inputs[0], &out = args.outputs[0];
@@ -110,6 +204,21 @@ void reduce_kernel(KernelArgs& args) {
   const int64_t m = volume(red);
   KILN_CHECK(m > 0 || (p.op != ReduceOp::kMax && p.op != ReduceOp::kMin), InvalidArgument,
              "layer `", args.layer.name, "`: max/min over a zero-size dim");
+  // Reduced dims that form one run [first, last]: the [outer, m, inner] kernel.
+  size_t first = x.size(), last = 0;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (reduced[d] && x[d] != 1) first = std::min(first, d), last = d;
+  }
+  bool run = first < x.size();
+  for (size_t d = first; run && d <= last; ++d) run = reduced[d] || x[d] == 1;
+  if (run) {
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < first; ++d) outer *= x[d];
+    for (size_t d = last + 1; d < x.size(); ++d) inner *= x[d];
+    if (launch_reduce_middle(args.stream(), args.layer.name, in, out, outer, m, inner, p.op)) {
+      return;
+    }
+  }
   const Dims kd = strided_dims(args.layer.name, kept, kept_strides);
   const Dims rd = strided_dims(args.layer.name, red, red_strides);
   const int64_t num_out = out.numel();

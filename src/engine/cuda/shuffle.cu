@@ -194,11 +194,29 @@ void launch_pad_t(cudaStream_t stream, const void* src, const PadDims& d, PadMod
 void launch_strided_copy(cudaStream_t stream, const std::string& layer, size_t elem_size,
                          const void* src, int64_t src_offset,
                          const std::vector<int64_t>& src_strides, const Shape& shape, void* dst) {
-  const int64_t n = volume(shape);
+  int64_t n = volume(shape);
   if (n == 0) return;
-  const Dims d = strided_dims(layer, shape, src_strides);
+  Dims d = strided_dims(layer, shape, src_strides);
   const auto* base =
       static_cast<const uint8_t*>(src) + src_offset * static_cast<int64_t>(elem_size);
+  // Contiguous innermost runs move as wider words (up to 16 bytes) where sizes, strides and both
+  // addresses allow: head transposes of attention, concat and slices along outer dims.
+  if (d.rank > 0 && d.stride[d.rank - 1] == 1) {
+    const auto es = static_cast<int64_t>(elem_size);
+    for (int64_t w : {int64_t{16}, int64_t{8}, int64_t{4}}) {
+      if (w <= es) break;
+      bool fits = (d.size[d.rank - 1] * es) % w == 0 &&
+                  reinterpret_cast<uintptr_t>(base) % static_cast<uintptr_t>(w) == 0 &&
+                  reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(w) == 0;
+      for (int k = 0; fits && k + 1 < d.rank; ++k) fits = (d.stride[k] * es) % w == 0;
+      if (!fits) continue;
+      for (int k = 0; k + 1 < d.rank; ++k) d.stride[k] = d.stride[k] * es / w;
+      d.size[d.rank - 1] = d.size[d.rank - 1] * es / w;
+      n = n * es / w;
+      elem_size = static_cast<size_t>(w);
+      break;
+    }
+  }
   const unsigned grid = grid_for(n);
   int64_t max_offset = 0;
   bool narrow = n < (int64_t{1} << 30);  // i + the grid stride stays below 2^31
@@ -217,8 +235,11 @@ void launch_strided_copy(cudaStream_t stream, const std::string& layer, size_t e
     case 4:
       copy_t<uint32_t>(base, d, dst, n, narrow, grid, stream);
       break;
-    default:
+    case 8:
       copy_t<uint64_t>(base, d, dst, n, narrow, grid, stream);
+      break;
+    default:
+      copy_t<uint4>(base, d, dst, n, narrow, grid, stream);
       break;
   }
   KILN_CUDA_CHECK_LAUNCH(layer);

@@ -31,6 +31,9 @@ int parse_device(const std::string& device) {
 int compute_capability(int) {
   no_cuda("compute capability");
 }
+bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType, bool) {
+  return false;
+}
 void check_supported(const Network&) {
   no_cuda("building a cuda engine");
 }
@@ -81,6 +84,15 @@ void copy_device_to_host(ContextState&, void*, const void*, size_t) {
 }
 void synchronize(ContextState&) {
   no_cuda("synchronize");
+}
+void profile_begin(ContextState&) {
+  no_cuda("profiling");
+}
+void profile_mark(ContextState&, size_t) {
+  no_cuda("profiling");
+}
+std::vector<std::pair<size_t, double>> profile_end(ContextState&) {
+  no_cuda("profiling");
 }
 std::shared_ptr<void> allocate(ContextState&, size_t) {
   no_cuda("allocate");

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device call of the optimization loop: builds kilnc, kiln-run, the runtime library and
+# kiln_engine_cuda_tests with the CUDA backend, runs the CUDA layer tests (GTEST_FILTER), takes
+# per-layer profiles (PROFILE="model:batch ...", fp16 plans, `kiln-run --profile`: device time
+# per layer from CUDA events) and runs bench/gpu/bench.py with the arguments given (none: no
+# benchmark). Logs go to $OUT. Needs .deps/ from tools/device/pack-deps.sh.
+# Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
+#            --batches 1,32 --precisions fp16 --backends reduce-overhead,kiln
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+py=${PYTHON:-python3}
+build=${BUILD_DIR:-build-gpu}
+out=${OUT:-/tmp}
+source tools/device/common.sh
+start=$(date +%s)
+configure_gpu_build "$build" "$out/configure.log" || exit 1
+cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_engine_cuda_tests \
+  >"$out/build.log" 2>&1 || { grep -B5 -A20 "error" "$out/build.log" | head -80; exit 1; }
+echo "build: $(($(date +%s) - start)) s"
+
+"$build/bin/kiln_engine_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" >"$out/cuda_tests.log" 2>&1
+echo "kiln_engine_cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/cuda_tests.log" | tr '\n' ' ')"
+grep -E "^\[  FAILED  \] [A-Za-z]" "$out/cuda_tests.log" | sort -u
+grep -B2 -A8 "Failure" "$out/cuda_tests.log" | head -60
+
+for job in ${PROFILE:-}; do
+  model=${job%%:*} batch=${job##*:}
+  echo "== profile $model batch $batch fp16"
+  OUT="$out" BUILD_DIR="$build" bash tools/device/gpu-profile.sh "$model" "$batch" -p f16 -p f32 \
+    >"$out/profile_${model}_$batch.log" 2>&1
+  grep -E "latency|^total" "$out/profile_${model}_$batch.log"
+  # Time per layer kind, then the slowest layers.
+  awk '/^layer +kind/ {on=1; next} on && NF >= 4 && $1 !~ /^total/ {t[$2] += $3; n[$2]++}
+       END {for (k in t) printf "  %-18s %3d layers %8.4f ms\n", k, n[k], t[k]}' \
+    "$out/profile_${model}_$batch.log" | sort -k4 -nr
+  grep -A12 "^layer  " "$out/profile_${model}_$batch.log"
+done
+
+if [ $# -gt 0 ]; then
+  check_runtime_libstdcxx "$build/lib/libkiln_runtime.so" || exit 1
+  PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --kilnc "$build/bin/kilnc" \
+    --runtime "$build/lib/libkiln_runtime.so" --out "$out" "$@" 2>&1 | tail -40
+fi
