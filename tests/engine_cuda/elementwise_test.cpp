@@ -26,6 +26,29 @@ TEST(CudaElementwise, FloatBinaryOpsBroadcast) {
   }
 }
 
+// Single ops over one float dtype move 16-byte vectors: a channels-last squeeze-excitation scale
+// ([N, 1, 1, C] over [N, H, W, C]), a per-row scalar broadcast along the vectors ([N, H, W, 1]),
+// and a scalar.
+TEST(CudaElementwise, VectorizedSingleOps) {
+  KILN_REQUIRE_GPU();
+  for (DataType t : {DataType::kF32, DataType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const double tol = t == DataType::kF32 ? 1e-6 : 1e-2;
+    const HostTensor x = random_tensor(t, {3, 5, 7, 32}, 15, 0.5, 3);
+    for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv,
+                        BinaryOp::kMax, BinaryOp::kPow}) {
+      SCOPED_TRACE(binary_op_name(op));
+      compare_layer(ElementwiseParams{op}, {x, random_tensor(t, {3, 1, 1, 32}, 16, 0.5, 2)}, tol,
+                    tol);
+      compare_layer(ElementwiseParams{op}, {random_tensor(t, {3, 5, 7, 1}, 17, 0.5, 2), x}, tol,
+                    tol);
+      compare_layer(ElementwiseParams{op}, {x, random_tensor(t, {1}, 18, 0.5, 2)}, tol, tol);
+    }
+    compare_layer(ActivationParams{ActivationKind::kSilu}, {x}, tol, tol);
+    compare_layer(UnaryParams{UnaryOp::kExp}, {x}, tol, tol);
+  }
+}
+
 TEST(CudaElementwise, IntegerBinaryOps) {
   KILN_REQUIRE_GPU();
   for (BinaryOp op : kBinaryOps) {

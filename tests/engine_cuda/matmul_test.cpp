@@ -119,6 +119,18 @@ TEST(CudaMatMul, PostOpsOnTheLayer) {
            random_tensor(t, {24}, 42), random_tensor(t, {2, 9, 24}, 43)},
           rtol, atol);
     }
+    // GELU (erf) is no cuBLASLt epilogue: bias, GELU, residual and ReLU in the post-op kernel,
+    // on 16-byte vectors (24 channels) or per element (20 channels: not a multiple of 8 halves).
+    MatMulParams g = q;
+    g.post.activation = ActivationKind::kGelu;
+    g.post.activation2 = ActivationKind::kRelu;
+    for (int64_t n : {24, 20}) {
+      cuda_testing::compare_layer(
+          g,
+          {random_tensor(t, {2, 9, 64}, 44, -1, 1), random_tensor(t, {64, n}, 45, -1, 1),
+           random_tensor(t, {n}, 46), random_tensor(t, {2, 9, n}, 47)},
+          rtol, atol);
+    }
   }
 }
 

@@ -68,6 +68,13 @@ TEST(CudaPooling, GlobalPooling) {
     cuda_testing::compare_layer(last, {x_last});
     cuda_testing::compare_layer(last, {random_tensor(DataType::kF16, {4, 7, 7, 64}, 7)}, 1e-2,
                                 1e-3);
+    // Planes long enough to be split over blocks (partials combined by a second kernel).
+    HostTensor big = random_tensor(DataType::kF32, {2, 64, 64, 8}, 8);
+    static_cast<float*>(big.data())[5000] = NAN;
+    cuda_testing::compare_layer(last, {big});
+    cuda_testing::compare_layer(adaptive, {random_tensor(DataType::kF32, {1, 3, 100, 100}, 9)});
+    cuda_testing::compare_layer(last, {random_tensor(DataType::kF16, {2, 56, 56, 24}, 10)}, 1e-2,
+                                1e-3);
   }
 }
 

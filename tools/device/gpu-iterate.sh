@@ -3,7 +3,9 @@
 # kiln_engine_cuda_tests with the CUDA backend, runs the CUDA layer tests (GTEST_FILTER), takes
 # per-layer profiles (PROFILE="model:batch ...", fp16 plans, `kiln-run --profile`: device time
 # per layer from CUDA events) and runs bench/gpu/bench.py with the arguments given (none: no
-# benchmark). Logs go to $OUT. Needs .deps/ from tools/device/pack-deps.sh.
+# benchmark). The test log, the profiles and the benchmark's tables go to $OUT (a device call
+# returns at most 8 files); build logs stay in /tmp/kiln-iterate. Needs .deps/ from
+# tools/device/pack-deps.sh.
 # Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
 #            --batches 1,32 --precisions fp16 --backends reduce-overhead,kiln
 set -uo pipefail
@@ -11,11 +13,13 @@ cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
 build=${BUILD_DIR:-build-gpu}
 out=${OUT:-/tmp}
+logs=/tmp/kiln-iterate
+mkdir -p "$logs"
 source tools/device/common.sh
 start=$(date +%s)
-configure_gpu_build "$build" "$out/configure.log" || exit 1
+configure_gpu_build "$build" "$logs/configure.log" || exit 1
 cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_engine_cuda_tests \
-  >"$out/build.log" 2>&1 || { grep -B5 -A20 "error" "$out/build.log" | head -80; exit 1; }
+  >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 
 "$build/bin/kiln_engine_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" >"$out/cuda_tests.log" 2>&1
@@ -26,7 +30,7 @@ grep -B2 -A8 "Failure" "$out/cuda_tests.log" | head -60
 for job in ${PROFILE:-}; do
   model=${job%%:*} batch=${job##*:}
   echo "== profile $model batch $batch fp16"
-  OUT="$out" BUILD_DIR="$build" bash tools/device/gpu-profile.sh "$model" "$batch" -p f16 -p f32 \
+  OUT="$logs" BUILD_DIR="$build" bash tools/device/gpu-profile.sh "$model" "$batch" -p f16 -p f32 \
     >"$out/profile_${model}_$batch.log" 2>&1
   grep -E "latency|^total" "$out/profile_${model}_$batch.log"
   # Time per layer kind, then the slowest layers.

@@ -63,10 +63,7 @@ constexpr int kVecThreads = 256;
 constexpr int kVecSmemBytes = 48 * 1024;
 
 template <class T>
-struct Vec {
-  static constexpr int kN = 16 / sizeof(T);
-  T v[kN];
-};
+using Vec = Vec16<T>;
 
 template <class T>
 __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
@@ -134,8 +131,8 @@ __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
 template <class T>
 bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   constexpr int V = Vec<T>::kN;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (a.c % V != 0 || !aligned(a.x) || !aligned(a.y) || (a.residual && !aligned(a.residual))) {
+  if (a.c % V != 0 || !aligned16(a.x) || !aligned16(a.y) ||
+      (a.residual && !aligned16(a.residual))) {
     return false;
   }
   const int64_t npix = a.total / a.c;

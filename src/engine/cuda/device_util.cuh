@@ -98,6 +98,17 @@ __device__ __forceinline__ void store_as(DataType t, void* base, int64_t i, C v)
   }
 }
 
+// 16 bytes of T (8 halves or 4 floats): one vector load or store where the address is aligned.
+template <class T>
+struct alignas(16) Vec16 {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // Host side: builds Dims for indexing an operand of shape `in` broadcast to `out` (stride 0 on
 // broadcast dims), merging adjacent dims where that loses nothing; `more` are further operands
 // (same output shape) merged consistently. Throws Unsupported past kMaxRank.

@@ -112,6 +112,119 @@ void launch_program(const Program& p, cudaStream_t stream) {
   }
 }
 
+// One op (binary, unary or activation) over inputs and output of one float dtype T, V = 16
+// bytes of elements per thread: an input whose innermost (merged) dim is contiguous is read as
+// vectors, one broadcast along it (stride 0) as a scalar per vector. 32-bit index math.
+struct VecOp {
+  Op op;
+  int num_inputs = 0, rank = 0;
+  int32_t nvec = 0;
+  int32_t size[kMaxRank] = {};  // of the output, innermost divided by V
+  int32_t stride[2][kMaxRank] = {};
+  bool contiguous[2] = {};  // innermost stride 1 (else 0)
+  const void* in[2] = {};
+  void* out = nullptr;
+};
+
+template <class T>
+__global__ void vec_op_kernel(const VecOp p) {
+  constexpr int V = Vec16<T>::kN;
+  for (int32_t iv = blockIdx.x * blockDim.x + threadIdx.x; iv < p.nvec;
+       iv += gridDim.x * blockDim.x) {
+    int32_t off[2] = {0, 0};
+    int32_t rem = iv;
+#pragma unroll
+    for (int k = kMaxRank - 1; k >= 0; --k) {
+      if (k < p.rank) {
+        const int32_t idx = rem % p.size[k];
+        rem /= p.size[k];
+        // The innermost index counts vectors: V elements of a contiguous input.
+        const int32_t scale = k == p.rank - 1 ? V : 1;
+        off[0] += idx * scale * p.stride[0][k];
+        off[1] += idx * scale * p.stride[1][k];
+      }
+    }
+    float a[V], b[V];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (j >= p.num_inputs) break;
+      float* dst = j == 0 ? a : b;
+      const T* src = static_cast<const T*>(p.in[j]) + off[j];
+      if (p.contiguous[j]) {
+        const Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(src);
+#pragma unroll
+        for (int k = 0; k < V; ++k) dst[k] = static_cast<float>(v.v[k]);
+      } else {
+        const float one = static_cast<float>(*src);
+#pragma unroll
+        for (int k = 0; k < V; ++k) dst[k] = one;
+      }
+    }
+    Vec16<T> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      o.v[k] = T(apply<float>(p.op, a[k], p.num_inputs > 1 ? b[k] : a[k]));
+    reinterpret_cast<Vec16<T>*>(p.out)[iv] = o;
+  }
+}
+
+template <class T>
+bool try_vec_op(KernelArgs& args, const std::vector<Dims>& dims, const Op& op) {
+  constexpr int V = Vec16<T>::kN;
+  const TensorView& out = args.outputs[0];
+  const Dims& od = dims[0];
+  if (od.rank == 0 || od.size[od.rank - 1] % V != 0 || out.numel() >= (int64_t{1} << 31) ||
+      !aligned16(out.data)) {
+    return false;
+  }
+  VecOp p;
+  p.op = op;
+  p.num_inputs = static_cast<int>(args.inputs.size());
+  p.rank = od.rank;
+  p.nvec = static_cast<int32_t>(out.numel() / V);
+  p.out = out.data;
+  for (int k = 0; k < od.rank; ++k) {
+    p.size[k] = static_cast<int32_t>(k == od.rank - 1 ? od.size[k] / V : od.size[k]);
+  }
+  int64_t max_offset = 0;
+  for (int j = 0; j < p.num_inputs; ++j) {
+    const Dims& d = dims[static_cast<size_t>(j) + 1];
+    const int64_t inner = d.stride[d.rank - 1];
+    if (inner != 0 && inner != 1) return false;
+    p.contiguous[j] = inner == 1;
+    p.in[j] = args.inputs[static_cast<size_t>(j)].data;
+    if (p.contiguous[j] && !aligned16(p.in[j])) return false;
+    for (int k = 0; k < d.rank; ++k) {
+      // A contiguous input's outer strides are whole vectors (they are multiples of the
+      // innermost size); offsets of the innermost dim are scaled by V in the kernel.
+      p.stride[j][k] = static_cast<int32_t>(d.stride[k]);
+      max_offset += (d.size[k] - 1) * d.stride[k];
+    }
+  }
+  if (max_offset >= (int64_t{1} << 31)) return false;
+  vec_op_kernel<T><<<grid_for(p.nvec), kThreads, 0, args.stream()>>>(p);
+  return true;
+}
+
+// The vectorized path for one-op programs whose inputs and output share a float dtype.
+bool run_vec_op(KernelArgs& args, const std::vector<Dims>& dims, const Op& op) {
+  const DataType t = args.outputs[0].dtype;
+  if (args.inputs.size() > 2) return false;
+  for (const auto& in : args.inputs) {
+    if (in.dtype != t) return false;
+  }
+  switch (t) {
+    case DataType::kF16:
+      return try_vec_op<__half>(args, dims, op);
+    case DataType::kBF16:
+      return try_vec_op<__nv_bfloat16>(args, dims, op);
+    case DataType::kF32:
+      return try_vec_op<float>(args, dims, op);
+    default:
+      return false;
+  }
+}
+
 void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
   const std::string& layer = args.layer.name;
   const TensorView& out = args.outputs[0];
@@ -142,6 +255,10 @@ void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
     p.ops[k] = Op{static_cast<int>(ops[k].kind),    static_cast<int>(ops[k].op),
                   static_cast<int>(ops[k].a),       static_cast<int>(ops[k].b),
                   static_cast<float>(ops[k].alpha), static_cast<float>(ops[k].beta)};
+  }
+  if (p.num_ops == 1 && run_vec_op(args, dims, p.ops[0])) {
+    KILN_CUDA_CHECK_LAUNCH(layer);
+    return;
   }
   if (floating) {
     launch_program<float>(p, args.stream());
@@ -251,12 +368,88 @@ __global__ void post_ops_kernel(void* y, DataType yt, int64_t n, int64_t channel
   }
 }
 
+// The post-ops on 16-byte vectors when the output, bias and residual share a float dtype T:
+// with inner == 1 (matmul) a vector covers consecutive channels (channels % V == 0), otherwise
+// one channel (inner % V == 0). 32-bit index math.
+template <class T>
+__global__ void post_ops_vec_kernel(T* y, int32_t nvec, int32_t channels, int32_t inner,
+                                    const T* bias, ActivationKind act, float alpha, float beta,
+                                    const T* res, ActivationKind act2, float alpha2, float beta2) {
+  constexpr int V = Vec16<T>::kN;
+  for (int32_t iv = blockIdx.x * blockDim.x + threadIdx.x; iv < nvec;
+       iv += gridDim.x * blockDim.x) {
+    const int32_t i0 = iv * V;
+    Vec16<T> yv = reinterpret_cast<const Vec16<T>*>(y)[iv];
+    Vec16<T> rv{};
+    if (res) rv = reinterpret_cast<const Vec16<T>*>(res)[iv];
+    float b[V];
+    if (bias && inner == 1) {
+      const Vec16<T> bv = *reinterpret_cast<const Vec16<T>*>(bias + i0 % channels);
+#pragma unroll
+      for (int k = 0; k < V; ++k) b[k] = static_cast<float>(bv.v[k]);
+    } else {
+      const float one = bias ? static_cast<float>(bias[(i0 / inner) % channels]) : 0.f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) b[k] = one;
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float v = static_cast<float>(yv.v[k]) + b[k];
+      v = activate(act, v, alpha, beta);
+      if (res) v += static_cast<float>(rv.v[k]);
+      v = activate(act2, v, alpha2, beta2);
+      yv.v[k] = T(v);
+    }
+    reinterpret_cast<Vec16<T>*>(y)[iv] = yv;
+  }
+}
+
+template <class T>
+bool launch_post_ops_vec(cudaStream_t stream, const TensorView& out, const PostOpArgs& p,
+                         int64_t channels, int64_t inner) {
+  constexpr int V = Vec16<T>::kN;
+  const int64_t n = out.numel();
+  const bool ok =
+      n % V == 0 && n < (int64_t{1} << 31) && aligned16(out.data) &&
+      (!p.bias || (p.bias->dtype == out.dtype &&
+                   (inner == 1 ? channels % V == 0 && aligned16(p.bias->data) : inner % V == 0))) &&
+      (!p.residual || (p.residual->dtype == out.dtype && aligned16(p.residual->data)));
+  if (!ok) return false;
+  const int64_t nvec = n / V;
+  post_ops_vec_kernel<T><<<grid_for(nvec), kThreads, 0, stream>>>(
+      static_cast<T*>(out.data), static_cast<int32_t>(nvec), static_cast<int32_t>(channels),
+      static_cast<int32_t>(inner), p.bias ? static_cast<const T*>(p.bias->data) : nullptr, p.act,
+      static_cast<float>(p.alpha), static_cast<float>(p.beta),
+      p.residual ? static_cast<const T*>(p.residual->data) : nullptr, p.act2,
+      static_cast<float>(p.alpha2), static_cast<float>(p.beta2));
+  return true;
+}
+
 }  // namespace
 
 void launch_post_ops(cudaStream_t stream, const std::string& layer, const TensorView& out,
                      const PostOpArgs& p) {
   const int64_t n = out.numel();
   if (n == 0) return;
+  const int64_t channels = p.channels > 0 ? p.channels : 1, inner = p.inner > 0 ? p.inner : 1;
+  bool vec = false;
+  switch (out.dtype) {
+    case DataType::kF16:
+      vec = launch_post_ops_vec<__half>(stream, out, p, channels, inner);
+      break;
+    case DataType::kBF16:
+      vec = launch_post_ops_vec<__nv_bfloat16>(stream, out, p, channels, inner);
+      break;
+    case DataType::kF32:
+      vec = launch_post_ops_vec<float>(stream, out, p, channels, inner);
+      break;
+    default:
+      break;
+  }
+  if (vec) {
+    KILN_CUDA_CHECK_LAUNCH(layer);
+    return;
+  }
   post_ops_kernel<<<grid_for(n), kThreads, 0, stream>>>(
       out.data, out.dtype, n, p.channels > 0 ? p.channels : 1, p.inner > 0 ? p.inner : 1,
       p.bias ? p.bias->data : nullptr, p.bias ? p.bias->dtype : DataType::kF32, p.act,

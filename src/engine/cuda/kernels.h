@@ -123,10 +123,11 @@ void launch_convert(cudaStream_t stream, const std::string& layer, const void* s
 bool launch_write_values(cudaStream_t stream, const TensorView& dst,
                          const std::vector<int64_t>& values);
 // reduce.cu: y[o, i] = op over j of x[o, j, i] for x viewed as [outer, m, inner] (sum, mean, max,
-// min; x and y of one float dtype); false (nothing launched) for other ops or dtypes.
-bool launch_reduce_middle(cudaStream_t stream, const std::string& layer, const TensorView& x,
-                          const TensorView& y, int64_t outer, int64_t m, int64_t inner,
-                          ReduceOp op);
+// min; x and y of one float dtype); false (nothing launched) for other ops or dtypes. Long
+// reductions over few outputs split m over blocks and combine partials from res's workspace.
+bool launch_reduce_middle(cudaStream_t stream, Resources& res, const std::string& layer,
+                          const TensorView& x, const TensorView& y, int64_t outer, int64_t m,
+                          int64_t inner, ReduceOp op);
 // device_util.cu: a one-thread kernel that holds the stream until the host writes a nonzero
 // value to flag[0] (host-mapped memory) or `timeout_ns` passes; then it writes 1 to flag[1] if
 // it timed out. Profiling enqueues the layers behind it so that host time is not device time.

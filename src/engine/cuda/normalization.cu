@@ -63,9 +63,9 @@ __global__ void softmax_kernel_t(const void* x, DataType xt, void* y, DataType y
   }
 }
 
-// Typed fast paths for rows of at most 32 * kItems contiguous elements, one warp per row with the
-// row in registers (one read, one write), statistics in float. Element i of a row is held by
-// lane i % 32 (coalesced loads).
+// Typed fast paths for rows of at most 1024 contiguous elements, one warp per row with the row in
+// registers (one read, one write), statistics in float; rows of whole 16-byte vectors move as
+// such.
 template <class T>
 __device__ __forceinline__ float to_float(T v) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -95,95 +95,120 @@ __device__ __forceinline__ float warp_sum_f(float v) {
 
 constexpr int kRowWarps = 4;  // warps (rows in flight) per block of the row kernels
 
-template <class T, int kItems>
+// kV consecutive elements of a row: one 16-byte load or store when kV * sizeof(T) == 16 (the
+// launcher checks alignment), else one element.
+template <class T, int kV>
+struct alignas(sizeof(T) * kV) Chunk {
+  T v[kV];
+};
+
+// Lane `lane` holds chunks lane, lane + 32, ... of the row (kChunks of them, kV elements each):
+// a warp's load is 32 consecutive chunks. Missing elements (past n) read as `fill`.
+template <class T, int kV, int kChunks>
+__device__ __forceinline__ void load_row(const T* row, int n, int lane, float fill,
+                                         float (&v)[kChunks][kV]) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int first = (lane + j * kWarp) * kV;
+    if (first < n) {
+      const Chunk<T, kV> c = *reinterpret_cast<const Chunk<T, kV>*>(row + first);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[j][k] = to_float(c.v[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[j][k] = fill;
+    }
+  }
+}
+
+template <class T, int kV, int kChunks>
 __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool log) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
        r += int64_t(gridDim.x) * kRowWarps) {
-    const T* xr = x + r * n;
-    float v[kItems];
+    float v[kChunks][kV];
+    load_row<T, kV, kChunks>(x + r * n, n, lane, -INFINITY, v);
     float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      v[j] = i < n ? to_float(xr[i]) : -INFINITY;
-      mx = fmaxf(mx, v[j]);
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) mx = fmaxf(mx, v[j][k]);
     }
     mx = warp_max(mx);
     float sum = 0;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      // A NaN anywhere makes the sum (and so the row) NaN, as torch; fmaxf skipped it above.
-      if (i < n) sum += expf(v[j] - mx);
+    for (int j = 0; j < kChunks; ++j) {
+      if ((lane + j * kWarp) * kV >= n) continue;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        // A NaN anywhere makes the sum (and so the row) NaN, as torch; fmaxf skipped it above.
+        const float e = expf(v[j][k] - mx);
+        sum += e;
+        if (!log) v[j][k] = e;
+      }
     }
     sum = warp_sum_f(sum);
     const float inv = 1.f / sum, log_sum = logf(sum);
     T* yr = y + r * n;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      if (i < n) yr[i] = from_float<T>(log ? v[j] - mx - log_sum : expf(v[j] - mx) * inv);
+    for (int j = 0; j < kChunks; ++j) {
+      const int first = (lane + j * kWarp) * kV;
+      if (first >= n) continue;
+      Chunk<T, kV> c;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        c.v[k] = from_float<T>(log ? v[j][k] - mx - log_sum : v[j][k] * inv);
+      }
+      *reinterpret_cast<Chunk<T, kV>*>(yr + first) = c;
     }
   }
 }
 
 // Layer normalization of rows of `n` elements; scale and bias (any float dtype, or null) per
 // element of the row.
-template <class T, int kItems>
+template <class T, int kV, int kChunks>
 __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
                                        const void* scale, DataType st, const void* bias,
                                        DataType bt) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
        r += int64_t(gridDim.x) * kRowWarps) {
-    const T* xr = x + r * n;
-    float v[kItems];
+    float v[kChunks][kV];
+    load_row<T, kV, kChunks>(x + r * n, n, lane, 0.f, v);
     float sum = 0;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      v[j] = i < n ? to_float(xr[i]) : 0.f;
-      sum += v[j];
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) sum += v[j][k];
     }
     const float mean = warp_sum_f(sum) / static_cast<float>(n);
     float sq = 0;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      const float d = v[j] - mean;
-      if (i < n) sq += d * d;
+    for (int j = 0; j < kChunks; ++j) {
+      if ((lane + j * kWarp) * kV >= n) continue;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float d = v[j][k] - mean;
+        sq += d * d;
+      }
     }
     const float inv = 1.f / sqrtf(warp_sum_f(sq) / static_cast<float>(n) + eps);
     T* yr = y + r * n;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = lane + j * kWarp;
-      if (i < n) {
-        float o = (v[j] - mean) * inv;
-        if (scale) o = o * load_as<float>(st, scale, i) + load_as<float>(bt, bias, i);
-        yr[i] = from_float<T>(o);
+    for (int j = 0; j < kChunks; ++j) {
+      const int first = (lane + j * kWarp) * kV;
+      if (first >= n) continue;
+      Chunk<T, kV> c;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        float o = (v[j][k] - mean) * inv;
+        if (scale) {
+          o = o * load_as<float>(st, scale, first + k) + load_as<float>(bt, bias, first + k);
+        }
+        c.v[k] = from_float<T>(o);
       }
+      *reinterpret_cast<Chunk<T, kV>*>(yr + first) = c;
     }
-  }
-}
-
-// Launches `Kernel<T, kItems>` for the smallest kItems in {1, 2, 4, 8, 16, 32} holding n.
-template <class T, template <class, int> class Launch, class... A>
-void launch_rows(int n, A&&... a) {
-  const int items = (n + kWarp - 1) / kWarp;
-  if (items <= 1) {
-    Launch<T, 1>::run(a...);
-  } else if (items <= 2) {
-    Launch<T, 2>::run(a...);
-  } else if (items <= 4) {
-    Launch<T, 4>::run(a...);
-  } else if (items <= 8) {
-    Launch<T, 8>::run(a...);
-  } else if (items <= 16) {
-    Launch<T, 16>::run(a...);
-  } else {
-    Launch<T, 32>::run(a...);
   }
 }
 
@@ -191,39 +216,75 @@ unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(std::min<int64_t>((rows + kRowWarps - 1) / kRowWarps, 65535 * 16));
 }
 
-template <class T, int kItems>
+template <class T, int kV, int kChunks>
 struct SoftmaxRows {
   static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, bool log) {
-    softmax_rows_kernel<T, kItems><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
+    softmax_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
   }
 };
 
-template <class T, int kItems>
+template <class T, int kV, int kChunks>
 struct LayerNormRows {
   static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, float eps,
                   const void* scale, DataType st, const void* bias, DataType bt) {
-    layer_norm_rows_kernel<T, kItems><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
+    layer_norm_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt);
   }
 };
 
-// Calls `Launch<T>` for the float dtype `t`; false for other dtypes.
-template <template <class, int> class Launch, class... A>
-bool launch_typed_rows(DataType t, int n, A&&... a) {
+// Launches `Launch<T, kV, kChunks>` with the fewest chunks per lane (1, 2, 4, ... up to 32
+// elements per lane) that hold n; kV is 16 bytes of T when rows are whole 16-byte vectors.
+template <class T, int kV, template <class, int, int> class Launch, class... A>
+void launch_chunks(int n, A&&... a) {
+  constexpr int kMax = 32 / kV;  // at most 32 elements per lane (the callers' n <= 1024)
+  const int chunks = (n + kWarp * kV - 1) / (kWarp * kV);
+  if (chunks <= 1) {
+    Launch<T, kV, 1>::run(a...);
+  } else if (chunks <= 2 || kMax <= 2) {
+    Launch<T, kV, std::min(2, kMax)>::run(a...);
+  } else if (chunks <= 4 || kMax <= 4) {
+    Launch<T, kV, std::min(4, kMax)>::run(a...);
+  } else if (chunks <= 8 || kMax <= 8) {
+    Launch<T, kV, std::min(8, kMax)>::run(a...);
+  } else if (chunks <= 16 || kMax <= 16) {
+    Launch<T, kV, std::min(16, kMax)>::run(a...);
+  } else {
+    Launch<T, kV, kMax>::run(a...);
+  }
+}
+
+template <class T, template <class, int, int> class Launch, class... A>
+void launch_rows(int n, bool vector, A&&... a) {
+  if (vector) {
+    launch_chunks<T, 16 / sizeof(T), Launch>(n, a...);
+  } else {
+    launch_chunks<T, 1, Launch>(n, a...);
+  }
+}
+
+// Calls `Launch` for the float dtype `t` (16-byte chunks when `vector`); false for other dtypes.
+template <template <class, int, int> class Launch, class... A>
+bool launch_typed_rows(DataType t, int n, bool vector, A&&... a) {
   switch (t) {
     case DataType::kF32:
-      launch_rows<float, Launch>(n, a...);
+      launch_rows<float, Launch>(n, vector, a...);
       return true;
     case DataType::kF16:
-      launch_rows<__half, Launch>(n, a...);
+      launch_rows<__half, Launch>(n, vector, a...);
       return true;
     case DataType::kBF16:
-      launch_rows<__nv_bfloat16, Launch>(n, a...);
+      launch_rows<__nv_bfloat16, Launch>(n, vector, a...);
       return true;
     default:
       return false;
   }
+}
+
+// Whether rows of n elements of x and y can be read as 16-byte chunks.
+bool rows_vectorizable(const TensorView& x, const TensorView& y, int64_t n) {
+  return (n * static_cast<int64_t>(dtype_size(x.dtype))) % 16 == 0 && aligned16(x.data) &&
+         aligned16(y.data);
 }
 
 constexpr int64_t kMaxRowItems = 32 * kWarp;
@@ -237,8 +298,9 @@ void softmax_kernel(KernelArgs& args) {
   for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
   const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
   if (inner == 1 && n > 0 && n <= kMaxRowItems && x.dtype == y.dtype &&
-      launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), args.stream(), x.data, y.data,
-                                     rows, static_cast<int>(n), p.log)) {
+      launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), rows_vectorizable(x, y, n),
+                                     args.stream(), x.data, y.data, rows, static_cast<int>(n),
+                                     p.log)) {
     KILN_CUDA_CHECK_LAUNCH(args.layer.name);
     return;
   }
@@ -313,7 +375,8 @@ void normalization_kernel(KernelArgs& args) {
     for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
       len *= s[d];
     if (len > 0 && len <= kMaxRowItems && x.dtype == y.dtype &&
-        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len), stream, x.data, y.data,
+        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len),
+                                         rows_vectorizable(x, y, len), stream, x.data, y.data,
                                          x.numel() / len, static_cast<int>(len),
                                          static_cast<float>(p.epsilon), sd, st, bd, bt)) {
       KILN_CUDA_CHECK_LAUNCH(args.layer.name);

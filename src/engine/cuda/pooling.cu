@@ -122,7 +122,7 @@ void pooling_kernel(KernelArgs& args) {
   if (global && plane > 0) {
     const int64_t outer = p.channels_last ? x.shape[0] : x.numel() / plane;
     const int64_t inner = p.channels_last ? d.ch : 1;
-    if (launch_reduce_middle(args.stream(), args.layer.name, x, out, outer, plane, inner,
+    if (launch_reduce_middle(args.stream(), args.res, args.layer.name, x, out, outer, plane, inner,
                              d.is_max ? ReduceOp::kMax : ReduceOp::kMean)) {
       return;
     }

@@ -103,9 +103,12 @@ __global__ void reduce_kernel_t(const void* x, DataType xt, Dims kept, Dims red,
 // inner = C; channels-first: inner = 1) and reductions over a run of middle dims take it.
 constexpr int kMiddleThreads = 256;
 
+// Chunk z of gridDim.z covers [z * m_chunk, min(m, (z + 1) * m_chunk)); with one chunk the block
+// writes y, with several it writes its partial (in A) to partials[z, o, i] for the combine
+// kernel.
 template <class T, class A>
-__global__ void reduce_middle_kernel(const T* x, T* y, int64_t outer, int64_t m, int64_t inner,
-                                     ReduceOp op) {
+__global__ void reduce_middle_kernel(const T* x, T* y, A* partials, int64_t outer, int64_t m,
+                                     int64_t m_chunk, int64_t inner, ReduceOp op) {
   __shared__ A partial[kMiddleThreads];
   const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -113,7 +116,9 @@ __global__ void reduce_middle_kernel(const T* x, T* y, int64_t outer, int64_t m,
     A acc = is_max ? -INFINITY : (is_min ? INFINITY : 0);
     if (i < inner) {
       const T* base = x + o * m * inner + i;
-      for (int64_t j = threadIdx.y; j < m; j += blockDim.y) {
+      const int64_t chunk_end = (blockIdx.z + 1) * m_chunk;
+      const int64_t j_end = chunk_end < m ? chunk_end : m;
+      for (int64_t j = blockIdx.z * m_chunk + threadIdx.y; j < j_end; j += blockDim.y) {
         const A v = static_cast<float>(base[j * inner]);
         if (is_max) {
           acc = (v > acc || isnan(v) || isnan(acc)) ? (isnan(acc) ? acc : v) : acc;
@@ -144,41 +149,91 @@ __global__ void reduce_middle_kernel(const T* x, T* y, int64_t outer, int64_t m,
     }
     if (threadIdx.y == 0 && i < inner) {
       A r = partial[threadIdx.x];
-      if (op == ReduceOp::kMean) r /= static_cast<A>(m);
-      y[o * inner + i] = T(static_cast<float>(r));
+      if (partials) {
+        partials[(blockIdx.z * outer + o) * inner + i] = r;
+      } else {
+        if (op == ReduceOp::kMean) r /= static_cast<A>(m);
+        y[o * inner + i] = T(static_cast<float>(r));
+      }
     }
     __syncthreads();  // partial[] is rewritten for the next o
   }
 }
 
+template <class T, class A>
+__global__ void reduce_chunks_kernel(const A* partials, T* y, int64_t n, int64_t chunks, int64_t m,
+                                     ReduceOp op) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    A acc = partials[k];
+    for (int64_t z = 1; z < chunks; ++z) {
+      const A v = partials[z * n + k];
+      if (op == ReduceOp::kMax) {
+        acc = (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
+      } else if (op == ReduceOp::kMin) {
+        acc = (v < acc || isnan(v)) && !isnan(acc) ? v : acc;
+      } else {
+        acc += v;
+      }
+    }
+    if (op == ReduceOp::kMean) acc /= static_cast<A>(m);
+    y[k] = T(static_cast<float>(acc));
+  }
+}
+
+template <class T, class A>
+void launch_middle_t(cudaStream_t stream, Resources& res, const void* x, void* y, int64_t outer,
+                     int64_t m, int64_t inner, ReduceOp op) {
+  unsigned tx = 1;
+  while (tx < 32 && tx < inner) tx *= 2;
+  const dim3 block(tx, kMiddleThreads / tx);
+  const int64_t tiles = (inner + tx - 1) / tx, outer_blocks = std::min<int64_t>(outer, 65535);
+  // Chunks of m when the (tile, outer) blocks alone would leave the GPU mostly idle: at least
+  // ~512 blocks, each thread still looping over at least 16 elements.
+  int64_t chunks = 1;
+  const int64_t blocks = tiles * outer_blocks;
+  if (blocks < 512) {
+    chunks = std::min<int64_t>((512 + blocks - 1) / blocks,
+                               std::max<int64_t>(1, m / (int64_t{block.y} * 16)));
+    chunks = std::min<int64_t>(chunks, 65535);
+  }
+  const int64_t m_chunk = (m + chunks - 1) / chunks;
+  chunks = (m + m_chunk - 1) / m_chunk;
+  A* partials = nullptr;
+  if (chunks > 1) {
+    partials =
+        static_cast<A*>(res.workspace(static_cast<size_t>(chunks * outer * inner) * sizeof(A)));
+  }
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(outer_blocks),
+                  static_cast<unsigned>(chunks));
+  reduce_middle_kernel<T, A><<<grid, block, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<T*>(y), partials, outer, m, m_chunk, inner, op);
+  if (chunks > 1) {
+    const int64_t n = outer * inner;
+    reduce_chunks_kernel<T, A>
+        <<<grid_for(n), kThreads, 0, stream>>>(partials, static_cast<T*>(y), n, chunks, m, op);
+  }
+}
+
 }  // namespace
 
-bool launch_reduce_middle(cudaStream_t stream, const std::string& layer, const TensorView& x,
-                          const TensorView& y, int64_t outer, int64_t m, int64_t inner,
-                          ReduceOp op) {
+bool launch_reduce_middle(cudaStream_t stream, Resources& res, const std::string& layer,
+                          const TensorView& x, const TensorView& y, int64_t outer, int64_t m,
+                          int64_t inner, ReduceOp op) {
   if (x.dtype != y.dtype || !is_floating(x.dtype) || outer <= 0 || inner <= 0 || m <= 0 ||
       (op != ReduceOp::kSum && op != ReduceOp::kMean && op != ReduceOp::kMax &&
        op != ReduceOp::kMin)) {
     return false;
   }
-  unsigned tx = 1;
-  while (tx < 32 && tx < inner) tx *= 2;
-  const dim3 block(tx, kMiddleThreads / tx);
-  const dim3 grid(static_cast<unsigned>((inner + tx - 1) / tx),
-                  static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
   switch (x.dtype) {
     case DataType::kF16:
-      reduce_middle_kernel<__half, float><<<grid, block, 0, stream>>>(
-          static_cast<const __half*>(x.data), static_cast<__half*>(y.data), outer, m, inner, op);
+      launch_middle_t<__half, float>(stream, res, x.data, y.data, outer, m, inner, op);
       break;
     case DataType::kBF16:
-      reduce_middle_kernel<__nv_bfloat16, float>
-          <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x.data),
-                                       static_cast<__nv_bfloat16*>(y.data), outer, m, inner, op);
+      launch_middle_t<__nv_bfloat16, float>(stream, res, x.data, y.data, outer, m, inner, op);
       break;
     default:
-      reduce_middle_kernel<float, double><<<grid, block, 0, stream>>>(
-          static_cast<const float*>(x.data), static_cast<float*>(y.data), outer, m, inner, op);
+      launch_middle_t<float, double>(stream, res, x.data, y.data, outer, m, inner, op);
       break;
   }
   KILN_CUDA_CHECK_LAUNCH(layer);
@@ -215,7 +270,8 @@ void reduce_kernel(KernelArgs& args) {
     int64_t outer = 1, inner = 1;
     for (size_t d = 0; d < first; ++d) outer *= x[d];
     for (size_t d = last + 1; d < x.size(); ++d) inner *= x[d];
-    if (launch_reduce_middle(args.stream(), args.layer.name, in, out, outer, m, inner, p.op)) {
+    if (launch_reduce_middle(args.stream(), args.res, args.layer.name, in, out, outer, m, inner,
+                             p.op)) {
       return;
     }
   }
