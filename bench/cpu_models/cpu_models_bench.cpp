@@ -388,6 +388,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kiln_cpu_models_bench: --models DIR is required\n");
       return 2;
     }
+    for (const std::string& name : only) {
+      if (std::find(kZoo.begin(), kZoo.end(), name) == kZoo.end()) {
+        std::string known;
+        for (const std::string& z : kZoo) known += " " + z;
+        std::fprintf(stderr, "kiln_cpu_models_bench: --model %s is not a zoo model (known:%s)\n",
+                     name.c_str(), known.c_str());
+        return 2;
+      }
+    }
     return bench_models(models_dir, only.empty() ? kZoo : only, batches, timing, threads, profile,
                         profile_all, top);
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
-// Benchmarks kiln's CPU engine against libtorch eager on ResNet-50 convs, BERT GEMMs and an
-// elementwise chain, on the same data and thread count; prints a kiln-vs-libtorch table.
+// Benchmarks kiln's CPU engine against libtorch eager on ResNet-50 convs, BERT GEMMs, an
+// elementwise chain and GoogLeNet's pools, on the same data and thread count; prints a
+// kiln-vs-libtorch table.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -148,6 +149,34 @@ Case make_chain() {
   return c;
 }
 
+// 2-d max or average pooling (k x k, stride s, padding pad, torch's ceil_mode) of x.
+Case make_pool(const char* name, std::vector<int64_t> shape, bool is_max, int64_t k, int64_t stride,
+               int64_t pad, bool ceil_mode) {
+  Case c;
+  c.name = name;
+  torch::Tensor x = randn(shape, 12);
+  ke::Network net;
+  const auto xi = net.add_input("x", ke::DataType::kF32, shape);
+  ke::PoolingParams p;
+  p.kind = is_max ? ke::PoolingKind::kMax : ke::PoolingKind::kAverage;
+  p.kernel = {k, k};
+  p.strides = {stride, stride};
+  p.padding_begin = {pad, pad};
+  p.ceil_mode = ceil_mode;
+  p.padding_end = {pad, pad};
+  const torch::Tensor ref =
+      is_max ? torch::max_pool2d(x, k, stride, pad, 1, ceil_mode)
+             : torch::avg_pool2d(x, k, stride, pad, ceil_mode, /*count_include_pad=*/true);
+  net.mark_output(net.add("pool", p, {xi}), "y");
+  c.inputs = {x};
+  finish_case(c, std::move(net), ref.sizes().vec());
+  c.torch_fn = [x, is_max, k, stride, pad, ceil_mode] {
+    return is_max ? torch::max_pool2d(x, k, stride, pad, 1, ceil_mode)
+                  : torch::avg_pool2d(x, k, stride, pad, ceil_mode, true);
+  };
+  return c;
+}
+
 std::vector<Case>& cases() {
   static std::vector<Case> all = [] {
     std::vector<Case> v;
@@ -167,6 +196,11 @@ std::vector<Case>& cases() {
     v.push_back(make_gemm("bmm_12x128x64x128", {12, 128, 64}, {12, 64, 128}, true));
     v.push_back(make_gemm("gemm_128x768x3072+bias+gelu", {128, 768}, {768, 3072}, false, true));
     v.push_back(make_chain());
+    // GoogLeNet's pools at a 64x64 input, batch 8: the stem's stride-2 pool and an inception
+    // branch's 3x3 stride-1 pool.
+    v.push_back(make_pool("maxpool_3x3s2_8x64x32", {8, 64, 32, 32}, true, 3, 2, 0, true));
+    v.push_back(make_pool("maxpool_3x3s1p1_8x480x8", {8, 480, 8, 8}, true, 3, 1, 1, false));
+    v.push_back(make_pool("avgpool_3x3s1p1_8x480x8", {8, 480, 8, 8}, false, 3, 1, 1, false));
     return v;
   }();
   return all;

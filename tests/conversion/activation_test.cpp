@@ -49,6 +49,21 @@ TEST(ConvertActivation, EveryActivationMatchesTorch) {
                             {x}));
 }
 
+// NaN stays NaN through the clamp family, as in torch (min/max written as selects that keep it).
+TEST(ConvertActivation, ClampFamilyKeepsNaN) {
+  auto x = torch::randn({4, 70}) * 8;  // over 64 elements: the vectorized loops run too
+  x.index_put_({0, 3}, NAN);
+  x.index_put_({2, 65}, NAN);
+  for (const char* op : {"aten::hardswish", "aten::hardsigmoid", "aten::relu6"}) {
+    EXPECT_TRUE(matches_torch(unary_ir(op), {x})) << op;
+  }
+  EXPECT_TRUE(matches_torch(unary_ir("aten::clamp",
+                                     "  %lo : float = prim::Constant[value=-1.5]()\n  %hi : float "
+                                     "= prim::Constant[value=2.]()\n",
+                                     ", %lo, %hi"),
+                            {x}));
+}
+
 TEST(ConvertActivation, ClampWithNoneAndIntegers) {
   const std::string ir = R"IR(
 graph(%x : Tensor):

@@ -1,5 +1,6 @@
 // Pooling on the CPU backend against a float64 reference: max/average, 1-3-D, stride, padding,
-// dilation, ceil_mode, count_include_pad, adaptive (divisible and not), f16/bf16, bad input.
+// dilation, ceil_mode, count_include_pad, adaptive (divisible and not), channels-last, NaN,
+// f16/bf16, bad input.
 #include <cmath>
 #include <limits>
 
@@ -64,7 +65,7 @@ std::vector<double> reference(const HostTensor& x, const PoolingParams& p, const
         if (!inside) continue;
         const double v =
             xv[static_cast<size_t>(b * volume(in_sp) + testing::flat_index(in_sp, pos))];
-        mx = std::max(mx, v);
+        if (v > mx || std::isnan(v)) mx = v;  // NaN wins, as in torch
         sum += v;
         count += 1;
       }
@@ -161,6 +162,50 @@ TEST(Pooling, MaxPropagatesNaN) {
   auto x = testing::tensor_from(DataType::kF32, {1, 1, 4}, {1, NAN, 3, 2});
   auto out = run_one_layer(pool(kMax, {2}), {x})[0];
   EXPECT_TRUE(near(out, {NAN, 3}, 0, 0));
+}
+
+// NaNs inside 2-d windows: in the rows' edge windows, the evenly spaced ones, and every pass.
+TEST(Pooling, MaxPropagatesNaNThroughEveryPass) {
+  const Shape shape = {2, 3, 9, 11};
+  auto values = testing::to_doubles(random_tensor(DataType::kF32, shape, 3));
+  for (size_t i : {0ul, 40ul, 200ul, 351ul, values.size() - 1}) values[i] = NAN;
+  const auto x = testing::tensor_from(DataType::kF32, shape, values);
+  for (const PoolingParams& p : {pool(kMax, {3, 3}, {1, 1}, {1, 1}, {1, 1}),
+                                 pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true)}) {
+    const auto out = run_one_layer(p, {x})[0];
+    EXPECT_TRUE(near(out, reference(x, p, out.shape()), 0, 0));
+  }
+}
+
+// Channels-last pooling ([N, H, W, C]) gives the channels-first result, transposed.
+TEST(Pooling, ChannelsLastMatchesChannelsFirst) {
+  const int64_t n = 2, c = 5, h = 9, w = 7;
+  const auto x = random_tensor(DataType::kF32, {n, c, h, w}, 11);
+  const auto xv = testing::to_doubles(x);
+  std::vector<double> nhwc(xv.size());
+  for (int64_t i = 0; i < n * c * h * w; ++i) {
+    const int64_t b = i / (c * h * w), ch = i / (h * w) % c, y = i / w % h, xx = i % w;
+    nhwc[static_cast<size_t>(((b * h + y) * w + xx) * c + ch)] = xv[static_cast<size_t>(i)];
+  }
+  const auto x_cl = testing::tensor_from(DataType::kF32, {n, h, w, c}, nhwc);
+  for (PoolingParams p :
+       {pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true),
+        pool(kAvg, {3, 2}, {1, 2}, {1, 0}, {1, 0}, {}, false, false), adaptive(kAvg, {3, 2})}) {
+    const auto ref = run_one_layer(p, {x})[0];
+    const Shape& o = ref.shape();
+    const auto rv = testing::to_doubles(ref);
+    std::vector<double> want(rv.size());
+    for (size_t i = 0; i < rv.size(); ++i) {
+      const int64_t k = static_cast<int64_t>(i);
+      const int64_t b = k / (o[1] * o[2] * o[3]), ch = k / (o[2] * o[3]) % o[1],
+                    y = k / o[3] % o[2], xx = k % o[3];
+      want[static_cast<size_t>(((b * o[2] + y) * o[3] + xx) * o[1] + ch)] = rv[i];
+    }
+    p.channels_last = true;
+    const auto out = run_one_layer(p, {x_cl})[0];
+    EXPECT_EQ(out.shape(), (Shape{o[0], o[2], o[3], o[1]}));
+    EXPECT_TRUE(near(out, want, 1e-6, 1e-6));
+  }
 }
 
 TEST(Pooling, HalfAndBfloat16) {

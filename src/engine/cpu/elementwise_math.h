@@ -11,6 +11,13 @@ namespace kiln::engine::cpu {
 // Errors found inside parallel loops are recorded here and thrown afterwards.
 enum class MathError : int { kNone = 0, kIntegerDivisionByZero, kNegativeIntegerPower };
 
+// min(max(x, lo), hi) that keeps NaN, as torch's clamp, hardtanh and hard{sigmoid,swish} do.
+// Written as selects, not fminf/fmaxf calls, so loops over it vectorize.
+inline float clamp_nan(float x, float lo, float hi) {
+  const float y = x < lo ? lo : x;
+  return y > hi ? hi : y;
+}
+
 inline float activate(ActivationKind k, float x, double alpha, double beta) {
   switch (k) {
     case ActivationKind::kNone:
@@ -34,17 +41,15 @@ inline float activate(ActivationKind k, float x, double alpha, double beta) {
     case ActivationKind::kElu:
       return x > 0.f ? x : static_cast<float>(alpha) * (std::exp(x) - 1.f);
     case ActivationKind::kHardSwish:
-      return x * std::fmin(std::fmax(x + 3.f, 0.f), 6.f) / 6.f;
+      return x * clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
     case ActivationKind::kHardSigmoid:
-      return std::fmin(std::fmax(x + 3.f, 0.f), 6.f) / 6.f;
+      return clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
     case ActivationKind::kSoftplus: {
       const float b = static_cast<float>(alpha), threshold = static_cast<float>(beta);
       return x * b > threshold ? x : std::log1p(std::exp(b * x)) / b;
     }
-    case ActivationKind::kClamp: {
-      if (std::isnan(x)) return x;
-      return std::fmin(std::fmax(x, static_cast<float>(alpha)), static_cast<float>(beta));
-    }
+    case ActivationKind::kClamp:
+      return clamp_nan(x, static_cast<float>(alpha), static_cast<float>(beta));
     case ActivationKind::kMish:
       return x * std::tanh(std::log1p(std::exp(x)));
     case ActivationKind::kSelu: {

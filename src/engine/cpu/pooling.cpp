@@ -1,5 +1,7 @@
-// CPU kernel of the pooling family: max/average, windowed or adaptive, as direct loops over
-// per-dim window tables (so dilation, asymmetric padding and ceil_mode need no special paths).
+// CPU kernel of the pooling family: max/average, windowed or adaptive, as one separable pass per
+// pooled dim over per-dim window tables (so dilation, asymmetric padding and ceil_mode need no
+// special paths).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -48,32 +50,105 @@ std::vector<Window> windows(const PoolingParams& p, size_t d, int64_t in, int64_
   return w;
 }
 
+inline float max_nan(float acc, float v) {
+  return (v > acc || v != v) ? v : acc;  // NaN wins, as in torch; a select, so loops vectorize
+}
+
+// One pooled dim of data viewed as [outer, len, inner]: dst[o, j, i] = the window `win[j]` of
+// src[o, :, i] reduced (max, or sum divided by `divisor[j]`). Max and average pooling are
+// separable, so a pooled plane is one such pass per dim. The outputs whose windows are whole
+// and evenly spaced (first = base + j * s) take each tap as one pass over all of them (one
+// flat, vectorized loop when s = 1); the edge windows go one by one.
+void pool_dim(const float* src, float* dst, int64_t outer, int64_t len, int64_t inner,
+              const std::vector<Window>& win, const std::vector<float>& divisor, bool is_max) {
+  const int64_t out_len = static_cast<int64_t>(win.size());
+  int64_t width = 0;
+  for (const Window& w : win) width = std::max(width, w.count);
+  int64_t lo = 0;
+  while (lo < out_len && win[static_cast<size_t>(lo)].count != width) ++lo;
+  int64_t hi = lo, s = 1, base = 0, step = 1;
+  if (lo < out_len) {
+    const Window& w = win[static_cast<size_t>(lo)];
+    if (lo + 1 < out_len) s = win[static_cast<size_t>(lo + 1)].first - w.first;
+    base = w.first - lo * s, step = w.step;
+    while (hi < out_len) {
+      const Window& n = win[static_cast<size_t>(hi)];
+      if (n.count != width || n.step != step || n.first != base + hi * s) break;
+      ++hi;
+    }
+  }
+  const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+#pragma omp parallel for schedule(static) if (outer * len * inner > 16 * 1024)
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* plane = src + o * len * inner;
+    float* y = dst + o * out_len * inner;
+    for (int64_t j = 0; j < out_len; ++j) {  // the edge windows
+      if (j == lo && hi > lo) j = hi;
+      if (j >= out_len) break;
+      const Window& w = win[static_cast<size_t>(j)];
+      float* acc = y + j * inner;
+      std::fill(acc, acc + inner, init);
+      for (int64_t e = 0; e < w.count; ++e) {
+        const float* row = plane + (w.first + e * w.step) * inner;
+        if (is_max) {
+          for (int64_t i = 0; i < inner; ++i) acc[i] = max_nan(acc[i], row[i]);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
+        }
+      }
+    }
+    if (hi > lo) {  // the whole windows, tap by tap
+      float* acc = y + lo * inner;
+      const int64_t n = (hi - lo) * inner;
+      std::fill(acc, acc + n, init);
+      for (int64_t e = 0; e < width; ++e) {
+        const float* tap = plane + (base + lo * s + e * step) * inner;
+        if (s == 1 && is_max) {
+          for (int64_t t = 0; t < n; ++t) acc[t] = max_nan(acc[t], tap[t]);
+        } else if (s == 1) {
+          for (int64_t t = 0; t < n; ++t) acc[t] += tap[t];
+        } else if (inner == 1 && is_max) {
+          for (int64_t j = 0; j < hi - lo; ++j) acc[j] = max_nan(acc[j], tap[j * s]);
+        } else if (inner == 1) {
+          for (int64_t j = 0; j < hi - lo; ++j) acc[j] += tap[j * s];
+        } else {
+          for (int64_t j = 0; j < hi - lo; ++j) {
+            const float* row = tap + j * s * inner;
+            float* a = acc + j * inner;
+            if (is_max) {
+              for (int64_t i = 0; i < inner; ++i) a[i] = max_nan(a[i], row[i]);
+            } else {
+              for (int64_t i = 0; i < inner; ++i) a[i] += row[i];
+            }
+          }
+        }
+      }
+    }
+    if (!is_max) {
+      for (int64_t j = 0; j < out_len; ++j) {
+        const float scale = 1.f / divisor[static_cast<size_t>(j)];
+        for (int64_t i = 0; i < inner; ++i) y[j * inner + i] *= scale;
+      }
+    }
+  }
+}
+
 void pooling_kernel(KernelArgs& args) {
   const auto& p = std::get<PoolingParams>(args.layer.params);
   const TensorView& x = args.inputs[0];
   const TensorView& out = args.outputs[0];
   if (out.numel() == 0) return;
   const size_t nd = p.adaptive ? p.output_size.size() : p.kernel.size();
-  // Channels-first: every (n, c) pair is a plane of its own, elements adjacent. Channels-last
-  // ([N, spatial..., C]): a plane per n, elements `ch` apart, channel innermost.
+  // Channels-first: [batch..., spatial...], channels part of the batch; channels-last:
+  // [N, spatial..., C], channels innermost.
   const bool cl = p.channels_last;
   const size_t lead = cl ? 1 : x.shape.size() - nd;
   const int64_t ch = cl ? x.shape.back() : 1;
   int64_t batch = 1;
   for (size_t d = 0; d < lead; ++d) batch *= x.shape[d];
-  // Pad to 3 pooled dims with size-1 dims whose single window is the single element.
-  int64_t in[3] = {1, 1, 1}, os[3] = {1, 1, 1};
-  std::vector<Window> win[3];
-  for (size_t d = 0; d < 3; ++d) {
-    const size_t pad = 3 - nd;
-    if (d < pad) {
-      win[d] = {Window{0, 1, 1, 1}};
-      continue;
-    }
-    in[d] = x.shape[lead + d - pad];
-    os[d] = out.shape[lead + d - pad];
-    win[d] = windows(p, d - pad, in[d], os[d]);
-  }
+  std::vector<int64_t> in(nd), os(nd);
+  for (size_t d = 0; d < nd; ++d) in[d] = x.shape[lead + d], os[d] = out.shape[lead + d];
+  const bool is_max = p.kind == PoolingKind::kMax;
   std::vector<float> staged;
   const float* src = x.as<float>();
   if (x.dtype != DataType::kF32) {
@@ -83,42 +158,35 @@ void pooling_kernel(KernelArgs& args) {
     }
     src = staged.data();
   }
-  const int64_t in_plane = in[0] * in[1] * in[2], out_plane = os[0] * os[1] * os[2];
-  const bool is_max = p.kind == PoolingKind::kMax;
-  const int64_t total = batch * out_plane * ch;
-#pragma omp parallel for schedule(static) if (total > 4096)
-  for (int64_t i = 0; i < total; ++i) {
-    const int64_t b = i / (out_plane * ch), r = (i / ch) % out_plane, c = i % ch;
-    const Window& w0 = win[0][static_cast<size_t>(r / (os[1] * os[2]))];
-    const Window& w1 = win[1][static_cast<size_t>((r / os[2]) % os[1])];
-    const Window& w2 = win[2][static_cast<size_t>(r % os[2])];
-    const float* plane = src + b * in_plane * ch + c;
-    float result;
-    if (is_max) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
-          const int64_t row = ((w0.first + a * w0.step) * in[1] + w1.first + e1 * w1.step) * in[2];
-          for (int64_t e = 0; e < w2.count; ++e) {
-            const float v = plane[(row + w2.first + e * w2.step) * ch];
-            if (v > m || std::isnan(v)) m = v;  // NaN wins, as in torch
-          }
-        }
-      }
-      result = m;
-    } else {
-      double sum = 0;
-      for (int64_t a = 0; a < w0.count; ++a) {
-        for (int64_t e1 = 0; e1 < w1.count; ++e1) {
-          const int64_t row = ((w0.first + a) * in[1] + w1.first + e1) * in[2] + w2.first;
-          for (int64_t e = 0; e < w2.count; ++e) sum += plane[(row + e) * ch];
-        }
-      }
-      const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded
-                                                                 : w0.count * w1.count * w2.count;
-      result = static_cast<float>(sum / static_cast<double>(divisor));
+  // One pass per pooled dim, last dim first; shape tracks [batch, in/os..., ch].
+  std::vector<int64_t> shape = in;
+  std::vector<float> bufs[2];
+  int which = 0;
+  for (size_t k = nd; k-- > 0;) {
+    const std::vector<Window> win = windows(p, k, in[k], os[k]);
+    std::vector<float> divisor(win.size(), 1.f);
+    const bool padded = p.count_include_pad && !p.adaptive;
+    for (size_t j = 0; j < win.size(); ++j) {
+      divisor[j] = static_cast<float>(padded ? win[j].padded : win[j].count);
     }
-    store_as<float>(out.dtype, out.data, i, result);
+    int64_t outer = batch, inner = ch;
+    for (size_t d = 0; d < k; ++d) outer *= shape[d];
+    for (size_t d = k + 1; d < nd; ++d) inner *= shape[d];
+    shape[k] = os[k];
+    const bool last = k == 0;
+    float* dst;
+    if (last && out.dtype == DataType::kF32) {
+      dst = out.as<float>();
+    } else {
+      bufs[which].resize(static_cast<size_t>(outer * os[k] * inner));
+      dst = bufs[which].data();
+    }
+    pool_dim(src, dst, outer, in[k], inner, win, divisor, is_max);
+    src = dst;
+    which ^= 1;
+  }
+  if (out.dtype != DataType::kF32) {
+    for (int64_t i = 0; i < out.numel(); ++i) store_as<float>(out.dtype, out.data, i, src[i]);
   }
 }
 

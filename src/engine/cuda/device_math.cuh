@@ -12,6 +12,12 @@
 
 namespace kiln::engine::cuda {
 
+// min(max(x, lo), hi) keeping NaN, as torch's clamp, hardtanh and hard{sigmoid,swish} do.
+__device__ __forceinline__ float clamp_nan(float x, float lo, float hi) {
+  const float y = x < lo ? lo : x;
+  return y > hi ? hi : y;
+}
+
 __device__ __forceinline__ float activate(ActivationKind k, float x, float alpha, float beta) {
   switch (k) {
     case ActivationKind::kNone:
@@ -35,13 +41,13 @@ __device__ __forceinline__ float activate(ActivationKind k, float x, float alpha
     case ActivationKind::kElu:
       return x > 0.f ? x : alpha * (expf(x) - 1.f);
     case ActivationKind::kHardSwish:
-      return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f;
+      return x * clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
     case ActivationKind::kHardSigmoid:
-      return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f;
+      return clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
     case ActivationKind::kSoftplus:
       return x * alpha > beta ? x : log1pf(expf(alpha * x)) / alpha;
     case ActivationKind::kClamp:
-      return isnan(x) ? x : fminf(fmaxf(x, alpha), beta);
+      return clamp_nan(x, alpha, beta);
     case ActivationKind::kMish:
       return x * tanhf(log1pf(expf(x)));
     case ActivationKind::kSelu: {
