@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/attention_heads.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/backend.h"
 #include "util/errors.h"
@@ -306,14 +307,14 @@ void fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
 // Unmasked, non-causal attention that the fused CUDA kernel does not take (f32, or head sizes it
 // does not handle) as matmul(q * scale, k^T) -> softmax -> matmul(., v), in the attention's
 // dtype (after the precision pass): both products then run as cuBLASLt batched GEMMs on tensor
-// cores, where the general attention kernel is a simple one. Masked and causal attention keep
-// the attention layer.
+// cores, where the general attention kernel is a simple one. Masked, causal and packed-head
+// attention keep the attention layer.
 int decompose_attention(Network& net) {
   std::vector<Layer> out;
   int rewritten = 0;
   for (const Layer& l : net.layers()) {
     const auto* a = std::get_if<AttentionParams>(&l.params);
-    if (a == nullptr || a->has_mask || a->causal) {
+    if (a == nullptr || a->has_mask || a->causal || a->heads > 0) {
       out.push_back(l);
       continue;
     }
@@ -379,6 +380,10 @@ std::string BuildReport::to_string() const {
   if (attention_decomposed > 0) {
     os << "attention: " << attention_decomposed << " layers as matmul + softmax + matmul\n";
   }
+  if (attention_heads_folded > 0) {
+    os << "attention: " << attention_heads_folded
+       << " layers read packed heads (head split and merge views folded)\n";
+  }
   if (layout.convolutions > 0) {
     os << "layout: " << layout.convolutions << " convolutions channels-last, "
        << layout.layers_moved << " other layers follow, " << layout.transposes
@@ -422,6 +427,20 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     choose_precisions(net, config.enabled_precisions, cuda_precision_support(), &r.precision);
     r.attention_decomposed = decompose_attention(net);
   }
+  // After the precisions (the cuda kernel takes packed heads in f16/bf16 only). The CPU kernel
+  // takes any packing (it gathers the heads itself).
+  r.attention_heads_folded = fold_attention_heads(
+      net,
+      [&](const AttentionParams& p, const std::vector<TensorDesc>& sources, const TensorDesc& out) {
+        if (target.device != "cuda") return true;
+        const int64_t B = out.shape[0], L = out.shape[1], S = sources[1].shape[1];
+        const Shape q = {B, p.heads, L, p.head_size}, kv = {B, p.heads, S, p.head_size};
+        if (!cuda::fused_attention_applies(q, kv, kv, out.dtype, false)) return false;
+        for (size_t i = 0; i < 3; ++i) {  // 16-byte rows and column offsets
+          if (sources[i].shape[2] % 8 != 0 || p.columns[i] % 8 != 0) return false;
+        }
+        return true;
+      });
   // After precisions (the choice depends on them), before folding (weight transposes fold).
   const ConvLayout layout = conv_layout(config.conv_layout);
   if (layout != ConvLayout::kChannelsFirst && !config.refittable) {

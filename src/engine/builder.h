@@ -35,6 +35,7 @@ struct BuildReport {
   PrecisionReport precision;         // per layer, for cuda builds with f16/bf16 enabled
   LayoutReport layout;               // what the channels-last pass did
   int attention_decomposed = 0;      // cuda: attention layers rewritten as two GEMMs + softmax
+  int attention_heads_folded = 0;    // attention layers reading packed heads (attention_heads.h)
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

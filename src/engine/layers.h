@@ -400,11 +400,22 @@ struct AttentionParams {
   bool causal = false;
   bool has_mask = false;
   double scale = 0;  // 0: 1/sqrt(E)
+  // Heads packed in the rows (the builder folds the head split and merge around an attention
+  // into it): with heads > 0, q, k and v are [B, rows, width] tensors (no mask), head h of q
+  // is the columns [columns[0] + h * head_size, + head_size) of q's rows (k: columns[1], v:
+  // columns[2]; one tensor may serve all three), and the output is [B, L, heads * head_size]
+  // with head h at columns h * head_size: torch's [B, heads, L, head_size] attention, with its
+  // operands' and result's transposes folded away.
+  int64_t heads = 0, head_size = 0;
+  std::vector<int64_t> columns;
   template <class V>
   void fields(V& v) {
     v("causal", causal);
     v("has_mask", has_mask);
     v("scale", scale);
+    v("heads", heads);
+    v("head_size", head_size);
+    v("columns", columns);
   }
 };
 // Built by the builder from chains of elementwise/unary/activation/cast layers: a small program

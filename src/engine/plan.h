@@ -12,9 +12,10 @@
 namespace kiln::engine {
 
 constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
-// 2: channels_last in convolution and pooling parameters. Plans of older versions are refused
-// (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 2;
+// 2: channels_last in convolution and pooling parameters. 3: packed heads in attention
+// parameters. Plans of older versions are refused (rebuilding them is the supported upgrade
+// path).
+constexpr uint32_t kPlanFormatVersion = 3;
 
 struct Plan {
   Network network;

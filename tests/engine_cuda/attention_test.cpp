@@ -2,6 +2,7 @@
 // spatial dims (sizes, scales, align_corners), attention with causal, bool and float masks and
 // broadcast batches, and the flash attention kernel (f16/bf16) with its fallbacks.
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cuda_testing.h"
@@ -101,6 +102,59 @@ TEST(CudaAttention, FlashF16AndBf16) {
                   {make({1, 2, 33, 40}), make({1, 2, 33, 40}), make({1, 2, 33, 40})}, c.rtol,
                   c.atol);
   }
+}
+
+// Packed heads (AttentionParams::heads): q, k, v as column ranges of [B, rows, width] tensors,
+// one shared by all three or q apart (cross-attention), against the CPU's gather-and-attend.
+TEST(CudaAttention, PackedHeadsF16AndBf16) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 60;
+  for (const auto& [dtype, rtol, atol] :
+       {std::tuple{DataType::kF16, 1e-2, 2e-3}, std::tuple{DataType::kBF16, 3e-2, 1e-2}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    AttentionParams self;
+    self.heads = 4, self.head_size = 64, self.columns = {0, 256, 512};
+    const HostTensor qkv = random_tensor(dtype, {2, 130, 3 * 256}, seed++);
+    compare_layer(self, {qkv, qkv, qkv}, rtol, atol);
+    AttentionParams cross;
+    cross.causal = true, cross.scale = 0.2;
+    cross.heads = 3, cross.head_size = 32, cross.columns = {8, 0, 96};  // q past a pad column
+    compare_layer(
+        cross,
+        {random_tensor(dtype, {3, 70, 8 + 96}, seed++), random_tensor(dtype, {3, 77, 192}, seed++),
+         random_tensor(dtype, {3, 77, 192}, seed++)},
+        rtol, atol);
+  }
+}
+
+// The builder folds BERT's head split (reshape, permute, slices) and merge (permute, reshape)
+// into one packed attention layer on cuda, with the values of the CPU plan.
+TEST(CudaAttention, HeadSplitAndMergeFoldIntoTheLayer) {
+  KILN_REQUIRE_GPU();
+  const int64_t B = 2, L = 40, H = 3, E = 32;
+  const HostTensor x = random_tensor(DataType::kF16, {B, L, 3 * H * E}, 70);
+  const auto r = cuda_testing::run_both({x}, [&](Network& net, const std::vector<TensorId>& in) {
+    ShuffleParams split;
+    split.has_reshape = true, split.reshape = {B, L, 3, H, E}, split.second_perm = {2, 0, 3, 1, 4};
+    const auto heads = net.add("split", split, {in[0]});
+    std::vector<TensorId> qkv;
+    for (int64_t i = 0; i < 3; ++i) {
+      SliceParams s;
+      s.axes = {0}, s.starts = {i}, s.ends = {i + 1}, s.steps = {1};
+      ShuffleParams squeeze;
+      squeeze.has_reshape = true, squeeze.reshape = {B, H, L, E};
+      const std::string n = "qkv" + std::to_string(i);
+      qkv.push_back(net.add(n, squeeze, {net.add(n + ".s", s, {heads})}));
+    }
+    const auto o = net.add("attn", AttentionParams{}, qkv);
+    ShuffleParams m;
+    m.first_perm = {0, 2, 1, 3}, m.has_reshape = true, m.reshape = {B, L, H * E};
+    return std::vector<TensorId>{net.add("merge", m, {o})};
+  });
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "shuffle"), 0);
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "slice"), 0);
+  cuda_testing::expect_match(r, 1e-2, 2e-3);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CPU kernel of scaled dot-product attention: one softmax(q k^T * scale + mask) v row at a time,
-// in float with double accumulation. Rows whose every position is masked out produce zeros, as
-// torch's math path (safe softmax) does, rather than NaN.
+// in float with double accumulation; packed heads are gathered into [B, heads, rows, E] first. Rows
+// whose every position is masked out produce zeros, as torch's math path (safe softmax) does,
+// rather than NaN.
 #include <omp.h>
 
 #include <algorithm>
@@ -34,11 +35,9 @@ std::vector<int64_t> batch_offsets(const TensorView& t, const Shape& batch) {
   return r;
 }
 
-void attention_kernel(KernelArgs& args) {
-  const auto& p = std::get<AttentionParams>(args.layer.params);
-  const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
-  const TensorView& out = args.outputs[0];
-  if (out.numel() == 0) return;
+// softmax(q k^T * scale + mask) v over [batch..., rows, E] operands (mask may be null).
+void attend(const AttentionParams& p, const TensorView& q, const TensorView& k, const TensorView& v,
+            const TensorView* mask, const TensorView& out) {
   const Shape batch(out.shape.begin(), out.shape.end() - 2);
   const int64_t nb = volume(batch), L = q.shape[q.shape.size() - 2], E = q.shape.back();
   const int64_t S = k.shape[k.shape.size() - 2], Ev = v.shape.back();
@@ -49,7 +48,6 @@ void attention_kernel(KernelArgs& args) {
   const float* vd = as_float(v, vs);
   const auto qb = batch_offsets(q, batch), kb = batch_offsets(k, batch),
              vb = batch_offsets(v, batch);
-  const TensorView* mask = p.has_mask ? &args.inputs[3] : nullptr;
   Shape weights = batch;
   weights.push_back(L);
   weights.push_back(S);
@@ -106,6 +104,55 @@ void attention_kernel(KernelArgs& args) {
         store_as<double>(out.dtype, out.data, r * Ev + e, acc[static_cast<size_t>(e)]);
     }
   }
+}
+
+// Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h.
+// Gathers q, k, v as [B, heads, rows, E] f32, attends, and scatters the result into
+// [B, L, heads * E].
+void attend_packed(const AttentionParams& p, const std::vector<TensorView>& in,
+                   const TensorView& out) {
+  const int64_t B = out.shape[0], L = out.shape[1], H = p.heads, E = p.head_size;
+  std::vector<float> bufs[4];
+  TensorView views[4];
+  for (size_t i = 0; i < 4; ++i) {
+    const int64_t rows = i == 1 || i == 2 ? in[i].shape[1] : L;
+    views[i] = TensorView{DataType::kF32, {B, H, rows, E}, nullptr};
+    bufs[i].resize(static_cast<size_t>(B * H * rows * E));
+    views[i].data = bufs[i].data();
+    if (i == 3) break;
+    const int64_t width = in[i].shape[2], col = p.columns[i];
+#pragma omp parallel for collapse(2) if (B * H * rows * E > kParallelWork)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t r = 0; r < rows; ++r) {
+          float* dst = bufs[i].data() + ((b * H + h) * rows + r) * E;
+          const int64_t src = (b * rows + r) * width + col + h * E;
+          for (int64_t e = 0; e < E; ++e) dst[e] = load_as<float>(in[i].dtype, in[i].data, src + e);
+        }
+      }
+    }
+  }
+  attend(p, views[0], views[1], views[2], nullptr, views[3]);
+  const float* o = bufs[3].data();
+#pragma omp parallel for collapse(2) if (out.numel() > kParallelWork)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float* src = o + ((b * H + h) * L + l) * E;
+        const int64_t dst = ((b * L + l) * H + h) * E;
+        for (int64_t e = 0; e < E; ++e) store_as<float>(out.dtype, out.data, dst + e, src[e]);
+      }
+    }
+  }
+}
+
+void attention_kernel(KernelArgs& args) {
+  const auto& p = std::get<AttentionParams>(args.layer.params);
+  const TensorView& out = args.outputs[0];
+  if (out.numel() == 0) return;
+  if (p.heads > 0) return attend_packed(p, args.inputs, out);
+  attend(p, args.inputs[0], args.inputs[1], args.inputs[2], p.has_mask ? &args.inputs[3] : nullptr,
+         out);
 }
 
 }  // namespace

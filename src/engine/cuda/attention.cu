@@ -1,9 +1,11 @@
 // CUDA kernels of scaled dot-product attention, with the CPU kernel's semantics. Two paths:
 // - flash: q, k, v and out all f16 or all bf16, no mask (causal or not), E == Ev a multiple of 16
 //   up to 128, equal batch dims (fused_attention_applies, which the builder asks too) and 16-byte
-//   aligned data. One block of 4 warps takes 64 query rows and streams 64-row key/value tiles
-//   through shared memory (cp.async, two stages); q k^T and p v run on tensor cores (WMMA, float
-//   accumulation) around an online softmax in float, with p rounded to the input dtype for p v.
+//   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
+//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. One block of 4
+//   warps takes 64 query rows and streams 64-row key/value tiles through shared memory (cp.async,
+//   two stages); q k^T and p v run on tensor cores (WMMA, float accumulation) around an online
+//   softmax in float, with p rounded to the input dtype for p v.
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
@@ -171,10 +173,11 @@ __device__ __forceinline__ void wait_async_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-// Starts copying rows [row0, row0 + 64) of a row-major [rows, E] matrix into a tile of row
-// stride FlashSmem<E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
+// Starts copying rows [row0, row0 + 64) of a [rows, E] matrix of row stride `ld` into a tile of
+// row stride FlashSmem<E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
 template <int E, class T>
-__device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t row0, int64_t rows) {
+__device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t row0, int64_t rows,
+                                                int64_t ld) {
   constexpr int kChunks = E / 8;  // 16-byte pieces per row
   constexpr int kLd = FlashSmem<E>::kLd;
 #pragma unroll
@@ -182,15 +185,23 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t r
     const int c = it * kFlashThreads + static_cast<int>(threadIdx.x);
     const int r = c / kChunks, e = (c % kChunks) * 8;
     const bool inside = row0 + r < rows;
-    copy16_async(tile + r * kLd + e, inside ? src + (row0 + r) * E + e : src, inside ? 16 : 0);
+    copy16_async(tile + r * kLd + e, inside ? src + (row0 + r) * ld + e : src, inside ? 16 : 0);
   }
 }
+
+// Where the matrices of q, k, v or out lie: matrix (b, h) starts at b * batch + h * head
+// elements and its rows are `ld` apart (contiguous [B, L, E]: {L * E, 0, E}; packed heads:
+// {rows * width, E, width}, the column offset already added to the pointer).
+struct FlashOperand {
+  int64_t batch, head, ld;
+};
 
 struct FlashArgs {
   const void *q, *k, *v;
   void* out;
-  int64_t batch, L, S;
-  float scale_log2;  // scale * log2(e): the softmax works in base 2
+  FlashOperand qo, ko, vo, oo;
+  int64_t batch, heads, L, S;  // batch counts (b, h) pairs: b = index / heads
+  float scale_log2;            // scale * log2(e): the softmax works in base 2
   bool causal;
 };
 
@@ -230,16 +241,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   const int r = lane / 2, half = lane % 2;
   const int64_t i = q0 + warp * kMma + r;  // that row's query index
 
-  for (int64_t b = blockIdx.y; b < a.batch; b += gridDim.y) {
-    const T* const qm = static_cast<const T*>(a.q) + b * a.L * E;
-    const T* const km = static_cast<const T*>(a.k) + b * a.S * E;
-    const T* const vm = static_cast<const T*>(a.v) + b * a.S * E;
-    T* const om = static_cast<T*>(a.out) + b * a.L * E;
+  for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
+    const int64_t b = bh / a.heads, h = bh % a.heads;
+    const T* const qm = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
+    const T* const km = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
+    const T* const vm = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
+    T* const om = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
     __syncthreads();  // no warp still reads the previous matrix's tiles
     if (tiles > 0) {  // (else nothing is read: the rows are zeros)
-      load_tile_async<E>(q_tile, qm, q0, a.L);
-      load_tile_async<E>(kv, km, 0, a.S);
-      load_tile_async<E>(kv + Smem::kTile, vm, 0, a.S);
+      load_tile_async<E>(q_tile, qm, q0, a.L, a.qo.ld);
+      load_tile_async<E>(kv, km, 0, a.S, a.ko.ld);
+      load_tile_async<E>(kv + Smem::kTile, vm, 0, a.S, a.vo.ld);
       commit_async();
     }
     Acc o[kFrags];
@@ -252,8 +264,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       __syncthreads();   // ... for every thread, and no warp still reads tile t - 1's stage
       if (t + 1 < tiles) {
         T* const next = kv + ((t + 1) % 2) * 2 * Smem::kTile;
-        load_tile_async<E>(next, km, (t + 1) * kKeyTile, a.S);
-        load_tile_async<E>(next + Smem::kTile, vm, (t + 1) * kKeyTile, a.S);
+        load_tile_async<E>(next, km, (t + 1) * kKeyTile, a.S, a.ko.ld);
+        load_tile_async<E>(next + Smem::kTile, vm, (t + 1) * kKeyTile, a.S, a.vo.ld);
         commit_async();
       }
       const T* const kt = kv + (t % 2) * 2 * Smem::kTile;
@@ -372,7 +384,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
         alignas(16) T v8[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) v8[u] = from_float<T>(scores[rr * kScoreLd + c + u]);
-        *reinterpret_cast<uint4*>(om + row * E + c0 + c) = *reinterpret_cast<const uint4*>(v8);
+        *reinterpret_cast<uint4*>(om + row * a.oo.ld + c0 + c) =
+            *reinterpret_cast<const uint4*>(v8);
       }
       __syncwarp();
     }
@@ -421,14 +434,49 @@ void launch_flash(KernelArgs& args, const FlashArgs& a, dim3 grid, int64_t E) {
   KILN_THROW(InternalError, "layer `", args.layer.name, "`: no flash attention kernel for E=", E);
 }
 
+bool aligned16(const void* d) {
+  return reinterpret_cast<uintptr_t>(d) % 16 == 0;
+}
+
 // Whether the flash kernel runs this layer: what the builder asks too (fused_attention_applies),
 // one dtype throughout, out shaped as q (no broadcast batch), and data aligned for 16-byte access.
 bool flash_applies(const AttentionParams& p, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& out) {
-  const auto aligned = [](const void* d) { return reinterpret_cast<uintptr_t>(d) % 16 == 0; };
   return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype, p.has_mask) &&
          k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape &&
-         aligned(q.data) && aligned(k.data) && aligned(v.data) && aligned(out.data);
+         aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(out.data);
+}
+
+// The same for packed heads (AttentionParams::heads > 0), where rows and column offsets must
+// keep 16-byte alignment too.
+bool flash_applies_packed(const AttentionParams& p, const std::vector<TensorView>& in,
+                          const TensorView& out) {
+  const int64_t B = out.shape[0], L = out.shape[1], S = in[1].shape[1];
+  if (!fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
+                               {B, p.heads, S, p.head_size}, out.dtype, false)) {
+    return false;
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorView& t = in[i];
+    if (t.dtype != out.dtype || t.shape[0] != B || t.shape[2] % 8 != 0 || p.columns[i] % 8 != 0 ||
+        !aligned16(t.data)) {
+      return false;
+    }
+  }
+  return aligned16(out.data);
+}
+
+void run_flash(KernelArgs& args, FlashArgs& a, const AttentionParams& p, DataType t, int64_t E) {
+  const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
+  a.causal = p.causal;
+  const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile),
+                  static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
+  if (t == DataType::kF16) {
+    launch_flash<__half>(args, a, grid, E);
+  } else {
+    launch_flash<__nv_bfloat16>(args, a, grid, E);
+  }
 }
 
 void flash_attention(KernelArgs& args, const AttentionParams& p) {
@@ -437,18 +485,30 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   FlashArgs a{};
   a.q = q.data, a.k = k.data, a.v = v.data, a.out = out.data;
   a.L = q.shape[q.shape.size() - 2], a.S = k.shape[k.shape.size() - 2];
-  a.batch = volume(batch_of(out.shape));
+  a.batch = volume(batch_of(out.shape)), a.heads = 1;
   const int64_t E = q.shape.back();
-  const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
-  a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
-  a.causal = p.causal;
-  const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile),
-                  static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
-  if (q.dtype == DataType::kF16) {
-    launch_flash<__half>(args, a, grid, E);
-  } else {
-    launch_flash<__nv_bfloat16>(args, a, grid, E);
-  }
+  a.qo = a.oo = FlashOperand{a.L * E, 0, E};
+  a.ko = a.vo = FlashOperand{a.S * E, 0, E};
+  run_flash(args, a, p, q.dtype, E);
+}
+
+// Packed heads: matrix (b, h) of operand i starts at column columns[i] + h * E of batch b.
+void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
+  const std::vector<TensorView>& in = args.inputs;
+  const TensorView& out = args.outputs[0];
+  const int64_t E = p.head_size;
+  FlashArgs a{};
+  const auto at = [&](size_t i) {
+    return static_cast<const char*>(in[i].data) + p.columns[i] * static_cast<int64_t>(kElemBytes);
+  };
+  a.q = at(0), a.k = at(1), a.v = at(2), a.out = out.data;
+  a.L = out.shape[1], a.S = in[1].shape[1];
+  a.batch = out.shape[0] * p.heads, a.heads = p.heads;
+  const auto operand = [&](const TensorView& t) {
+    return FlashOperand{t.shape[1] * t.shape[2], E, t.shape[2]};
+  };
+  a.qo = operand(in[0]), a.ko = operand(in[1]), a.vo = operand(in[2]), a.oo = operand(out);
+  run_flash(args, a, p, out.dtype, E);
 }
 
 void attention_kernel(KernelArgs& args) {
@@ -456,6 +516,14 @@ void attention_kernel(KernelArgs& args) {
   const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
   const TensorView& out = args.outputs[0];
   if (out.numel() == 0) return;  // (a grid of no blocks is a launch error)
+  if (p.heads > 0) {
+    KILN_CHECK(flash_applies_packed(p, args.inputs, out), Unsupported, "layer `", args.layer.name,
+               "`: packed attention heads run on the flash kernel only (f16 or ",
+               "bf16, head size a multiple of 16 up to 128, rows and column offsets in multiples ",
+               "of 8 elements); got ", dtype_name(out.dtype), ", head size ", p.head_size);
+    flash_attention_packed(args, p);
+    return;
+  }
   if (flash_applies(p, q, k, v, out)) {
     flash_attention(args, p);
     return;

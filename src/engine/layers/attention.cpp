@@ -14,6 +14,38 @@ int64_t merge_dims(int64_t a, int64_t b) {
   return a == kDynamic ? b : a;
 }
 
+// Packed heads (AttentionParams::heads > 0): q, k, v are [B, rows, width] holding the heads at
+// column offsets; the output is [B, L, heads * head_size].
+std::vector<InferOutput> infer_packed(const std::string& what, const AttentionParams& p,
+                                      const std::vector<InferInput>& in) {
+  KILN_CHECK(!p.has_mask, InvalidArgument, what, ": packed heads take no mask");
+  KILN_CHECK(p.head_size > 0 && p.columns.size() == 3, InvalidArgument, what,
+             ": packed heads need head_size > 0 and 3 column offsets, got head_size ", p.head_size,
+             " and ", p.columns.size(), " offsets");
+  KILN_CHECK(p.heads <= (int64_t{1} << 24) && p.head_size <= (int64_t{1} << 24), InvalidArgument,
+             what, ": ", p.heads, " heads of ", p.head_size, " is out of range");
+  const char* names[] = {"q", "k", "v"};
+  for (size_t i = 0; i < 3; ++i) {
+    const Shape& s = in[i].shape;
+    KILN_CHECK(s.size() == 3, InvalidArgument, what, ": packed ", names[i],
+               " must be [batch, rows, width], got ", shape_to_string(s));
+    KILN_CHECK(is_floating(in[i].dtype) && in[i].dtype == in[0].dtype, InvalidArgument, what,
+               ": q, k, v must share one floating dtype, got ", dtype_name(in[0].dtype), ", ",
+               dtype_name(in[1].dtype), ", ", dtype_name(in[2].dtype));
+    const int64_t col = p.columns[i];
+    KILN_CHECK(s[2] != kDynamic && col >= 0 && col <= s[2] && p.heads * p.head_size <= s[2] - col,
+               ShapeMismatch, what, ": ", names[i], " ", shape_to_string(s), " has no ", p.heads,
+               " heads of ", p.head_size, " at column ", col);
+    KILN_CHECK(dims_compatible(s[0], in[0].shape[0]), ShapeMismatch, what,
+               ": q, k, v batches differ (", shape_to_string(in[0].shape), ", ", shape_to_string(s),
+               ")");
+  }
+  KILN_CHECK(dims_compatible(in[1].shape[1], in[2].shape[1]), ShapeMismatch, what, ": k ",
+             shape_to_string(in[1].shape), " and v ", shape_to_string(in[2].shape),
+             " differ in the sequence dim");
+  return {{in[0].dtype, Shape{in[0].shape[0], in[0].shape[1], p.heads * p.head_size}}};
+}
+
 }  // namespace
 
 std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& p,
@@ -21,6 +53,10 @@ std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& 
   const size_t count = p.has_mask ? 4 : 3;
   expect_input_count(layer, in, count, count);
   const std::string what = "layer `" + layer + "` (attention)";
+  KILN_CHECK(p.heads >= 0, InvalidArgument, what, ": heads ", p.heads, " is negative");
+  if (p.heads > 0) return infer_packed(what, p, in);
+  KILN_CHECK(p.head_size == 0 && p.columns.empty(), InvalidArgument, what,
+             ": head_size and columns are for packed heads (heads > 0)");
   const char* names[] = {"q", "k", "v", "mask"};
   for (size_t i = 0; i < 3; ++i) {
     KILN_CHECK(in[i].shape.size() >= 2, InvalidArgument, what, ": ", names[i],

@@ -1,0 +1,298 @@
+// The head-folding pass (attention_heads.h): operands and results of attention layers traced
+// through shuffles and slices as strided views of the tensors they come from.
+#include "engine/attention_heads.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace kiln::engine {
+
+namespace {
+
+using Strides = std::vector<int64_t>;
+
+// The permutation (identity when empty), if it is one of n dims.
+std::optional<std::vector<size_t>> permutation(const std::vector<int64_t>& perm, size_t n) {
+  std::vector<size_t> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = i;
+  if (perm.empty()) return p;
+  if (perm.size() != n) return std::nullopt;
+  std::vector<bool> seen(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (perm[i] < 0 || static_cast<size_t>(perm[i]) >= n || seen[static_cast<size_t>(perm[i])]) {
+      return std::nullopt;
+    }
+    seen[static_cast<size_t>(perm[i])] = true;
+    p[i] = static_cast<size_t>(perm[i]);
+  }
+  return p;
+}
+
+// A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input laid out with
+// `st` gives its output (shape `out`) these strides, if the reshape is a view.
+std::optional<Strides> forward_shuffle(const ShuffleParams& p, const Shape& in, const Strides& st,
+                                       const Shape& out) {
+  const auto p1 = permutation(p.first_perm, in.size());
+  const auto p2 = permutation(p.second_perm, out.size());
+  if (!p1 || !p2) return std::nullopt;
+  Shape permuted(in.size()), reshaped(out.size());
+  Strides permuted_st(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    permuted[i] = in[(*p1)[i]];
+    permuted_st[i] = st[(*p1)[i]];
+  }
+  for (size_t i = 0; i < out.size(); ++i) reshaped[(*p2)[i]] = out[i];
+  std::optional<Strides> reshaped_st = permuted_st;
+  if (p.has_reshape) {
+    reshaped_st = view_strides(permuted, permuted_st, reshaped);
+  } else if (reshaped != permuted) {
+    return std::nullopt;
+  }
+  if (!reshaped_st) return std::nullopt;
+  Strides result(out.size());
+  for (size_t i = 0; i < out.size(); ++i) result[i] = (*reshaped_st)[(*p2)[i]];
+  return result;
+}
+
+// The other way: the output laid out with `st` puts the input (shape `in`) at these strides.
+std::optional<Strides> backward_shuffle(const ShuffleParams& p, const Shape& in, const Shape& out,
+                                        const Strides& st) {
+  const auto p1 = permutation(p.first_perm, in.size());
+  const auto p2 = permutation(p.second_perm, out.size());
+  if (!p1 || !p2) return std::nullopt;
+  Shape reshaped(out.size()), permuted(in.size());
+  Strides reshaped_st(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    reshaped[(*p2)[i]] = out[i];
+    reshaped_st[(*p2)[i]] = st[i];
+  }
+  for (size_t i = 0; i < in.size(); ++i) permuted[i] = in[(*p1)[i]];
+  std::optional<Strides> permuted_st = reshaped_st;
+  if (p.has_reshape) {
+    permuted_st = view_strides(reshaped, reshaped_st, permuted);
+  } else if (reshaped != permuted) {
+    return std::nullopt;
+  }
+  if (!permuted_st) return std::nullopt;
+  Strides result(in.size());
+  for (size_t i = 0; i < in.size(); ++i) result[(*p1)[i]] = (*permuted_st)[i];
+  return result;
+}
+
+// A slice of an input laid out with `st` at `offset`: its output's strides and offset.
+bool forward_slice(const SliceParams& p, const Shape& in, Strides& st, int64_t& offset) {
+  const size_t n = p.axes.size();
+  if (p.starts.size() != n || p.steps.size() != n) return false;
+  for (size_t j = 0; j < n; ++j) {
+    int64_t axis = p.axes[j];
+    if (axis < 0) axis += static_cast<int64_t>(in.size());
+    if (axis < 0 || axis >= static_cast<int64_t>(in.size()) || p.steps[j] <= 0) return false;
+    const int64_t dim = in[static_cast<size_t>(axis)];
+    int64_t start = p.starts[j] < 0 ? p.starts[j] + dim : p.starts[j];
+    start = std::clamp<int64_t>(start, 0, dim);
+    offset += start * st[static_cast<size_t>(axis)];
+    st[static_cast<size_t>(axis)] *= p.steps[j];
+  }
+  return true;
+}
+
+// Whether `st` lays out `shape` as `want` does; dims of size 1 take any stride.
+bool same_layout(const Shape& shape, const Strides& st, const Strides& want) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 1 && st[i] != want[i]) return false;
+  }
+  return true;
+}
+
+struct Graph {
+  const Network& net;
+  std::vector<Layer>& layers;
+  std::vector<bool>& removed;
+  std::map<TensorId, size_t>& producer;
+
+  const Layer* produced_by(TensorId id) const {
+    const auto it = producer.find(id);
+    return it == producer.end() || removed[it->second] ? nullptr : &layers[it->second];
+  }
+  // The only consumer of `id` (its index), if it has one and `id` is not a network output.
+  std::optional<size_t> single_consumer(TensorId id) const {
+    const auto& outs = net.outputs();
+    if (std::find(outs.begin(), outs.end(), id) != outs.end()) return std::nullopt;
+    std::optional<size_t> found;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (removed[i]) continue;
+      const auto uses = std::count(layers[i].inputs.begin(), layers[i].inputs.end(), id);
+      if (uses == 0) continue;
+      if (found || uses > 1) return std::nullopt;
+      found = i;
+    }
+    return found;
+  }
+  const Shape& shape(TensorId id) const { return net.tensor(id).shape; }
+};
+
+struct Operand {
+  TensorId base;
+  int64_t column;
+};
+
+// The [B, rows, width] tensor and column at which `id` ([B, H, rows, E]) is the heads' column
+// ranges, traced back through shuffles and slices.
+std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
+  std::vector<const Layer*> path;
+  TensorId base = id;
+  for (const Layer* l = g.produced_by(base); l && path.size() < 8; l = g.produced_by(base)) {
+    const bool view = std::holds_alternative<ShuffleParams>(l->params) ||
+                      (std::holds_alternative<SliceParams>(l->params) && l->inputs.size() == 1);
+    if (!view || l->inputs.empty() || !is_static(g.shape(l->inputs[0]))) break;
+    path.push_back(l);
+    base = l->inputs[0];
+  }
+  const Shape& b = g.shape(base);
+  const Shape& t = g.shape(id);
+  if (path.empty() || b.size() != 3 || b[0] != t[0] || b[1] != t[2]) return std::nullopt;
+  Strides st = contiguous_strides(b);
+  int64_t offset = 0;
+  for (size_t i = path.size(); i-- > 0;) {
+    const Layer& l = *path[i];
+    const Shape& in = g.shape(l.inputs[0]);
+    const Shape& out = g.shape(l.outputs[0]);
+    if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
+      const auto next = forward_shuffle(*s, in, st, out);
+      if (!next) return std::nullopt;
+      st = *next;
+    } else if (!forward_slice(std::get<SliceParams>(l.params), in, st, offset)) {
+      return std::nullopt;
+    }
+  }
+  const int64_t rows = b[1], width = b[2], heads = t[1], e = t[3];
+  if (!same_layout(t, st, {rows * width, e, width, 1})) return std::nullopt;
+  if (offset < 0 || offset + heads * e > width) return std::nullopt;
+  return Operand{base, offset};
+}
+
+struct Merge {
+  TensorId result;             // [B, L, H * E]
+  std::vector<size_t> layers;  // the shuffles between the attention and `result`
+};
+
+// The [B, L, H * E] tensor that the attention's result `id` ([B, H, L, E]) becomes through a
+// chain of shuffles, each the only consumer of the one before.
+std::optional<Merge> trace_result(const Graph& g, TensorId id) {
+  const Shape& o = g.shape(id);
+  const Shape want = {o[0], o[2], o[1] * o[3]};
+  Merge m;
+  TensorId cur = id;
+  while (m.layers.size() < 4) {
+    const auto next = g.single_consumer(cur);
+    if (!next) return std::nullopt;
+    const Layer& l = g.layers[*next];
+    if (!std::holds_alternative<ShuffleParams>(l.params) || l.inputs[0] != cur) {
+      return std::nullopt;
+    }
+    m.layers.push_back(*next);
+    cur = l.outputs[0];
+    if (g.shape(cur) != want) continue;
+    // Where the result tensor puts the attention's elements: back through the chain.
+    std::optional<Strides> st = contiguous_strides(want);
+    for (size_t i = m.layers.size(); i-- > 0 && st;) {
+      const Layer& s = g.layers[m.layers[i]];
+      st = backward_shuffle(std::get<ShuffleParams>(s.params), g.shape(s.inputs[0]),
+                            g.shape(s.outputs[0]), *st);
+    }
+    if (st && same_layout(o, *st, {o[2] * o[1] * o[3], o[3], o[1] * o[3], 1})) {
+      m.result = cur;
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Strides> view_strides(const Shape& shape, const Strides& strides,
+                                    const Shape& target) {
+  if (volume(shape) != volume(target) || strides.size() != shape.size()) return std::nullopt;
+  if (shape.empty()) return Strides(target.size(), 1);
+  if (volume(shape) == 0) return contiguous_strides(target);
+  // Dims of `shape` group into chunks that are contiguous among themselves; each chunk must be
+  // exactly a run of target dims.
+  Strides out(target.size(), 0);
+  int64_t view_d = static_cast<int64_t>(target.size()) - 1;
+  int64_t chunk_base = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= shape[static_cast<size_t>(d)];
+    const bool chunk_ends =
+        d == 0 || (shape[static_cast<size_t>(d - 1)] != 1 &&
+                   strides[static_cast<size_t>(d - 1)] != tensor_numel * chunk_base);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || target[static_cast<size_t>(view_d)] == 1)) {
+      out[static_cast<size_t>(view_d)] = view_numel * chunk_base;
+      view_numel *= target[static_cast<size_t>(view_d)];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (d > 0) {
+      chunk_base = strides[static_cast<size_t>(d - 1)];
+      tensor_numel = view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+int fold_attention_heads(
+    Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
+                                           const TensorDesc&)>& accept) {
+  std::vector<Layer> layers = net.layers();
+  std::vector<bool> removed(layers.size(), false);
+  std::map<TensorId, size_t> producer;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (TensorId id : layers[i].outputs) producer[id] = i;
+  }
+  const Graph g{net, layers, removed, producer};
+  int folded = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto* a = std::get_if<AttentionParams>(&layers[i].params);
+    if (!a || a->heads > 0 || a->has_mask || layers[i].inputs.size() != 3) continue;
+    const TensorDesc &q = net.tensor(layers[i].inputs[0]), &k = net.tensor(layers[i].inputs[1]),
+                     &v = net.tensor(layers[i].inputs[2]), &o = net.tensor(layers[i].outputs[0]);
+    if (q.shape.size() != 4 || !is_static(q.shape) || !is_static(k.shape) || !is_static(v.shape)) {
+      continue;
+    }
+    const int64_t B = q.shape[0], H = q.shape[1], L = q.shape[2], E = q.shape[3],
+                  S = k.shape.size() == 4 ? k.shape[2] : -1;
+    if (k.shape != Shape{B, H, S, E} || v.shape != k.shape || o.shape != q.shape ||
+        k.dtype != q.dtype || v.dtype != q.dtype || o.dtype != q.dtype || B * H * L * E == 0) {
+      continue;
+    }
+    AttentionParams packed = *a;
+    packed.heads = H, packed.head_size = E;
+    std::vector<TensorId> sources;
+    std::vector<TensorDesc> source_descs;
+    for (size_t j = 0; j < 3; ++j) {
+      const auto src = trace_operand(g, layers[i].inputs[j]);
+      if (!src) break;
+      sources.push_back(src->base);
+      source_descs.push_back(net.tensor(src->base));
+      packed.columns.push_back(src->column);
+    }
+    if (sources.size() != 3) continue;
+    const auto merge = trace_result(g, layers[i].outputs[0]);
+    if (!merge || !accept(packed, source_descs, net.tensor(merge->result))) continue;
+    layers[i] = Layer{layers[i].name, packed, sources, {merge->result}};
+    for (size_t r : merge->layers) removed[r] = true;
+    producer[merge->result] = i;
+    ++folded;
+  }
+  if (folded == 0) return 0;
+  std::vector<Layer> kept;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!removed[i]) kept.push_back(std::move(layers[i]));
+  }
+  net.set_layers(std::move(kept));
+  return folded;
+}
+
+}  // namespace kiln::engine

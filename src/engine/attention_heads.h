@@ -1,0 +1,29 @@
+// The builder's head-folding pass. A transformer's attention reads q, k and v as head splits of
+// projections ([B, L, 3 * H * E] -> reshape [B, L, 3, H, E] -> permute -> slices ->
+// [B, H, L, E]) and its result is merged back (permute [B, L, H, E] -> reshape [B, L, H * E]).
+// Those shuffles and slices are views: when each operand is, in effect, column ranges of a
+// [B, rows, width] tensor and the result goes into a [B, L, H * E] tensor, the attention layer
+// takes them packed (AttentionParams::heads) and the views disappear from the plan.
+#pragma once
+
+#include <functional>
+
+#include "engine/network.h"
+
+namespace kiln::engine {
+
+// Rewrites every unmasked attention over static [B, H, L, E] operands whose operands and result
+// are such views, where `accept(packed params, q/k/v sources, output)` holds. Leaves the split
+// views behind for the builder's dead-layer removal; the merge views are removed. Returns the
+// number of attention layers rewritten.
+int fold_attention_heads(
+    Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
+                                           const TensorDesc&)>& accept);
+
+// The strides of a view of `shape` laid out with `strides` as `target` (torch's view rules),
+// if one exists without copying.
+std::optional<std::vector<int64_t>> view_strides(const Shape& shape,
+                                                 const std::vector<int64_t>& strides,
+                                                 const Shape& target);
+
+}  // namespace kiln::engine

@@ -1,0 +1,186 @@
+// The head-folding pass (engine/attention_heads.h) and packed-head attention layers on the CPU
+// backend: the transformer head split / merge views fold into the attention layer, and the
+// built plan computes what the network computes unbuilt (every view run as its own layer).
+#include <gtest/gtest.h>
+
+#include "engine/attention_heads.h"
+#include "engine/builder.h"
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+ShuffleParams reshape(Shape to) {
+  ShuffleParams p;
+  p.has_reshape = true;
+  p.reshape = std::move(to);
+  return p;
+}
+ShuffleParams permute(std::vector<int64_t> perm) {
+  ShuffleParams p;
+  p.first_perm = std::move(perm);
+  return p;
+}
+
+// x [B, L, W] -> [B, L, parts, H, E] -> [parts, B, H, L, E] -> part i as [B, H, L, E]: the head
+// split of a packed projection (what torch's MultiheadAttention and BERT's self-attention do).
+TensorId split(Network& net, TensorId x, const std::string& name, int64_t parts, int64_t part,
+               int64_t H, int64_t E) {
+  const Shape& s = net.tensor(x).shape;
+  const int64_t B = s[0], L = s[1];
+  const auto r = net.add(name + ".r", reshape({B, L, parts, H, E}), {x});
+  const auto p = net.add(name + ".p", permute({2, 0, 3, 1, 4}), {r});
+  SliceParams sl;
+  sl.axes = {0}, sl.starts = {part}, sl.ends = {part + 1}, sl.steps = {1};
+  const auto one = net.add(name + ".s", sl, {p});
+  return net.add(name, reshape({B, H, L, E}), {one});
+}
+
+// o [B, H, L, E] -> [B, L, H, E] -> [B, L, H * E]: the head merge.
+TensorId merge(Network& net, TensorId o) {
+  const Shape& s = net.tensor(o).shape;
+  const auto t = net.add("merge.p", permute({0, 2, 1, 3}), {o});
+  return net.add("merge.r", reshape({s[0], s[2], s[1] * s[3]}), {t});
+}
+
+struct Built {
+  std::vector<HostTensor> folded, unbuilt;
+  BuildReport report;
+  Plan plan;
+};
+
+// Runs `net` as built (passes applied) and as it is, on the same inputs.
+Built run_both(const Network& net, const std::vector<HostTensor>& inputs) {
+  Built b;
+  b.plan = build(net, BuilderConfig{}, &b.report);
+  ExecutionContext folded(std::make_shared<const Engine>(b.plan.network, b.plan.target));
+  b.folded = folded.run(inputs);
+  ExecutionContext unbuilt(std::make_shared<const Engine>(net));
+  b.unbuilt = unbuilt.run(inputs);
+  return b;
+}
+
+int count_views(const Network& net) {
+  int n = 0;
+  for (const Layer& l : net.layers()) {
+    n += std::holds_alternative<ShuffleParams>(l.params) ||
+         std::holds_alternative<SliceParams>(l.params);
+  }
+  return n;
+}
+
+TEST(AttentionHeads, SelfAttentionOverAPackedProjectionFolds) {
+  const int64_t B = 2, L = 7, H = 3, E = 8;
+  for (bool causal : {false, true}) {
+    Network net;
+    const auto x = net.add_input("qkv", DataType::kF32, {B, L, 3 * H * E});
+    AttentionParams a;
+    a.causal = causal, a.scale = causal ? 0.2 : 0;
+    const auto o = net.add("attn", a,
+                           {split(net, x, "q", 3, 0, H, E), split(net, x, "k", 3, 1, H, E),
+                            split(net, x, "v", 3, 2, H, E)});
+    net.mark_output(merge(net, o), "y");
+    const HostTensor in = random_tensor(DataType::kF32, {B, L, 3 * H * E}, 1);
+    const Built b = run_both(net, {in});
+    EXPECT_EQ(b.report.attention_heads_folded, 1) << b.report.to_string();
+    EXPECT_EQ(count_views(b.plan.network), 0);
+    const auto& p = std::get<AttentionParams>(b.plan.network.layers().back().params);
+    EXPECT_EQ(p.heads, H);
+    EXPECT_EQ(p.head_size, E);
+    EXPECT_EQ(p.columns, (std::vector<int64_t>{0, H * E, 2 * H * E}));
+    ASSERT_EQ(b.folded[0].shape(), (Shape{B, L, H * E}));
+    EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+  }
+}
+
+// Queries from one tensor, keys and values from another of another length (cross-attention).
+TEST(AttentionHeads, CrossAttentionFolds) {
+  const int64_t B = 3, L = 5, S = 9, H = 2, E = 4;
+  Network net;
+  const auto xq = net.add_input("q_in", DataType::kF32, {B, L, H * E});
+  const auto xkv = net.add_input("kv_in", DataType::kF32, {B, S, 2 * H * E});
+  const auto q = net.add("q", permute({0, 2, 1, 3}), {net.add("q.r", reshape({B, L, H, E}), {xq})});
+  const auto o = net.add("attn", AttentionParams{},
+                         {q, split(net, xkv, "k", 2, 0, H, E), split(net, xkv, "v", 2, 1, H, E)});
+  net.mark_output(merge(net, o), "y");
+  const Built b = run_both(net, {random_tensor(DataType::kF32, {B, L, H * E}, 2),
+                                 random_tensor(DataType::kF32, {B, S, 2 * H * E}, 3)});
+  EXPECT_EQ(b.report.attention_heads_folded, 1) << b.report.to_string();
+  EXPECT_EQ(count_views(b.plan.network), 0);
+  EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+}
+
+// What must stay: a result that is also a network output, an operand computed rather than
+// viewed, and a merge into another layout ([B, H * E, L]).
+TEST(AttentionHeads, OnlyViewsFold) {
+  const int64_t B = 2, L = 6, H = 2, E = 4;
+  const HostTensor in = random_tensor(DataType::kF32, {B, L, 3 * H * E}, 4);
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    Network net;
+    const auto x = net.add_input("qkv", DataType::kF32, {B, L, 3 * H * E});
+    TensorId q = split(net, x, "q", 3, 0, H, E);
+    if (variant == 1) q = net.add("q.act", ActivationParams{ActivationKind::kRelu}, {q});
+    const auto o = net.add("attn", AttentionParams{},
+                           {q, split(net, x, "k", 3, 1, H, E), split(net, x, "v", 3, 2, H, E)});
+    if (variant == 0) {
+      net.mark_output(merge(net, o), "y");
+      net.mark_output(o, "o");
+    } else if (variant == 1) {
+      net.mark_output(merge(net, o), "y");
+    } else {
+      const auto t = net.add("merge.p", permute({0, 1, 3, 2}), {o});
+      net.mark_output(net.add("merge.r", reshape({B, H * E, L}), {t}), "y");
+    }
+    const Built b = run_both(net, {in});
+    EXPECT_EQ(b.report.attention_heads_folded, 0) << b.report.to_string();
+    for (size_t i = 0; i < b.folded.size(); ++i) {
+      EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6));
+    }
+  }
+}
+
+TEST(AttentionHeads, ViewStridesFollowTorchsViewRules) {
+  // Contiguous: any reshape.
+  EXPECT_EQ(view_strides({2, 3, 4}, {12, 4, 1}, {6, 4}), (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(view_strides({2, 3, 4}, {12, 4, 1}, {2, 12}), (std::vector<int64_t>{12, 1}));
+  // Transposed [3, 2] of a [2, 3]: splitting a dim works, merging across the transpose does not.
+  EXPECT_EQ(view_strides({3, 2}, {1, 3}, {3, 2, 1}), (std::vector<int64_t>{1, 3, 3}));
+  EXPECT_FALSE(view_strides({3, 2}, {1, 3}, {6}).has_value());
+  EXPECT_FALSE(view_strides({2, 3}, {3, 1}, {5}).has_value());  // another size
+}
+
+TEST(AttentionHeads, PackedLayersAreValidated) {
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {2, 5, 24});
+  AttentionParams p;
+  p.heads = 2, p.head_size = 4, p.columns = {0, 8, 16};
+  EXPECT_EQ(net.tensor(net.add("ok", p, {x, x, x})).shape, (Shape{2, 5, 8}));
+  const auto expect_error = [&](AttentionParams bad, const std::string& what) {
+    try {
+      net.add("bad_attn", bad, {x, x, x});
+      FAIL() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("bad_attn"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
+    }
+  };
+  AttentionParams bad = p;
+  bad.columns = {0, 8, 20};  // past the width
+  expect_error(bad, "has no 2 heads of 4 at column 20");
+  bad = p;
+  bad.columns = {0, 8};
+  expect_error(bad, "3 column offsets");
+  bad = p;
+  bad.heads = -1;
+  expect_error(bad, "negative");
+  bad = AttentionParams{};
+  bad.columns = {0, 0, 0};
+  expect_error(bad, "for packed heads");
+}
+
+}  // namespace
+}  // namespace kiln::engine
