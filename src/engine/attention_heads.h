@@ -7,6 +7,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <vector>
 
 #include "engine/network.h"
 

@@ -114,24 +114,25 @@ void attend_packed(const AttentionParams& p, const std::vector<TensorView>& in,
   const int64_t B = out.shape[0], L = out.shape[1], H = p.heads, E = p.head_size;
   std::vector<float> bufs[4];
   TensorView views[4];
-  for (size_t i = 0; i < 4; ++i) {
-    const int64_t rows = i == 1 || i == 2 ? in[i].shape[1] : L;
-    views[i] = TensorView{DataType::kF32, {B, H, rows, E}, nullptr};
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t rows = in[i].shape[1], width = in[i].shape[2], col = p.columns[i];
+    std::vector<float> staged;
+    const float* src = as_float(in[i], staged);
     bufs[i].resize(static_cast<size_t>(B * H * rows * E));
-    views[i].data = bufs[i].data();
-    if (i == 3) break;
-    const int64_t width = in[i].shape[2], col = p.columns[i];
+    float* dst = bufs[i].data();
 #pragma omp parallel for collapse(2) if (B * H * rows * E > kParallelWork)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t r = 0; r < rows; ++r) {
-          float* dst = bufs[i].data() + ((b * H + h) * rows + r) * E;
-          const int64_t src = (b * rows + r) * width + col + h * E;
-          for (int64_t e = 0; e < E; ++e) dst[e] = load_as<float>(in[i].dtype, in[i].data, src + e);
+          const float* row = src + (b * rows + r) * width + col + h * E;
+          std::copy(row, row + E, dst + ((b * H + h) * rows + r) * E);
         }
       }
     }
+    views[i] = TensorView{DataType::kF32, {B, H, rows, E}, dst};
   }
+  bufs[3].resize(static_cast<size_t>(B * H * L * E));
+  views[3] = TensorView{DataType::kF32, {B, H, L, E}, bufs[3].data()};
   attend(p, views[0], views[1], views[2], nullptr, views[3]);
   const float* o = bufs[3].data();
 #pragma omp parallel for collapse(2) if (out.numel() > kParallelWork)
