@@ -45,7 +45,27 @@ def make_model(name):
     if name == "bert":
         return Bert(), lambda b: torch.randint(0, 30522, (b, 128))
     ctor = getattr(torchvision.models, name)
-    return ctor(), lambda b: torch.randn(b, 3, 224, 224)
+    model, make_input = ctor(), lambda b: torch.randn(b, 3, 224, 224)
+    realistic_(model, make_input)
+    return model, make_input
+
+
+def realistic_(model, make_input):
+    """torchvision's random init leaves batch-norm statistics at (0, 1) and zero-initializes some
+    heads (vit_b_16's), so outputs vanish (efficientnet_b0's are ~1e-14, vit_b_16's 0) and "max
+    diff" would compare zeros. Zero weights get N(0, 0.02) and the batch norms' statistics are
+    measured on one random batch, so that activations and outputs are of order one."""
+    with torch.no_grad():
+        for m in model.modules():
+            w = getattr(m, "weight", None)
+            if isinstance(m, (nn.Linear, nn.Conv2d)) and not w.any():
+                nn.init.normal_(w, std=0.02)
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.reset_running_stats()
+                m.momentum = None  # a cumulative average: one batch sets the statistics
+        model.train()
+        model(make_input(8))
+        model.eval()
 
 
 def time_cuda(fn, x, warmup, iters):

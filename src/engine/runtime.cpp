@@ -333,8 +333,30 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
   }
 }
 
+namespace {
+
+// "f16[32,56,56,96] f16[24,1,1,96] -> f16[32,56,56,24]": what a profile line ran on.
+std::string layer_shapes(const Layer& layer, const std::vector<TensorDesc>& descs) {
+  const auto one = [&](TensorId id) {
+    const TensorDesc& d = descs[static_cast<size_t>(id)];
+    return std::string(dtype_name(d.dtype)) + shape_to_string(d.shape);
+  };
+  std::string s;
+  for (TensorId id : layer.inputs) s += (s.empty() ? "" : " ") + one(id);
+  s += " ->";
+  for (TensorId id : layer.outputs) s += " " + one(id);
+  return s;
+}
+
+}  // namespace
+
 void ExecutionContext::execute_layers(const std::vector<void*>& where) {
   const auto& layers = engine_->network().layers();
+  if (profiling_) {
+    for (size_t li = 0; li < layers.size(); ++li) {
+      if (timings_[li].shapes.empty()) timings_[li].shapes = layer_shapes(layers[li], descs_);
+    }
+  }
   if (cuda_) {
     // Profiling times each layer on the device (events), with the host's enqueue held off it.
     if (profiling_) cuda::profile_begin(*cuda_);
@@ -465,13 +487,13 @@ std::string ExecutionContext::profile_table() const {
   double total = 0;
   for (const auto& t : sorted) total += t.total_ms;
   std::ostringstream os;
-  os << "layer                                    kind               avg ms     share\n";
+  os << "layer                                    kind               avg ms     share  shapes\n";
   for (const auto& t : sorted) {
     if (t.runs == 0) continue;
     char line[256];
-    std::snprintf(line, sizeof(line), "%-40.40s %-16s %9.4f %8.1f%%\n", t.name.c_str(),
+    std::snprintf(line, sizeof(line), "%-40.40s %-16s %9.4f %8.1f%%  ", t.name.c_str(),
                   t.kind.c_str(), t.total_ms / t.runs, total > 0 ? 100.0 * t.total_ms / total : 0);
-    os << line;
+    os << line << t.shapes << "\n";
   }
   double per_run = 0;
   for (const auto& t : sorted) per_run += t.runs > 0 ? t.total_ms / t.runs : 0;

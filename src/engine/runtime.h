@@ -77,6 +77,7 @@ class Engine {
 
 struct LayerTiming {
   std::string name, kind;
+  std::string shapes;  // the layer's inputs -> outputs as first run, e.g. f16[8,64] f16[64] -> ...
   double total_ms = 0;
   int runs = 0;
 };

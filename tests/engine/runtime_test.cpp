@@ -82,6 +82,9 @@ TEST(Runtime, InspectorAndProfiler) {
   for (const auto& t : ctx.profile()) runs += t.runs;
   EXPECT_EQ(runs, 3);  // one fused layer (the constant runs no kernel), three runs
   EXPECT_NE(ctx.profile_table().find("fused_elementwise"), std::string::npos);
+  // Each line names the shapes the layer ran on (the first profiled run's).
+  EXPECT_NE(ctx.profile_table().find("f32[4, 16] f32[1] -> f32[4, 16]"), std::string::npos)
+      << ctx.profile_table();
   EXPECT_EQ(engine->input_index("x"), 0u);
   EXPECT_THROW(engine->output_index("nope"), InvalidArgument);
 }

@@ -49,7 +49,8 @@ TEST(CudaPooling, WindowedAndAdaptive) {
 }
 
 // Windows covering whole planes run as a reduction over the spatial dims: adaptive 1x1 and a
-// full-size kernel, channels-first and channels-last, f16, and NaN winning the max.
+// full-size kernel, channels-first and channels-last, f16 and bf16 (16-byte words of channels
+// where they divide), and NaN winning the max.
 TEST(CudaPooling, GlobalPooling) {
   KILN_REQUIRE_GPU();
   HostTensor x = random_tensor(DataType::kF32, {2, 5, 33, 31}, 5);
@@ -75,6 +76,8 @@ TEST(CudaPooling, GlobalPooling) {
     cuda_testing::compare_layer(adaptive, {random_tensor(DataType::kF32, {1, 3, 100, 100}, 9)});
     cuda_testing::compare_layer(last, {random_tensor(DataType::kF16, {2, 56, 56, 24}, 10)}, 1e-2,
                                 1e-3);
+    cuda_testing::compare_layer(last, {random_tensor(DataType::kBF16, {3, 40, 40, 16}, 11)}, 2e-2,
+                                1e-2);
   }
 }
 

@@ -1,8 +1,9 @@
 // CUDA depthwise 2-d convolution on channels-last data (x [N, H, W, C], weights [C, kh, kw, 1],
 // one filter per channel), fp32 accumulation, bias, activation, residual and the second
 // activation in the same pass. Where channels come in 16-byte groups, each thread computes one
-// group of one pixel with the block's filter taps in shared memory; otherwise one thread per
-// output element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
+// group of a strip of output pixels (3x3 and 5x5 filters, stride 1 or 2) or of one pixel (other
+// filters) with the block's filter taps in shared memory; otherwise one thread per output
+// element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
 // shape (bench/NOTES.md G4).
 #include <algorithm>
 
@@ -127,7 +128,132 @@ __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
   }
 }
 
-// Launches the vectorized kernel when channels, pointers and sizes allow; false otherwise.
+// The register-tiled kernel for the common filters (K x K, K = 3 or 5, stride S = 1 or 2, no
+// dilation): each thread computes V channels of kStrip consecutive output pixels of one row, so
+// an input vector loaded once serves every output of the strip it falls under ((kStrip - 1) * S + K
+// loads per filter row instead of kStrip * K), and a filter row's K weight vectors come from shared
+// memory once per strip. A is the activation when known at compile time (no per-element switch),
+// -1 for the layer's own. Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec.
+constexpr int kStrip = 4;
+
+template <class T, int K, int S, int A>
+__global__ void __launch_bounds__(kVecThreads)
+    depthwise_nhwc_strip(DepthwiseArgs a, int tile, int nstrips) {
+  constexpr int V = Vec<T>::kN, IW = (kStrip - 1) * S + K;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* ws = reinterpret_cast<T*>(smem_raw);
+  const int c_total = static_cast<int>(a.c), groups = c_total / V;
+  const int g0 = blockIdx.y * tile, tile_c = tile * V;
+  const T* w = static_cast<const T*>(a.w);
+  for (int idx = threadIdx.x; idx < tile_c * K * K; idx += blockDim.x) {
+    const int cl = idx / (K * K), tap = idx % (K * K), c = g0 * V + cl;
+    ws[tap * tile_c + cl] = c < c_total ? w[c * K * K + tap] : T(0.f);
+  }
+  __syncthreads();
+  const int per_block = kVecThreads / tile;
+  const int g = threadIdx.x % tile, lane = threadIdx.x / tile;
+  if (lane >= per_block || g0 + g >= groups) return;
+  const int c = (g0 + g) * V;
+  const int h = static_cast<int>(a.h), wi = static_cast<int>(a.w_in);
+  const int oh = static_cast<int>(a.oh), ow = static_cast<int>(a.ow);
+  const int strips_per_row = (ow + kStrip - 1) / kStrip;
+  const T* x = static_cast<const T*>(a.x);
+  float bias[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    bias[k] = a.bias ? static_cast<float>(static_cast<const T*>(a.bias)[c + k]) : 0.f;
+  }
+  for (int s = blockIdx.x * per_block + lane; s < nstrips; s += gridDim.x * per_block) {
+    const int ox0 = (s % strips_per_row) * kStrip, t = s / strips_per_row;
+    const int oy = t % oh, n = t / oh;
+    float acc[kStrip][V];
+#pragma unroll
+    for (int o = 0; o < kStrip; ++o) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[o][k] = 0.f;
+    }
+    const int ix0 = ox0 * S - a.pw;
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+      const int iy = oy * S - a.ph + r;
+      if (iy < 0 || iy >= h) continue;
+      const T* row = x + static_cast<int64_t>((n * h + iy) * wi) * c_total + c;
+      float wr[K][V];
+#pragma unroll
+      for (int q = 0; q < K; ++q) {
+        const Vec<T> wv = *reinterpret_cast<const Vec<T>*>(ws + (r * K + q) * tile_c + g * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) wr[q][k] = static_cast<float>(wv.v[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < IW; ++j) {
+        const int ix = ix0 + j;
+        Vec<T> xv{};
+        if (ix >= 0 && ix < wi) {
+          xv = *reinterpret_cast<const Vec<T>*>(row + static_cast<int64_t>(ix) * c_total);
+        }
+#pragma unroll
+        for (int o = 0; o < kStrip; ++o) {
+          const int q = j - o * S;  // the tap of output o that input column j meets
+          if (q < 0 || q >= K) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[o][k] += static_cast<float>(xv.v[k]) * wr[q][k];
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < kStrip; ++o) {
+      if (ox0 + o >= ow) break;
+      const int64_t at = (static_cast<int64_t>(n * oh + oy) * ow + ox0 + o) * c_total + c;
+      Vec<T> res{};
+      if (a.residual) {
+        res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
+      }
+      Vec<T> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float v = activate_as<A>(a.act, acc[o][k] + bias[k], a.alpha, a.beta);
+        if (a.residual) v = activate(a.act2, v + static_cast<float>(res.v[k]), a.alpha2, a.beta2);
+        out.v[k] = T(v);
+      }
+      *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
+    }
+  }
+}
+
+// Channel tiles of at most 32 V-groups, as even as the group count allows (84 -> 3 x 28).
+int channel_tile(int groups) {
+  const int tiles = (groups + 31) / 32;
+  return (groups + tiles - 1) / tiles;
+}
+
+template <class T, int K, int S>
+void launch_strip_for(cudaStream_t stream, const DepthwiseArgs& a, dim3 grid, size_t smem,
+                      int tile, int nstrips) {
+  switch (a.act) {
+    case ActivationKind::kNone:
+      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kNone)>
+          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
+      break;
+    case ActivationKind::kRelu:
+      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kRelu)>
+          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
+      break;
+    case ActivationKind::kSilu:
+      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kSilu)>
+          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
+      break;
+    case ActivationKind::kClamp:
+      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kClamp)>
+          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
+      break;
+    default:
+      depthwise_nhwc_strip<T, K, S, -1><<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
+      break;
+  }
+}
+
+// Launches the vectorized kernels when channels, pointers and sizes allow; false otherwise.
 template <class T>
 bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   constexpr int V = Vec<T>::kN;
@@ -139,14 +265,28 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   const int64_t in_elems = a.total / a.oh / a.ow * a.h * a.w_in;
   if (a.total >= (int64_t{1} << 31) || in_elems >= (int64_t{1} << 31)) return false;
   const int groups = static_cast<int>(a.c / V);
-  const int tile = groups < 32 ? groups : 32;
+  const int tile = channel_tile(groups);
   const size_t smem = static_cast<size_t>(tile) * V * a.kh * a.kw * sizeof(T);
   if (smem > kVecSmemBytes) return false;
   const int per_block = kVecThreads / tile;
+  const unsigned tiles = static_cast<unsigned>((groups + tile - 1) / tile);
+  if (tiles > 65535) return false;
+  const bool square = a.kh == a.kw && a.sh == a.sw && a.dh == 1 && a.dw == 1;
+  const int k = a.kh, s = a.sh;
+  if (square && (k == 3 || k == 5) && (s == 1 || s == 2)) {
+    const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((nstrips + per_block - 1) / per_block,
+                                                            65535)),
+                    tiles);
+    const int ns = static_cast<int>(nstrips);
+    if (k == 3 && s == 1) launch_strip_for<T, 3, 1>(stream, a, grid, smem, tile, ns);
+    if (k == 3 && s == 2) launch_strip_for<T, 3, 2>(stream, a, grid, smem, tile, ns);
+    if (k == 5 && s == 1) launch_strip_for<T, 5, 1>(stream, a, grid, smem, tile, ns);
+    if (k == 5 && s == 2) launch_strip_for<T, 5, 2>(stream, a, grid, smem, tile, ns);
+    return true;
+  }
   const int64_t chunks = (npix + per_block - 1) / per_block;
-  dim3 grid(static_cast<unsigned>(std::min<int64_t>(chunks, 2048)),
-            static_cast<unsigned>((groups + tile - 1) / tile));
-  if (grid.y > 65535) return false;
+  dim3 grid(static_cast<unsigned>(std::min<int64_t>(chunks, 2048)), tiles);
   depthwise_nhwc_vec<T><<<grid, kVecThreads, smem, stream>>>(a, tile, static_cast<int>(npix));
   return true;
 }

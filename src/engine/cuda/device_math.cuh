@@ -2,6 +2,8 @@
 // cpu/elementwise_math.h (and so PyTorch). Integer errors (division by zero) give 0 on the device.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,6 +58,41 @@ __device__ __forceinline__ float activate(ActivationKind k, float x, float alpha
     }
   }
   return x;
+}
+
+// activate() with the kind fixed at compile time where A >= 0 (the switch folds away), the
+// runtime kind where A is -1.
+template <int A>
+__device__ __forceinline__ float activate_as(ActivationKind runtime, float x, float alpha,
+                                             float beta) {
+  return activate(A >= 0 ? static_cast<ActivationKind>(A) : runtime, x, alpha, beta);
+}
+
+// Host side: calls f(std::integral_constant<int, A>{}) with A the activation where it is one of
+// the common ones, so that the kernel f launches has no per-element switch, and -1 otherwise.
+template <class F>
+void dispatch_activation(ActivationKind a, F&& f) {
+  using K = ActivationKind;
+  switch (a) {
+    case K::kNone:
+      return f(std::integral_constant<int, static_cast<int>(K::kNone)>{});
+    case K::kRelu:
+      return f(std::integral_constant<int, static_cast<int>(K::kRelu)>{});
+    case K::kGelu:
+      return f(std::integral_constant<int, static_cast<int>(K::kGelu)>{});
+    case K::kGeluTanh:
+      return f(std::integral_constant<int, static_cast<int>(K::kGeluTanh)>{});
+    case K::kSilu:
+      return f(std::integral_constant<int, static_cast<int>(K::kSilu)>{});
+    case K::kSigmoid:
+      return f(std::integral_constant<int, static_cast<int>(K::kSigmoid)>{});
+    case K::kClamp:
+      return f(std::integral_constant<int, static_cast<int>(K::kClamp)>{});
+    case K::kHardSwish:
+      return f(std::integral_constant<int, static_cast<int>(K::kHardSwish)>{});
+    default:
+      return f(std::integral_constant<int, -1>{});
+  }
 }
 
 __device__ __forceinline__ float binary_float(BinaryOp op, float a, float b) {

@@ -370,8 +370,9 @@ __global__ void post_ops_kernel(void* y, DataType yt, int64_t n, int64_t channel
 
 // The post-ops on 16-byte vectors when the output, bias and residual share a float dtype T:
 // with inner == 1 (matmul) a vector covers consecutive channels (channels % V == 0), otherwise
-// one channel (inner % V == 0). 32-bit index math.
-template <class T>
+// one channel (inner % V == 0). 32-bit index math. A1 and A2 are the activations when known at
+// compile time (dispatch_activation), -1 for the runtime ones.
+template <class T, int A1, int A2>
 __global__ void post_ops_vec_kernel(T* y, int32_t nvec, int32_t channels, int32_t inner,
                                     const T* bias, ActivationKind act, float alpha, float beta,
                                     const T* res, ActivationKind act2, float alpha2, float beta2) {
@@ -395,9 +396,9 @@ __global__ void post_ops_vec_kernel(T* y, int32_t nvec, int32_t channels, int32_
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       float v = static_cast<float>(yv.v[k]) + b[k];
-      v = activate(act, v, alpha, beta);
+      v = activate_as<A1>(act, v, alpha, beta);
       if (res) v += static_cast<float>(rv.v[k]);
-      v = activate(act2, v, alpha2, beta2);
+      v = activate_as<A2>(act2, v, alpha2, beta2);
       yv.v[k] = T(v);
     }
     reinterpret_cast<Vec16<T>*>(y)[iv] = yv;
@@ -416,12 +417,23 @@ bool launch_post_ops_vec(cudaStream_t stream, const TensorView& out, const PostO
       (!p.residual || (p.residual->dtype == out.dtype && aligned16(p.residual->data)));
   if (!ok) return false;
   const int64_t nvec = n / V;
-  post_ops_vec_kernel<T><<<grid_for(nvec), kThreads, 0, stream>>>(
-      static_cast<T*>(out.data), static_cast<int32_t>(nvec), static_cast<int32_t>(channels),
-      static_cast<int32_t>(inner), p.bias ? static_cast<const T*>(p.bias->data) : nullptr, p.act,
-      static_cast<float>(p.alpha), static_cast<float>(p.beta),
-      p.residual ? static_cast<const T*>(p.residual->data) : nullptr, p.act2,
-      static_cast<float>(p.alpha2), static_cast<float>(p.beta2));
+  const auto launch = [&](auto a1, auto a2) {
+    post_ops_vec_kernel<T, decltype(a1)::value, decltype(a2)::value>
+        <<<grid_for(nvec), kThreads, 0, stream>>>(
+            static_cast<T*>(out.data), static_cast<int32_t>(nvec), static_cast<int32_t>(channels),
+            static_cast<int32_t>(inner), p.bias ? static_cast<const T*>(p.bias->data) : nullptr,
+            p.act, static_cast<float>(p.alpha), static_cast<float>(p.beta),
+            p.residual ? static_cast<const T*>(p.residual->data) : nullptr, p.act2,
+            static_cast<float>(p.alpha2), static_cast<float>(p.beta2));
+  };
+  // The second activation is almost always none (or ReLU after a residual).
+  dispatch_activation(p.act, [&](auto a1) {
+    if (p.act2 == ActivationKind::kNone) {
+      launch(a1, std::integral_constant<int, static_cast<int>(ActivationKind::kNone)>{});
+    } else {
+      launch(a1, std::integral_constant<int, -1>{});
+    }
+  });
   return true;
 }
 

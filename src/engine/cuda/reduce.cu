@@ -99,61 +99,69 @@ __global__ void reduce_kernel_t(const void* x, DataType xt, Dims kept, Dims red,
 // Reduction of x viewed as [outer, m, inner] over m, same float dtype in and out: a block of
 // (tx, ty) threads covers tx consecutive inner positions (coalesced) and splits m over ty, then
 // combines the ty partials in shared memory. f32 accumulates in double (as the CPU), f16/bf16 in
-// float. Global pooling (channels-last:
-// inner = C; channels-first: inner = 1) and reductions over a run of middle dims take it.
+// float. Global pooling (channels-last: inner = C; channels-first: inner = 1) and reductions over
+// a run of middle dims take it. Where inner comes in 16-byte words (V elements of T), a thread
+// loads and reduces one word; V = 1 otherwise.
 constexpr int kMiddleThreads = 256;
+
+template <class A>
+__device__ __forceinline__ A combine(ReduceOp op, A acc, A v) {
+  if (op == ReduceOp::kMax) return (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
+  if (op == ReduceOp::kMin) return (v < acc || isnan(v)) && !isnan(acc) ? v : acc;
+  return acc + v;
+}
 
 // Chunk z of gridDim.z covers [z * m_chunk, min(m, (z + 1) * m_chunk)); with one chunk the block
 // writes y, with several it writes its partial (in A) to partials[z, o, i] for the combine
-// kernel.
-template <class T, class A>
+// kernel. `inner` counts elements of T; thread x covers elements [V * i, V * i + V).
+template <class T, class A, int V>
 __global__ void reduce_middle_kernel(const T* x, T* y, A* partials, int64_t outer, int64_t m,
                                      int64_t m_chunk, int64_t inner, ReduceOp op) {
-  __shared__ A partial[kMiddleThreads];
-  const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  __shared__ A partial[kMiddleThreads * V];
+  const A init = op == ReduceOp::kMax ? -INFINITY : (op == ReduceOp::kMin ? INFINITY : 0);
+  const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * V;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-    A acc = is_max ? -INFINITY : (is_min ? INFINITY : 0);
+    A acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = init;
     if (i < inner) {
       const T* base = x + o * m * inner + i;
       const int64_t chunk_end = (blockIdx.z + 1) * m_chunk;
       const int64_t j_end = chunk_end < m ? chunk_end : m;
       for (int64_t j = blockIdx.z * m_chunk + threadIdx.y; j < j_end; j += blockDim.y) {
-        const A v = static_cast<float>(base[j * inner]);
-        if (is_max) {
-          acc = (v > acc || isnan(v) || isnan(acc)) ? (isnan(acc) ? acc : v) : acc;
-        } else if (is_min) {
-          acc = (v < acc || isnan(v) || isnan(acc)) ? (isnan(acc) ? acc : v) : acc;
+        if constexpr (V == 1) {
+          acc[0] = combine<A>(op, acc[0], static_cast<float>(base[j * inner]));
         } else {
-          acc += v;
+          const Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(base + j * inner);
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[k] = combine<A>(op, acc[k], static_cast<float>(v.v[k]));
         }
       }
     }
-    const int t = threadIdx.y * blockDim.x + threadIdx.x;
-    partial[t] = acc;
+#pragma unroll
+    for (int k = 0; k < V; ++k) partial[t * V + k] = acc[k];
     __syncthreads();
     for (int half = blockDim.y / 2; half > 0; half /= 2) {
       if (threadIdx.y < half) {
-        const A other = partial[t + half * blockDim.x];
-        A a = partial[t];
-        if (is_max) {
-          a = (other > a || isnan(other)) && !isnan(a) ? other : a;
-        } else if (is_min) {
-          a = (other < a || isnan(other)) && !isnan(a) ? other : a;
-        } else {
-          a += other;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          partial[t * V + k] =
+              combine<A>(op, partial[t * V + k], partial[(t + half * blockDim.x) * V + k]);
         }
-        partial[t] = a;
       }
       __syncthreads();
     }
     if (threadIdx.y == 0 && i < inner) {
-      A r = partial[threadIdx.x];
-      if (partials) {
-        partials[(blockIdx.z * outer + o) * inner + i] = r;
-      } else {
-        if (op == ReduceOp::kMean) r /= static_cast<A>(m);
-        y[o * inner + i] = T(static_cast<float>(r));
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        A r = partial[threadIdx.x * V + k];
+        if (partials) {
+          partials[(blockIdx.z * outer + o) * inner + i + k] = r;
+        } else {
+          if (op == ReduceOp::kMean) r /= static_cast<A>(m);
+          y[o * inner + i + k] = T(static_cast<float>(r));
+        }
       }
     }
     __syncthreads();  // partial[] is rewritten for the next o
@@ -166,35 +174,27 @@ __global__ void reduce_chunks_kernel(const A* partials, T* y, int64_t n, int64_t
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
        k += int64_t(gridDim.x) * blockDim.x) {
     A acc = partials[k];
-    for (int64_t z = 1; z < chunks; ++z) {
-      const A v = partials[z * n + k];
-      if (op == ReduceOp::kMax) {
-        acc = (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
-      } else if (op == ReduceOp::kMin) {
-        acc = (v < acc || isnan(v)) && !isnan(acc) ? v : acc;
-      } else {
-        acc += v;
-      }
-    }
+    for (int64_t z = 1; z < chunks; ++z) acc = combine<A>(op, acc, partials[z * n + k]);
     if (op == ReduceOp::kMean) acc /= static_cast<A>(m);
     y[k] = T(static_cast<float>(acc));
   }
 }
 
-template <class T, class A>
-void launch_middle_t(cudaStream_t stream, Resources& res, const void* x, void* y, int64_t outer,
+template <class T, class A, int V>
+void launch_middle_v(cudaStream_t stream, Resources& res, const void* x, void* y, int64_t outer,
                      int64_t m, int64_t inner, ReduceOp op) {
+  const int64_t words = inner / V;  // threads along inner
   unsigned tx = 1;
-  while (tx < 32 && tx < inner) tx *= 2;
+  while (tx < 32 && tx < words) tx *= 2;
   const dim3 block(tx, kMiddleThreads / tx);
-  const int64_t tiles = (inner + tx - 1) / tx, outer_blocks = std::min<int64_t>(outer, 65535);
+  const int64_t tiles = (words + tx - 1) / tx, outer_blocks = std::min<int64_t>(outer, 65535);
   // Chunks of m when the (tile, outer) blocks alone would leave the GPU mostly idle: at least
-  // ~512 blocks, each thread still looping over at least 16 elements.
+  // ~1024 blocks, each thread still looping over at least 8 rows.
   int64_t chunks = 1;
   const int64_t blocks = tiles * outer_blocks;
-  if (blocks < 512) {
-    chunks = std::min<int64_t>((512 + blocks - 1) / blocks,
-                               std::max<int64_t>(1, m / (int64_t{block.y} * 16)));
+  if (blocks < 1024) {
+    chunks = std::min<int64_t>((1024 + blocks - 1) / blocks,
+                               std::max<int64_t>(1, m / (int64_t{block.y} * 8)));
     chunks = std::min<int64_t>(chunks, 65535);
   }
   const int64_t m_chunk = (m + chunks - 1) / chunks;
@@ -206,12 +206,23 @@ void launch_middle_t(cudaStream_t stream, Resources& res, const void* x, void* y
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(outer_blocks),
                   static_cast<unsigned>(chunks));
-  reduce_middle_kernel<T, A><<<grid, block, 0, stream>>>(
+  reduce_middle_kernel<T, A, V><<<grid, block, 0, stream>>>(
       static_cast<const T*>(x), static_cast<T*>(y), partials, outer, m, m_chunk, inner, op);
   if (chunks > 1) {
     const int64_t n = outer * inner;
     reduce_chunks_kernel<T, A>
         <<<grid_for(n), kThreads, 0, stream>>>(partials, static_cast<T*>(y), n, chunks, m, op);
+  }
+}
+
+template <class T, class A>
+void launch_middle_t(cudaStream_t stream, Resources& res, const void* x, void* y, int64_t outer,
+                     int64_t m, int64_t inner, ReduceOp op) {
+  constexpr int V = Vec16<T>::kN;
+  if (inner % V == 0 && aligned16(x)) {
+    launch_middle_v<T, A, V>(stream, res, x, y, outer, m, inner, op);
+  } else {
+    launch_middle_v<T, A, 1>(stream, res, x, y, outer, m, inner, op);
   }
 }
 
