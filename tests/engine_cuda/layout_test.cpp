@@ -129,11 +129,53 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
               },
               config);
           EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
-          const double tol =
-              low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+          const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
           cuda_testing::expect_match(r, tol, tol);
         }
       }
+    }
+  }
+}
+
+// Patch embeddings (kernel == stride, no padding) run as a patch gather plus one GEMM: square and
+// non-square patches, a plane that the patches do not tile exactly, bias + GELU, and a residual.
+TEST(CudaLayout, PatchConvolutionsAsGemmMatchCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t kh, kw, h, w;
+    bool residual;
+  };
+  for (const Case& c :
+       {Case{4, 4, 16, 20, false}, Case{2, 3, 10, 12, true}, Case{4, 4, 18, 19, false}}) {
+    for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      SCOPED_TRACE(std::to_string(c.kh) + "x" + std::to_string(c.kw) + " on " +
+                   std::to_string(c.h) + "x" + std::to_string(c.w) + " " + dtype_name(low));
+      BuilderConfig config;
+      config.enabled_precisions = {DataType::kF32};
+      if (low != DataType::kF32) config.enabled_precisions.push_back(low);
+      config.conv_layout = ConvLayout::kChannelsLast;
+      auto r = cuda_testing::run_both(
+          {random_tensor(DataType::kF32, {2, 3, c.h, c.w}, 30),
+           random_tensor(DataType::kF32, {2, 24, c.h / c.kh, c.w / c.kw}, 31)},
+          [&](Network& net, const std::vector<TensorId>& in) {
+            ConvolutionParams p;
+            p.strides = {c.kh, c.kw};
+            p.post.has_bias = true;
+            TensorId t = net.add(
+                "patch", p,
+                {in[0], constant(net, "w", {24, 3, c.kh, c.kw}, 32), constant(net, "b", {24}, 33)});
+            if (c.residual) {
+              t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, in[1]});
+            } else {
+              t = net.add("gelu", ActivationParams{ActivationKind::kGelu}, {t});
+              t = net.add("keep", ElementwiseParams{BinaryOp::kAdd}, {t, in[1]});
+            }
+            return std::vector<TensorId>{t};
+          },
+          config);
+      EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
+      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+      cuda_testing::expect_match(r, tol, tol);
     }
   }
 }

@@ -51,6 +51,22 @@ TEST(CudaNormalization, Kinds) {
   layer.has_affine = false;
   compare_layer(layer, {random_tensor(DataType::kF32, {3, 4000}, 11, 100, 101)}, 1e-5, 1e-5);
   compare_layer(layer, {random_tensor(DataType::kF16, {3, 64}, 12)}, 1e-2, 1e-2);
+  // Affine rows of x's dtype (loaded once per lane, as x's rows) and of another dtype.
+  layer.has_affine = true;
+  const HostTensor h = random_tensor(DataType::kF16, {6, 768}, 13);
+  compare_layer(
+      layer,
+      {h, random_tensor(DataType::kF16, {768}, 14), random_tensor(DataType::kF16, {768}, 15)}, 1e-2,
+      1e-2);
+  compare_layer(
+      layer,
+      {h, random_tensor(DataType::kF32, {768}, 16), random_tensor(DataType::kF32, {768}, 17)}, 1e-2,
+      1e-2);
+  compare_layer(
+      layer,
+      {random_tensor(DataType::kBF16, {4, 80}, 18), random_tensor(DataType::kBF16, {80}, 19),
+       random_tensor(DataType::kBF16, {80}, 20)},
+      3e-2, 3e-2);
 }
 
 }  // namespace

@@ -4,17 +4,16 @@
 //   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
 //   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. One block of 4
 //   warps takes 64 query rows and streams 64-row key/value tiles through shared memory (cp.async,
-//   two stages); q k^T and p v run on tensor cores (WMMA, float accumulation) around an online
-//   softmax in float, with p rounded to the input dtype for p v.
+//   two stages); q k^T and p v run on tensor cores (mma.sync, float accumulation) around an
+//   online softmax in float held in registers, with p rounded to the input dtype for p v.
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
-#include <mma.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -119,45 +118,21 @@ constexpr int kFlashThreads = kFlashWarps * kWarp;
 constexpr int kMma = 16;                        // side of a WMMA tile
 constexpr int kQueryTile = kFlashWarps * kMma;  // query rows per block, 16 per warp
 constexpr int kKeyTile = 64;                    // key/value rows per step
-// Row strides of the per-warp score (float) and probability blocks: 8 past the width puts the
-// softmax's float4 reads and 8-byte writes of a quarter/half warp in distinct banks.
-constexpr int kScoreLd = kKeyTile + 8;
-constexpr int kProbLd = kKeyTile + 8;
-constexpr size_t kElemBytes = 2;  // f16 and bf16
+constexpr size_t kElemBytes = 2;                // f16 and bf16
 
-// Shared memory of the flash kernel for head size E, in bytes; every WMMA pointer is 32-byte
-// aligned as WMMA requires. Two stages of a key tile and a value tile, the query tile, then per
-// warp a 16 x 64 score block (floats), a 16 x 64 probability block and 16 row factors. (Query
-// fragments held in registers across the key loop made E = 128 spill.)
+// Shared memory of the flash kernel for head size E, in bytes: two stages of a key tile and a
+// value tile, then the query tile. Rows are E + 8 elements apart: 16-byte aligned, and the
+// fragment loads of a warp (8 rows x 4 words, or ldmatrix's 8 rows x 16 bytes) hit 32 distinct
+// banks.
 template <int E>
 struct FlashSmem {
-  static constexpr int kLd = E + 8;  // tile row stride in elements: 16-byte rows over all banks
+  static constexpr int kLd = E + 8;
   static constexpr int kTile = kKeyTile * kLd;  // elements of one query, key or value tile
   static_assert(kQueryTile == kKeyTile, "query and key tiles share a shape");
   static constexpr size_t kQuery = 2 * 2 * kTile * kElemBytes;
-  static constexpr size_t kScores = kQuery + kTile * kElemBytes;
-  static constexpr size_t kProbs = kScores + kFlashWarps * kMma * kScoreLd * sizeof(float);
-  static constexpr size_t kFactors = kProbs + kFlashWarps * kMma * kProbLd * kElemBytes;
-  static constexpr size_t kBytes = kFactors + kFlashWarps * kMma * sizeof(float);
+  static constexpr size_t kBytes = kQuery + kTile * kElemBytes;
   static_assert(E % kMma == 0 && E <= 128, "head sizes the flash kernel takes");
 };
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
 
 // cp.async of 16 bytes, of which the first `src_bytes` (0 or 16) come from `src`, the rest zeros.
 __device__ __forceinline__ void copy16_async(void* dst, const void* src, int src_bytes) {
@@ -205,41 +180,90 @@ struct FlashArgs {
   bool causal;
 };
 
+// Tensor-core primitives (PTX, sm_80+): D += A B for a 16x16 A (row-major, four 32-bit registers
+// of two elements), a 16x8 B (two registers) and a 16x8 float D. Lane l holds rows g = l / 4 and
+// g + 8 of A and D, at columns 2 (l % 4) + {0, 1} (A also at + 8); and B's column g at rows
+// 2 (l % 4) + {0, 1} and + 8.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory, transposed: lanes 8i..8i+7 give the
+// row addresses of matrix i, and register i holds matrix i in B's fragment layout.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t load32(const void* p) {
+  return *static_cast<const uint32_t*>(p);
+}
+
+// Two floats rounded to T and packed (lo in the low half), their rounded values added to `sum`.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, float& sum) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    sum += __low2float(h) + __high2float(h);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    sum += __low2float(h) + __high2float(h);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Each warp owns 16 query rows; scores, probabilities and the output accumulator stay in
+// registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max and sum are
+// reductions over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A
+// fragment of p v without a trip through shared memory.
 template <class T, int E>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
-  namespace wmma = nvcuda::wmma;
   using Smem = FlashSmem<E>;
-  using Acc = wmma::fragment<wmma::accumulator, kMma, kMma, kMma, float>;
-  constexpr int kLd = Smem::kLd, kFrags = E / kMma;
+  constexpr int kLd = Smem::kLd;
+  constexpr int kKSteps = E / 16;          // k-steps of q k^T
+  constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
+  constexpr int kOutFrags = E / 8;         // 8-column blocks of the output
   static_assert(sizeof(T) == kElemBytes, "16-bit elements");
   extern __shared__ __align__(128) unsigned char smem[];
   T* const kv = reinterpret_cast<T*>(smem);
+  T* const q_tile = reinterpret_cast<T*>(smem + Smem::kQuery);
   const int warp = static_cast<int>(threadIdx.x) / kWarp,
             lane = static_cast<int>(threadIdx.x) % kWarp;
-  T* const q_tile = reinterpret_cast<T*>(smem + Smem::kQuery);
+  const int g = lane / 4, quad = lane % 4;
   const T* const q_rows = q_tile + warp * kMma * kLd;  // the warp's 16 rows
-  float* const scores = reinterpret_cast<float*>(smem + Smem::kScores) + warp * kMma * kScoreLd;
-  T* const probs = reinterpret_cast<T*>(smem + Smem::kProbs) + warp * kMma * kProbLd;
-  float* const factor = reinterpret_cast<float*>(smem + Smem::kFactors) + warp * kMma;
-
-  // The row each accumulator element holds (WMMA leaves the layout unspecified, but it is one
-  // per fragment type): load a block whose entries are their row indices. Row factors of the
-  // online softmax then scale the output fragments in registers.
-  Acc row_of;
-  for (int x = lane; x < kMma * kMma; x += kWarp) {
-    scores[(x / kMma) * kScoreLd + x % kMma] = static_cast<float>(x / kMma);
-  }
-  __syncwarp();
-  wmma::load_matrix_sync(row_of, scores, kScoreLd, wmma::mem_row_major);
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kQueryTile;
   const int64_t key_tiles = (a.S + kKeyTile - 1) / kKeyTile;
   // Causal: keys past the block's last query row are masked in every row of the block.
   const int64_t last_tile = (q0 + kQueryTile - 1) / kKeyTile;
   const int64_t tiles = a.causal && last_tile + 1 < key_tiles ? last_tile + 1 : key_tiles;
-  // Lanes 2r and 2r + 1 run the softmax of the warp's row r, each over half its columns.
-  const int r = lane / 2, half = lane % 2;
-  const int64_t i = q0 + warp * kMma + r;  // that row's query index
+  const int64_t row[2] = {q0 + warp * kMma + g, q0 + warp * kMma + g + 8};  // the lane's rows
 
   for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
     const int64_t b = bh / a.heads, h = bh % a.heads;
@@ -254,10 +278,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       load_tile_async<E>(kv + Smem::kTile, vm, 0, a.S, a.vo.ld);
       commit_async();
     }
-    Acc o[kFrags];
+    float o[kOutFrags][4];
 #pragma unroll
-    for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(o[f], 0.0f);
-    float m = -INFINITY, l = 0;  // running max (base-2 scaled) and sum of row r
+    for (int f = 0; f < kOutFrags; ++f) o[f][0] = o[f][1] = o[f][2] = o[f][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (base 2) and sum
 
     for (int64_t t = 0; t < tiles; ++t) {
       wait_async_all();  // tile t (started during step t - 1, or above) has landed ...
@@ -272,122 +296,90 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       const T* const vt = kt + Smem::kTile;
 
       // Scores of the warp's 16 rows against the tile's 64 keys.
-      Acc s[kKeyTile / kMma];
+      float s[kKeyFrags][4];
 #pragma unroll
-      for (int n = 0; n < kKeyTile / kMma; ++n) wmma::fill_fragment(s[n], 0.0f);
+      for (int n = 0; n < kKeyFrags; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> qf;
-        wmma::load_matrix_sync(qf, q_rows + f * kMma, kLd);
+      for (int c = 0; c < kKSteps; ++c) {
+        const T* const qp = q_rows + g * kLd + c * 16 + 2 * quad;
+        const uint32_t qa[4] = {load32(qp), load32(qp + 8 * kLd), load32(qp + 8),
+                                load32(qp + 8 * kLd + 8)};
 #pragma unroll
-        for (int n = 0; n < kKeyTile / kMma; ++n) {
-          wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, T, wmma::col_major> kf;
-          wmma::load_matrix_sync(kf, kt + n * kMma * kLd + f * kMma, kLd);
-          wmma::mma_sync(s[n], qf, kf, s[n]);
+        for (int n = 0; n < kKeyFrags; ++n) {
+          const T* const kp = kt + (n * 8 + g) * kLd + c * 16 + 2 * quad;
+          mma_16816<T>(s[n], qa, load32(kp), load32(kp + 8));
         }
       }
-#pragma unroll
-      for (int n = 0; n < kKeyTile / kMma; ++n) {
-        wmma::store_matrix_sync(scores + n * kMma, s[n], kScoreLd, wmma::mem_row_major);
-      }
-      __syncwarp();
 
-      // Online softmax of row r: columns below `kept` are keys < S (and <= i if causal). The
-      // lane takes the float4 groups 2g + half of the row.
+      // Online softmax in base 2: keys >= S (and > the row, if causal) are out.
       const int64_t j0 = t * kKeyTile;
-      int64_t kept64 = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
-      if (a.causal && i - j0 + 1 < kept64) kept64 = i - j0 + 1;
-      const int kept = kept64 > 0 ? static_cast<int>(kept64) : 0;
-      const float* const srow = scores + r * kScoreLd;
-      float tile_max = -INFINITY;
+      float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int g = 0; g < kKeyTile / 8; ++g) {
-        const int c = (2 * g + half) * 4;
-        const float4 s4 = *reinterpret_cast<const float4*>(srow + c);
-        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+      for (int n = 0; n < kKeyFrags; ++n) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          if (c + u < kept) tile_max = fmaxf(tile_max, sv[u] * a.scale_log2);
+        for (int e = 0; e < 4; ++e) {
+          const int rr = e / 2;
+          const int64_t j = j0 + n * 8 + 2 * quad + e % 2;
+          const bool kept = j < a.S && (!a.causal || j <= row[rr]);
+          s[n][e] = kept ? s[n][e] * a.scale_log2 : -INFINITY;
+          tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
         }
       }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      const float m_new = fmaxf(m, tile_max);
-      const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing kept yet: p and o stay 0
-      const float alpha = exp2f(m - base);
-      float sum = 0;
+      float base[2], alpha[2];
 #pragma unroll
-      for (int g = 0; g < kKeyTile / 8; ++g) {
-        const int c = (2 * g + half) * 4;
-        const float4 s4 = *reinterpret_cast<const float4*>(srow + c);
-        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
-        alignas(8) T p4[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          // The sum takes p as rounded, the weights p v uses, so they still sum to one.
-          p4[u] = from_float<T>(c + u < kept ? exp2f(sv[u] * a.scale_log2 - base) : 0.0f);
-          sum += to_float(p4[u]);
-        }
-        *reinterpret_cast<uint2*>(probs + r * kProbLd + c) = *reinterpret_cast<const uint2*>(p4);
+      for (int rr = 0; rr < 2; ++rr) {
+        const float m_new = fmaxf(m[rr], quad_max(tile_max[rr]));
+        base[rr] = m_new == -INFINITY ? 0.0f : m_new;  // nothing kept yet: p and o stay 0
+        alpha[rr] = exp2f(m[rr] - base[rr]);
+        m[rr] = m_new;
       }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      l = l * alpha + sum;
-      m = m_new;
-      if (half == 0) factor[r] = alpha;
-      __syncwarp();
+      // p, rounded to T (the sum takes p as rounded, the weights p v uses, so they sum to one),
+      // as A fragments of 16 keys each.
+      uint32_t p[kKeyTile / 16][4];
+      float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kKeyFrags; ++n) {
+        const uint32_t lo = pack2<T>(exp2f(s[n][0] - base[0]), exp2f(s[n][1] - base[0]), sum[0]);
+        const uint32_t hi = pack2<T>(exp2f(s[n][2] - base[1]), exp2f(s[n][3] - base[1]), sum[1]);
+        p[n / 2][(n % 2) * 2] = lo;
+        p[n / 2][(n % 2) * 2 + 1] = hi;
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + quad_sum(sum[rr]);
+#pragma unroll
+      for (int f = 0; f < kOutFrags; ++f) {
+        o[f][0] *= alpha[0], o[f][1] *= alpha[0];
+        o[f][2] *= alpha[1], o[f][3] *= alpha[1];
+      }
 
-      // o = o * alpha (per row) + p v.
+      // o += p v: v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two
+      // 8-column output blocks.
+      const int mat = lane / 8, mat_row = lane % 8;
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
+      for (int kc = 0; kc < kKeyTile / 16; ++kc) {
 #pragma unroll
-        for (int x = 0; x < o[f].num_elements; ++x) {
-          o[f].x[x] *= factor[static_cast<int>(row_of.x[x])];
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < kKeyTile / kMma; ++n) {
-        wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> pf;
-        wmma::load_matrix_sync(pf, probs + n * kMma, kProbLd);
-#pragma unroll
-        for (int f = 0; f < kFrags; ++f) {
-          wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, T, wmma::row_major> vf;
-          wmma::load_matrix_sync(vf, vt + n * kMma * kLd + f * kMma, kLd);
-          wmma::mma_sync(o[f], pf, vf, o[f]);
+        for (int np = 0; np < E / 16; ++np) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(
+              bv, vt + (kc * 16 + (mat % 2) * 8 + mat_row) * kLd + np * 16 + (mat / 2) * 8);
+          mma_16816<T>(o[2 * np], p[kc], bv[0], bv[1]);
+          mma_16816<T>(o[2 * np + 1], p[kc], bv[2], bv[3]);
         }
       }
     }
 
-    // o / l (l == 0 only when S == 0: zeros, like the simple kernel), stored through the score
-    // block 64 columns at a time as 16-byte vectors; rows past L are not stored.
-    __syncwarp();
-    if (half == 0) factor[r] = l > 0 ? 1.0f / l : 0.0f;
-    __syncwarp();
+    // o / l (l == 0 only when S == 0: zeros, like the simple kernel); rows past L not stored.
 #pragma unroll
-    for (int f = 0; f < kFrags; ++f) {
+    for (int rr = 0; rr < 2; ++rr) {
+      if (row[rr] >= a.L) continue;
+      const float inv = l[rr] > 0 ? 1.0f / l[rr] : 0.0f;
+      T* const orow = om + row[rr] * a.oo.ld + 2 * quad;
+      float unused = 0;
 #pragma unroll
-      for (int x = 0; x < o[f].num_elements; ++x) {
-        o[f].x[x] *= factor[static_cast<int>(row_of.x[x])];
+      for (int f = 0; f < kOutFrags; ++f) {
+        *reinterpret_cast<uint32_t*>(orow + f * 8) =
+            pack2<T>(o[f][2 * rr] * inv, o[f][2 * rr + 1] * inv, unused);
       }
-    }
-#pragma unroll
-    for (int c0 = 0; c0 < E; c0 += kKeyTile) {
-      const int width = E - c0 < kKeyTile ? E - c0 : kKeyTile;
-#pragma unroll
-      for (int f = c0 / kMma; f < (c0 + width) / kMma; ++f) {
-        wmma::store_matrix_sync(scores + (f * kMma - c0), o[f], kScoreLd, wmma::mem_row_major);
-      }
-      __syncwarp();
-      const int vecs = width / 8;  // 16-byte vectors per row
-      for (int x = lane; x < kMma * vecs; x += kWarp) {
-        const int rr = x / vecs, c = (x % vecs) * 8;
-        const int64_t row = q0 + warp * kMma + rr;
-        if (row >= a.L) continue;
-        alignas(16) T v8[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v8[u] = from_float<T>(scores[rr * kScoreLd + c + u]);
-        *reinterpret_cast<uint4*>(om + row * a.oo.ld + c0 + c) =
-            *reinterpret_cast<const uint4*>(v8);
-      }
-      __syncwarp();
     }
   }
 }

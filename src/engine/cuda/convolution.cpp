@@ -4,9 +4,12 @@
 // Bias + ReLU (and residual + ReLU) fuse through cudnnConvolutionBiasActivationForward; other
 // post-ops run in the post-op kernel. Forward algorithms come from cuDNN's heuristic, in its order;
 // one that fails to run is replaced by the next (see bench/NOTES.md G4 for why not by timing).
+// Channels-last patch embeddings (kernel == stride, no padding: ViT's 16x16/16 stem) run as a
+// gather of the patches plus one cuBLASLt GEMM (the matmul kernel) instead.
 #include <cudnn.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
@@ -100,6 +103,80 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
   return r;
 }
 
+// The patch path: kernel == stride > 1 element, no padding, dilation or groups, channels-last
+// 2-d. Each output pixel's receptive field is then its own [kh, kw, C] block of x, so the
+// convolution is patches [N * OH * OW, kh * kw * C] times the filter [Cout, kh * kw * C]^T.
+bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w) {
+  const auto all = [](const std::vector<int64_t>& v, int64_t value) {
+    return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
+  };
+  return p.channels_last && !p.transposed && p.groups == 1 && x.shape.size() == 4 &&
+         w.shape.size() == 4 && w.shape[1] * w.shape[2] > 1 && p.strides.size() == 2 &&
+         p.strides[0] == w.shape[1] && p.strides[1] == w.shape[2] && all(p.padding_begin, 0) &&
+         all(p.padding_end, 0) && all(p.dilations, 1);
+}
+
+// Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
+// beforehand so that it cannot move (the first `offset` bytes hold the patches).
+class WorkspaceAfter : public Resources {
+ public:
+  WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
+      : base_(base), offset_(offset), base_ws_(base_ws) {}
+  cudaStream_t stream() const override { return base_.stream(); }
+  int device() const override { return base_.device(); }
+  void* workspace(size_t bytes) override {
+    void* ws = base_.workspace(offset_ + bytes);
+    KILN_CHECK(ws == base_ws_, InternalError, "the convolution's patches were moved by a larger ",
+               "workspace request (", offset_ + bytes, " bytes)");
+    return static_cast<uint8_t*>(ws) + offset_;
+  }
+  void* cublaslt() override { return base_.cublaslt(); }
+  void* cudnn() override { return base_.cudnn(); }
+
+ private:
+  Resources& base_;
+  size_t offset_;
+  void* base_ws_;
+};
+
+struct PatchGemmState : KernelState {
+  std::unique_ptr<KernelState> gemm;  // the matmul kernel's
+};
+
+// The matmul kernel's workspace need (cuBLASLt's 32 MiB, nothing expanded) with room to spare.
+constexpr size_t kGemmWorkspace = size_t{64} << 20;
+
+void patch_gemm(KernelArgs& args, const ConvolutionParams& p, const TensorView& x,
+                const TensorView& w, const TensorView* bias, const TensorView* residual,
+                const TensorView& out) {
+  const int64_t n = x.shape[0], c = x.shape[3], h = x.shape[1], wi = x.shape[2];
+  const int64_t kh = w.shape[1], kw = w.shape[2], cout = w.shape[0];
+  const int64_t oh = out.shape[1], ow = out.shape[2];
+  const int64_t rows = n * oh * ow, depth = kh * kw * c;
+  const size_t es = dtype_size(x.dtype);
+  const size_t slot = (static_cast<size_t>(rows * depth) * es + 255) / 256 * 256;
+  void* ws = args.res.workspace(slot + kGemmWorkspace);
+  // patches[n, oy, ox, r, s, c] = x[n, oy * kh + r, ox * kw + s, c]
+  launch_strided_copy(args.stream(), args.layer.name, es, x.data, 0,
+                      {h * wi * c, kh * wi * c, kw * c, wi * c, c, 1}, {n, oh, ow, kh, kw, c}, ws);
+  MatMulParams mp;
+  mp.transpose_b = true;
+  mp.post = p.post;
+  Layer gemm{args.layer.name, mp, {}, {}};
+  std::vector<TensorView> inputs = {{x.dtype, {rows, depth}, ws}, {w.dtype, {cout, depth}, w.data}};
+  if (bias) inputs.push_back(*bias);
+  if (residual) inputs.push_back({residual->dtype, {rows, cout}, residual->data});
+  const std::vector<TensorView> outputs = {{out.dtype, {rows, cout}, out.data}};
+  auto* state = dynamic_cast<PatchGemmState*>(args.state.get());
+  if (!state) {
+    args.state = std::make_unique<PatchGemmState>();
+    state = static_cast<PatchGemmState*>(args.state.get());
+  }
+  WorkspaceAfter res(args.res, slot, ws);
+  KernelArgs gemm_args{gemm, inputs, outputs, state->gemm, res};
+  run_matmul(gemm_args);
+}
+
 void convolution_kernel(KernelArgs& args) {
   const auto& p = std::get<ConvolutionParams>(args.layer.params);
   const std::string& name = args.layer.name;
@@ -109,6 +186,10 @@ void convolution_kernel(KernelArgs& args) {
   const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
   if (depthwise_nhwc_applies(p, x, w, residual, out)) {
     launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out);
+    return;
+  }
+  if (patch_gemm_applies(p, x, w)) {
+    patch_gemm(args, p, x, w, bias, residual, out);
     return;
   }
   const size_t spatial = x.shape.size() - 2;

@@ -132,11 +132,11 @@ __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
 // dilation): each thread computes V channels of kStrip consecutive output pixels of one row, so
 // an input vector loaded once serves every output of the strip it falls under ((kStrip - 1) * S + K
 // loads per filter row instead of kStrip * K), and a filter row's K weight vectors come from shared
-// memory once per strip. A is the activation when known at compile time (no per-element switch),
-// -1 for the layer's own. Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec.
+// memory once per strip. Activations go over a pixel's V channels at a time (activate_all).
+// Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec.
 constexpr int kStrip = 4;
 
-template <class T, int K, int S, int A>
+template <class T, int K, int S>
 __global__ void __launch_bounds__(kVecThreads)
     depthwise_nhwc_strip(DepthwiseArgs a, int tile, int nstrips) {
   constexpr int V = Vec<T>::kN, IW = (kStrip - 1) * S + K;
@@ -209,13 +209,18 @@ __global__ void __launch_bounds__(kVecThreads)
       if (a.residual) {
         res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
       }
+      float v[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
+      activate_all(a.act, v, a.alpha, a.beta);
+      if (a.residual) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
+        activate_all(a.act2, v, a.alpha2, a.beta2);
+      }
       Vec<T> out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        float v = activate_as<A>(a.act, acc[o][k] + bias[k], a.alpha, a.beta);
-        if (a.residual) v = activate(a.act2, v + static_cast<float>(res.v[k]), a.alpha2, a.beta2);
-        out.v[k] = T(v);
-      }
+      for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
       *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
     }
   }
@@ -225,32 +230,6 @@ __global__ void __launch_bounds__(kVecThreads)
 int channel_tile(int groups) {
   const int tiles = (groups + 31) / 32;
   return (groups + tiles - 1) / tiles;
-}
-
-template <class T, int K, int S>
-void launch_strip_for(cudaStream_t stream, const DepthwiseArgs& a, dim3 grid, size_t smem,
-                      int tile, int nstrips) {
-  switch (a.act) {
-    case ActivationKind::kNone:
-      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kNone)>
-          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
-      break;
-    case ActivationKind::kRelu:
-      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kRelu)>
-          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
-      break;
-    case ActivationKind::kSilu:
-      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kSilu)>
-          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
-      break;
-    case ActivationKind::kClamp:
-      depthwise_nhwc_strip<T, K, S, static_cast<int>(ActivationKind::kClamp)>
-          <<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
-      break;
-    default:
-      depthwise_nhwc_strip<T, K, S, -1><<<grid, kVecThreads, smem, stream>>>(a, tile, nstrips);
-      break;
-  }
 }
 
 // Launches the vectorized kernels when channels, pointers and sizes allow; false otherwise.
@@ -275,14 +254,13 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   const int k = a.kh, s = a.sh;
   if (square && (k == 3 || k == 5) && (s == 1 || s == 2)) {
     const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((nstrips + per_block - 1) / per_block,
-                                                            65535)),
-                    tiles);
-    const int ns = static_cast<int>(nstrips);
-    if (k == 3 && s == 1) launch_strip_for<T, 3, 1>(stream, a, grid, smem, tile, ns);
-    if (k == 3 && s == 2) launch_strip_for<T, 3, 2>(stream, a, grid, smem, tile, ns);
-    if (k == 5 && s == 1) launch_strip_for<T, 5, 1>(stream, a, grid, smem, tile, ns);
-    if (k == 5 && s == 2) launch_strip_for<T, 5, 2>(stream, a, grid, smem, tile, ns);
+    const dim3 grid(
+        static_cast<unsigned>(std::min<int64_t>((nstrips + per_block - 1) / per_block, 65535)),
+        tiles);
+    const auto kernel =
+        k == 3 ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)
+               : (s == 1 ? depthwise_nhwc_strip<T, 5, 1> : depthwise_nhwc_strip<T, 5, 2>);
+    kernel<<<grid, kVecThreads, smem, stream>>>(a, tile, static_cast<int>(nstrips));
     return true;
   }
   const int64_t chunks = (npix + per_block - 1) / per_block;

@@ -68,6 +68,32 @@ __device__ __forceinline__ float activate_as(ActivationKind runtime, float x, fl
   return activate(A >= 0 ? static_cast<ActivationKind>(A) : runtime, x, alpha, beta);
 }
 
+// activate() over an array with the switch taken once for all of it (the common kinds; the rest
+// per element), for kernels where a compile-time kind per launch would multiply instantiations.
+template <int A, int N>
+__device__ __forceinline__ void activate_each(float (&v)[N], float alpha, float beta) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = activate(static_cast<ActivationKind>(A), v[i], alpha, beta);
+}
+template <int N>
+__device__ __forceinline__ void activate_all(ActivationKind k, float (&v)[N], float alpha,
+                                             float beta) {
+  using K = ActivationKind;
+  switch (k) {
+    case K::kNone:
+      return;
+    case K::kRelu:
+      return activate_each<static_cast<int>(K::kRelu)>(v, alpha, beta);
+    case K::kSilu:
+      return activate_each<static_cast<int>(K::kSilu)>(v, alpha, beta);
+    case K::kClamp:
+      return activate_each<static_cast<int>(K::kClamp)>(v, alpha, beta);
+    default:  // one copy of the full switch, not N
+#pragma unroll 1
+      for (int i = 0; i < N; ++i) v[i] = activate(k, v[i], alpha, beta);
+  }
+}
+
 // Host side: calls f(std::integral_constant<int, A>{}) with A the activation where it is one of
 // the common ones, so that the kernel f launches has no per-element switch, and -1 otherwise.
 template <class F>

@@ -107,6 +107,9 @@ struct PostOpArgs {
 // elementwise.cu: the post-op kernel.
 void launch_post_ops(cudaStream_t stream, const std::string& layer, const TensorView& out,
                      const PostOpArgs& post);
+// matmul.cpp: the matmul layer's kernel (MatMulParams), for kernels that run a GEMM inside.
+void run_matmul(KernelArgs& args);
+
 // depthwise.cu: channels-last depthwise 2-d convolution (one filter per channel) with every
 // post-op fused; `applies` says whether a convolution layer is one it runs.
 bool depthwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,

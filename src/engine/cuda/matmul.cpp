@@ -273,6 +273,10 @@ std::string matmul_support(const Layer&, const std::vector<DataType>& in,
 
 }  // namespace
 
+void run_matmul(KernelArgs& args) {
+  matmul_kernel(args);
+}
+
 void register_matmul(KernelTable& t) {
   t.set<MatMulParams>(matmul_kernel, kFloatTypes, matmul_support);
 }

@@ -165,12 +165,19 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
 }
 
 // Layer normalization of rows of `n` elements; scale and bias (any float dtype, or null) per
-// element of the row.
+// element of the row. `typed`: scale and bias are T, laid out as x's rows (same vector width and
+// alignment), and each lane loads its chunks of them once, before its rows, off the rows'
+// critical path (a dtype dispatch per element otherwise).
 template <class T, int kV, int kChunks>
 __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
                                        const void* scale, DataType st, const void* bias,
-                                       DataType bt) {
+                                       DataType bt, bool typed) {
   const int lane = threadIdx.x % kWarp;
+  float sc[kChunks][kV], bi[kChunks][kV];
+  if (typed) {
+    load_row<T, kV, kChunks>(static_cast<const T*>(scale), n, lane, 0.f, sc);
+    load_row<T, kV, kChunks>(static_cast<const T*>(bias), n, lane, 0.f, bi);
+  }
   for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
        r += int64_t(gridDim.x) * kRowWarps) {
     float v[kChunks][kV];
@@ -202,7 +209,9 @@ __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, fl
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
         float o = (v[j][k] - mean) * inv;
-        if (scale) {
+        if (typed) {
+          o = o * sc[j][k] + bi[j][k];
+        } else if (scale) {
           o = o * load_as<float>(st, scale, first + k) + load_as<float>(bt, bias, first + k);
         }
         c.v[k] = from_float<T>(o);
@@ -227,9 +236,9 @@ struct SoftmaxRows {
 template <class T, int kV, int kChunks>
 struct LayerNormRows {
   static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, float eps,
-                  const void* scale, DataType st, const void* bias, DataType bt) {
+                  const void* scale, DataType st, const void* bias, DataType bt, bool typed) {
     layer_norm_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt);
+        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt, typed);
   }
 };
 
@@ -374,11 +383,14 @@ void normalization_kernel(KernelArgs& args) {
     int64_t len = 1;
     for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
       len *= s[d];
+    const bool vector = rows_vectorizable(x, y, len);
+    // Scale and bias of x's dtype (16-byte aligned where x's rows are vectors): loaded as x is.
+    const bool typed =
+        sd && bd && st == x.dtype && bt == x.dtype && (!vector || (aligned16(sd) && aligned16(bd)));
     if (len > 0 && len <= kMaxRowItems && x.dtype == y.dtype &&
-        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len),
-                                         rows_vectorizable(x, y, len), stream, x.data, y.data,
-                                         x.numel() / len, static_cast<int>(len),
-                                         static_cast<float>(p.epsilon), sd, st, bd, bt)) {
+        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len), vector, stream, x.data,
+                                         y.data, x.numel() / len, static_cast<int>(len),
+                                         static_cast<float>(p.epsilon), sd, st, bd, bt, typed)) {
       KILN_CUDA_CHECK_LAUNCH(args.layer.name);
       return;
     }
