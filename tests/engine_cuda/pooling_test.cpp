@@ -48,6 +48,32 @@ TEST(CudaPooling, WindowedAndAdaptive) {
                               {random_tensor(DataType::kF16, {2, 3, 8, 8}, 4)}, 1e-2, 1e-3);
 }
 
+// Channels-last windows in 16-byte words of channels (C = 64 in f16 and bf16, C = 8 in f32; C = 6
+// takes the per-element kernel): resnet's 3x3/2 max pool, NaN winning, ceil mode, and averages
+// with and without the padding in the divisor.
+TEST(CudaPooling, ChannelsLastWindows) {
+  KILN_REQUIRE_GPU();
+  HostTensor f16 = random_tensor(DataType::kF16, {2, 17, 15, 64}, 40);
+  static_cast<uint16_t*>(f16.data())[777] = 0x7e00;  // NaN
+  const HostTensor bf16 = random_tensor(DataType::kBF16, {2, 9, 12, 64}, 41);
+  const HostTensor f32 = random_tensor(DataType::kF32, {2, 11, 9, 8}, 42);
+  const HostTensor odd = random_tensor(DataType::kF32, {2, 11, 9, 6}, 43);
+  for (PoolingKind kind : {PoolingKind::kMax, PoolingKind::kAverage}) {
+    SCOPED_TRACE(kind == PoolingKind::kMax ? "max" : "avg");
+    for (bool include_pad : {true, false}) {
+      PoolingParams p = pool(kind, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, include_pad);
+      p.channels_last = true;
+      cuda_testing::compare_layer(p, {f16}, 1e-2, 1e-3);
+      cuda_testing::compare_layer(p, {bf16}, 2e-2, 1e-2);
+      cuda_testing::compare_layer(p, {f32});
+      cuda_testing::compare_layer(p, {odd});
+      PoolingParams ceil = pool(kind, {3, 2}, {2, 3}, {1, 0}, {1, 0}, true, include_pad);
+      ceil.channels_last = true;
+      cuda_testing::compare_layer(ceil, {f32});
+    }
+  }
+}
+
 // Windows covering whole planes run as a reduction over the spatial dims: adaptive 1x1 and a
 // full-size kernel, channels-first and channels-last, f16 and bf16 (16-byte words of channels
 // where they divide), and NaN winning the max.

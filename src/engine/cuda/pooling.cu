@@ -1,6 +1,7 @@
 // CUDA kernel of the pooling family: max/average, windowed or adaptive, one thread per output
 // element walking its window (same window rules as cpu/pooling.cpp: dilation, asymmetric padding,
-// ceil_mode and torch's average divisor need no special paths).
+// ceil_mode and torch's average divisor need no special paths); channels-last data in 16-byte
+// words of channels per thread where the channel count allows.
 #include <cmath>
 
 #include "engine/cuda/device_util.cuh"
@@ -84,6 +85,66 @@ __global__ void pooling_kernel_t(const void* x, DataType xt, void* y, DataType y
   }
 }
 
+// Channels-last data of one float dtype T whose channels come in 16-byte words: a thread takes
+// one word (V channels) of one output pixel, with the windows as above; max in float, average
+// summed in A (double for f32, as above; float for f16/bf16).
+template <class T, class A>
+__global__ void pooling_nhwc_vec_kernel(const T* x, T* y, PoolDims p, int64_t total) {
+  constexpr int V = Vec16<T>::kN;
+  const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
+  const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+  const int64_t ch = p.ch, words = ch / V;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (out_plane * words), r = (i / words) % out_plane, c = (i % words) * V;
+    const Window w0 = window(p, 0, r / (p.out[1] * p.out[2]));
+    const Window w1 = window(p, 1, (r / p.out[2]) % p.out[1]);
+    const Window w2 = window(p, 2, r % p.out[2]);
+    const T* const plane = x + b * in_plane * ch + c;
+    A acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = p.is_max ? -INFINITY : 0;
+    for (int64_t a = 0; a < w0.count; ++a) {
+      for (int64_t e1 = 0; e1 < w1.count; ++e1) {
+        const int64_t row =
+            ((w0.first + a * w0.step) * p.in[1] + w1.first + e1 * w1.step) * p.in[2];
+        for (int64_t e = 0; e < w2.count; ++e) {
+          const Vec16<T> v =
+              *reinterpret_cast<const Vec16<T>*>(plane + (row + w2.first + e * w2.step) * ch);
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float f = static_cast<float>(v.v[k]);
+            if (!p.is_max) {
+              acc[k] += f;
+            } else if (f > acc[k] || isnan(f)) {
+              acc[k] = f;  // NaN wins, as in torch
+            }
+          }
+        }
+      }
+    }
+    Vec16<T> out;
+    const int64_t divisor = p.count_include_pad && !p.adaptive ? w0.padded * w1.padded * w2.padded
+                                                               : w0.count * w1.count * w2.count;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      out.v[k] = T(static_cast<float>(p.is_max ? acc[k] : acc[k] / static_cast<A>(divisor)));
+    }
+    reinterpret_cast<Vec16<T>*>(y)[i] = out;
+  }
+}
+
+template <class T, class A>
+bool launch_nhwc_vec(cudaStream_t stream, const TensorView& x, const TensorView& out,
+                     const PoolDims& d) {
+  constexpr int V = Vec16<T>::kN;
+  if (d.ch % V != 0 || !aligned16(x.data) || !aligned16(out.data)) return false;
+  const int64_t total = out.numel() / V;
+  pooling_nhwc_vec_kernel<T, A><<<grid_for(total), kThreads, 0, stream>>>(
+      static_cast<const T*>(x.data), static_cast<T*>(out.data), d, total);
+  return true;
+}
+
 void pooling_kernel(KernelArgs& args) {
   const auto& p = std::get<PoolingParams>(args.layer.params);
   const TensorView &x = args.inputs[0], &out = args.outputs[0];
@@ -124,6 +185,18 @@ void pooling_kernel(KernelArgs& args) {
     const int64_t inner = p.channels_last ? d.ch : 1;
     if (launch_reduce_middle(args.stream(), args.res, args.layer.name, x, out, outer, plane, inner,
                              d.is_max ? ReduceOp::kMax : ReduceOp::kMean)) {
+      return;
+    }
+  }
+  if (p.channels_last && x.dtype == out.dtype && out.numel() > 0) {
+    bool vec = false;
+    if (x.dtype == DataType::kF16) vec = launch_nhwc_vec<__half, float>(args.stream(), x, out, d);
+    if (x.dtype == DataType::kBF16) {
+      vec = launch_nhwc_vec<__nv_bfloat16, float>(args.stream(), x, out, d);
+    }
+    if (x.dtype == DataType::kF32) vec = launch_nhwc_vec<float, double>(args.stream(), x, out, d);
+    if (vec) {
+      KILN_CUDA_CHECK_LAUNCH(args.layer.name);
       return;
     }
   }
