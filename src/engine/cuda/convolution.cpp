@@ -105,15 +105,18 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
 
 // The patch path: kernel == stride > 1 element, no padding, dilation or groups, channels-last
 // 2-d. Each output pixel's receptive field is then its own [kh, kw, C] block of x, so the
-// convolution is patches [N * OH * OW, kh * kw * C] times the filter [Cout, kh * kw * C]^T.
-bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w) {
+// convolution is patches [N * OH * OW, kh * kw * C] times the filter [Cout, kh * kw * C]^T. A
+// residual must be of the output's shape (the GEMM sees it as [N * OH * OW, Cout]).
+bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                        const TensorView* residual, const TensorView& out) {
   const auto all = [](const std::vector<int64_t>& v, int64_t value) {
     return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
   };
   return p.channels_last && !p.transposed && p.groups == 1 && x.shape.size() == 4 &&
          w.shape.size() == 4 && w.shape[1] * w.shape[2] > 1 && p.strides.size() == 2 &&
          p.strides[0] == w.shape[1] && p.strides[1] == w.shape[2] && all(p.padding_begin, 0) &&
-         all(p.padding_end, 0) && all(p.dilations, 1);
+         all(p.padding_end, 0) && all(p.dilations, 1) &&
+         (!residual || residual->shape == out.shape);
 }
 
 // Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
@@ -188,7 +191,7 @@ void convolution_kernel(KernelArgs& args) {
     launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out);
     return;
   }
-  if (patch_gemm_applies(p, x, w)) {
+  if (patch_gemm_applies(p, x, w, residual, out)) {
     patch_gemm(args, p, x, w, bias, residual, out);
     return;
   }
