@@ -6,7 +6,8 @@ optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln 
 --device cuda), by CUDA events after warm-up, and prints a markdown table; JSON goes to --out.
 Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
 compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
-left in PyTorch, and the largest difference from eager's output.
+left in PyTorch, and the largest difference from eager's output. Backend kiln-notf32 is kiln with
+--disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32).
 
 Needs build/bin/kilnc and build/lib/libkiln_runtime.so built with CUDA (tools/device/gpu-bench.sh).
 """
@@ -108,7 +109,7 @@ def max_diff(a, b):
     return (a.float() - b.float()).abs().max().item()
 
 
-def kiln_compile(args, model, x, dtype, tmp, tag):
+def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     """Traces on the CPU in fp32 (shape analysis runs there), compiles with kilnc for cuda."""
     path = os.path.join(tmp, tag + ".ts")
     out = os.path.join(tmp, tag + ".kiln.ts")
@@ -120,6 +121,7 @@ def kiln_compile(args, model, x, dtype, tmp, tag):
     cmd = [args.kilnc, path, out, spec, "--device", "cuda", "--report", report, "-q"]
     if dtype == torch.float16:
         cmd += ["-p", "f16", "-p", "f32"]
+    cmd += list(extra_flags)
     start = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.time() - start
@@ -186,8 +188,11 @@ def main():
                                 fn(x)
                                 fn(x)
                             else:
+                                # kiln-notf32: fp32 convolutions and matmuls in full f32 math
+                                # (kiln's default, as Torch-TensorRT's, is TF32 for them).
+                                flags = ["--disable-tf32"] if backend == "kiln-notf32" else []
                                 fn, _, info = kiln_compile(args, model, x_cpu, dtype, tmp,
-                                                           f"{name}_{prec}_{batch}")
+                                                           f"{name}_{prec}_{batch}", flags)
                                 if fn is None:
                                     raise RuntimeError(info["error"])
                                 # The traced module takes f32; with -p f16 the engine casts

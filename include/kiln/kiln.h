@@ -56,6 +56,10 @@ struct CompileSpec {
   bool require_full_compilation = false;
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
   size_t workspace_size = size_t{1} << 30;
+  // cuda engines: f32 convolutions and matmuls run TF32 tensor-core math (10-bit mantissa,
+  // f32 accumulation) unless this is set, as in Torch-TensorRT (disable_tf32) and TensorRT
+  // (kTF32 on by default). PyTorch's own fp32 cuDNN convolutions use TF32 by default too.
+  bool disable_tf32 = false;
   bool debug = false;  // log each phase's graph at debug level
   // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
   std::function<void(Phase phase, const std::string& detail)> progress;

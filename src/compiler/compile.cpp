@@ -148,6 +148,7 @@ struct Pipeline {
       config.enabled_precisions.push_back(engine::DataType::kF32);
     }
     config.workspace_bytes = spec.workspace_size;
+    config.tf32 = !spec.disable_tf32;
     return config;
   }
 

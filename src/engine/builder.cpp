@@ -359,6 +359,26 @@ int decompose_attention(Network& net) {
   return rewritten;
 }
 
+// Lets f32 convolutions and matmuls use TF32 tensor-core math (their params' tf32): PyTorch's
+// cuDNN convolutions do by default, and fp32 convolutions in FMA math ran 3x slower than them
+// (bench/NOTES.md G14). Returns how many layers it marked.
+int allow_tf32(Network& net) {
+  int marked = 0;
+  std::vector<Layer> layers = net.layers();
+  for (Layer& l : layers) {
+    if (l.outputs.empty() || net.tensor(l.outputs[0]).dtype != DataType::kF32) continue;
+    if (auto* c = std::get_if<ConvolutionParams>(&l.params)) {
+      c->tf32 = true;
+      ++marked;
+    } else if (auto* m = std::get_if<MatMulParams>(&l.params)) {
+      m->tf32 = true;
+      ++marked;
+    }
+  }
+  net.set_layers(std::move(layers));
+  return marked;
+}
+
 // kAuto can be overridden for experiments: KILN_CONV_LAYOUT=channels_last|channels_first|auto.
 ConvLayout conv_layout(ConvLayout configured) {
   if (configured != ConvLayout::kAuto) return configured;
@@ -384,6 +404,7 @@ std::string BuildReport::to_string() const {
     os << "attention: " << attention_heads_folded
        << " layers read packed heads (head split and merge views folded)\n";
   }
+  if (tf32_layers > 0) os << "tf32: " << tf32_layers << " f32 convolutions/matmuls\n";
   if (layout.convolutions > 0) {
     os << "layout: " << layout.convolutions << " convolutions channels-last, "
        << layout.layers_moved << " other layers follow, " << layout.transposes
@@ -426,6 +447,8 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   if (target.device == "cuda") {
     choose_precisions(net, config.enabled_precisions, cuda_precision_support(), &r.precision);
     r.attention_decomposed = decompose_attention(net);
+    // After the decomposition, whose matmuls are f32 ones too.
+    if (config.tf32) r.tf32_layers = allow_tf32(net);
   }
   // After the precisions (the cuda kernel takes packed heads in f16/bf16 only). The CPU kernel
   // takes any packing (it gathers the heads itself).
@@ -448,7 +471,9 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     const bool all = layout == ConvLayout::kChannelsLast;
     r.layout = assign_channels_last(net, [&](const Network& n, const Layer& conv) {
       const DataType t = n.tensor(conv.outputs[0]).dtype;
-      return all || (cuda && (t == DataType::kF16 || t == DataType::kBF16));
+      // f32 with TF32 runs on tensor cores too, whose cuDNN kernels want NHWC as well.
+      return all || (cuda && (t == DataType::kF16 || t == DataType::kBF16 ||
+                              (t == DataType::kF32 && config.tf32)));
     });
   }
   r.layers_folded = fold_constants(net, config.refittable);

@@ -12,8 +12,9 @@
 namespace kiln::engine {
 
 // Which 2-d convolutions run on channels-last data (the layout pass, layout.h). kAuto: those a
-// cuda plan runs in f16/bf16 (cuDNN's tensor-core kernels want NHWC); CPU plans stay
-// channels-first. Refittable plans always stay channels-first (the weights must not be rewritten).
+// cuda plan runs in f16/bf16, or in f32 with TF32 (cuDNN's tensor-core kernels want NHWC); CPU
+// plans stay channels-first. Refittable plans always stay channels-first (the weights must not be
+// rewritten).
 enum class ConvLayout : uint8_t { kAuto, kChannelsFirst, kChannelsLast };
 
 struct BuilderConfig {
@@ -26,6 +27,10 @@ struct BuilderConfig {
   bool refittable = false;     // keep named weights out of constant folding
   bool strip_weights = false;  // serialize plans without weight data
   ConvLayout conv_layout = ConvLayout::kAuto;
+  // cuda: f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
+  // kiln::compile sets it unless CompileSpec::disable_tf32; off here so that engine-level users
+  // and tests get plain f32 unless they ask.
+  bool tf32 = false;
 };
 
 struct BuildReport {
@@ -36,6 +41,7 @@ struct BuildReport {
   LayoutReport layout;               // what the channels-last pass did
   int attention_decomposed = 0;      // cuda: attention layers rewritten as two GEMMs + softmax
   int attention_heads_folded = 0;    // attention layers reading packed heads (attention_heads.h)
+  int tf32_layers = 0;               // cuda: f32 convolutions and matmuls allowed TF32 math
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

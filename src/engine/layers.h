@@ -116,6 +116,9 @@ struct PostOps {
 // then post-op inputs (bias [O], residual).
 // channels_last (set by the builder's layout pass, never transposed): data, output and residual
 // are [N, spatial..., C] and weights [O, k..., C/groups]; the parameters still count spatial dims.
+// tf32 (set by the builder for f32 cuda layers unless disabled): f32 products may round their
+// operands to TF32 (10-bit mantissa) on tensor cores, accumulating in f32, as PyTorch's cuDNN
+// convolutions do by default and TensorRT's kTF32. Backends without TF32 math ignore it.
 struct ConvolutionParams {
   std::vector<int64_t> strides, padding_begin, padding_end, dilations;
   int64_t groups = 1;
@@ -123,6 +126,7 @@ struct ConvolutionParams {
   std::vector<int64_t> output_padding;  // transposed only
   PostOps post;
   bool channels_last = false;
+  bool tf32 = false;
   template <class V>
   void fields(V& v) {
     v("strides", strides);
@@ -134,19 +138,23 @@ struct ConvolutionParams {
     v("output_padding", output_padding);
     post.fields(v);
     v("channels_last", channels_last);
+    v("tf32", tf32);
   }
 };
 
 // Inputs: a [..., M, K], b [..., K, N] (batched, broadcasting batch dims; rank-1 operands are
-// promoted as torch.matmul does), then post-op inputs (bias [N], residual).
+// promoted as torch.matmul does), then post-op inputs (bias [N], residual). tf32: as for
+// convolutions.
 struct MatMulParams {
   bool transpose_a = false, transpose_b = false;
   PostOps post;
+  bool tf32 = false;
   template <class V>
   void fields(V& v) {
     v("transpose_a", transpose_a);
     v("transpose_b", transpose_b);
     post.fields(v);
+    v("tf32", tf32);
   }
 };
 

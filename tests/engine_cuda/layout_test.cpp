@@ -180,5 +180,49 @@ TEST(CudaLayout, PatchConvolutionsAsGemmMatchCpu) {
   }
 }
 
+// 1x1 convolutions: a GEMM on x itself from 32 input channels (bias + residual + ReLU as a resnet
+// bottleneck ends, bias + SiLU as efficientnet's expansions), cuDNN below that and at stride 2
+// (resnet's downsample), with channel counts that are and are not multiples of 8.
+TEST(CudaLayout, PointwiseConvolutionsMatchCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t cin, cout, stride;
+    bool residual;
+  };
+  for (const Case& c : {Case{64, 32, 1, true}, Case{32, 20, 1, false}, Case{48, 40, 1, false},
+                        Case{40, 24, 1, true}, Case{16, 96, 1, false}, Case{24, 20, 1, true},
+                        Case{12, 20, 2, false}, Case{32, 64, 2, true}}) {
+    for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      SCOPED_TRACE(std::to_string(c.cin) + " -> " + std::to_string(c.cout) + " stride " +
+                   std::to_string(c.stride) + (c.residual ? " residual " : " ") + dtype_name(low));
+      BuilderConfig config;
+      config.enabled_precisions = {DataType::kF32};
+      if (low != DataType::kF32) config.enabled_precisions.push_back(low);
+      config.conv_layout = ConvLayout::kChannelsLast;
+      const int64_t h = 13, w = 10, oh = (h - 1) / c.stride + 1, ow = (w - 1) / c.stride + 1;
+      auto r = cuda_testing::run_both(
+          {random_tensor(DataType::kF32, {2, c.cin, h, w}, 40),
+           random_tensor(DataType::kF32, {2, c.cout, oh, ow}, 41)},
+          [&](Network& net, const std::vector<TensorId>& in) {
+            TensorId t = net.add("pointwise", conv(0, c.stride),
+                                 {in[0], constant(net, "w", {c.cout, c.cin, 1, 1}, 42),
+                                  constant(net, "b", {c.cout}, 43)});
+            if (c.residual) {
+              t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, in[1]});
+              t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
+            } else {
+              t = net.add("silu", ActivationParams{ActivationKind::kSilu}, {t});
+              t = net.add("keep", ElementwiseParams{BinaryOp::kAdd}, {t, in[1]});
+            }
+            return std::vector<TensorId>{t};
+          },
+          config);
+      EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
+      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+      cuda_testing::expect_match(r, tol, tol);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

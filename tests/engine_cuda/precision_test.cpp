@@ -130,5 +130,51 @@ TEST(CudaPrecision, MatMulSoftmaxNetInF16AndBf16MatchesCpuF32) {
   }
 }
 
+// Number of convolution/matmul layers whose params allow TF32.
+int tf32_layers(const Plan& plan) {
+  int n = 0;
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* c = std::get_if<ConvolutionParams>(&l.params)) n += c->tf32;
+    if (const auto* m = std::get_if<MatMulParams>(&l.params)) n += m->tf32;
+  }
+  return n;
+}
+
+// TF32 marks the f32 convolutions and matmuls only (not f16 ones), survives serialization, and
+// stays within TF32's rounding of the f32 result (10-bit mantissa: ~1e-3 relative per product);
+// without it the same plans match the CPU to f32 accuracy.
+TEST(CudaPrecision, Tf32MarksF32ConvolutionsAndMatMuls) {
+  KILN_REQUIRE_GPU();
+  struct NetCase {
+    const char* name;
+    std::vector<HostTensor> in;
+    cuda_testing::NetworkBuilder make;
+    int layers;  // convolutions and matmuls after fusion
+  };
+  const NetCase nets[] = {
+      {"conv net", {random_tensor(DataType::kF32, {2, 3, 16, 16}, 10)}, conv_net, 2},
+      {"matmul net", {random_tensor(DataType::kF32, {4, 10, 32}, 11)}, matmul_softmax_net, 2}};
+  for (const NetCase& c : nets) {
+    for (bool tf32 : {false, true}) {
+      SCOPED_TRACE(std::string(c.name) + (tf32 ? " tf32" : " f32"));
+      BuilderConfig config;
+      config.tf32 = tf32;
+      BuildReport report;
+      const Plan plan = build_cuda(c.in, c.make, config, &report);
+      EXPECT_EQ(tf32_layers(plan), tf32 ? c.layers : 0);
+      EXPECT_EQ(report.tf32_layers, tf32 ? c.layers : 0);
+      const std::vector<uint8_t> bytes = serialize_plan(plan);
+      EXPECT_EQ(tf32_layers(deserialize_plan(bytes.data(), bytes.size())), tf32_layers(plan));
+      auto r = cuda_testing::run_both(c.in, c.make, config);
+      cuda_testing::expect_match(r, tf32 ? 5e-3 : 1e-5, tf32 ? 5e-3 : 1e-4);
+    }
+    SCOPED_TRACE(std::string(c.name) + " f16 + tf32");
+    BuilderConfig half;
+    half.tf32 = true;
+    half.enabled_precisions = {DataType::kF32, DataType::kF16};
+    EXPECT_EQ(tf32_layers(build_cuda(c.in, c.make, half, nullptr)), 0);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

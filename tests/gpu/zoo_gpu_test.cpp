@@ -16,6 +16,7 @@
 
 #include "compiler/compiler_testing.h"
 #include "engine/cuda/backend.h"
+#include "engine/plan.h"
 #include "harness/process.h"
 #include "harness/test_models.h"
 #include "kiln/kiln.h"
@@ -131,6 +132,7 @@ TEST_P(GpuZoo, MatchesCudaEagerInFp32AndAfterSaveAndLoad) {
   spec.inputs = {Input(example.sizes().vec(), dtype)};  // static: the engine uses CUDA graphs
   spec.device = parse_device("cuda:0");
   spec.require_full_compilation = true;
+  spec.disable_tf32 = true;  // fp32 against fp32 (GpuCompile.Tf32UnlessDisabled covers TF32)
   CompileReport report;
   torch::jit::Module compiled = compile(m.module, spec, &report);
   EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
@@ -237,6 +239,7 @@ TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
   CompileSpec spec;
   spec.inputs = {Input({1, 3, 64, 64}, {4, 3, 64, 64}, {8, 3, 64, 64})};
   spec.device = parse_device("cuda");
+  spec.disable_tf32 = true;
   torch::jit::Module compiled = compile(m.module, spec);
   torch::jit::Module reference = m.module.clone();
   reference.to(at::kCUDA);
@@ -270,6 +273,42 @@ TEST(GpuRuntime, EngineBoundToAMissingDeviceIsAClearError) {
       holder->execute({at::randn({1, 3, 64, 64}, at::Device(at::kCUDA, 1))});
     });
     EXPECT_NE(e2.find("is on cuda:1 but the engine runs on cuda:0"), std::string::npos) << e2;
+  }
+}
+
+// cuda engines run their f32 convolutions and matmuls in TF32 unless the spec disables it (as
+// Torch-TensorRT's disable_tf32): the model matches libtorch's fp32 within TF32's rounding, and
+// without TF32 within fp32's. (Run without NVIDIA_TF32_OVERRIDE=0 to exercise TF32 itself.)
+TEST(GpuCompile, Tf32UnlessDisabled) {
+  SKIP_WITHOUT_CUDA();
+  testing::TestModel m = testing::load_test_model("resnet18");
+  m.module.eval();
+  torch::NoGradGuard no_grad;
+  // The reference in fp32 on the CPU: libtorch's own CUDA convolutions may use TF32.
+  const at::Tensor x_cpu = at::randn({2, 3, 64, 64});
+  const c10::IValue expected = m.module.forward({x_cpu});
+  const at::Tensor x = x_cpu.cuda();
+  for (bool disable : {false, true}) {
+    SCOPED_TRACE(disable ? "disable_tf32" : "tf32");
+    CompileSpec spec;
+    spec.inputs = {Input({2, 3, 64, 64})};
+    spec.device = parse_device("cuda:0");
+    spec.disable_tf32 = disable;
+    const std::vector<uint8_t> bytes = convert_method_to_engine(m.module, "forward", spec);
+    const engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
+    int convolutions = 0, tf32 = 0;
+    for (const engine::Layer& l : plan.network.layers()) {
+      if (const auto* c = std::get_if<engine::ConvolutionParams>(&l.params)) {
+        ++convolutions;
+        tf32 += c->tf32;
+      }
+    }
+    EXPECT_GT(convolutions, 0);
+    EXPECT_EQ(tf32, disable ? 0 : convolutions);
+    const Diff d = diff_of(compile(m.module, spec).forward({x}), expected);
+    // TF32 keeps 10 mantissa bits: ~1e-3 relative per product, a few 1e-3 through resnet18.
+    const double rel = disable ? kRel : 1e-2;
+    EXPECT_LE(d.max_abs, rel * d.scale + kAbs) << "max |diff| " << d.max_abs << " of " << d.scale;
   }
 }
 

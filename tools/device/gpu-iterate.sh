@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call of the optimization loop: builds kilnc, kiln-run, the runtime library and
 # kiln_engine_cuda_tests with the CUDA backend, runs the CUDA layer tests (GTEST_FILTER), takes
-# per-layer profiles (PROFILE="model:batch ...", fp16 plans, `kiln-run --profile`: device time
-# per layer from CUDA events) and runs bench/gpu/bench.py with the arguments given (none: no
-# benchmark). The test log, the profiles and the benchmark's tables go to $OUT (a device call
+# per-layer profiles (PROFILE="model:batch[:fp16|fp32] ...", fp16 plans unless named,
+# `kiln-run --profile`: device time per layer from CUDA events; PROFILE_TAG suffixes the log
+# names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test log, the profiles and the benchmark's tables go to $OUT (a device call
 # returns at most 8 files); build logs stay in /tmp/kiln-iterate. Needs .deps/ from
 # tools/device/pack-deps.sh.
 # Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
@@ -22,22 +22,27 @@ cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_e
   >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 
-"$build/bin/kiln_engine_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" >"$out/cuda_tests.log" 2>&1
-echo "kiln_engine_cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/cuda_tests.log" | tr '\n' ' ')"
-grep -E "^\[  FAILED  \] [A-Za-z]" "$out/cuda_tests.log" | sort -u
-grep -B2 -A8 "Failure" "$out/cuda_tests.log" | head -60
+tests_log="$out/cuda_tests${PROFILE_TAG:-}.log"
+"$build/bin/kiln_engine_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" >"$tests_log" 2>&1
+echo "kiln_engine_cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$tests_log" | tr '\n' ' ')"
+grep -E "^\[  FAILED  \] [A-Za-z]" "$tests_log" | sort -u
+grep -B2 -A8 "Failure" "$tests_log" | head -60
 
 for job in ${PROFILE:-}; do
-  model=${job%%:*} batch=${job##*:}
-  echo "== profile $model batch $batch fp16"
-  OUT="$logs" BUILD_DIR="$build" bash tools/device/gpu-profile.sh "$model" "$batch" -p f16 -p f32 \
-    >"$out/profile_${model}_$batch.log" 2>&1
-  grep -E "latency|^total" "$out/profile_${model}_$batch.log"
+  IFS=: read -r model batch prec <<<"$job"
+  prec=${prec:-fp16}
+  flags=(-p f32)
+  [ "$prec" = fp16 ] && flags+=(-p f16)
+  log="$out/profile_${model}_${batch}_$prec${PROFILE_TAG:-}.log"
+  echo "== profile $model batch $batch $prec ${PROFILE_TAG:-}"
+  OUT="$logs" BUILD_DIR="$build" bash tools/device/gpu-profile.sh "$model" "$batch" "${flags[@]}" \
+    >"$log" 2>&1
+  grep -E "latency|^total" "$log"
   # Time per layer kind, then the slowest layers.
   awk '/^layer +kind/ {on=1; next} on && NF >= 4 && $1 !~ /^total/ {t[$2] += $3; n[$2]++}
        END {for (k in t) printf "  %-18s %3d layers %8.4f ms\n", k, n[k], t[k]}' \
-    "$out/profile_${model}_$batch.log" | sort -k4 -nr
-  grep -A12 "^layer  " "$out/profile_${model}_$batch.log"
+    "$log" | sort -k4 -nr
+  grep -A12 "^layer  " "$log"
 done
 
 if [ $# -gt 0 ]; then

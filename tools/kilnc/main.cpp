@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> precisions;
   size_t min_block_size = 3;
   std::vector<std::string> torch_ops, torch_modules;
-  bool full = false, truncate = false, save_engine = false, debug = false, quiet = false;
+  bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
+       disable_tf32 = false;
   std::string check_method;
   std::string report_path;
   size_t workspace = size_t{1} << 30;
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
   app.add_flag("--require-full-compilation", full, "fail unless the whole graph is one engine");
   app.add_flag("--truncate-long-double", truncate, "accepted for compatibility (int64 is native)");
   app.add_option("--workspace-size", workspace, "builder workspace limit in bytes");
+  app.add_flag("--disable-tf32", disable_tf32,
+               "cuda: f32 convolutions and matmuls in full f32 math (default: TF32 tensor cores)");
   app.add_option("--check-method-support", check_method,
                  "only report whether every op of this method is supported");
   app.add_flag("--save-engine", save_engine,
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
     spec.require_full_compilation = full;
     spec.truncate_long_and_double = truncate;
     spec.workspace_size = workspace;
+    spec.disable_tf32 = disable_tf32;
     spec.debug = debug;
     if (!quiet) {
       spec.progress = [](kiln::Phase phase, const std::string& detail) {

@@ -1,15 +1,19 @@
 // CUDA kernel of the convolution family: cuDNN's convolution (NCHW, or NHWC for channels-last
-// layers; f32 with FMA math so that fp32 stays fp32, f16/bf16 on tensor cores with fp32
-// accumulation) for 1-3 spatial dims, groups and dilation; deconvolution as cuDNN's backward-data.
-// Bias + ReLU (and residual + ReLU) fuse through cudnnConvolutionBiasActivationForward; other
-// post-ops run in the post-op kernel. Forward algorithms come from cuDNN's heuristic, in its order;
-// one that fails to run is replaced by the next (see bench/NOTES.md G4 for why not by timing).
-// Channels-last patch embeddings (kernel == stride, no padding: ViT's 16x16/16 stem) run as a
-// gather of the patches plus one cuBLASLt GEMM (the matmul kernel) instead.
+// layers; f32 with FMA math so that fp32 stays fp32 unless the layer allows TF32, f16/bf16 on
+// tensor cores with fp32 accumulation) for 1-3 spatial dims, groups and dilation; deconvolution as
+// cuDNN's backward-data. Bias + ReLU (and residual + ReLU) fuse through
+// cudnnConvolutionBiasActivationForward; other post-ops run in the post-op kernel. Forward
+// algorithms come from cuDNN's heuristic, in its order; one that fails to run is replaced by the
+// next (see bench/NOTES.md G4 for why not by timing). Channels-last convolutions whose kernel
+// equals their stride (no padding: 1x1 convolutions of 32 or more input channels, ViT's 16x16/16
+// stem) run as one cuBLASLt GEMM (the matmul kernel) instead, on x itself or on a gather of its
+// patches; depthwise ones run depthwise.cu.
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
@@ -81,13 +85,13 @@ void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type,
                                               to_int(strides).data()));
 }
 
-// An algorithm cuDNN offers that runs within our workspace limit and, for f32, without tensor
-// cores (forward and backward-data results have the same fields).
+// An algorithm cuDNN offers that runs within our workspace limit and, for strict f32, without
+// tensor cores (forward and backward-data results have the same fields).
 template <class Perf>
-bool usable(const Perf& perf, bool f32) {
+bool usable(const Perf& perf, bool strict_f32) {
   return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= kMaxAlgoWorkspace &&
-         !(f32 && (perf.mathType == CUDNN_TENSOR_OP_MATH ||
-                   perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
+         !(strict_f32 && (perf.mathType == CUDNN_TENSOR_OP_MATH ||
+                          perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
 // 1-d convolutions run as 2-d ones over a height of 1.
@@ -103,20 +107,42 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
   return r;
 }
 
-// The patch path: kernel == stride > 1 element, no padding, dilation or groups, channels-last
-// 2-d. Each output pixel's receptive field is then its own [kh, kw, C] block of x, so the
-// convolution is patches [N * OH * OW, kh * kw * C] times the filter [Cout, kh * kw * C]^T. A
-// residual must be of the output's shape (the GEMM sees it as [N * OH * OW, Cout]).
+// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN (for measurements: bench/NOTES.md
+// G15 compares the paths).
+// 1x1 convolutions run as GEMMs from this many input channels, or on few pixels at any count
+// (squeeze-excitation's 20 -> 480 on 1x1 maps: 0.020 ms on cuDNN, 0.009 as a GEMM).
+constexpr int64_t kPointwiseGemmMinChannels = 32, kPointwiseGemmMaxRows = 4096;
+bool pointwise_on_cudnn() {
+  static const bool cudnn = [] {
+    const char* env = std::getenv("KILN_CUDA_POINTWISE");
+    return env && std::string(env) == "cudnn";
+  }();
+  return cudnn;
+}
+
+// The GEMM path: kernel == stride, no padding, dilation or groups, channels-last 2-d (1x1/1
+// convolutions, ViT's 16x16/16 patch embedding). Each output pixel's receptive field is then its
+// own [kh, kw, C] block of x, so the convolution is patches [N * OH * OW, kh * kw * C] times the
+// filter [Cout, kh * kw * C]^T, where the patches are x itself for a 1x1 convolution and a
+// strided copy of it otherwise. A residual must be of the output's shape (the GEMM sees it as
+// [N * OH * OW, Cout]). Where cuDNN was faster (bench/NOTES.md G15) it keeps the convolution:
+// 1x1 ones of fewer than 32 input channels over many pixels (efficientnet's 16 -> 96 expansion at
+// 112x112) and strided 1x1 ones (gathering their pixels first cost more than it saved).
 bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                         const TensorView* residual, const TensorView& out) {
   const auto all = [](const std::vector<int64_t>& v, int64_t value) {
     return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
   };
-  return p.channels_last && !p.transposed && p.groups == 1 && x.shape.size() == 4 &&
-         w.shape.size() == 4 && w.shape[1] * w.shape[2] > 1 && p.strides.size() == 2 &&
-         p.strides[0] == w.shape[1] && p.strides[1] == w.shape[2] && all(p.padding_begin, 0) &&
-         all(p.padding_end, 0) && all(p.dilations, 1) &&
-         (!residual || residual->shape == out.shape);
+  if (!(p.channels_last && !p.transposed && p.groups == 1 && x.shape.size() == 4 &&
+        w.shape.size() == 4 && p.strides.size() == 2 && p.strides[0] == w.shape[1] &&
+        p.strides[1] == w.shape[2] && all(p.padding_begin, 0) && all(p.padding_end, 0) &&
+        all(p.dilations, 1) && (!residual || residual->shape == out.shape))) {
+    return false;
+  }
+  if (w.shape[1] * w.shape[2] > 1) return true;  // a patch embedding
+  const int64_t pixels = x.shape[0] * x.shape[1] * x.shape[2];
+  return !pointwise_on_cudnn() &&
+         (x.shape[3] >= kPointwiseGemmMinChannels || pixels <= kPointwiseGemmMaxRows);
 }
 
 // Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
@@ -157,16 +183,24 @@ void patch_gemm(KernelArgs& args, const ConvolutionParams& p, const TensorView& 
   const int64_t oh = out.shape[1], ow = out.shape[2];
   const int64_t rows = n * oh * ow, depth = kh * kw * c;
   const size_t es = dtype_size(x.dtype);
-  const size_t slot = (static_cast<size_t>(rows * depth) * es + 255) / 256 * 256;
+  // A 1x1 convolution reads x as it is; otherwise the patches go first in the workspace.
+  const bool gather = kh * kw > 1;
+  const size_t slot = gather ? (static_cast<size_t>(rows * depth) * es + 255) / 256 * 256 : 0;
   void* ws = args.res.workspace(slot + kGemmWorkspace);
   // patches[n, oy, ox, r, s, c] = x[n, oy * kh + r, ox * kw + s, c]
-  launch_strided_copy(args.stream(), args.layer.name, es, x.data, 0,
-                      {h * wi * c, kh * wi * c, kw * c, wi * c, c, 1}, {n, oh, ow, kh, kw, c}, ws);
+  if (gather) {
+    launch_strided_copy(args.stream(), args.layer.name, es, x.data, 0,
+                        {h * wi * c, kh * wi * c, kw * c, wi * c, c, 1}, {n, oh, ow, kh, kw, c},
+                        ws);
+  }
+  void* patches = gather ? ws : x.data;
   MatMulParams mp;
   mp.transpose_b = true;
   mp.post = p.post;
+  mp.tf32 = p.tf32;
   Layer gemm{args.layer.name, mp, {}, {}};
-  std::vector<TensorView> inputs = {{x.dtype, {rows, depth}, ws}, {w.dtype, {cout, depth}, w.data}};
+  std::vector<TensorView> inputs = {{x.dtype, {rows, depth}, patches},
+                                    {w.dtype, {cout, depth}, w.data}};
   if (bias) inputs.push_back(*bias);
   if (residual) inputs.push_back({residual->dtype, {rows, cout}, residual->data});
   const std::vector<TensorView> outputs = {{out.dtype, {rows, cout}, out.data}};
@@ -210,7 +244,9 @@ void convolution_kernel(KernelArgs& args) {
   auto handle = static_cast<cudnnHandle_t>(args.res.cudnn());
 
   const ActivationKind act = p.post.activation, act2 = p.post.activation2;
-  const bool f32 = out.dtype == DataType::kF32;
+  // f32 without TF32: FMA math, and no algorithm that would round to TF32 anyway. With TF32,
+  // cuDNN's default math lets f32 run on tensor cores (as PyTorch's allow_tf32 does).
+  const bool f32 = out.dtype == DataType::kF32 && !p.tf32;
   const cudnnDataType_t type = cudnn_type(out.dtype);
   const int64_t channels = ys[1];
   const bool full_bias = bias && bias->dtype == out.dtype && bias->numel() == channels;
@@ -219,7 +255,7 @@ void convolution_kernel(KernelArgs& args) {
   const bool fuse_residual = !p.transposed && full_bias && act == ActivationKind::kNone &&
                              residual && residual->dtype == out.dtype &&
                              residual->shape == out.shape && act2 == ActivationKind::kRelu;
-  std::vector<int64_t> key = {static_cast<int64_t>(out.dtype), cl ? 1 : 0};
+  std::vector<int64_t> key = {static_cast<int64_t>(out.dtype), cl ? 1 : 0, p.tf32 ? 1 : 0};
   key.insert(key.end(), xs.begin(), xs.end());
   key.insert(key.end(), ws.begin(), ws.end());
   auto* state = dynamic_cast<ConvState*>(args.state.get());
@@ -242,8 +278,10 @@ void convolution_kernel(KernelArgs& args) {
         fresh->conv, static_cast<int>(pad.size()), to_int(pad).data(), to_int(strides).data(),
         to_int(dil).data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(fresh->conv, static_cast<int>(p.groups)));
-    KILN_CUDNN_CHECK(
-        cudnnSetConvolutionMathType(fresh->conv, f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    const cudnnMathType_t math =
+        f32 ? CUDNN_FMA_MATH
+            : (out.dtype == DataType::kF32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH);
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(fresh->conv, math));
     Shape bias_shape(ys.size(), 1);
     bias_shape[1] = ys[1];
     set_tensor(fresh->bias, bias_shape, bias ? cudnn_type(bias->dtype) : CUDNN_DATA_FLOAT);

@@ -1,8 +1,8 @@
 // CUDA kernel of the matmul family: cuBLASLt (row-major operands seen as transposed column-major
-// ones) in f32, f16 or bf16 with fp32 accumulation (plain fp32 math for f32: no TF32), batched by
-// strides (broadcast batches materialized in the workspace), with bias and ReLU/GELU(tanh) fused
-// as cuBLASLt epilogues and a full-shape residual added as the C operand (beta = 1); the post-op
-// kernel does the rest.
+// ones) in f32, f16 or bf16 with fp32 accumulation (plain fp32 math for f32 unless the layer
+// allows TF32: then CUBLAS_COMPUTE_32F_FAST_TF32), batched by strides (broadcast batches
+// materialized in the workspace), with bias and ReLU/GELU(tanh) fused as cuBLASLt epilogues and
+// a full-shape residual added as the C operand (beta = 1); the post-op kernel does the rest.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -145,7 +145,9 @@ void matmul_kernel(KernelArgs& args) {
     const bool act2_epilogue = residual_c && epilogue_act(act2);
     const ActivationKind epi_act =
         act_epilogue ? act : (act2_epilogue ? act2 : ActivationKind::kNone);
+    const bool tf32 = p.tf32 && out.dtype == DataType::kF32;
     std::vector<int64_t> key = {static_cast<int64_t>(out.dtype),
+                                tf32,
                                 ta,
                                 tb,
                                 m,
@@ -169,7 +171,8 @@ void matmul_kernel(KernelArgs& args) {
     if (!state || state->key != key) {
       auto fresh = std::make_unique<MatMulState>();
       fresh->key = key;
-      KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&fresh->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+          &fresh->desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
       // D^T (N x M, column-major) = op(B) (N x K) * op(A) (K x M).
       const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
       const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
