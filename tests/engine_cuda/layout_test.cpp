@@ -71,6 +71,22 @@ int channels_last_convolutions(const Plan& plan) {
   return n;
 }
 
+// A cuda build computing in `low` (f32 is always enabled) with its convolutions laid out as asked.
+BuilderConfig computing_in(DataType low, ConvLayout layout = ConvLayout::kChannelsLast) {
+  BuilderConfig config;
+  config.enabled_precisions = {DataType::kF32};
+  if (low != DataType::kF32) config.enabled_precisions.push_back(low);
+  config.conv_layout = layout;
+  return config;
+}
+
+// One channels-last convolution whose results match the CPU's within `low`'s precision.
+void expect_one_channels_last_match(const cuda_testing::BothResults& r, DataType low) {
+  EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
+  const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+  cuda_testing::expect_match(r, tol, tol);
+}
+
 TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
   KILN_REQUIRE_GPU();
   const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {3, 3, 40, 36}, 11)};
@@ -87,11 +103,7 @@ TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
       {"f16, channels-first", DataType::kF16, ConvLayout::kChannelsFirst, 0, 2e-2}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    BuilderConfig config;
-    config.enabled_precisions = {DataType::kF32};
-    if (c.low != DataType::kF32) config.enabled_precisions.push_back(c.low);
-    config.conv_layout = c.layout;
-    auto r = cuda_testing::run_both(in, cnn, config);
+    auto r = cuda_testing::run_both(in, cnn, computing_in(c.low, c.layout));
     EXPECT_EQ(channels_last_convolutions(r.gpu_plan), c.channels_last);
     cuda_testing::expect_match(r, c.tolerance, c.tolerance);
   }
@@ -108,10 +120,6 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
         for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
           SCOPED_TRACE("C=" + std::to_string(c) + " k=" + std::to_string(k) + " stride " +
                        std::to_string(stride) + " " + dtype_name(low));
-          BuilderConfig config;
-          config.enabled_precisions = {DataType::kF32};
-          if (low != DataType::kF32) config.enabled_precisions.push_back(low);
-          config.conv_layout = ConvLayout::kChannelsLast;
           auto r = cuda_testing::run_both(
               {random_tensor(DataType::kF32, {2, c, 15, 13}, 20)},
               [&](Network& net, const std::vector<TensorId>& in) {
@@ -127,10 +135,8 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
                 t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
                 return std::vector<TensorId>{t};
               },
-              config);
-          EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
-          const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-          cuda_testing::expect_match(r, tol, tol);
+              computing_in(low));
+          expect_one_channels_last_match(r, low);
         }
       }
     }
@@ -150,10 +156,6 @@ TEST(CudaLayout, PatchConvolutionsAsGemmMatchCpu) {
     for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
       SCOPED_TRACE(std::to_string(c.kh) + "x" + std::to_string(c.kw) + " on " +
                    std::to_string(c.h) + "x" + std::to_string(c.w) + " " + dtype_name(low));
-      BuilderConfig config;
-      config.enabled_precisions = {DataType::kF32};
-      if (low != DataType::kF32) config.enabled_precisions.push_back(low);
-      config.conv_layout = ConvLayout::kChannelsLast;
       auto r = cuda_testing::run_both(
           {random_tensor(DataType::kF32, {2, 3, c.h, c.w}, 30),
            random_tensor(DataType::kF32, {2, 24, c.h / c.kh, c.w / c.kw}, 31)},
@@ -172,10 +174,8 @@ TEST(CudaLayout, PatchConvolutionsAsGemmMatchCpu) {
             }
             return std::vector<TensorId>{t};
           },
-          config);
-      EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
-      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-      cuda_testing::expect_match(r, tol, tol);
+          computing_in(low));
+      expect_one_channels_last_match(r, low);
     }
   }
 }
@@ -195,10 +195,6 @@ TEST(CudaLayout, PointwiseConvolutionsMatchCpu) {
     for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
       SCOPED_TRACE(std::to_string(c.cin) + " -> " + std::to_string(c.cout) + " stride " +
                    std::to_string(c.stride) + (c.residual ? " residual " : " ") + dtype_name(low));
-      BuilderConfig config;
-      config.enabled_precisions = {DataType::kF32};
-      if (low != DataType::kF32) config.enabled_precisions.push_back(low);
-      config.conv_layout = ConvLayout::kChannelsLast;
       const int64_t h = 13, w = 10, oh = (h - 1) / c.stride + 1, ow = (w - 1) / c.stride + 1;
       auto r = cuda_testing::run_both(
           {random_tensor(DataType::kF32, {2, c.cin, h, w}, 40),
@@ -216,10 +212,8 @@ TEST(CudaLayout, PointwiseConvolutionsMatchCpu) {
             }
             return std::vector<TensorId>{t};
           },
-          config);
-      EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
-      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-      cuda_testing::expect_match(r, tol, tol);
+          computing_in(low));
+      expect_one_channels_last_match(r, low);
     }
   }
 }
