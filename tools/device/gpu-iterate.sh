@@ -3,9 +3,9 @@
 # kiln_engine_cuda_tests with the CUDA backend, runs the CUDA layer tests (GTEST_FILTER), takes
 # per-layer profiles (PROFILE="model:batch[:fp16|fp32] ...", fp16 plans unless named,
 # `kiln-run --profile`: device time per layer from CUDA events; PROFILE_TAG suffixes the log
-# names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test log, the profiles and the benchmark's tables go to $OUT (a device call
-# returns at most 8 files); build logs stay in /tmp/kiln-iterate. Needs .deps/ from
-# tools/device/pack-deps.sh.
+# names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test
+# log, the profiles and the benchmark's tables go to $OUT (a device call returns at most 8
+# files); build logs stay in /tmp/kiln-iterate. Needs .deps/ from tools/device/pack-deps.sh.
 # Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
 #            --batches 1,32 --precisions fp16 --backends reduce-overhead,kiln
 set -uo pipefail

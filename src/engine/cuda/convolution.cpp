@@ -107,11 +107,12 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
   return r;
 }
 
-// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN (for measurements: bench/NOTES.md
-// G15 compares the paths).
 // 1x1 convolutions run as GEMMs from this many input channels, or on few pixels at any count
 // (squeeze-excitation's 20 -> 480 on 1x1 maps: 0.020 ms on cuDNN, 0.009 as a GEMM).
 constexpr int64_t kPointwiseGemmMinChannels = 32, kPointwiseGemmMaxRows = 4096;
+
+// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN (for measurements: bench/NOTES.md
+// G15 compares the paths).
 bool pointwise_on_cudnn() {
   static const bool cudnn = [] {
     const char* env = std::getenv("KILN_CUDA_POINTWISE");
