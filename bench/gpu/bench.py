@@ -7,7 +7,8 @@ optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln 
 Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
 compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
 left in PyTorch, and the largest difference from eager's output. Backend kiln-notf32 is kiln with
---disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32).
+--disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32), kiln-exactgelu
+kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form).
 
 Needs build/bin/kilnc and build/lib/libkiln_runtime.so built with CUDA (tools/device/gpu-bench.sh).
 """
@@ -96,7 +97,9 @@ def measured_peak_tflops():
 def model_flops(model, x):
     try:
         from torch.utils.flop_counter import FlopCounterMode
-        with FlopCounterMode(display=False) as counter:
+        # With autograd on, nn.TransformerEncoder skips its fused fast path
+        # (_transformer_encoder_layer_fwd), whose FLOPs the counter does not see.
+        with FlopCounterMode(display=False) as counter, torch.enable_grad():
             model(x)
         return counter.get_total_flops()
     except Exception:  # flop counting is a report column, not a reason to stop
@@ -107,6 +110,12 @@ def max_diff(a, b):
     if isinstance(a, (tuple, list)):
         return max(max_diff(x, y) for x, y in zip(a, b))
     return (a.float() - b.float()).abs().max().item()
+
+
+# kiln's backends and their kilnc flags: kiln's defaults run fp32 convolutions and matmuls in
+# TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
+KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
+                 "kiln-exactgelu": ["--exact-gelu"]}
 
 
 def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
@@ -187,10 +196,8 @@ def main():
                                 fn = torch.compile(gpu_model, mode=backend)
                                 fn(x)
                                 fn(x)
-                            else:
-                                # kiln-notf32: fp32 convolutions and matmuls in full f32 math
-                                # (kiln's default, as Torch-TensorRT's, is TF32 for them).
-                                flags = ["--disable-tf32"] if backend == "kiln-notf32" else []
+                            elif backend in KILN_BACKENDS:
+                                flags = KILN_BACKENDS[backend]
                                 fn, _, info = kiln_compile(args, model, x_cpu, dtype, tmp,
                                                            f"{name}_{prec}_{batch}", flags)
                                 if fn is None:
@@ -198,6 +205,8 @@ def main():
                                 # The traced module takes f32; with -p f16 the engine casts
                                 # at its boundary and computes in f16.
                                 inp = x.float() if x.is_floating_point() else x
+                            else:
+                                raise ValueError(f"unknown backend {backend}")
                             row["compile_s"] = time.time() - start
                             row.update(info)
                             out = fn(inp)

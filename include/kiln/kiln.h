@@ -60,6 +60,10 @@ struct CompileSpec {
   // f32 accumulation) unless this is set, as in Torch-TensorRT (disable_tf32) and TensorRT
   // (kTF32 on by default). PyTorch's own fp32 cuDNN convolutions use TF32 by default too.
   bool disable_tf32 = false;
+  // cuda engines: an erf GELU fused into an f16/bf16 matmul is computed in its tanh form by the
+  // GEMM's epilogue (the two differ by at most 4.7e-4: under half an f16 ulp for values above 0.5)
+  // unless this is set; exact keeps erf in a separate pass over the matmul's output.
+  bool exact_gelu = false;
   bool debug = false;  // log each phase's graph at debug level
   // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
   std::function<void(Phase phase, const std::string& detail)> progress;

@@ -149,6 +149,7 @@ struct Pipeline {
     }
     config.workspace_bytes = spec.workspace_size;
     config.tf32 = !spec.disable_tf32;
+    config.gelu_tanh_epilogues = !spec.exact_gelu;
     return config;
   }
 

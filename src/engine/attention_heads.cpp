@@ -29,32 +29,6 @@ std::optional<std::vector<size_t>> permutation(const std::vector<int64_t>& perm,
   return p;
 }
 
-// A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input laid out with
-// `st` gives its output (shape `out`) these strides, if the reshape is a view.
-std::optional<Strides> forward_shuffle(const ShuffleParams& p, const Shape& in, const Strides& st,
-                                       const Shape& out) {
-  const auto p1 = permutation(p.first_perm, in.size());
-  const auto p2 = permutation(p.second_perm, out.size());
-  if (!p1 || !p2) return std::nullopt;
-  Shape permuted(in.size()), reshaped(out.size());
-  Strides permuted_st(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    permuted[i] = in[(*p1)[i]];
-    permuted_st[i] = st[(*p1)[i]];
-  }
-  for (size_t i = 0; i < out.size(); ++i) reshaped[(*p2)[i]] = out[i];
-  std::optional<Strides> reshaped_st = permuted_st;
-  if (p.has_reshape) {
-    reshaped_st = view_strides(permuted, permuted_st, reshaped);
-  } else if (reshaped != permuted) {
-    return std::nullopt;
-  }
-  if (!reshaped_st) return std::nullopt;
-  Strides result(out.size());
-  for (size_t i = 0; i < out.size(); ++i) result[i] = (*reshaped_st)[(*p2)[i]];
-  return result;
-}
-
 // The other way: the output laid out with `st` puts the input (shape `in`) at these strides.
 std::optional<Strides> backward_shuffle(const ShuffleParams& p, const Shape& in, const Shape& out,
                                         const Strides& st) {
@@ -210,6 +184,32 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
 }
 
 }  // namespace
+
+// A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input laid out with
+// `st` gives its output (shape `out`) these strides, if the reshape is a view.
+std::optional<std::vector<int64_t>> forward_shuffle(const ShuffleParams& p, const Shape& in, const Strides& st,
+                                       const Shape& out) {
+  const auto p1 = permutation(p.first_perm, in.size());
+  const auto p2 = permutation(p.second_perm, out.size());
+  if (!p1 || !p2) return std::nullopt;
+  Shape permuted(in.size()), reshaped(out.size());
+  Strides permuted_st(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    permuted[i] = in[(*p1)[i]];
+    permuted_st[i] = st[(*p1)[i]];
+  }
+  for (size_t i = 0; i < out.size(); ++i) reshaped[(*p2)[i]] = out[i];
+  std::optional<Strides> reshaped_st = permuted_st;
+  if (p.has_reshape) {
+    reshaped_st = view_strides(permuted, permuted_st, reshaped);
+  } else if (reshaped != permuted) {
+    return std::nullopt;
+  }
+  if (!reshaped_st) return std::nullopt;
+  Strides result(out.size());
+  for (size_t i = 0; i < out.size(); ++i) result[i] = (*reshaped_st)[(*p2)[i]];
+  return result;
+}
 
 std::optional<Strides> view_strides(const Shape& shape, const Strides& strides,
                                     const Shape& target) {

@@ -22,6 +22,12 @@ int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept);
 
+// A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input (shape `in`)
+// laid out with `strides` gives its output (shape `out`) these strides, if the reshape is a view.
+std::optional<std::vector<int64_t>> forward_shuffle(const ShuffleParams& p, const Shape& in,
+                                                    const std::vector<int64_t>& strides,
+                                                    const Shape& out);
+
 // The strides of a view of `shape` laid out with `strides` as `target` (torch's view rules),
 // if one exists without copying.
 std::optional<std::vector<int64_t>> view_strides(const Shape& shape,

@@ -379,6 +379,87 @@ int allow_tf32(Network& net) {
   return marked;
 }
 
+// A chain of shuffles (each output used only by the next) whose composition keeps every element
+// where it was, such as the layout pass's NHWC -> NCHW transpose followed by ViT's flatten and
+// transpose back ([N, H, W, C] -> [N, C, H, W] -> [N, C, H * W] -> [N, H * W, C]), is one
+// reshape of the chain's input: the last shuffle becomes that reshape, and the rest are left
+// for dead-layer removal. Static shapes only. Returns how many chains it folded.
+int fold_shuffle_chains(Network& net) {
+  std::map<TensorId, size_t> producer;
+  for (size_t i = 0; i < net.layers().size(); ++i) {
+    for (TensorId id : net.layers()[i].outputs) producer[id] = i;
+  }
+  const auto shuffle_at = [&](TensorId id) -> const Layer* {
+    const auto it = producer.find(id);
+    if (it == producer.end()) return nullptr;
+    const Layer& l = net.layers()[it->second];
+    return std::holds_alternative<ShuffleParams>(l.params) ? &l : nullptr;
+  };
+  int folded = 0;
+  std::vector<Layer> layers = net.layers();
+  for (Layer& last : layers) {
+    if (!std::holds_alternative<ShuffleParams>(last.params)) continue;
+    // The chain, first shuffle first.
+    std::vector<const Layer*> chain = {&last};
+    size_t unused = 0;
+    for (const Layer* prev = shuffle_at(last.inputs[0]);
+         prev && single_consumer(net, prev->outputs[0], &unused); prev = shuffle_at(prev->inputs[0])) {
+      chain.insert(chain.begin(), prev);
+    }
+    if (chain.size() < 2) continue;
+    const TensorId source = chain.front()->inputs[0];
+    Shape shape = net.tensor(source).shape;
+    if (!is_static(shape)) continue;
+    std::optional<std::vector<int64_t>> strides = contiguous_strides(shape);
+    for (const Layer* l : chain) {
+      const Shape& out = net.tensor(l->outputs[0]).shape;
+      if (!is_static(out)) strides.reset();
+      if (strides) strides = forward_shuffle(std::get<ShuffleParams>(l->params), shape, *strides, out);
+      if (!strides) break;
+      shape = out;
+    }
+    if (!strides || *strides != contiguous_strides(shape)) continue;
+    ShuffleParams reshape;
+    reshape.has_reshape = true;
+    reshape.reshape.assign(shape.begin(), shape.end());
+    last = Layer{last.name, reshape, {source}, last.outputs};
+    ++folded;
+  }
+  net.set_layers(std::move(layers));
+  return folded;
+}
+
+// f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form, which cuBLASLt
+// computes in the GEMM's epilogue: the separate pass over the FFN's widest tensor goes (BERT
+// and ViT, bench/NOTES.md G16). The two forms differ by at most 4.7e-4 in absolute terms (at
+// |x| = 2.70; the difference is even in x): under half an f16 ulp wherever |GELU| >= 0.5, and of
+// the order of the f16 rounding of the values it is summed with in the next layer (an ulp is
+// 4.9e-4 to 9.8e-4 at 0.5 to 2). Only layers whose epilogue takes it (no bias, or a bias of the
+// output's dtype over its last dim) are marked. Returns how many layers it changed.
+int gelu_tanh_epilogues(Network& net) {
+  int marked = 0;
+  std::vector<Layer> layers = net.layers();
+  for (Layer& l : layers) {
+    auto* m = std::get_if<MatMulParams>(&l.params);
+    if (!m || m->post.activation != ActivationKind::kGelu) continue;
+    const TensorDesc& out = net.tensor(l.outputs[0]);
+    if ((out.dtype != DataType::kF16 && out.dtype != DataType::kBF16) || out.shape.empty()) {
+      continue;
+    }
+    if (m->post.has_bias) {
+      const TensorDesc& bias = net.tensor(l.inputs.at(2));
+      if (bias.dtype != out.dtype || volume(bias.shape) != out.shape.back() ||
+          out.shape.back() < 0) {
+        continue;
+      }
+    }
+    m->post.activation = ActivationKind::kGeluTanh;
+    ++marked;
+  }
+  net.set_layers(std::move(layers));
+  return marked;
+}
+
 // kAuto can be overridden for experiments: KILN_CONV_LAYOUT=channels_last|channels_first|auto.
 ConvLayout conv_layout(ConvLayout configured) {
   if (configured != ConvLayout::kAuto) return configured;
@@ -405,6 +486,12 @@ std::string BuildReport::to_string() const {
        << " layers read packed heads (head split and merge views folded)\n";
   }
   if (tf32_layers > 0) os << "tf32: " << tf32_layers << " f32 convolutions/matmuls\n";
+  if (shuffle_chains_folded > 0) {
+    os << "shuffles: " << shuffle_chains_folded << " chains that keep element order as reshapes\n";
+  }
+  if (gelu_tanh_layers > 0) {
+    os << "gelu: " << gelu_tanh_layers << " f16/bf16 matmuls fuse GELU in its tanh form\n";
+  }
   if (layout.convolutions > 0) {
     os << "layout: " << layout.convolutions << " convolutions channels-last, "
        << layout.layers_moved << " other layers follow, " << layout.transposes
@@ -477,9 +564,13 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     });
   }
   r.layers_folded = fold_constants(net, config.refittable);
+  r.shuffle_chains_folded = fold_shuffle_chains(net);
   r.dead_layers_removed = remove_dead_layers(net);
   if (r.layout.convolutions > 0) r.layout.transposes = count_layout_transposes(net);
   fuse_post_ops(net, r.fusions);
+  if (target.device == "cuda" && config.gelu_tanh_epilogues) {
+    r.gelu_tanh_layers = gelu_tanh_epilogues(net);
+  }
   fuse_elementwise(net, r.fusions);
   r.layers_after = static_cast<int>(net.layers().size());
   if (target.device == "cuda") cuda::check_supported(net);

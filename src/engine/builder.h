@@ -31,6 +31,10 @@ struct BuilderConfig {
   // kiln::compile sets it unless CompileSpec::disable_tf32; off here so that engine-level users
   // and tests get plain f32 unless they ask.
   bool tf32 = false;
+  // cuda: f16/bf16 matmuls with a fused erf GELU compute it in its tanh form, in cuBLASLt's
+  // epilogue (within 4.7e-4 of erf; builder.cpp). kiln::compile sets it
+  // unless CompileSpec::exact_gelu; off here, as tf32.
+  bool gelu_tanh_epilogues = false;
 };
 
 struct BuildReport {
@@ -42,6 +46,8 @@ struct BuildReport {
   int attention_decomposed = 0;      // cuda: attention layers rewritten as two GEMMs + softmax
   int attention_heads_folded = 0;    // attention layers reading packed heads (attention_heads.h)
   int tf32_layers = 0;               // cuda: f32 convolutions and matmuls allowed TF32 math
+  int shuffle_chains_folded = 0;     // shuffle chains that keep element order, now one reshape
+  int gelu_tanh_layers = 0;          // cuda: f16/bf16 matmuls whose GELU takes the tanh form
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

@@ -48,6 +48,79 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   EXPECT_NE(report.to_string().find("arena"), std::string::npos);
 }
 
+ShuffleParams permute(std::vector<int64_t> perm) {
+  ShuffleParams p;
+  p.first_perm = std::move(perm);
+  return p;
+}
+
+ShuffleParams reshape(std::vector<int64_t> dims) {
+  ShuffleParams p;
+  p.has_reshape = true;
+  p.reshape = std::move(dims);
+  return p;
+}
+
+int count_shuffles(const Plan& plan) {
+  int n = 0;
+  for (const Layer& l : plan.network.layers()) n += std::holds_alternative<ShuffleParams>(l.params);
+  return n;
+}
+
+// NHWC -> NCHW, flatten, transpose back (ViT's patch tokens after a channels-last convolution)
+// keeps every element in place: one reshape. A chain that moves elements, or whose middle is used
+// elsewhere, stays as it was. Values always match the unbuilt network.
+TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
+  const auto flatten_tokens = [](Network& net, TensorId x) {
+    auto y = net.add("to_nchw", permute({0, 3, 1, 2}), {x});  // [2, 6, 4, 5]
+    y = net.add("flatten", reshape({2, 6, 20}), {y});
+    return net.add("tokens", permute({0, 2, 1}), {y});  // [2, 20, 6]
+  };
+  const HostTensor in = testing::random_tensor(DataType::kF32, {2, 4, 5, 6}, 41);
+  {
+    Network net;
+    net.mark_output(flatten_tokens(net, net.add_input("x", DataType::kF32, {2, 4, 5, 6})), "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.shuffle_chains_folded, 1) << report.to_string();
+    ASSERT_EQ(count_shuffles(plan), 1);
+    const auto& p = std::get<ShuffleParams>(plan.network.layers().back().params);
+    EXPECT_TRUE(p.first_perm.empty() && p.second_perm.empty());
+    EXPECT_EQ(p.reshape, (std::vector<int64_t>{2, 20, 6}));
+    const HostTensor out = run(plan.network, {in})[0];
+    EXPECT_EQ(out.shape(), (Shape{2, 20, 6}));
+    EXPECT_TRUE(testing::near(out, testing::to_doubles(in), 0, 0));  // the same elements in order
+    EXPECT_NE(report.to_string().find("shuffles: 1 chains"), std::string::npos);
+  }
+  {
+    Network net;  // to_nchw's output is used twice: nothing folds
+    auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
+    auto nchw = net.add("to_nchw", permute({0, 3, 1, 2}), {x});
+    auto y = net.add("flatten", reshape({2, 6, 20}), {nchw});
+    net.mark_output(net.add("tokens", permute({0, 2, 1}), {y}), "y");
+    net.mark_output(net.add("neg", UnaryParams{UnaryOp::kNeg}, {nchw}), "z");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.shuffle_chains_folded, 0);
+    EXPECT_EQ(count_shuffles(plan), 3);
+    const auto got = run(plan.network, {in}), want = run(net, {in});
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 0, 0)) << i;
+    }
+  }
+  {
+    Network net;  // two transposes that do not cancel: a real permutation stays
+    auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
+    auto y = net.add("t1", permute({0, 3, 1, 2}), {x});
+    net.mark_output(net.add("t2", permute({0, 1, 3, 2}), {y}), "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.shuffle_chains_folded, 0);
+    EXPECT_TRUE(testing::near(run(plan.network, {in})[0], testing::to_doubles(run(net, {in})[0]),
+                              0, 0));
+  }
+}
+
 TEST(Builder, ArenaIsSmallerThanSeparateBuffersForAChain) {
   Network net;
   auto t = net.add_input("x", DataType::kF32, {64, 64});

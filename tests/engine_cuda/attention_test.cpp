@@ -92,6 +92,11 @@ TEST(CudaAttention, FlashF16AndBf16) {
     compare_layer(AttentionParams{false, false, -0.05},
                   {make({2, 3, 70, 32}), make({2, 3, 40, 32}), make({2, 3, 40, 32})}, c.rtol,
                   c.atol);
+    // ViT's L = S = 197: the last key tile holds 5 keys (one pair of key fragments, one 16-key
+    // block of p v), the last query tile one active warp.
+    compare_layer(AttentionParams{false, false, 0},
+                  {make({2, 2, 197, 64}), make({2, 2, 197, 64}), make({2, 2, 197, 64})}, c.rtol,
+                  c.atol);
     // Fallbacks (the simple kernel, in double): a mask; E = 40 (causal, else the builder turns
     // the layer into two matmuls and a softmax).
     compare_layer(AttentionParams{false, true, 0},

@@ -1,7 +1,12 @@
 // Channels-last on the CUDA backend: cuDNN's NHWC convolutions (with fused bias + ReLU and
 // residual + ReLU in f16), channels-last pooling, and the layout pass's transposes, against the
 // CPU backend.
+#include <cmath>
+#include <optional>
+#include <string>
+
 #include "cuda_testing.h"
+#include "engine/cuda/kernels.h"
 
 namespace kiln::engine {
 namespace {
@@ -213,6 +218,114 @@ TEST(CudaLayout, PointwiseConvolutionsMatchCpu) {
             return std::vector<TensorId>{t};
           },
           computing_in(low));
+      expect_one_channels_last_match(r, low);
+    }
+  }
+}
+
+// Whether pointwise.cu's kernel runs the plan's convolution: its `applies` on the layer as planned,
+// with data as aligned as the arena's (convolution.cpp adds only a pixel count over 4,096 and
+// KILN_CUDA_POINTWISE=cudnn being unset).
+bool runs_small_channel_pointwise(const Plan& plan) {
+  const Network& net = plan.network;
+  alignas(16) static char aligned[16];
+  for (const Layer& l : net.layers()) {
+    const auto* p = std::get_if<ConvolutionParams>(&l.params);
+    if (!p) continue;
+    const auto view = [&](TensorId id) {
+      const TensorDesc& d = net.tensor(id);
+      return cuda::TensorView{d.dtype, d.shape, aligned};
+    };
+    size_t next = 2;
+    std::optional<cuda::TensorView> bias, residual;
+    if (p->post.has_bias) bias = view(l.inputs[next++]);
+    if (p->post.has_residual) residual = view(l.inputs[next++]);
+    return cuda::pointwise_nhwc_applies(*p, view(l.inputs[0]), view(l.inputs[1]),
+                                        bias ? &*bias : nullptr, residual ? &*residual : nullptr,
+                                        view(l.outputs[0]));
+  }
+  return false;
+}
+
+// 1x1 convolutions of 8-32 input channels over 64x64 x 2 pixels (more than the GEMM's 4,096):
+// pointwise.cu's kernel with bias and no activation, ReLU, clamp(0, 6) or SiLU fused, against the
+// CPU. f32 layers may use TF32, which the kernel does not (fp32 FMAs): f32's 1e-4 tolerance is one
+// that a path rounding to TF32 would miss. Under clamp, a NaN in one input pixel gives NaN in all
+// of its outputs (torch's clamp keeps NaN).
+TEST(CudaLayout, SmallChannelPointwiseMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  struct Activation {
+    const char* name;
+    std::optional<ActivationParams> params;
+    bool nan_input;
+  };
+  const Activation activations[] = {{"none", std::nullopt, false},
+                                    {"relu", ActivationParams{ActivationKind::kRelu}, false},
+                                    {"clamp", ActivationParams{ActivationKind::kClamp, 0, 6}, true},
+                                    {"silu", ActivationParams{ActivationKind::kSilu}, false}};
+  const int64_t n = 2, h = 64, w = 64, nan_n = 1, nan_y = 3, nan_x = 7;
+  for (int64_t cin : {8, 16, 24, 32}) {
+    const HostTensor x = random_tensor(DataType::kF32, {n, cin, h, w}, 50);
+    HostTensor x_nan = random_tensor(DataType::kF32, {n, cin, h, w}, 50);
+    static_cast<float*>(x_nan.data())[((nan_n * cin + cin - 1) * h + nan_y) * w + nan_x] = NAN;
+    for (int64_t cout : {16, 96, 144}) {
+      for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+        for (const Activation& act : activations) {
+          SCOPED_TRACE(std::to_string(cin) + " -> " + std::to_string(cout) + " " + act.name + " " +
+                       dtype_name(low));
+          BuilderConfig config = computing_in(low);
+          config.tf32 = low == DataType::kF32;
+          auto r = cuda_testing::run_both(
+              {act.nan_input ? x_nan : x},
+              [&](Network& net, const std::vector<TensorId>& in) {
+                TensorId t = net.add("pointwise", conv(0),
+                                     {in[0], constant(net, "w", {cout, cin, 1, 1}, 51),
+                                      constant(net, "b", {cout}, 52)});
+                if (act.params) t = net.add("act", *act.params, {t});
+                return std::vector<TensorId>{t};
+              },
+              config);
+          EXPECT_TRUE(runs_small_channel_pointwise(r.gpu_plan));
+          expect_one_channels_last_match(r, low);
+          if (!act.nan_input) continue;
+          ASSERT_EQ(r.gpu.size(), 1u);
+          const std::vector<double> y = testing::to_doubles(r.gpu[0]);
+          ASSERT_EQ(static_cast<int64_t>(y.size()), n * cout * h * w);
+          int nan_outputs = 0;
+          for (int64_t c = 0; c < cout; ++c) {
+            nan_outputs += std::isnan(y[((nan_n * cout + c) * h + nan_y) * w + nan_x]);
+          }
+          EXPECT_EQ(nan_outputs, cout);
+        }
+      }
+    }
+  }
+}
+
+// Layers the small-channel kernel does not take stay on cuDNN and still match: 12 input channels,
+// and an activation it does not fuse (hardswish).
+TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t cin;
+    ActivationParams act;
+  };
+  for (const Case& c : {Case{12, ActivationParams{ActivationKind::kClamp, 0, 6}},
+                        Case{16, ActivationParams{ActivationKind::kHardSwish}}}) {
+    for (DataType low : {DataType::kF32, DataType::kF16}) {
+      SCOPED_TRACE(std::to_string(c.cin) + " -> 96 " + dtype_name(low));
+      const std::vector<HostTensor> inputs = {
+          random_tensor(DataType::kF32, {2, c.cin, 64, 64}, 60)};
+      auto r = cuda_testing::run_both(
+          inputs,
+          [&](Network& net, const std::vector<TensorId>& in) {
+            const TensorId t = net.add(
+                "pointwise", conv(0),
+                {in[0], constant(net, "w", {96, c.cin, 1, 1}, 62), constant(net, "b", {96}, 63)});
+            return std::vector<TensorId>{net.add("act", c.act, {t})};
+          },
+          computing_in(low));
+      EXPECT_FALSE(runs_small_channel_pointwise(r.gpu_plan));
       expect_one_channels_last_match(r, low);
     }
   }

@@ -176,5 +176,51 @@ TEST(CudaPrecision, Tf32MarksF32ConvolutionsAndMatMuls) {
   }
 }
 
+
+// matmul + bias + erf GELU, the FFN's first half: [4, 64, 96] x [96, 256].
+std::vector<TensorId> ffn_gelu_net(Network& net, const std::vector<TensorId>& in) {
+  MatMulParams linear;  // a linear layer's matmul, as conversion writes it: the bias a post-op
+  linear.post.has_bias = true;
+  const auto y = net.add(
+      "ffn1", linear,
+      {in[0], constant(net, "w1", {96, 256}, 21), constant(net, "b1", {256}, 22)});
+  return {net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y})};
+}
+
+ActivationKind fused_activation(const Plan& plan) {
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* m = std::get_if<MatMulParams>(&l.params)) return m->post.activation;
+  }
+  return ActivationKind::kNone;
+}
+
+// gelu_tanh_epilogues turns the erf GELU fused into an f16/bf16 matmul into its tanh form (the
+// cuBLASLt epilogue), never an f32 one's; both forms stay within half precision's rounding of the
+// CPU's f32 erf result (the forms differ by at most 4.7e-4 at |x| = 2.7; inputs reach |x| ~ 6).
+TEST(CudaPrecision, GeluTanhEpiloguesOnlyForHalfMatMuls) {
+  KILN_REQUIRE_GPU();
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {4, 64, 96}, 23, -1, 1)};
+  for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (bool tanh_form : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(low)) + (tanh_form ? " tanh epilogue" : " exact"));
+      BuilderConfig config;
+      config.enabled_precisions = {DataType::kF32};
+      if (low != DataType::kF32) config.enabled_precisions.push_back(low);
+      config.gelu_tanh_epilogues = tanh_form;
+      BuildReport report;
+      const Plan plan = build_cuda(in, ffn_gelu_net, config, &report);
+      const bool marked = tanh_form && low != DataType::kF32;
+      EXPECT_EQ(report.gelu_tanh_layers, marked ? 1 : 0) << report.to_string();
+      EXPECT_EQ(fused_activation(plan),
+                marked ? ActivationKind::kGeluTanh : ActivationKind::kGelu);
+      auto r = cuda_testing::run_both(in, ffn_gelu_net, config);
+      // f16: 2^-11 relative rounding of operands and output, plus the forms' 4.7e-4.
+      const double rtol = low == DataType::kF32 ? 1e-5 : (low == DataType::kF16 ? 5e-3 : 2e-2);
+      const double atol = low == DataType::kF32 ? 1e-5 : (low == DataType::kF16 ? 3e-3 : 1.6e-2);
+      cuda_testing::expect_match(r, rtol, atol);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

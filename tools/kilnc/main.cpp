@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   size_t min_block_size = 3;
   std::vector<std::string> torch_ops, torch_modules;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
-       disable_tf32 = false;
+       disable_tf32 = false, exact_gelu = false;
   std::string check_method;
   std::string report_path;
   size_t workspace = size_t{1} << 30;
@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--workspace-size", workspace, "builder workspace limit in bytes");
   app.add_flag("--disable-tf32", disable_tf32,
                "cuda: f32 convolutions and matmuls in full f32 math (default: TF32 tensor cores)");
+  app.add_flag("--exact-gelu", exact_gelu,
+               "cuda: keep erf GELU after f16/bf16 matmuls (default: tanh form in the epilogue)");
   app.add_option("--check-method-support", check_method,
                  "only report whether every op of this method is supported");
   app.add_flag("--save-engine", save_engine,
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
     spec.truncate_long_and_double = truncate;
     spec.workspace_size = workspace;
     spec.disable_tf32 = disable_tf32;
+    spec.exact_gelu = exact_gelu;
     spec.debug = debug;
     if (!quiet) {
       spec.progress = [](kiln::Phase phase, const std::string& detail) {

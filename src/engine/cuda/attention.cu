@@ -4,8 +4,10 @@
 //   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
 //   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. One block of 4
 //   warps takes 64 query rows and streams 64-row key/value tiles through shared memory (cp.async,
-//   two stages); q k^T and p v run on tensor cores (mma.sync, float accumulation) around an
-//   online softmax in float held in registers, with p rounded to the input dtype for p v.
+//   two stages); q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
+//   accumulation) around an online softmax in float held in registers, with p rounded to the
+//   input dtype for p v. Key fragments past S, and warps whose 16 rows are all past L, skip
+//   their math (L = S = 197: 4 tiles of 64 would be 69% padding, 1.1x with the skips).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
@@ -134,20 +136,6 @@ struct FlashSmem {
   static_assert(E % kMma == 0 && E <= 128, "head sizes the flash kernel takes");
 };
 
-// cp.async of 16 bytes, of which the first `src_bytes` (0 or 16) come from `src`, the rest zeros.
-__device__ __forceinline__ void copy16_async(void* dst, const void* src, int src_bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void wait_async_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 // Starts copying rows [row0, row0 + 64) of a [rows, E] matrix of row stride `ld` into a tile of
 // row stride FlashSmem<E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
 template <int E, class T>
@@ -211,8 +199,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(addr));
 }
 
-__device__ __forceinline__ uint32_t load32(const void* p) {
-  return *static_cast<const uint32_t*>(p);
+// The same without the transpose: register i holds matrix i in A's (or, for a matrix of
+// column-major B, B's) fragment layout.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // Two floats rounded to T and packed (lo in the low half), their rounded values added to `sum`.
@@ -249,6 +242,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   constexpr int kKSteps = E / 16;          // k-steps of q k^T
   constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
   constexpr int kOutFrags = E / 8;         // 8-column blocks of the output
+  static_assert(kKeyFrags % 2 == 0, "key fragments go in pairs (one ldmatrix.x4)");
   static_assert(sizeof(T) == kElemBytes, "16-bit elements");
   extern __shared__ __align__(128) unsigned char smem[];
   T* const kv = reinterpret_cast<T*>(smem);
@@ -264,6 +258,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   const int64_t last_tile = (q0 + kQueryTile - 1) / kKeyTile;
   const int64_t tiles = a.causal && last_tile + 1 < key_tiles ? last_tile + 1 : key_tiles;
   const int64_t row[2] = {q0 + warp * kMma + g, q0 + warp * kMma + g + 8};  // the lane's rows
+  // A warp whose 16 rows are all past L computes nothing (it still copies and waits with the
+  // block): the last query tile of L = 197 has one active warp of four.
+  const bool active = q0 + warp * kMma < a.L;
 
   for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
     const int64_t b = bh / a.heads, h = bh % a.heads;
@@ -284,7 +281,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (base 2) and sum
 
     for (int64_t t = 0; t < tiles; ++t) {
-      wait_async_all();  // tile t (started during step t - 1, or above) has landed ...
+      wait_async<0>();  // tile t (started during step t - 1, or above) has landed ...
       __syncthreads();   // ... for every thread, and no warp still reads tile t - 1's stage
       if (t + 1 < tiles) {
         T* const next = kv + ((t + 1) % 2) * 2 * Smem::kTile;
@@ -295,34 +292,54 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       const T* const kt = kv + (t % 2) * 2 * Smem::kTile;
       const T* const vt = kt + Smem::kTile;
 
-      // Scores of the warp's 16 rows against the tile's 64 keys.
+      if (!active) continue;  // (after the barrier and the next tile's copy, which it shares)
+      // Keys of this tile that exist: fragments wholly past S are skipped (their p would be 0).
+      const int64_t j0 = t * kKeyTile;
+      const int64_t valid = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
+
+      // Scores of the warp's 16 rows against the tile's keys: q's A fragment and two 8-key B
+      // fragments (k's rows, e contiguous: column-major B) per ldmatrix.
       float s[kKeyFrags][4];
 #pragma unroll
       for (int n = 0; n < kKeyFrags; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      const int mat = lane / 8, mat_row = lane % 8;
 #pragma unroll
       for (int c = 0; c < kKSteps; ++c) {
-        const T* const qp = q_rows + g * kLd + c * 16 + 2 * quad;
-        const uint32_t qa[4] = {load32(qp), load32(qp + 8 * kLd), load32(qp + 8),
-                                load32(qp + 8 * kLd + 8)};
+        uint32_t qa[4];
+        ldmatrix_x4(qa, q_rows + (lane % 16) * kLd + c * 16 + (lane / 16) * 8);
 #pragma unroll
-        for (int n = 0; n < kKeyFrags; ++n) {
-          const T* const kp = kt + (n * 8 + g) * kLd + c * 16 + 2 * quad;
-          mma_16816<T>(s[n], qa, load32(kp), load32(kp + 8));
+        for (int n = 0; n < kKeyFrags; n += 2) {
+          if (n * 8 >= valid) break;
+          uint32_t kb[4];
+          ldmatrix_x4(kb, kt + ((n + mat / 2) * 8 + mat_row) * kLd + c * 16 + (mat % 2) * 8);
+          mma_16816<T>(s[n], qa, kb[0], kb[1]);
+          mma_16816<T>(s[n + 1], qa, kb[2], kb[3]);
         }
       }
 
-      // Online softmax in base 2: keys >= S (and > the row, if causal) are out.
-      const int64_t j0 = t * kKeyTile;
+      // Online softmax in base 2: keys >= S (and > the row, if causal) are out; a full tile of
+      // a non-causal layer needs no mask.
       float tile_max[2] = {-INFINITY, -INFINITY};
+      if (valid == kKeyTile && !a.causal) {
 #pragma unroll
-      for (int n = 0; n < kKeyFrags; ++n) {
+        for (int n = 0; n < kKeyFrags; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rr = e / 2;
-          const int64_t j = j0 + n * 8 + 2 * quad + e % 2;
-          const bool kept = j < a.S && (!a.causal || j <= row[rr]);
-          s[n][e] = kept ? s[n][e] * a.scale_log2 : -INFINITY;
-          tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+          for (int e = 0; e < 4; ++e) {
+            s[n][e] *= a.scale_log2;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kKeyFrags; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int rr = e / 2;
+            const int jj = n * 8 + 2 * quad + e % 2;
+            const bool kept = jj < valid && (!a.causal || j0 + jj <= row[rr]);
+            s[n][e] = kept ? s[n][e] * a.scale_log2 : -INFINITY;
+            tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+          }
         }
       }
       float base[2], alpha[2];
@@ -353,10 +370,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       }
 
       // o += p v: v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two
-      // 8-column output blocks.
-      const int mat = lane / 8, mat_row = lane % 8;
+      // 8-column output blocks; 16-key blocks past S hold p == 0 (and zero-filled v): skipped.
 #pragma unroll
       for (int kc = 0; kc < kKeyTile / 16; ++kc) {
+        if (kc * 16 >= valid) break;
 #pragma unroll
         for (int np = 0; np < E / 16; ++np) {
           uint32_t bv[4];

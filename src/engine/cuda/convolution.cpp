@@ -7,7 +7,9 @@
 // next (see bench/NOTES.md G4 for why not by timing). Channels-last convolutions whose kernel
 // equals their stride (no padding: 1x1 convolutions of 32 or more input channels, ViT's 16x16/16
 // stem) run as one cuBLASLt GEMM (the matmul kernel) instead, on x itself or on a gather of its
-// patches; depthwise ones run depthwise.cu.
+// patches; depthwise ones run depthwise.cu; 1x1 ones of 8-32 input channels over many pixels with
+// at most bias + ReLU/clamp/SiLU (mobilenet's and efficientnet's expansions) run pointwise.cu,
+// checked before the GEMM.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -111,8 +113,8 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
 // (squeeze-excitation's 20 -> 480 on 1x1 maps: 0.020 ms on cuDNN, 0.009 as a GEMM).
 constexpr int64_t kPointwiseGemmMinChannels = 32, kPointwiseGemmMaxRows = 4096;
 
-// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN (for measurements: bench/NOTES.md
-// G15 compares the paths).
+// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN, off the GEMM and pointwise.cu (for
+// measurements: bench/NOTES.md G15 compares the paths).
 bool pointwise_on_cudnn() {
   static const bool cudnn = [] {
     const char* env = std::getenv("KILN_CUDA_POINTWISE");
@@ -128,7 +130,8 @@ bool pointwise_on_cudnn() {
 // strided copy of it otherwise. A residual must be of the output's shape (the GEMM sees it as
 // [N * OH * OW, Cout]). Where cuDNN was faster (bench/NOTES.md G15) it keeps the convolution:
 // 1x1 ones of fewer than 32 input channels over many pixels (efficientnet's 16 -> 96 expansion at
-// 112x112) and strided 1x1 ones (gathering their pixels first cost more than it saved).
+// 112x112, unless pointwise.cu takes it first) and strided 1x1 ones (gathering their pixels first
+// cost more than it saved).
 bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                         const TensorView* residual, const TensorView& out) {
   const auto all = [](const std::vector<int64_t>& v, int64_t value) {
@@ -224,6 +227,14 @@ void convolution_kernel(KernelArgs& args) {
   const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
   if (depthwise_nhwc_applies(p, x, w, residual, out)) {
     launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out);
+    return;
+  }
+  // Few input channels over many pixels: our kernel (cuBLASLt's tiles are poor at K <= 32);
+  // few pixels stay on the GEMM.
+  if (!pointwise_on_cudnn() && x.shape.size() == 4 &&
+      x.shape[0] * x.shape[1] * x.shape[2] > kPointwiseGemmMaxRows &&
+      pointwise_nhwc_applies(p, x, w, bias, residual, out)) {
+    launch_pointwise_nhwc(args.stream(), name, p, x, w, bias, out);
     return;
   }
   if (patch_gemm_applies(p, x, w, residual, out)) {

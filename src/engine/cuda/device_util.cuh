@@ -109,6 +109,23 @@ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// cp.async (sm_80+): copies 16 bytes from global to shared memory, of which the first
+// `src_bytes` (0 or 16) come from `src` and the rest are zeros; commit_async closes a group of
+// such copies and wait_async<N> waits until at most the N newest groups are still in flight.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, int src_bytes = 16) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Host side: builds Dims for indexing an operand of shape `in` broadcast to `out` (stride 0 on
 // broadcast dims), merging adjacent dims where that loses nothing; `more` are further operands
 // (same output shape) merged consistently. Throws Unsupported past kMaxRank.

@@ -118,6 +118,16 @@ void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
                            const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                            const TensorView* bias, const TensorView* residual,
                            const TensorView& out);
+// pointwise.cu: channels-last 1x1 convolution (stride 1, no padding, groups 1) of 8, 16, 24 or
+// 32 input channels with bias and activation (none, ReLU, clamp, SiLU) fused, in fp32 FMAs; x,
+// weights, bias and output of one float dtype, 16-byte aligned. `applies` says whether a
+// convolution layer is one it runs (no residual, no second activation).
+bool pointwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                            const TensorView* bias, const TensorView* residual,
+                            const TensorView& out);
+void launch_pointwise_nhwc(cudaStream_t stream, const std::string& layer,
+                           const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                           const TensorView* bias, const TensorView& out);
 // elementwise.cu: converts `n` elements between dtypes (float<->f16/bf16, ...).
 void launch_convert(cudaStream_t stream, const std::string& layer, const void* src, DataType from,
                     void* dst, DataType to, int64_t n);
