@@ -187,8 +187,8 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
 
 // A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input laid out with
 // `st` gives its output (shape `out`) these strides, if the reshape is a view.
-std::optional<std::vector<int64_t>> forward_shuffle(const ShuffleParams& p, const Shape& in, const Strides& st,
-                                       const Shape& out) {
+std::optional<std::vector<int64_t>> forward_shuffle(const ShuffleParams& p, const Shape& in,
+                                                    const Strides& st, const Shape& out) {
   const auto p1 = permutation(p.first_perm, in.size());
   const auto p2 = permutation(p.second_perm, out.size());
   if (!p1 || !p2) return std::nullopt;

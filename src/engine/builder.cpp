@@ -403,7 +403,8 @@ int fold_shuffle_chains(Network& net) {
     std::vector<const Layer*> chain = {&last};
     size_t unused = 0;
     for (const Layer* prev = shuffle_at(last.inputs[0]);
-         prev && single_consumer(net, prev->outputs[0], &unused); prev = shuffle_at(prev->inputs[0])) {
+         prev && single_consumer(net, prev->outputs[0], &unused);
+         prev = shuffle_at(prev->inputs[0])) {
       chain.insert(chain.begin(), prev);
     }
     if (chain.size() < 2) continue;
@@ -413,8 +414,9 @@ int fold_shuffle_chains(Network& net) {
     std::optional<std::vector<int64_t>> strides = contiguous_strides(shape);
     for (const Layer* l : chain) {
       const Shape& out = net.tensor(l->outputs[0]).shape;
-      if (!is_static(out)) strides.reset();
-      if (strides) strides = forward_shuffle(std::get<ShuffleParams>(l->params), shape, *strides, out);
+      strides = is_static(out)
+                    ? forward_shuffle(std::get<ShuffleParams>(l->params), shape, *strides, out)
+                    : std::nullopt;
       if (!strides) break;
       shape = out;
     }

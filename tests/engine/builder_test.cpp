@@ -116,8 +116,8 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.shuffle_chains_folded, 0);
-    EXPECT_TRUE(testing::near(run(plan.network, {in})[0], testing::to_doubles(run(net, {in})[0]),
-                              0, 0));
+    EXPECT_TRUE(
+        testing::near(run(plan.network, {in})[0], testing::to_doubles(run(net, {in})[0]), 0, 0));
   }
 }
 

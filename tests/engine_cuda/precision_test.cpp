@@ -176,14 +176,12 @@ TEST(CudaPrecision, Tf32MarksF32ConvolutionsAndMatMuls) {
   }
 }
 
-
 // matmul + bias + erf GELU, the FFN's first half: [4, 64, 96] x [96, 256].
 std::vector<TensorId> ffn_gelu_net(Network& net, const std::vector<TensorId>& in) {
   MatMulParams linear;  // a linear layer's matmul, as conversion writes it: the bias a post-op
   linear.post.has_bias = true;
   const auto y = net.add(
-      "ffn1", linear,
-      {in[0], constant(net, "w1", {96, 256}, 21), constant(net, "b1", {256}, 22)});
+      "ffn1", linear, {in[0], constant(net, "w1", {96, 256}, 21), constant(net, "b1", {256}, 22)});
   return {net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y})};
 }
 
@@ -211,8 +209,7 @@ TEST(CudaPrecision, GeluTanhEpiloguesOnlyForHalfMatMuls) {
       const Plan plan = build_cuda(in, ffn_gelu_net, config, &report);
       const bool marked = tanh_form && low != DataType::kF32;
       EXPECT_EQ(report.gelu_tanh_layers, marked ? 1 : 0) << report.to_string();
-      EXPECT_EQ(fused_activation(plan),
-                marked ? ActivationKind::kGeluTanh : ActivationKind::kGelu);
+      EXPECT_EQ(fused_activation(plan), marked ? ActivationKind::kGeluTanh : ActivationKind::kGelu);
       auto r = cuda_testing::run_both(in, ffn_gelu_net, config);
       // f16: 2^-11 relative rounding of operands and output, plus the forms' 4.7e-4.
       const double rtol = low == DataType::kF32 ? 1e-5 : (low == DataType::kF16 ? 5e-3 : 2e-2);

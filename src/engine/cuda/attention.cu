@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
 
     for (int64_t t = 0; t < tiles; ++t) {
       wait_async<0>();  // tile t (started during step t - 1, or above) has landed ...
-      __syncthreads();   // ... for every thread, and no warp still reads tile t - 1's stage
+      __syncthreads();  // ... for every thread, and no warp still reads tile t - 1's stage
       if (t + 1 < tiles) {
         T* const next = kv + ((t + 1) % 2) * 2 * Smem::kTile;
         load_tile_async<E>(next, km, (t + 1) * kKeyTile, a.S, a.ko.ld);
