@@ -7,7 +7,8 @@
 //   two stages); q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
 //   accumulation) around an online softmax in float held in registers, with p rounded to the
 //   input dtype for p v. Key fragments past S, and warps whose 16 rows are all past L, skip
-//   their math (L = S = 197: 4 tiles of 64 would be 69% padding, 1.1x with the skips).
+//   their math (at L = S = 197 full tiles do 1.69x the useful math, 1.1x with the skips; the
+//   kernel measured no faster for it: it is latency-bound, bench/NOTES.md G17).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
