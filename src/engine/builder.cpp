@@ -450,10 +450,8 @@ int gelu_tanh_epilogues(Network& net) {
     }
     if (m->post.has_bias) {
       const TensorDesc& bias = net.tensor(l.inputs.at(2));
-      if (bias.dtype != out.dtype || volume(bias.shape) != out.shape.back() ||
-          out.shape.back() < 0) {
-        continue;
-      }
+      // (A dynamic last dim, kDynamic < 0, never equals the bias's size.)
+      if (bias.dtype != out.dtype || volume(bias.shape) != out.shape.back()) continue;
     }
     m->post.activation = ActivationKind::kGeluTanh;
     ++marked;

@@ -32,8 +32,8 @@ struct BuilderConfig {
   // and tests get plain f32 unless they ask.
   bool tf32 = false;
   // cuda: f16/bf16 matmuls with a fused erf GELU compute it in its tanh form, in cuBLASLt's
-  // epilogue (within 4.7e-4 of erf; builder.cpp). kiln::compile sets it
-  // unless CompileSpec::exact_gelu; off here, as tf32.
+  // epilogue (within 4.7e-4 of erf; builder.cpp). kiln::compile sets it unless
+  // CompileSpec::exact_gelu; off here, as tf32.
   bool gelu_tanh_epilogues = false;
 };
 
