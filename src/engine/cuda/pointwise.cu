@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -155,31 +156,38 @@ constexpr bool supported_activation(int a) {
          a == static_cast<int>(K::kClamp) || a == static_cast<int>(K::kSilu);
 }
 
-// Pixels per block step (the block is step_pixels x tile threads) and blocks per SM: the shape
-// that keeps the most threads busy per SM. Registers limit the blocks per SM, so a smaller block
-// may fit more warps (168 registers: one block of 252 threads, or two of 192). Found once per
-// kernel and tile with the occupancy calculator.
+// Pixels per block step (the block is step_pixels x tile threads) and the blocks resident at
+// once on the device (SMs x blocks per SM): the shape that keeps the most threads busy per SM.
+// Registers limit the blocks per SM, so a smaller block may fit more warps (168 registers: one
+// block of 252 threads, or two of 192). Found once per kernel, tile and device with the occupancy
+// calculator: a launch asks only for the current device.
 struct BlockShape {
-  int step_pixels = 1, per_sm = 1;
+  int step_pixels = 1;
+  int64_t wave = 1;
 };
 
 BlockShape block_shape(const void* kernel, int tile) {
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, BlockShape> cache;
+  static std::map<std::tuple<const void*, int, int>, BlockShape> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(kernel, tile);
+  const auto key = std::make_tuple(kernel, tile, device);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  int sms = 0, best_threads = 0, best_per_sm = 1;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   BlockShape best;
-  int best_threads = 0;
   for (int p = std::min(kMaxStepPixels, kMaxThreads / tile); p >= 1; --p) {
     int per_sm = 0;
     KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p * tile, 0));
     if (per_sm * p * tile > best_threads) {
       best_threads = per_sm * p * tile;
-      best = {p, std::max(1, per_sm)};
+      best.step_pixels = p;
+      best_per_sm = std::max(1, per_sm);
     }
   }
+  best.wave = int64_t{sms} * best_per_sm;
   cache[key] = best;
   return best;
 }
@@ -188,15 +196,12 @@ template <class T, int CIN, int A>
 void launch(cudaStream_t stream, PointwiseArgs a) {
   const auto kernel = pointwise_nhwc<T, CIN, A>;
   const BlockShape shape = block_shape(reinterpret_cast<const void*>(kernel), a.tile);
-  int device = 0, sms = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // One wave of resident blocks looping over the tiles: each block waits only for its first
   // tile's loads. Steps per tile: at most kStageBytes of input, and of those from half of it up
   // the count whose busiest block runs the fewest steps (a block with one tile more than the
   // others is the kernel's tail).
   a.step_pixels = shape.step_pixels;
-  const int64_t blocks = int64_t{sms} * shape.per_sm;
+  const int64_t blocks = shape.wave;
   const int64_t steps = (a.npix + a.step_pixels - 1) / a.step_pixels;
   const int max_steps = std::max<int>(1, kStageBytes / (a.step_pixels * CIN * int{sizeof(T)}));
   int64_t best_cost = -1;
