@@ -4,19 +4,33 @@
 namespace kiln::engine {
 
 const char* layer_kind_name(size_t index) {
-  static const char* const kNames[] = {"convolution",   "matmul",
-                                       "elementwise",   "unary",
-                                       "activation",    "pooling",
-                                       "reduce",        "softmax",
-                                       "normalization", "concat",
-                                       "shuffle",       "slice",
-                                       "gather",        "scatter",
-                                       "select",        "cast",
-                                       "constant",      "pad",
-                                       "resize",        "topk",
-                                       "argmax",        "cumsum",
-                                       "shape",         "fill",
-                                       "attention",     "fused_elementwise"};
+  static const char* const kNames[] = {"convolution",
+                                       "matmul",
+                                       "elementwise",
+                                       "unary",
+                                       "activation",
+                                       "pooling",
+                                       "reduce",
+                                       "softmax",
+                                       "normalization",
+                                       "concat",
+                                       "shuffle",
+                                       "slice",
+                                       "gather",
+                                       "scatter",
+                                       "select",
+                                       "cast",
+                                       "constant",
+                                       "pad",
+                                       "resize",
+                                       "topk",
+                                       "argmax",
+                                       "cumsum",
+                                       "shape",
+                                       "fill",
+                                       "attention",
+                                       "fused_elementwise",
+                                       "squeeze_excitation"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumLayerKinds, "one name per layer kind");
   return index < kNumLayerKinds ? kNames[index] : "unknown";
 }

@@ -443,12 +443,41 @@ struct FusedElementwiseParams {
   }
 };
 
+// Squeeze-excitation, built by the builder from its torch form (global average pool -> 1x1
+// convolution -> activation -> 1x1 convolution -> activation -> multiply by the pool's input):
+// y = x * activation2(w2 . activation1(w1 . mean(x) + b1) + b2), the mean taken per sample and
+// channel over every spatial position. Inputs: x [N, C, spatial...] ([N, spatial..., C] with
+// channels_last), w1 [S, ...] of S * C elements ([S, C] in memory, as a 1x1 convolution's
+// weights in either layout), b1 [S] if has_bias1, w2 [C, ...] of C * S elements, b2 [C] if
+// has_bias2. The output has x's shape and dtype.
+struct SqueezeExcitationParams {
+  ActivationKind activation1 = ActivationKind::kRelu;
+  double alpha1 = 0, beta1 = 0;
+  ActivationKind activation2 = ActivationKind::kSigmoid;
+  double alpha2 = 0, beta2 = 0;
+  bool has_bias1 = false, has_bias2 = false;
+  bool channels_last = false;
+  template <class V>
+  void fields(V& v) {
+    v("activation1", activation1);
+    v("alpha1", alpha1);
+    v("beta1", beta1);
+    v("activation2", activation2);
+    v("alpha2", alpha2);
+    v("beta2", beta2);
+    v("has_bias1", has_bias1);
+    v("has_bias2", has_bias2);
+    v("channels_last", channels_last);
+  }
+};
+
 using LayerParams =
     std::variant<ConvolutionParams, MatMulParams, ElementwiseParams, UnaryParams, ActivationParams,
                  PoolingParams, ReduceParams, SoftmaxParams, NormalizationParams, ConcatParams,
                  ShuffleParams, SliceParams, GatherParams, ScatterParams, SelectParams, CastParams,
                  ConstantParams, PadParams, ResizeParams, TopKParams, ArgMaxParams, CumSumParams,
-                 ShapeParams, FillParams, AttentionParams, FusedElementwiseParams>;
+                 ShapeParams, FillParams, AttentionParams, FusedElementwiseParams,
+                 SqueezeExcitationParams>;
 
 // The name of a layer kind ("convolution", "matmul", ...), by variant index.
 const char* layer_kind_name(const LayerParams& params);

@@ -121,6 +121,89 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
   }
 }
 
+// How a squeeze-excitation block differs from torch's form in SqueezeExcitationCases.
+enum class SeVariant { kTorch, kOtherOperand, kHiddenIsOutput, kNoBiasHardSigmoid };
+
+// x [2, 6, 5, 4] (channels-first) or [2, 5, 4, 6] (channels-last), squeezed to 3 channels.
+Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
+  Network net;
+  const Shape shape = channels_last ? Shape{2, 5, 4, 6} : Shape{2, 6, 5, 4};
+  const TensorId x = net.add_input("x", DataType::kF32, shape);
+  const TensorId other = net.add_input("other", DataType::kF32, shape);
+  PoolingParams pool;
+  pool.kind = PoolingKind::kAverage;
+  pool.adaptive = true;
+  pool.output_size = {1, 1};
+  pool.channels_last = channels_last;
+  const auto fc = [&](const std::string& name, TensorId in, int64_t out, int64_t c, bool bias,
+                      uint64_t seed) {
+    ConvolutionParams p;
+    p.strides = {1, 1};
+    p.padding_begin = p.padding_end = {0, 0};
+    p.post.has_bias = bias;
+    p.channels_last = channels_last;
+    const Shape w = channels_last ? Shape{out, 1, 1, c} : Shape{out, c, 1, 1};
+    std::vector<TensorId> inputs = {in, testing::random_constant(net, name + "_w", w, seed)};
+    if (bias) inputs.push_back(testing::random_constant(net, name + "_b", {out}, seed + 1));
+    return net.add(name, p, inputs);
+  };
+  const bool plain = variant != SeVariant::kNoBiasHardSigmoid;
+  TensorId t = net.add("pool", pool, {x});
+  t = fc("fc1", t, 3, 6, plain, 1);
+  const TensorId hidden =
+      net.add("act1", ActivationParams{plain ? ActivationKind::kSilu : ActivationKind::kRelu}, {t});
+  t = fc("fc2", hidden, 6, 3, true, 3);
+  t = net.add("act2",
+              ActivationParams{plain ? ActivationKind::kSigmoid : ActivationKind::kHardSigmoid},
+              {t});
+  t = net.add("scale", ElementwiseParams{BinaryOp::kMul},
+              {t, variant == SeVariant::kOtherOperand ? other : x});
+  net.mark_output(t, "y");
+  if (variant == SeVariant::kHiddenIsOutput) net.mark_output(hidden, "hidden");
+  return net;
+}
+
+// Squeeze-excitation in torch's form (global average pool, 1x1 convolution + activation, another,
+// times the pool's input) becomes one layer in either layout, with or without the first bias,
+// and the built network computes what the unbuilt one does; a product with another tensor, or a
+// hidden value used elsewhere, leaves the layers as they were.
+TEST(Builder, SqueezeExcitationBecomesOneLayer) {
+  struct Case {
+    bool channels_last;
+    SeVariant variant;
+    int fused;
+  };
+  const Case cases[] = {{false, SeVariant::kTorch, 1},
+                        {true, SeVariant::kTorch, 1},
+                        {false, SeVariant::kNoBiasHardSigmoid, 1},
+                        {true, SeVariant::kNoBiasHardSigmoid, 1},
+                        {false, SeVariant::kOtherOperand, 0},
+                        {true, SeVariant::kHiddenIsOutput, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "channels_last " << c.channels_last << ", variant "
+                                      << static_cast<int>(c.variant));
+    const Network net = squeeze_excitation_net(c.channels_last, c.variant);
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.squeeze_excitations, c.fused);
+    int se = 0, pools = 0;
+    for (const Layer& l : plan.network.layers()) {
+      se += std::holds_alternative<SqueezeExcitationParams>(l.params);
+      pools += std::holds_alternative<PoolingParams>(l.params);
+    }
+    EXPECT_EQ(se, c.fused);
+    EXPECT_EQ(pools, 1 - c.fused);
+    const Shape shape = net.tensor(net.inputs()[0]).shape;
+    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, shape, 7),
+                                        testing::random_tensor(DataType::kF32, shape, 8)};
+    const auto built = run(plan.network, in), reference = run(net, in);
+    ASSERT_EQ(built.size(), reference.size());
+    for (size_t i = 0; i < built.size(); ++i) {
+      EXPECT_TRUE(testing::near(built[i], testing::to_doubles(reference[i]), 1e-5, 1e-6));
+    }
+  }
+}
+
 TEST(Builder, ArenaIsSmallerThanSeparateBuffersForAChain) {
   Network net;
   auto t = net.add_input("x", DataType::kF32, {64, 64});

@@ -244,6 +244,38 @@ TEST(Pooling, InvalidInputsAreRejectedWithTheLayerName) {
   expect_error<InvalidArgument>(net, adaptive(kAvg, {-1, 2}), x);
 }
 
+// The squeeze-excitation layer checks its operands: w1 [S, C...], w2 [C, S...], biases of S and
+// C values, one dtype, a batch, channel and spatial dim; the error names the layer.
+TEST(Pooling, SqueezeExcitationRejectsMismatchedOperands) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 6, 4, 4});
+  auto w1 = net.add_input("w1", DataType::kF32, {3, 6, 1, 1});
+  auto b1 = net.add_input("b1", DataType::kF32, {3});
+  auto w2 = net.add_input("w2", DataType::kF32, {6, 3, 1, 1});
+  auto b2 = net.add_input("b2", DataType::kF32, {6});
+  auto w2_bad = net.add_input("w2_bad", DataType::kF32, {5, 3, 1, 1});
+  auto b1_bad = net.add_input("b1_bad", DataType::kF32, {4});
+  auto w1_half = net.add_input("w1_half", DataType::kF16, {3, 6, 1, 1});
+  auto flat = net.add_input("flat", DataType::kF32, {2, 6});
+  SqueezeExcitationParams p;
+  p.activation1 = ActivationKind::kSilu;
+  p.has_bias1 = p.has_bias2 = true;
+  EXPECT_EQ(net.tensor(net.add("se", p, {x, w1, b1, w2, b2})).shape, (Shape{2, 6, 4, 4}));
+  const auto expect_error = [&](const std::vector<TensorId>& inputs, const char* what) {
+    try {
+      net.add("bad_se", p, inputs);
+      ADD_FAILURE() << what << ": no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find("bad_se"), std::string::npos) << e.message();
+    }
+  };
+  expect_error({x, w1, b1, w2_bad, b2}, "w2 of 5 channels");
+  expect_error({x, w1, b1_bad, w2, b2}, "b1 of 4 values");
+  expect_error({x, w1_half, b1, w2, b2}, "an f16 w1");
+  expect_error({flat, w1, b1, w2, b2}, "no spatial dim");
+  expect_error({x, w1, w2, b2}, "a missing bias");
+}
+
 TEST(Pooling, DynamicDimsInferSymbolically) {
   Network net;
   auto x = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 9},

@@ -116,17 +116,25 @@ TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
 
 // The depthwise kernels: 16-byte channel groups (C = 40 in f16, C = 36 in f32; C = 264 takes
 // several channel tiles) and the per-element fallback (C = 36 in f16, C = 6), 3x3 and 5x5, rows
-// whose width is no multiple of the strip, strided, with bias, clamp + residual or SiLU.
+// whose width is no multiple of the strip, maps of several spatial tiles, strided, with bias,
+// clamp + residual or SiLU.
 TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   KILN_REQUIRE_GPU();
-  for (int64_t c : {40, 36, 6, 264}) {
+  // 15x13: one tile across, two down (8x16 output tiles); 37x35: three across.
+  struct Map {
+    int64_t c, h, w;
+  };
+  for (const Map& m :
+       {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{264, 15, 13}, Map{40, 37, 35}}) {
+    const int64_t c = m.c, hw[2] = {m.h, m.w};
     for (int64_t k : {3, 5}) {
       for (int64_t stride : {1, 2}) {
         for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
-          SCOPED_TRACE("C=" + std::to_string(c) + " k=" + std::to_string(k) + " stride " +
+          SCOPED_TRACE("C=" + std::to_string(c) + " " + std::to_string(hw[0]) + "x" +
+                       std::to_string(hw[1]) + " k=" + std::to_string(k) + " stride " +
                        std::to_string(stride) + " " + dtype_name(low));
           auto r = cuda_testing::run_both(
-              {random_tensor(DataType::kF32, {2, c, 15, 13}, 20)},
+              {random_tensor(DataType::kF32, {2, c, hw[0], hw[1]}, 20)},
               [&](Network& net, const std::vector<TensorId>& in) {
                 TensorId t = net.add(
                     "dw", conv(k / 2, stride, c),
@@ -327,6 +335,63 @@ TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
           computing_in(low));
       EXPECT_FALSE(runs_small_channel_pointwise(r.gpu_plan));
       expect_one_channels_last_match(r, low);
+    }
+  }
+}
+
+// Squeeze-excitation as efficientnet has it (depthwise convolution + SiLU, then global average
+// pool, 1x1 + SiLU, 1x1 + sigmoid, times the depthwise output, then a 1x1 projection) runs as the
+// fused CUDA layer: channels in 16-byte words (40, 264, 1152) and not (36 in f16), one chunk of
+// pixels per sample and several (264 at 20x20), channel words past the block's threads (1152).
+// Three runs of one context (eager, captured into a CUDA graph, replayed) all match the CPU:
+// the last block's counters return to zero.
+TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t n, c, hw, squeeze;
+  };
+  for (const Case& c :
+       {Case{3, 40, 9, 10}, Case{2, 36, 7, 9}, Case{2, 264, 20, 66}, Case{2, 1152, 3, 48}}) {
+    for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      SCOPED_TRACE("C=" + std::to_string(c.c) + " HW=" + std::to_string(c.hw) + " " +
+                   dtype_name(low));
+      const std::vector<HostTensor> inputs = {
+          random_tensor(DataType::kF32, {c.n, c.c, c.hw, c.hw}, 70)};
+      auto r = cuda_testing::run_both(
+          inputs,
+          [&](Network& net, const std::vector<TensorId>& in) {
+            TensorId x = net.add("dw", conv(1, 1, c.c),
+                                 {in[0], constant(net, "w_dw", {c.c, 1, 3, 3}, 71),
+                                  constant(net, "b_dw", {c.c}, 72)});
+            x = net.add("silu", ActivationParams{ActivationKind::kSilu}, {x});
+            PoolingParams gap;
+            gap.kind = PoolingKind::kAverage;
+            gap.adaptive = true;
+            gap.output_size = {1, 1};
+            TensorId t = net.add("gap", gap, {x});
+            t = net.add("fc1", conv(0),
+                        {t, constant(net, "w1", {c.squeeze, c.c, 1, 1}, 73),
+                         constant(net, "b1", {c.squeeze}, 74)});
+            t = net.add("act1", ActivationParams{ActivationKind::kSilu}, {t});
+            t = net.add("fc2", conv(0),
+                        {t, constant(net, "w2", {c.c, c.squeeze, 1, 1}, 75),
+                         constant(net, "b2", {c.c}, 76)});
+            t = net.add("act2", ActivationParams{ActivationKind::kSigmoid}, {t});
+            t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, x});
+            return std::vector<TensorId>{net.add("project", conv(0, 1, 1, false),
+                                                 {t, constant(net, "w_p", {16, c.c, 1, 1}, 77)})};
+          },
+          computing_in(low));
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "squeeze_excitation"), 1);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "pooling"), 0);
+      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+      cuda_testing::expect_match(r, tol, tol);
+      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
+      for (int run = 0; run < 3; ++run) {
+        SCOPED_TRACE("run " + std::to_string(run));
+        const auto again = ctx.run(inputs);
+        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
+      }
     }
   }
 }

@@ -74,6 +74,40 @@ TEST(CudaPooling, ChannelsLastWindows) {
   }
 }
 
+// More channels-last windows of the 2-D fast path: 2x2 windows, dilation, more 16-byte words per
+// pixel than a warp has lanes (C = 320 in f16: 40 words), words that do not divide 32 (C = 24: 3),
+// and 3-D windows, which take the 64-bit kernel.
+TEST(CudaPooling, ChannelsLastWindowShapes) {
+  KILN_REQUIRE_GPU();
+  HostTensor wide = random_tensor(DataType::kF16, {2, 9, 7, 320}, 44);
+  static_cast<uint16_t*>(wide.data())[3001] = 0x7e00;  // NaN
+  const HostTensor narrow = random_tensor(DataType::kF16, {2, 9, 7, 24}, 45);
+  const HostTensor f16 = random_tensor(DataType::kF16, {2, 17, 15, 64}, 46);
+  const HostTensor f32 = random_tensor(DataType::kF32, {2, 10, 12, 8}, 47);
+  const HostTensor three = random_tensor(DataType::kF16, {2, 6, 7, 8, 64}, 48);
+  for (PoolingKind kind : {PoolingKind::kMax, PoolingKind::kAverage}) {
+    SCOPED_TRACE(kind == PoolingKind::kMax ? "max" : "avg");
+    for (bool include_pad : {true, false}) {
+      PoolingParams p = pool(kind, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, include_pad);
+      p.channels_last = true;
+      cuda_testing::compare_layer(p, {wide}, 1e-2, 1e-3);
+      cuda_testing::compare_layer(p, {narrow}, 1e-2, 1e-3);
+    }
+    PoolingParams two = pool(kind, {2, 2}, {2, 2}, {0, 0}, {0, 0});
+    two.channels_last = true;
+    cuda_testing::compare_layer(two, {f16}, 1e-2, 1e-3);
+    cuda_testing::compare_layer(two, {f32});
+    PoolingParams cube = pool(kind, {2, 2, 2}, {2, 2, 2}, {0, 1, 0}, {0, 1, 0});
+    cube.channels_last = true;
+    cuda_testing::compare_layer(cube, {three}, 1e-2, 1e-3);
+  }
+  PoolingParams dilated =
+      pool(PoolingKind::kMax, {3, 3}, {1, 2}, {2, 2}, {2, 2}, false, true, {2, 2});
+  dilated.channels_last = true;
+  cuda_testing::compare_layer(dilated, {f16}, 1e-2, 1e-3);
+  cuda_testing::compare_layer(dilated, {f32});
+}
+
 // Windows covering whole planes run as a reduction over the spatial dims: adaptive 1x1 and a
 // full-size kernel, channels-first and channels-last, f16 and bf16 (16-byte words of channels
 // where they divide), and NaN winning the max.

@@ -3,6 +3,9 @@
 # (with the CUDA backend, against python3's libtorch), traces the model with random weights,
 # builds a plan (kilnc --save-engine) and runs `kiln-run PLAN --device cuda --profile`.
 # Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
+# NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
+# kernels whose names match: speed of light, occupancy, warp stalls and memory sections, clocks
+# left alone (METHOD.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 model=$1 batch=$2
@@ -29,4 +32,11 @@ PY
 ) || exit 1
 "$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device cuda --save-engine "$@" |
   tail -12
-"$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
+if [ -n "${NCU_KERNELS:-}" ]; then
+  ncu --clock-control none --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section LaunchStats \
+    "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
+else
+  "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
+fi

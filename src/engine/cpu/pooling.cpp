@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/cpu/convert.h"
+#include "engine/cpu/elementwise_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
@@ -190,10 +191,90 @@ void pooling_kernel(KernelArgs& args) {
   }
 }
 
+// y = x * act2(w2 . act1(w1 . mean(x) + b1) + b2) per sample (SqueezeExcitationParams): the
+// means in double, the two small products in double, the scale applied in float.
+void squeeze_excitation_kernel(KernelArgs& args) {
+  const auto& p = std::get<SqueezeExcitationParams>(args.layer.params);
+  const TensorView& x = args.inputs[0];
+  const TensorView& out = args.outputs[0];
+  const TensorView& w1 = args.inputs[1];
+  const TensorView* b1 = p.has_bias1 ? &args.inputs[2] : nullptr;
+  const TensorView& w2 = args.inputs[p.has_bias1 ? 3 : 2];
+  const TensorView* b2 = p.has_bias2 ? &args.inputs.back() : nullptr;
+  const int64_t n_total = x.shape[0];
+  const int64_t c_total = p.channels_last ? x.shape.back() : x.shape[1];
+  const int64_t s_total = w1.shape[0];
+  const int64_t plane = n_total * c_total > 0 ? x.numel() / (n_total * c_total) : 0;
+  if (out.numel() == 0) return;
+  // Element (n, c, q) of x for spatial position q.
+  const auto at = [&](int64_t n, int64_t c, int64_t q) {
+    return p.channels_last ? (n * plane + q) * c_total + c : (n * c_total + c) * plane + q;
+  };
+  const bool f32 = x.dtype == DataType::kF32 && out.dtype == DataType::kF32;
+  const float* xf = x.as<const float>();
+  float* yf = out.as<float>();
+  std::vector<double> mean(static_cast<size_t>(c_total));
+  std::vector<double> hidden(static_cast<size_t>(s_total));
+  std::vector<float> scale(static_cast<size_t>(c_total));
+  for (int64_t n = 0; n < n_total; ++n) {
+    std::fill(mean.begin(), mean.end(), 0.0);
+    if (f32 && p.channels_last) {  // rows of C channels, summed in place
+      for (int64_t q = 0; q < plane; ++q) {
+        const float* row = xf + at(n, 0, q);
+        for (int64_t c = 0; c < c_total; ++c) mean[static_cast<size_t>(c)] += row[c];
+      }
+    } else {
+      for (int64_t c = 0; c < c_total; ++c) {
+        double sum = 0;
+        for (int64_t q = 0; q < plane; ++q) {
+          sum += f32 ? xf[at(n, c, q)] : load_as<double>(x.dtype, x.data, at(n, c, q));
+        }
+        mean[static_cast<size_t>(c)] = sum;
+      }
+    }
+    for (double& m : mean) m /= static_cast<double>(plane);
+    for (int64_t s = 0; s < s_total; ++s) {
+      double acc = b1 ? load_as<double>(b1->dtype, b1->data, s) : 0.0;
+      for (int64_t c = 0; c < c_total; ++c) {
+        acc += load_as<double>(w1.dtype, w1.data, s * c_total + c) * mean[static_cast<size_t>(c)];
+      }
+      hidden[static_cast<size_t>(s)] =
+          activate(p.activation1, static_cast<float>(acc), p.alpha1, p.beta1);
+    }
+    for (int64_t c = 0; c < c_total; ++c) {
+      double acc = b2 ? load_as<double>(b2->dtype, b2->data, c) : 0.0;
+      for (int64_t s = 0; s < s_total; ++s) {
+        acc += load_as<double>(w2.dtype, w2.data, c * s_total + s) * hidden[static_cast<size_t>(s)];
+      }
+      scale[static_cast<size_t>(c)] =
+          activate(p.activation2, static_cast<float>(acc), p.alpha2, p.beta2);
+    }
+    if (f32 && p.channels_last) {
+      for (int64_t q = 0; q < plane; ++q) {
+        const int64_t i = at(n, 0, q);
+        for (int64_t c = 0; c < c_total; ++c) yf[i + c] = xf[i + c] * scale[static_cast<size_t>(c)];
+      }
+    } else {
+      for (int64_t c = 0; c < c_total; ++c) {
+        const float g = scale[static_cast<size_t>(c)];
+        for (int64_t q = 0; q < plane; ++q) {
+          const int64_t i = at(n, c, q);
+          if (f32) {
+            yf[i] = xf[i] * g;
+          } else {
+            store_as<float>(out.dtype, out.data, i, load_as<float>(x.dtype, x.data, i) * g);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void register_pooling(KernelTable& t) {
   t.set<PoolingParams>(pooling_kernel);
+  t.set<SqueezeExcitationParams>(squeeze_excitation_kernel);
 }
 
 }  // namespace kiln::engine::cpu

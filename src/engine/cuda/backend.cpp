@@ -506,6 +506,7 @@ const KernelTable& kernel_table() {
     register_fill(t);
     register_resize(t);
     register_attention(t);
+    register_squeeze_excitation(t);
     return t;
   }();
   return table;

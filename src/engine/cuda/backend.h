@@ -37,6 +37,13 @@ void check_supported(const Network& net);
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype,
                              bool has_mask);
 
+// Whether the CUDA kernel takes a squeeze-excitation layer of `channels` channels squeezed to
+// `squeeze`: channels-last data, both at most 4096 (the means and hidden values stay in shared
+// memory).
+inline bool squeeze_excitation_applies(int64_t channels, int64_t squeeze, bool channels_last) {
+  return channels_last && channels >= 1 && channels <= 4096 && squeeze >= 1 && squeeze <= 4096;
+}
+
 // A dense row-major tensor in device memory.
 struct DeviceTensor {
   DataType dtype = DataType::kF32;

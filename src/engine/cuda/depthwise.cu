@@ -6,6 +6,8 @@
 // element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
 // shape (bench/NOTES.md G4).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
@@ -226,6 +228,145 @@ __global__ void __launch_bounds__(kVecThreads)
   }
 }
 
+// The shared-memory tiled kernel for the same filters: block (spatial tile, channel group,
+// sample) stages the input its kTileH x kTileW outputs need, (kTileH - 1) * S + K rows by
+// (kTileW - 1) * S + K columns of G 16-byte words (zeros past the edges: the padding), with
+// cp.async in one round trip, and the group's filter taps; each thread then computes one word
+// of a strip of R outputs of one row from shared memory. The strip kernel above reads its
+// inputs from global memory one filter row at a time (K dependent round trips per strip, the
+// loads in registers): 5x5 filters ran 3-10x slower than their memory traffic there
+// (bench/NOTES.md G22).
+constexpr int kTileH = 8, kTileW = 16;
+
+template <int S>
+struct TileShape {
+  static constexpr int R = S == 1 ? 4 : 2;  // outputs per thread along a row
+  static constexpr int G = S == 1 ? 8 : 4;  // 16-byte channel words per block
+};
+
+template <int K, int S>
+constexpr int tile_smem_words() {
+  return ((kTileH - 1) * S + K) * ((kTileW - 1) * S + K) * TileShape<S>::G;
+}
+
+template <class T, int K, int S>
+__global__ void __launch_bounds__(kVecThreads, 2) depthwise_nhwc_tiled(DepthwiseArgs a) {
+  constexpr int V = Vec<T>::kN, R = TileShape<S>::R, GM = TileShape<S>::G;
+  constexpr int IH = (kTileH - 1) * S + K, IW = (kTileW - 1) * S + K, SW = (R - 1) * S + K;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Vec<T>* tile = reinterpret_cast<Vec<T>*>(smem_raw);  // [IH][IW][G]
+  Vec<T>* ws = tile + IH * IW * GM;                    // [K * K][G]
+  const int c_total = static_cast<int>(a.c), words = c_total / V;
+  const int h = static_cast<int>(a.h), wi = static_cast<int>(a.w_in);
+  const int oh = static_cast<int>(a.oh), ow = static_cast<int>(a.ow);
+  const int tiles_w = (ow + kTileW - 1) / kTileW;
+  const int oy0 = (blockIdx.x / tiles_w) * kTileH, ox0 = (blockIdx.x % tiles_w) * kTileW;
+  const int g0 = blockIdx.y * GM, n = blockIdx.z;
+  const int G = min(GM, words - g0);  // words of this block
+  const T* x = static_cast<const T*>(a.x);
+  const int iy0 = oy0 * S - a.ph, ix0 = ox0 * S - a.pw;
+  for (int idx = threadIdx.x; idx < IH * IW * G; idx += kVecThreads) {
+    const int g = idx % G, rc = idx / G, c = rc % IW, r = rc / IW;
+    const int iy = iy0 + r, ix = ix0 + c;
+    const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wi;
+    const T* src =
+        inside ? x + (static_cast<int64_t>(n * h + iy) * wi + ix) * c_total + (g0 + g) * V : x;
+    copy16_async(tile + rc * GM + g, src, inside ? 16 : 0);
+  }
+  commit_async();
+  const T* w = static_cast<const T*>(a.w);
+  for (int idx = threadIdx.x; idx < K * K * G * V; idx += kVecThreads) {
+    const int k = idx % V, g = (idx / V) % G, tap = idx / (V * G);
+    ws[tap * GM + g].v[k] = w[((g0 + g) * V + k) * K * K + tap];
+  }
+  wait_async<0>();
+  __syncthreads();
+  constexpr int strips = kTileW / R;
+  for (int task = threadIdx.x; task < kTileH * strips * G; task += kVecThreads) {
+    const int g = task % G, st = (task / G) % strips, ty = task / (G * strips);
+    const int oy = oy0 + ty, oxs = ox0 + st * R;
+    if (oy >= oh || oxs >= ow) continue;
+    float acc[R][V];
+#pragma unroll
+    for (int o = 0; o < R; ++o) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[o][k] = 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+      const Vec<T>* row = tile + ((ty * S + r) * IW + st * R * S) * GM + g;
+      float wr[K][V];
+#pragma unroll
+      for (int q = 0; q < K; ++q) {
+        const Vec<T> wv = ws[(r * K + q) * GM + g];
+#pragma unroll
+        for (int k = 0; k < V; ++k) wr[q][k] = static_cast<float>(wv.v[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < SW; ++j) {
+        const Vec<T> xv = row[j * GM];
+#pragma unroll
+        for (int o = 0; o < R; ++o) {
+          const int q = j - o * S;
+          if (q < 0 || q >= K) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[o][k] += static_cast<float>(xv.v[k]) * wr[q][k];
+        }
+      }
+    }
+    const int c = (g0 + g) * V;
+    float bias[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      bias[k] = a.bias ? static_cast<float>(static_cast<const T*>(a.bias)[c + k]) : 0.f;
+    }
+#pragma unroll
+    for (int o = 0; o < R; ++o) {
+      if (oxs + o >= ow) break;
+      const int64_t at = (static_cast<int64_t>(n * oh + oy) * ow + oxs + o) * c_total + c;
+      Vec<T> res{};
+      if (a.residual) {
+        res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
+      }
+      float v[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
+      activate_all(a.act, v, a.alpha, a.beta);
+      if (a.residual) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
+        activate_all(a.act2, v, a.alpha2, a.beta2);
+      }
+      Vec<T> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
+      *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
+    }
+  }
+}
+
+template <class T, int K, int S>
+void launch_tiled(cudaStream_t stream, const DepthwiseArgs& a, int n) {
+  constexpr int V = Vec<T>::kN;
+  const int words = static_cast<int>(a.c / V);
+  const int tiles =
+      static_cast<int>(((a.oh + kTileH - 1) / kTileH) * ((a.ow + kTileW - 1) / kTileW));
+  const dim3 grid(static_cast<unsigned>(tiles),
+                  static_cast<unsigned>((words + TileShape<S>::G - 1) / TileShape<S>::G),
+                  static_cast<unsigned>(n));
+  const size_t smem = (tile_smem_words<K, S>() + K * K * TileShape<S>::G) * sizeof(Vec<T>);
+  depthwise_nhwc_tiled<T, K, S><<<grid, kVecThreads, smem, stream>>>(a);
+}
+
+// KILN_CUDA_DEPTHWISE=strip keeps the strip kernel for every 3x3/5x5 filter (for comparisons).
+bool tiled_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_CUDA_DEPTHWISE");
+    return !(env && std::string(env) == "strip");
+  }();
+  return enabled;
+}
+
 // Channel tiles of at most 32 V-groups, as even as the group count allows (84 -> 3 x 28).
 int channel_tile(int groups) {
   const int tiles = (groups + 31) / 32;
@@ -252,6 +393,16 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   if (tiles > 65535) return false;
   const bool square = a.kh == a.kw && a.sh == a.sw && a.dh == 1 && a.dw == 1;
   const int k = a.kh, s = a.sh;
+  const int64_t n = npix / (a.oh * a.ow);
+  // Tiled for 5x5 and strided filters; 3x3 stride-1 ones stay on strips, which were as fast or
+  // faster there (efficientnet_b0 b32: 112x112x32 0.048 vs 0.066 ms, 56x56x144 0.057 vs 0.069).
+  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && tiled_enabled() &&
+      n <= 65535 && groups / TileShape<1>::G < 65535) {
+    const auto kernel = k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
+                               : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
+    kernel(stream, a, static_cast<int>(n));
+    return true;
+  }
   if (square && (k == 3 || k == 5) && (s == 1 || s == 2)) {
     const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
     const dim3 grid(

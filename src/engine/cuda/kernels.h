@@ -91,6 +91,7 @@ void register_gather(KernelTable& t);         // gather, scatter
 void register_fill(KernelTable& t);           // shape, fill
 void register_resize(KernelTable& t);
 void register_attention(KernelTable& t);
+void register_squeeze_excitation(KernelTable& t);
 
 // Launchers shared between families (defined in the .cu files named).
 // What the post-op kernel applies to a conv/matmul result in place: out = act2(act(out +

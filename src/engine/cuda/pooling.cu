@@ -1,8 +1,10 @@
 // CUDA kernel of the pooling family: max/average, windowed or adaptive, one thread per output
 // element walking its window (same window rules as cpu/pooling.cpp: dilation, asymmetric padding,
 // ceil_mode and torch's average divisor need no special paths); channels-last data in 16-byte
-// words of channels per thread where the channel count allows.
+// words of channels per thread where the channel count allows, 2-D windows of such data whose
+// indices fit 32 bits through a fast path (32-bit index math, K x K windows unrolled).
 #include <cmath>
+#include <type_traits>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -134,11 +136,256 @@ __global__ void pooling_nhwc_vec_kernel(const T* x, T* y, PoolDims p, int64_t to
   }
 }
 
+// n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift (Granlund and
+// Montgomery's round-up multiplier: mul = ceil(2^(31 + l) / d) with l = ceil(log2 d)).
+struct FastDiv {
+  int d = 1;
+  unsigned mul = 0, shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(int divisor) : d(divisor) {
+    int l = 0;
+    while ((int64_t{1} << l) < divisor) ++l;
+    if (d > 1) {
+      mul = static_cast<unsigned>(((uint64_t{1} << (31 + l)) + d - 1) / d);
+      shift = static_cast<unsigned>(l - 1);
+    }
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return d == 1 ? n : static_cast<int>(__umulhi(static_cast<unsigned>(n), mul) >> shift);
+  }
+};
+
+// Windows over H and W of channels-last [N, H, W, C] in 32-bit ints (dim 0 is H, 1 is W).
+struct Pool2d {
+  FastDiv ow, oh;  // output width and height
+  int in[2], k[2], s[2], pb[2], dil[2];
+  int pad_end[2];     // in + padding end: where a window stops counting padding (see window())
+  int words, pixels;  // 16-byte words of channels per pixel; N * OH * OW
+  bool count_include_pad;
+};
+
+// Lane i (0-3) of a 16-byte word, and element k of it as T widened to float (exactly).
+__device__ __forceinline__ unsigned lane(const uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+__device__ __forceinline__ void set_lane(uint4& u, int i, unsigned v) {
+  (i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w) = v;
+}
+template <class T>
+__device__ __forceinline__ float element(const uint4& u, int k) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(lane(u, k));
+  } else {
+    const unsigned h = k % 2 ? lane(u, k / 2) >> 16 : lane(u, k / 2) & 0xffffu;
+    if constexpr (std::is_same_v<T, __half>) {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+    } else {
+      return __uint_as_float(h << 16);  // bfloat16: the high half of a float
+    }
+  }
+}
+
+// The running max of 16-byte words of T, NaN winning as in torch: pairs of halves or bfloat16s
+// at once by max.NaN on sm_80+, elements compared in float otherwise (keeping the first of equal
+// values, as pooling_nhwc_vec_kernel; max.NaN may give +0 where that keeps an earlier -0).
+// kNeutral: the lane of a tap outside the input (-inf, which changes no max).
+template <class T>
+struct MaxAcc {
+  static constexpr unsigned kNeutral = sizeof(T) == 4              ? 0xff800000u
+                                       : std::is_same_v<T, __half> ? 0xfc00fc00u
+                                                                   : 0xff80ff80u;
+  uint4 m = make_uint4(kNeutral, kNeutral, kNeutral, kNeutral);
+  __device__ __forceinline__ void add(const uint4& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, __half>) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        unsigned r;
+        asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(lane(m, i)), "r"(lane(v, i)));
+        set_lane(m, i, r);
+      }
+      return;
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        unsigned r;
+        asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(lane(m, i)), "r"(lane(v, i)));
+        set_lane(m, i, r);
+      }
+      return;
+    }
+#endif
+    constexpr int kN = 16 / sizeof(T), kBits = 8 * sizeof(T);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float f = element<T>(v, k);
+      if (f > element<T>(m, k) || isnan(f)) {
+        const int i = k * sizeof(T) / 4;
+        const unsigned mask = kBits == 32 ? ~0u : 0xffffu << (kBits * (k % 2));
+        set_lane(m, i, (lane(m, i) & ~mask) | (lane(v, i) & mask));
+      }
+    }
+  }
+  __device__ __forceinline__ void store(uint4* y, int64_t) const {
+    *y = m;
+  }
+};
+
+// The running sum of 16-byte words of T in A, divided at the end as pooling_nhwc_vec_kernel
+// does. kNeutral: +0, which changes no sum (a sum from +0 is never -0).
+template <class T, class A>
+struct AvgAcc {
+  static constexpr unsigned kNeutral = 0;
+  static constexpr int kN = 16 / sizeof(T);
+  A sum[kN] = {};
+  __device__ __forceinline__ void add(const uint4& v) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sum[k] += element<T>(v, k);
+  }
+  __device__ __forceinline__ void store(uint4* y, int64_t divisor) const {
+    Vec16<T> out;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) out.v[k] = T(static_cast<float>(sum[k] / static_cast<A>(divisor)));
+    *reinterpret_cast<Vec16<T>*>(y) = out;
+  }
+};
+
+// Fast path of pooling_nhwc_vec_kernel for 2-D windows where every index fits 32 bits: threadIdx.y
+// picks the output pixel (its n, oy, ox found once, by multiply-high division), threadIdx.x the
+// 16-byte word of channels (looping where a pixel has more words than blockDim.x). K > 0: K x K
+// windows, unrolled, all K * K loads issued before any is combined (taps outside the input read
+// as Acc::kNeutral); K = 0: any window, looped over its clipped rows and columns.
+template <class T, class Acc, int K>
+__global__ void __launch_bounds__(kThreads)
+    pooling_nhwc_2d_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, Pool2d p) {
+  const int pix = blockIdx.x * blockDim.y + threadIdx.y;
+  if (pix >= p.pixels) return;
+  const int t = p.ow.div(pix), ox = pix - t * p.ow.d;
+  const int n = p.oh.div(t), oy = t - n * p.oh.d;
+  const int y_start = oy * p.s[0] - p.pb[0], x_start = ox * p.s[1] - p.pb[1];
+  const int row0 = n * p.in[0];
+  // torch's padded window size (as window(): k, not the dilated extent, up to in + padding end).
+  const int padded_y = min(y_start + p.k[0], p.pad_end[0]) - y_start;
+  const int padded_x = min(x_start + p.k[1], p.pad_end[1]) - x_start;
+  for (int w = threadIdx.x; w < p.words; w += blockDim.x) {
+    Acc acc;
+    int taps = 0;
+    if constexpr (K > 0) {
+      // Offsets in unsigned ints: exact modulo 2^32 for the taps inside the input (the only ones
+      // read) even where the window's corner lies in the padding.
+      const unsigned corner =
+          ((static_cast<unsigned>(row0) + y_start) * p.in[1] + x_start) * p.words + w;
+      const unsigned row_step = static_cast<unsigned>(p.dil[0]) * p.in[1] * p.words;
+      const unsigned col_step = static_cast<unsigned>(p.dil[1]) * p.words;
+      uint4 v[K * K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const int iy = y_start + j * p.dil[0];
+        const bool row_in = static_cast<unsigned>(iy) < static_cast<unsigned>(p.in[0]);
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+          const int ix = x_start + i * p.dil[1];
+          v[j * K + i] = make_uint4(Acc::kNeutral, Acc::kNeutral, Acc::kNeutral, Acc::kNeutral);
+          if (row_in && static_cast<unsigned>(ix) < static_cast<unsigned>(p.in[1])) {
+            v[j * K + i] = __ldg(x + (corner + j * row_step + i * col_step));
+            ++taps;
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < K * K; ++k) acc.add(v[k]);
+    } else {
+      // First taps at or past 0 (a division only where the window starts in the padding), last
+      // before the input's end.
+      int y0 = y_start, x0 = x_start;
+      if (y0 < 0) y0 += (-y0 + p.dil[0] - 1) / p.dil[0] * p.dil[0];
+      if (x0 < 0) x0 += (-x0 + p.dil[1] - 1) / p.dil[1] * p.dil[1];
+      const int y1 = min(y_start + (p.k[0] - 1) * p.dil[0] + 1, p.in[0]);
+      const int x1 = min(x_start + (p.k[1] - 1) * p.dil[1] + 1, p.in[1]);
+      for (int iy = y0; iy < y1; iy += p.dil[0]) {
+        const uint4* row = x + (row0 + iy) * p.in[1] * p.words + w;
+        for (int ix = x0; ix < x1; ix += p.dil[1]) {
+          acc.add(__ldg(row + ix * p.words));
+          ++taps;
+        }
+      }
+    }
+    acc.store(y + pix * p.words + w, p.count_include_pad ? int64_t{padded_y} * padded_x : taps);
+  }
+}
+
+// Parameters of pooling_nhwc_2d_kernel for d, or false where the pooling is not over 2 dims (dim
+// 0 empty) or some index might not fit 32 bits.
+bool pool2d_params(const PoolDims& d, const TensorView& x, const TensorView& out, int vec,
+                   Pool2d& p) {
+  constexpr int64_t kMax = INT32_MAX;
+  if (d.adaptive || d.in[0] != 1 || d.out[0] != 1 || d.k[0] != 1 || d.pb[0] != 0 || d.pe[0] != 0 ||
+      x.numel() > kMax || out.numel() > kMax) {
+    return false;
+  }
+  for (int s = 1; s < 3; ++s) {
+    for (int64_t v : {d.in[s], d.out[s], d.k[s], d.s[s], d.pb[s], d.pe[s], d.dil[s]}) {
+      if (v < 0 || v > kMax) return false;
+    }
+    if (d.out[s] < 1 || d.k[s] < 1 || d.s[s] < 1 || d.dil[s] < 1) return false;
+    if ((d.out[s] - 1) * d.s[s] > kMax || (d.k[s] - 1) * d.dil[s] > kMax) return false;
+    // Bounds every window start, tap, end and in + padding end that the kernel computes.
+    if ((d.out[s] - 1) * d.s[s] + d.pb[s] + d.pe[s] + d.in[s] + (d.k[s] - 1) * d.dil[s] + d.k[s] +
+            d.dil[s] >
+        kMax) {
+      return false;
+    }
+  }
+  for (int a = 0; a < 2; ++a) {
+    p.in[a] = static_cast<int>(d.in[a + 1]);
+    p.k[a] = static_cast<int>(d.k[a + 1]);
+    p.s[a] = static_cast<int>(d.s[a + 1]);
+    p.pb[a] = static_cast<int>(d.pb[a + 1]);
+    p.dil[a] = static_cast<int>(d.dil[a + 1]);
+    p.pad_end[a] = static_cast<int>(d.in[a + 1] + d.pe[a + 1]);
+  }
+  p.oh = FastDiv(static_cast<int>(d.out[1]));
+  p.ow = FastDiv(static_cast<int>(d.out[2]));
+  p.words = static_cast<int>(d.ch / vec);
+  p.pixels = static_cast<int>(out.numel() / d.ch);
+  p.count_include_pad = d.count_include_pad;
+  return true;
+}
+
+template <class T, class Acc>
+void launch_nhwc_2d(cudaStream_t stream, const TensorView& x, const TensorView& out,
+                    const Pool2d& p) {
+  // Words of a pixel split evenly over at most 32 threads; the rest of the block over pixels.
+  const int rounds = (p.words + 31) / 32;
+  const int tx = (p.words + rounds - 1) / rounds, ty = kThreads / tx;
+  const dim3 block(tx, ty);
+  const unsigned grid = static_cast<unsigned>((p.pixels + ty - 1) / ty);
+  const auto* xv = static_cast<const uint4*>(x.data);
+  auto* yv = static_cast<uint4*>(out.data);
+  const bool dense = p.k[0] == p.k[1];
+  if (dense && p.k[0] == 3) {
+    pooling_nhwc_2d_kernel<T, Acc, 3><<<grid, block, 0, stream>>>(xv, yv, p);
+  } else if (dense && p.k[0] == 2) {
+    pooling_nhwc_2d_kernel<T, Acc, 2><<<grid, block, 0, stream>>>(xv, yv, p);
+  } else {
+    pooling_nhwc_2d_kernel<T, Acc, 0><<<grid, block, 0, stream>>>(xv, yv, p);
+  }
+}
+
 template <class T, class A>
 bool launch_nhwc_vec(cudaStream_t stream, const TensorView& x, const TensorView& out,
                      const PoolDims& d) {
   constexpr int V = Vec16<T>::kN;
   if (d.ch % V != 0 || !aligned16(x.data) || !aligned16(out.data)) return false;
+  Pool2d p;
+  if (pool2d_params(d, x, out, V, p)) {
+    if (d.is_max) {
+      launch_nhwc_2d<T, MaxAcc<T>>(stream, x, out, p);
+    } else {
+      launch_nhwc_2d<T, AvgAcc<T, A>>(stream, x, out, p);
+    }
+    return true;
+  }
   const int64_t total = out.numel() / V;
   pooling_nhwc_vec_kernel<T, A><<<grid_for(total), kThreads, 0, stream>>>(
       static_cast<const T*>(x.data), static_cast<T*>(out.data), d, total);

@@ -62,6 +62,7 @@ KILN_DECLARE_INFER(ShapeParams)
 KILN_DECLARE_INFER(FillParams)
 KILN_DECLARE_INFER(AttentionParams)
 KILN_DECLARE_INFER(FusedElementwiseParams)
+KILN_DECLARE_INFER(SqueezeExcitationParams)
 #undef KILN_DECLARE_INFER
 
 }  // namespace kiln::engine

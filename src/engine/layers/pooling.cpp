@@ -102,4 +102,46 @@ std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
   return {{in[0].dtype, out}};
 }
 
+std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitationParams& p,
+                               const std::vector<InferInput>& in) {
+  const size_t expected = 3 + (p.has_bias1 ? 1 : 0) + (p.has_bias2 ? 1 : 0);
+  expect_input_count(layer, in, expected, expected);
+  const auto fail = [&](const auto&... why) {
+    KILN_THROW(InvalidArgument, "layer `", layer, "` (squeeze_excitation): ", why...);
+  };
+  const Shape& x = in[0].shape;
+  if (!is_floating(in[0].dtype)) fail("needs a floating input, got ", dtype_name(in[0].dtype));
+  if (x.size() < 3) fail("input ", shape_to_string(x), " needs a batch, channel and spatial dim");
+  const int64_t c = p.channels_last ? x.back() : x[1];
+  const InferInput& w1 = in[1];
+  const InferInput& w2 = in[p.has_bias1 ? 3 : 2];
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].dtype != in[0].dtype) {
+      fail("input ", i, " is ", dtype_name(in[i].dtype), ", not ", dtype_name(in[0].dtype),
+           " as the data");
+    }
+    for (int64_t d : in[i].shape) {
+      if (d == kDynamic) fail("weights and biases need static shapes");
+    }
+  }
+  if (w1.shape.empty() || w2.shape.empty() || w1.shape[0] < 1) {
+    fail("w1 ", shape_to_string(w1.shape), " and w2 ", shape_to_string(w2.shape),
+         " need a leading dim (w1's: S >= 1)");
+  }
+  const int64_t s = w1.shape[0];
+  if (c != kDynamic) {
+    if (volume(w1.shape) != s * c || w2.shape[0] != c || volume(w2.shape) != c * s) {
+      fail("weights ", shape_to_string(w1.shape), " and ", shape_to_string(w2.shape),
+           " do not map ", c, " channels to [S, C] and back");
+    }
+    if (p.has_bias2 && volume(in.back().shape) != c) {
+      fail("b2 ", shape_to_string(in.back().shape), " needs ", c, " values");
+    }
+  }
+  if (p.has_bias1 && volume(in[2].shape) != s) {
+    fail("b1 ", shape_to_string(in[2].shape), " needs ", s, " values");
+  }
+  return {{in[0].dtype, x}};
+}
+
 }  // namespace kiln::engine

@@ -1,0 +1,307 @@
+// CUDA squeeze-excitation (SqueezeExcitationParams) on channels-last data, x [N, spatial..., C]
+// viewed as [N, P, C]; two launches where torch's form takes five (pool, two 1x1 convolutions,
+// multiply; bench/NOTES.md G21):
+// 1. squeeze: block (chunk, n) sums its chunk of sample n's P pixels for every channel (threads
+//    across 16-byte words of channels and rows of pixels; the rows combined in shared memory in a
+//    fixed order) and writes the sums to a partials buffer. The last block of sample n to finish
+//    (a per-sample counter, incremented after a fence) adds the chunks' sums in chunk order into
+//    the means and computes the two small products: hidden = act1(w1 . mean + b1), a warp per
+//    hidden value, then scale = act2(w2 . hidden + b2), a thread per channel, into a float buffer.
+//    It resets the counter, so a replayed CUDA graph finds it at zero. Results do not depend on
+//    which block finishes last.
+// 2. excite: y = x * scale[n, c] in 16-byte words.
+// Everything accumulates in fp32 (torch rounds the pool, hidden and scale to the dtype).
+#include <algorithm>
+
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+constexpr int kSeThreads = 256;
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+struct SeArgs {
+  const void *x, *w1, *b1, *w2, *b2;
+  void* y;
+  float* partials;     // [N, chunks, C]
+  float* scale;        // [N, C]
+  unsigned* counters;  // [N], zero between launches
+  int pixels, channels, squeeze, chunk_pixels;
+  ActivationKind act1, act2;
+  float alpha1, beta1, alpha2, beta2;
+};
+
+// Shared memory: rows x C sums (the pixel rows of the block), later C means, S hidden values and
+// a partial sum per thread.
+template <class T, int V>
+__global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
+  extern __shared__ float smem[];
+  __shared__ bool is_last;
+  const int n = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
+  const int c_total = a.channels, words = c_total / V;
+  const int lanes = min(words, kSeThreads), rows = kSeThreads / lanes;
+  const int t = threadIdx.x, lane = t % lanes, row = t / lanes;
+  const int p0 = chunk * a.chunk_pixels, p1 = min(a.pixels, p0 + a.chunk_pixels);
+  const T* x = static_cast<const T*>(a.x) + static_cast<int64_t>(n) * a.pixels * c_total;
+  if (row < rows) {
+    for (int w = lane; w < words; w += lanes) {
+      float acc[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = 0.f;
+#pragma unroll 4
+      for (int p = p0 + row; p < p1; p += rows) {
+        const Pack<T, V> v =
+            *reinterpret_cast<const Pack<T, V>*>(x + static_cast<int64_t>(p) * c_total + w * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v.v[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) smem[row * c_total + w * V + k] = acc[k];
+    }
+  }
+  __syncthreads();
+  float* partial = a.partials + (static_cast<int64_t>(n) * chunks + chunk) * c_total;
+  for (int c = t; c < c_total; c += kSeThreads) {
+    float s = 0.f;
+    for (int r = 0; r < rows; ++r) s += smem[r * c_total + c];
+    partial[c] = s;
+  }
+  __threadfence();  // the partials are visible device-wide before the counter moves
+  __syncthreads();
+  if (t == 0) is_last = atomicAdd(&a.counters[n], 1u) == static_cast<unsigned>(chunks - 1);
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+
+  // The last block's products are latency-bound (one block per sample streams both weight
+  // matrices from L2), so every loop keeps several independent loads in flight.
+  float* mean = smem;
+  float* hidden = smem + c_total;
+  const float inv = 1.f / static_cast<float>(a.pixels);
+  const float* sums = a.partials + static_cast<int64_t>(n) * chunks * c_total;
+  for (int c = t; c < c_total; c += kSeThreads) {
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    int k = 0;
+    for (; k + 4 <= chunks; k += 4) {
+      s0 += __ldcg(sums + static_cast<int64_t>(k) * c_total + c);
+      s1 += __ldcg(sums + static_cast<int64_t>(k + 1) * c_total + c);
+      s2 += __ldcg(sums + static_cast<int64_t>(k + 2) * c_total + c);
+      s3 += __ldcg(sums + static_cast<int64_t>(k + 3) * c_total + c);
+    }
+    for (; k < chunks; ++k) s0 += __ldcg(sums + static_cast<int64_t>(k) * c_total + c);
+    mean[c] = ((s0 + s1) + (s2 + s3)) * inv;
+  }
+  if (t == 0) a.counters[n] = 0;
+  __syncthreads();
+  // hidden[s] = act1(b1[s] + w1[s, :] . mean): `parts` threads per row, each over a contiguous
+  // run of channel words, combined in shared memory (after the hidden values).
+  const T* w1 = static_cast<const T*>(a.w1);
+  const T* b1 = static_cast<const T*>(a.b1);
+  float* part_sums = hidden + a.squeeze;
+  const int parts = max(1, kSeThreads / a.squeeze),
+            row_threads = parts * min(a.squeeze, kSeThreads);
+  const int run = (words + parts - 1) / parts;  // words per part
+  for (int s0 = 0; s0 < a.squeeze; s0 += kSeThreads / parts) {
+    const int s = s0 + t / parts, part = t % parts;
+    float acc = 0.f;
+    if (t < row_threads && s < a.squeeze) {
+      const T* w = w1 + static_cast<int64_t>(s) * c_total;
+      const int w_end = min(words, (part + 1) * run);
+#pragma unroll 4
+      for (int wd = part * run; wd < w_end; ++wd) {
+        const Pack<T, V> v = *reinterpret_cast<const Pack<T, V>*>(w + wd * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc += static_cast<float>(v.v[k]) * mean[wd * V + k];
+      }
+    }
+    part_sums[t] = acc;
+    __syncthreads();
+    if (t < kSeThreads / parts && s0 + t < a.squeeze) {
+      float z = b1 ? static_cast<float>(b1[s0 + t]) : 0.f;
+      for (int q = 0; q < parts; ++q) z += part_sums[t * parts + q];
+      hidden[s0 + t] = activate(a.act1, z, a.alpha1, a.beta1);
+    }
+    __syncthreads();
+  }
+  // scale[c] = act2(b2[c] + w2[c, :] . hidden): a thread per channel, four channels at once.
+  const T* w2 = static_cast<const T*>(a.w2);
+  const T* b2 = static_cast<const T*>(a.b2);
+  for (int c0 = t; c0 < c_total; c0 += 4 * kSeThreads) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const T* rows[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      rows[j] = w2 + static_cast<int64_t>(min(c0 + j * kSeThreads, c_total - 1)) * a.squeeze;
+    }
+#pragma unroll 4
+    for (int s = 0; s < a.squeeze; ++s) {
+      const float hs = hidden[s];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] += static_cast<float>(rows[j][s]) * hs;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = c0 + j * kSeThreads;
+      if (c >= c_total) break;
+      const float z = acc[j] + (b2 ? static_cast<float>(b2[c]) : 0.f);
+      a.scale[static_cast<int64_t>(n) * c_total + c] = activate(a.act2, z, a.alpha2, a.beta2);
+    }
+  }
+}
+
+// y[n, p, c] = x[n, p, c] * scale[n, c]; block (word chunk, n), words of V channels.
+template <class T, int V>
+__global__ void __launch_bounds__(kSeThreads)
+    se_excite(const T* x, const float* scale, T* y, int samples, int sample_words, int words_c,
+              int channels) {
+  for (int n = blockIdx.y; n < samples; n += gridDim.y) {
+    const int64_t base = static_cast<int64_t>(n) * sample_words;
+    const float* s = scale + static_cast<int64_t>(n) * channels;
+    for (int j = blockIdx.x * kSeThreads + threadIdx.x; j < sample_words;
+         j += gridDim.x * kSeThreads) {
+      const int c = (j % words_c) * V;
+      const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[base + j];
+      Pack<T, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = T(static_cast<float>(v.v[k]) * s[c + k]);
+      reinterpret_cast<Pack<T, V>*>(y)[base + j] = out;
+    }
+  }
+}
+
+// The per-sample counters of the last block's election, zeroed once per size.
+struct SeState : KernelState {
+  unsigned* counters = nullptr;
+  int64_t capacity = 0;
+  ~SeState() override {
+    if (counters) cudaFree(counters);
+  }
+};
+
+int sm_count(int device) {
+  int sms = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+template <class T, int V>
+void launch(KernelArgs& args, SeArgs a, int samples) {
+  const int words = a.channels / V;
+  const int lanes = std::min(words, kSeThreads), rows = kSeThreads / lanes;
+  // Chunks of pixels so that about 4 blocks per multiprocessor run, each thread summing at
+  // least 4 pixels.
+  const int sms = sm_count(args.res.device());  // eager runs only: graph replays skip this
+  const int64_t want = (int64_t{4} * sms + samples - 1) / samples;
+  const int64_t most = std::max<int64_t>(1, a.pixels / (int64_t{rows} * 4));
+  int64_t chunks = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
+  a.chunk_pixels = static_cast<int>((a.pixels + chunks - 1) / chunks);
+  chunks = (a.pixels + a.chunk_pixels - 1) / a.chunk_pixels;
+  const size_t partial_floats = static_cast<size_t>(samples) * chunks * a.channels;
+  const size_t scale_floats = static_cast<size_t>(samples) * a.channels;
+  auto* ws = static_cast<float*>(args.res.workspace((partial_floats + scale_floats) * 4));
+  a.partials = ws;
+  a.scale = ws + partial_floats;
+  const size_t smem = sizeof(float) * static_cast<size_t>(std::max(
+                                          rows * a.channels, a.channels + a.squeeze + kSeThreads));
+  se_squeeze<T, V><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(samples)),
+                     kSeThreads, smem, args.stream()>>>(a);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+  const int sample_words = a.pixels * words;
+  const int blocks_x =
+      std::max(1, std::min(65535, (sample_words + kSeThreads * 4 - 1) / (kSeThreads * 4)));
+  se_excite<T, V>
+      <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(std::min(samples, 65535))),
+         kSeThreads, 0, args.stream()>>>(static_cast<const T*>(a.x), a.scale, static_cast<T*>(a.y),
+                                         samples, sample_words, words, a.channels);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
+template <class T>
+void launch_t(KernelArgs& args, const SeArgs& a, int samples) {
+  constexpr int V = Vec16<T>::kN;
+  const bool vec = a.channels % V == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w1);
+  if (vec) {
+    launch<T, V>(args, a, samples);
+  } else {
+    launch<T, 1>(args, a, samples);
+  }
+}
+
+void squeeze_excitation_kernel(KernelArgs& args) {
+  const auto& p = std::get<SqueezeExcitationParams>(args.layer.params);
+  const TensorView& x = args.inputs[0];
+  const TensorView& out = args.outputs[0];
+  const std::string& name = args.layer.name;
+  KILN_CHECK(p.channels_last, Unsupported, "layer `", name,
+             "` (squeeze_excitation): the CUDA kernel takes channels-last data only");
+  if (out.numel() == 0) return;
+  const int64_t samples = x.shape[0], channels = x.shape.back();
+  const int64_t squeeze = args.inputs[1].shape[0];
+  const int64_t pixels = x.numel() / (samples * channels);
+  KILN_CHECK(squeeze_excitation_applies(channels, squeeze, true), Unsupported, "layer `", name,
+             "` (squeeze_excitation): ", channels, " channels squeezed to ", squeeze,
+             " (the CUDA kernel takes at most 4096 of each)");
+  KILN_CHECK(samples <= 65535 && pixels * channels < (int64_t{1} << 31), Unsupported, "layer `",
+             name, "` (squeeze_excitation): ", shape_to_string(x.shape),
+             " is past the CUDA kernel's limits (65535 samples of < 2^31 elements)");
+  auto* state = dynamic_cast<SeState*>(args.state.get());
+  if (!state || state->capacity < samples) {
+    auto fresh = std::make_unique<SeState>();
+    KILN_CUDA_CHECK(cudaMalloc(&fresh->counters, static_cast<size_t>(samples) * sizeof(unsigned)));
+    KILN_CUDA_CHECK(cudaMemsetAsync(
+        fresh->counters, 0, static_cast<size_t>(samples) * sizeof(unsigned), args.stream()));
+    fresh->capacity = samples;
+    state = fresh.get();
+    args.state = std::move(fresh);
+  }
+  SeArgs a{};
+  a.x = x.data, a.y = out.data;
+  a.w1 = args.inputs[1].data;
+  a.b1 = p.has_bias1 ? args.inputs[2].data : nullptr;
+  a.w2 = args.inputs[p.has_bias1 ? 3 : 2].data;
+  a.b2 = p.has_bias2 ? args.inputs.back().data : nullptr;
+  a.counters = state->counters;
+  a.pixels = static_cast<int>(pixels);
+  a.channels = static_cast<int>(channels);
+  a.squeeze = static_cast<int>(squeeze);
+  a.act1 = p.activation1, a.act2 = p.activation2;
+  a.alpha1 = static_cast<float>(p.alpha1), a.beta1 = static_cast<float>(p.beta1);
+  a.alpha2 = static_cast<float>(p.alpha2), a.beta2 = static_cast<float>(p.beta2);
+  switch (out.dtype) {
+    case DataType::kF16:
+      launch_t<__half>(args, a, static_cast<int>(samples));
+      break;
+    case DataType::kBF16:
+      launch_t<__nv_bfloat16>(args, a, static_cast<int>(samples));
+      break;
+    default:
+      launch_t<float>(args, a, static_cast<int>(samples));
+      break;
+  }
+}
+
+std::string squeeze_excitation_support(const Layer& layer, const std::vector<DataType>& in,
+                                       const std::vector<DataType>& out) {
+  const auto& p = std::get<SqueezeExcitationParams>(layer.params);
+  if (!p.channels_last) return "channels-first data (the kernel takes channels-last)";
+  for (DataType t : in) {
+    if (t != out.at(0)) return "inputs of different dtypes";
+  }
+  return "";
+}
+
+}  // namespace
+
+void register_squeeze_excitation(KernelTable& t) {
+  t.set<SqueezeExcitationParams>(squeeze_excitation_kernel, kFloatTypes,
+                                 squeeze_excitation_support);
+}
+
+}  // namespace kiln::engine::cuda
