@@ -691,13 +691,15 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   fuse_post_ops(net, r.fusions);
   // After the post-ops (the activations join the 1x1 convolutions), before the elementwise
   // fusion (which would take the multiply).
-  r.squeeze_excitations = fuse_squeeze_excitation(
-      net,
-      [&](int64_t channels, int64_t squeeze, bool channels_last) {
-        return target.device != "cuda" ||
-               cuda::squeeze_excitation_applies(channels, squeeze, channels_last);
-      },
-      r.fusions);
+  if (config.squeeze_excitation.value_or(target.device == "cuda")) {
+    r.squeeze_excitations = fuse_squeeze_excitation(
+        net,
+        [&](int64_t channels, int64_t squeeze, bool channels_last) {
+          return target.device != "cuda" ||
+                 cuda::squeeze_excitation_applies(channels, squeeze, channels_last);
+        },
+        r.fusions);
+  }
   if (target.device == "cuda" && config.gelu_tanh_epilogues) {
     r.gelu_tanh_layers = gelu_tanh_epilogues(net);
   }

@@ -166,7 +166,7 @@ Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
 // Squeeze-excitation in torch's form (global average pool, 1x1 convolution + activation, another,
 // times the pool's input) becomes one layer in either layout, with or without the first bias,
 // and the built network computes what the unbuilt one does; a product with another tensor, or a
-// hidden value used elsewhere, leaves the layers as they were.
+// hidden value used elsewhere, leaves the layers as they were. CPU plans fuse only when asked.
 TEST(Builder, SqueezeExcitationBecomesOneLayer) {
   struct Case {
     bool channels_last;
@@ -179,12 +179,17 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
                         {true, SeVariant::kNoBiasHardSigmoid, 1},
                         {false, SeVariant::kOtherOperand, 0},
                         {true, SeVariant::kHiddenIsOutput, 0}};
+  BuildReport cpu_default;
+  build(squeeze_excitation_net(false, SeVariant::kTorch), BuilderConfig{}, &cpu_default);
+  EXPECT_EQ(cpu_default.squeeze_excitations, 0);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "channels_last " << c.channels_last << ", variant "
                                       << static_cast<int>(c.variant));
     const Network net = squeeze_excitation_net(c.channels_last, c.variant);
+    BuilderConfig config;
+    config.squeeze_excitation = true;  // cpu plans fuse only when asked
     BuildReport report;
-    const Plan plan = build(net, BuilderConfig{}, &report);
+    const Plan plan = build(net, config, &report);
     EXPECT_EQ(report.squeeze_excitations, c.fused);
     int se = 0, pools = 0;
     for (const Layer& l : plan.network.layers()) {

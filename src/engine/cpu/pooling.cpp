@@ -192,7 +192,8 @@ void pooling_kernel(KernelArgs& args) {
 }
 
 // y = x * act2(w2 . act1(w1 . mean(x) + b1) + b2) per sample (SqueezeExcitationParams): the
-// means in double, the two small products in double, the scale applied in float.
+// means in double, the two small products in double, the scale applied in float. The builder
+// makes this layer for cuda plans (and cpu ones only when asked: oneDNN's products are faster).
 void squeeze_excitation_kernel(KernelArgs& args) {
   const auto& p = std::get<SqueezeExcitationParams>(args.layer.params);
   const TensorView& x = args.inputs[0];
@@ -213,6 +214,16 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   const bool f32 = x.dtype == DataType::kF32 && out.dtype == DataType::kF32;
   const float* xf = x.as<const float>();
   float* yf = out.as<float>();
+  // The weights as doubles, once per run (S * C each).
+  const auto doubles = [](const TensorView* t) {
+    std::vector<double> v(t ? static_cast<size_t>(t->numel()) : 0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = load_as<double>(t->dtype, t->data, static_cast<int64_t>(i));
+    }
+    return v;
+  };
+  const std::vector<double> w1d = doubles(&w1), w2d = doubles(&w2), b1d = doubles(b1),
+                            b2d = doubles(b2);
   std::vector<double> mean(static_cast<size_t>(c_total));
   std::vector<double> hidden(static_cast<size_t>(s_total));
   std::vector<float> scale(static_cast<size_t>(c_total));
@@ -234,18 +245,16 @@ void squeeze_excitation_kernel(KernelArgs& args) {
     }
     for (double& m : mean) m /= static_cast<double>(plane);
     for (int64_t s = 0; s < s_total; ++s) {
-      double acc = b1 ? load_as<double>(b1->dtype, b1->data, s) : 0.0;
-      for (int64_t c = 0; c < c_total; ++c) {
-        acc += load_as<double>(w1.dtype, w1.data, s * c_total + c) * mean[static_cast<size_t>(c)];
-      }
+      double acc = b1 ? b1d[static_cast<size_t>(s)] : 0.0;
+      const double* w = w1d.data() + s * c_total;
+      for (int64_t c = 0; c < c_total; ++c) acc += w[c] * mean[static_cast<size_t>(c)];
       hidden[static_cast<size_t>(s)] =
           activate(p.activation1, static_cast<float>(acc), p.alpha1, p.beta1);
     }
     for (int64_t c = 0; c < c_total; ++c) {
-      double acc = b2 ? load_as<double>(b2->dtype, b2->data, c) : 0.0;
-      for (int64_t s = 0; s < s_total; ++s) {
-        acc += load_as<double>(w2.dtype, w2.data, c * s_total + s) * hidden[static_cast<size_t>(s)];
-      }
+      double acc = b2 ? b2d[static_cast<size_t>(c)] : 0.0;
+      const double* w = w2d.data() + c * s_total;
+      for (int64_t s = 0; s < s_total; ++s) acc += w[s] * hidden[static_cast<size_t>(s)];
       scale[static_cast<size_t>(c)] =
           activate(p.activation2, static_cast<float>(acc), p.alpha2, p.beta2);
     }
