@@ -274,6 +274,10 @@ TEST(Pooling, SqueezeExcitationRejectsMismatchedOperands) {
   expect_error({x, w1_half, b1, w2, b2}, "an f16 w1");
   expect_error({flat, w1, b1, w2, b2}, "no spatial dim");
   expect_error({x, w1, w2, b2}, "a missing bias");
+  // S * C past 2^48 (a hostile plan's w1 [2^47, 1, 1, 1] on 6 channels) is an error, not an
+  // overflow.
+  auto w1_huge = net.add_input("w1_huge", DataType::kF32, {int64_t{1} << 47, 1, 1, 1});
+  expect_error({x, w1_huge, b1, w2, b2}, "S * C past 2^48");
 }
 
 TEST(Pooling, DynamicDimsInferSymbolically) {

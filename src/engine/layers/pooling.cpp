@@ -130,7 +130,8 @@ std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitation
   }
   const int64_t s = w1.shape[0];
   if (c != kDynamic) {
-    if (volume(w1.shape) != s * c || w2.shape[0] != c || volume(w2.shape) != c * s) {
+    const int64_t sc = size_product(layer, "(squeeze_excitation) S * C", s, c);
+    if (volume(w1.shape) != sc || w2.shape[0] != c || volume(w2.shape) != sc) {
       fail("weights ", shape_to_string(w1.shape), " and ", shape_to_string(w2.shape),
            " do not map ", c, " channels to [S, C] and back");
     }
