@@ -280,6 +280,27 @@ TEST(Pooling, SqueezeExcitationRejectsMismatchedOperands) {
   expect_error({x, w1_huge, b1, w2, b2}, "S * C past 2^48");
 }
 
+// The squeeze-excitation layer on f16 data: the same values as in f32, within f16's rounding.
+TEST(Pooling, SqueezeExcitationInHalfMatchesF32) {
+  SqueezeExcitationParams p;
+  p.activation1 = ActivationKind::kSilu;
+  p.has_bias1 = p.has_bias2 = true;
+  p.channels_last = true;
+  const Shape x_shape = {2, 5, 4, 6}, w1_shape = {3, 1, 1, 6}, w2_shape = {6, 1, 1, 3};
+  std::vector<HostTensor> f32 = {
+      random_tensor(DataType::kF32, x_shape, 1), random_tensor(DataType::kF32, w1_shape, 2),
+      random_tensor(DataType::kF32, {3}, 3), random_tensor(DataType::kF32, w2_shape, 4),
+      random_tensor(DataType::kF32, {6}, 5)};
+  std::vector<HostTensor> f16;
+  for (const HostTensor& t : f32) {
+    f16.push_back(testing::tensor_from(DataType::kF16, t.shape(), testing::to_doubles(t)));
+  }
+  const auto want = testing::to_doubles(run_one_layer(p, f32)[0]);
+  const HostTensor got = run_one_layer(p, f16)[0];
+  EXPECT_EQ(got.dtype(), DataType::kF16);
+  EXPECT_TRUE(near(got, want, 1e-2, 1e-2));
+}
+
 TEST(Pooling, DynamicDimsInferSymbolically) {
   Network net;
   auto x = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 9},

@@ -211,10 +211,21 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   const auto at = [&](int64_t n, int64_t c, int64_t q) {
     return p.channels_last ? (n * plane + q) * c_total + c : (n * c_total + c) * plane + q;
   };
-  const bool f32 = x.dtype == DataType::kF32 && out.dtype == DataType::kF32;
+  // x and the result as floats (staged where the dtype is another), the weights as doubles.
+  std::vector<float> x_staged, y_staged;
   const float* xf = x.as<const float>();
+  if (x.dtype != DataType::kF32) {
+    x_staged.resize(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      x_staged[static_cast<size_t>(i)] = load_as<float>(x.dtype, x.data, i);
+    }
+    xf = x_staged.data();
+  }
   float* yf = out.as<float>();
-  // The weights as doubles, once per run (S * C each).
+  if (out.dtype != DataType::kF32) {
+    y_staged.resize(static_cast<size_t>(out.numel()));
+    yf = y_staged.data();
+  }
   const auto doubles = [](const TensorView* t) {
     std::vector<double> v(t ? static_cast<size_t>(t->numel()) : 0);
     for (size_t i = 0; i < v.size(); ++i) {
@@ -226,24 +237,12 @@ void squeeze_excitation_kernel(KernelArgs& args) {
                             b2d = doubles(b2);
   std::vector<double> mean(static_cast<size_t>(c_total));
   std::vector<double> hidden(static_cast<size_t>(s_total));
-  std::vector<float> scale(static_cast<size_t>(c_total));
   for (int64_t n = 0; n < n_total; ++n) {
-    std::fill(mean.begin(), mean.end(), 0.0);
-    if (f32 && p.channels_last) {  // rows of C channels, summed in place
-      for (int64_t q = 0; q < plane; ++q) {
-        const float* row = xf + at(n, 0, q);
-        for (int64_t c = 0; c < c_total; ++c) mean[static_cast<size_t>(c)] += row[c];
-      }
-    } else {
-      for (int64_t c = 0; c < c_total; ++c) {
-        double sum = 0;
-        for (int64_t q = 0; q < plane; ++q) {
-          sum += f32 ? xf[at(n, c, q)] : load_as<double>(x.dtype, x.data, at(n, c, q));
-        }
-        mean[static_cast<size_t>(c)] = sum;
-      }
+    for (int64_t c = 0; c < c_total; ++c) {
+      double sum = 0;
+      for (int64_t q = 0; q < plane; ++q) sum += xf[at(n, c, q)];
+      mean[static_cast<size_t>(c)] = sum / static_cast<double>(plane);
     }
-    for (double& m : mean) m /= static_cast<double>(plane);
     for (int64_t s = 0; s < s_total; ++s) {
       double acc = b1 ? b1d[static_cast<size_t>(s)] : 0.0;
       const double* w = w1d.data() + s * c_total;
@@ -255,27 +254,12 @@ void squeeze_excitation_kernel(KernelArgs& args) {
       double acc = b2 ? b2d[static_cast<size_t>(c)] : 0.0;
       const double* w = w2d.data() + c * s_total;
       for (int64_t s = 0; s < s_total; ++s) acc += w[s] * hidden[static_cast<size_t>(s)];
-      scale[static_cast<size_t>(c)] =
-          activate(p.activation2, static_cast<float>(acc), p.alpha2, p.beta2);
+      const float g = activate(p.activation2, static_cast<float>(acc), p.alpha2, p.beta2);
+      for (int64_t q = 0; q < plane; ++q) yf[at(n, c, q)] = xf[at(n, c, q)] * g;
     }
-    if (f32 && p.channels_last) {
-      for (int64_t q = 0; q < plane; ++q) {
-        const int64_t i = at(n, 0, q);
-        for (int64_t c = 0; c < c_total; ++c) yf[i + c] = xf[i + c] * scale[static_cast<size_t>(c)];
-      }
-    } else {
-      for (int64_t c = 0; c < c_total; ++c) {
-        const float g = scale[static_cast<size_t>(c)];
-        for (int64_t q = 0; q < plane; ++q) {
-          const int64_t i = at(n, c, q);
-          if (f32) {
-            yf[i] = xf[i] * g;
-          } else {
-            store_as<float>(out.dtype, out.data, i, load_as<float>(x.dtype, x.data, i) * g);
-          }
-        }
-      }
-    }
+  }
+  for (size_t i = 0; i < y_staged.size(); ++i) {
+    store_as<float>(out.dtype, out.data, static_cast<int64_t>(i), y_staged[i]);
   }
 }
 

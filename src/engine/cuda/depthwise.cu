@@ -130,6 +130,43 @@ __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
   }
 }
 
+// The epilogue of a strip: bias, activation, residual and second activation over the first
+// `count` of R outputs of one row (V channels from c each, output o at element first + o * C),
+// then one 16-byte store per output.
+template <class T, int R>
+__device__ __forceinline__ void store_strip(const DepthwiseArgs& a,
+                                            const float (&acc)[R][Vec<T>::kN], int c, int64_t first,
+                                            int count) {
+  constexpr int V = Vec<T>::kN;
+  float bias[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    bias[k] = a.bias ? static_cast<float>(static_cast<const T*>(a.bias)[c + k]) : 0.f;
+  }
+#pragma unroll
+  for (int o = 0; o < R; ++o) {
+    if (o >= count) break;
+    const int64_t at = first + o * a.c;
+    Vec<T> res{};
+    if (a.residual) {
+      res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
+    }
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
+    activate_all(a.act, v, a.alpha, a.beta);
+    if (a.residual) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
+      activate_all(a.act2, v, a.alpha2, a.beta2);
+    }
+    Vec<T> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
+    *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
+  }
+}
+
 // The register-tiled kernel for the common filters (K x K, K = 3 or 5, stride S = 1 or 2, no
 // dilation): each thread computes V channels of kStrip consecutive output pixels of one row, so
 // an input vector loaded once serves every output of the strip it falls under ((kStrip - 1) * S + K
@@ -160,11 +197,6 @@ __global__ void __launch_bounds__(kVecThreads)
   const int oh = static_cast<int>(a.oh), ow = static_cast<int>(a.ow);
   const int strips_per_row = (ow + kStrip - 1) / kStrip;
   const T* x = static_cast<const T*>(a.x);
-  float bias[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    bias[k] = a.bias ? static_cast<float>(static_cast<const T*>(a.bias)[c + k]) : 0.f;
-  }
   for (int s = blockIdx.x * per_block + lane; s < nstrips; s += gridDim.x * per_block) {
     const int ox0 = (s % strips_per_row) * kStrip, t = s / strips_per_row;
     const int oy = t % oh, n = t / oh;
@@ -203,28 +235,8 @@ __global__ void __launch_bounds__(kVecThreads)
         }
       }
     }
-#pragma unroll
-    for (int o = 0; o < kStrip; ++o) {
-      if (ox0 + o >= ow) break;
-      const int64_t at = (static_cast<int64_t>(n * oh + oy) * ow + ox0 + o) * c_total + c;
-      Vec<T> res{};
-      if (a.residual) {
-        res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
-      }
-      float v[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
-      activate_all(a.act, v, a.alpha, a.beta);
-      if (a.residual) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
-        activate_all(a.act2, v, a.alpha2, a.beta2);
-      }
-      Vec<T> out;
-#pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
-      *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
-    }
+    store_strip<T, kStrip>(a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + ox0) * c_total + c,
+                           ow - ox0);
   }
 }
 
@@ -315,33 +327,8 @@ __global__ void __launch_bounds__(kVecThreads, 2) depthwise_nhwc_tiled(Depthwise
       }
     }
     const int c = (g0 + g) * V;
-    float bias[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      bias[k] = a.bias ? static_cast<float>(static_cast<const T*>(a.bias)[c + k]) : 0.f;
-    }
-#pragma unroll
-    for (int o = 0; o < R; ++o) {
-      if (oxs + o >= ow) break;
-      const int64_t at = (static_cast<int64_t>(n * oh + oy) * ow + oxs + o) * c_total + c;
-      Vec<T> res{};
-      if (a.residual) {
-        res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
-      }
-      float v[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
-      activate_all(a.act, v, a.alpha, a.beta);
-      if (a.residual) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
-        activate_all(a.act2, v, a.alpha2, a.beta2);
-      }
-      Vec<T> out;
-#pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
-      *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
-    }
+    store_strip<T, R>(a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + oxs) * c_total + c,
+                      ow - oxs);
   }
 }
 

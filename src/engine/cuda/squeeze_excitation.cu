@@ -176,28 +176,23 @@ __global__ void __launch_bounds__(kSeThreads)
   }
 }
 
-// The per-sample counters of the last block's election, zeroed once per size.
+// The per-sample counters of the last block's election, zeroed once per size, and the device's
+// multiprocessor count.
 struct SeState : KernelState {
   unsigned* counters = nullptr;
   int64_t capacity = 0;
+  int sms = 0;
   ~SeState() override {
     if (counters) cudaFree(counters);
   }
 };
 
-int sm_count(int device) {
-  int sms = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 template <class T, int V>
-void launch(KernelArgs& args, SeArgs a, int samples) {
+void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   const int words = a.channels / V;
   const int lanes = std::min(words, kSeThreads), rows = kSeThreads / lanes;
   // Chunks of pixels so that about 4 blocks per multiprocessor run, each thread summing at
   // least 4 pixels.
-  const int sms = sm_count(args.res.device());  // eager runs only: graph replays skip this
   const int64_t want = (int64_t{4} * sms + samples - 1) / samples;
   const int64_t most = std::max<int64_t>(1, a.pixels / (int64_t{rows} * 4));
   int64_t chunks = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
@@ -224,13 +219,13 @@ void launch(KernelArgs& args, SeArgs a, int samples) {
 }
 
 template <class T>
-void launch_t(KernelArgs& args, const SeArgs& a, int samples) {
+void launch_t(KernelArgs& args, const SeArgs& a, int samples, int sms) {
   constexpr int V = Vec16<T>::kN;
   const bool vec = a.channels % V == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w1);
   if (vec) {
-    launch<T, V>(args, a, samples);
+    launch<T, V>(args, a, samples, sms);
   } else {
-    launch<T, 1>(args, a, samples);
+    launch<T, 1>(args, a, samples, sms);
   }
 }
 
@@ -258,6 +253,8 @@ void squeeze_excitation_kernel(KernelArgs& args) {
     KILN_CUDA_CHECK(cudaMemsetAsync(
         fresh->counters, 0, static_cast<size_t>(samples) * sizeof(unsigned), args.stream()));
     fresh->capacity = samples;
+    KILN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&fresh->sms, cudaDevAttrMultiProcessorCount, args.res.device()));
     state = fresh.get();
     args.state = std::move(fresh);
   }
@@ -276,13 +273,13 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   a.alpha2 = static_cast<float>(p.alpha2), a.beta2 = static_cast<float>(p.beta2);
   switch (out.dtype) {
     case DataType::kF16:
-      launch_t<__half>(args, a, static_cast<int>(samples));
+      launch_t<__half>(args, a, static_cast<int>(samples), state->sms);
       break;
     case DataType::kBF16:
-      launch_t<__nv_bfloat16>(args, a, static_cast<int>(samples));
+      launch_t<__nv_bfloat16>(args, a, static_cast<int>(samples), state->sms);
       break;
     default:
-      launch_t<float>(args, a, static_cast<int>(samples));
+      launch_t<float>(args, a, static_cast<int>(samples), state->sms);
       break;
   }
 }
