@@ -5,7 +5,7 @@
 # Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
 # NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
 # kernels whose names match: speed of light, occupancy, warp stalls and memory sections, clocks
-# left alone (METHOD.md).
+# left alone (METHOD.md); NCU_SECTIONS (a space-separated list) replaces those sections.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 model=$1 batch=$2
@@ -33,9 +33,9 @@ PY
 "$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device cuda --save-engine "$@" |
   tail -12
 if [ -n "${NCU_KERNELS:-}" ]; then
+  sections=${NCU_SECTIONS:-SpeedOfLight Occupancy WarpStateStats MemoryWorkloadAnalysis LaunchStats}
   ncu --clock-control none --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section MemoryWorkloadAnalysis --section LaunchStats \
+    $(printf -- '--section %s ' $sections) \
     "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
 else
   "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile

@@ -132,12 +132,11 @@ __global__ void depthwise_nhwc_vec(DepthwiseArgs a, int tile, int npix) {
 
 // The epilogue of a strip: bias, activation, residual and second activation over the first
 // `count` of R outputs of one row (V channels from c each, output o at element first + o * C),
-// then one 16-byte store per output.
-template <class T, int R>
-__device__ __forceinline__ void store_strip(const DepthwiseArgs& a,
-                                            const float (&acc)[R][Vec<T>::kN], int c, int64_t first,
-                                            int count) {
-  constexpr int V = Vec<T>::kN;
+// then one V-element store per output.
+template <class T, int V, int R>
+__device__ __forceinline__ void store_strip(const DepthwiseArgs& a, const float (&acc)[R][V], int c,
+                                            int64_t first, int count) {
+  using W = Pack<T, V>;
   float bias[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) {
@@ -147,10 +146,8 @@ __device__ __forceinline__ void store_strip(const DepthwiseArgs& a,
   for (int o = 0; o < R; ++o) {
     if (o >= count) break;
     const int64_t at = first + o * a.c;
-    Vec<T> res{};
-    if (a.residual) {
-      res = *reinterpret_cast<const Vec<T>*>(static_cast<const T*>(a.residual) + at);
-    }
+    W res{};
+    if (a.residual) res = *reinterpret_cast<const W*>(static_cast<const T*>(a.residual) + at);
     float v[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = acc[o][k] + bias[k];
@@ -160,10 +157,10 @@ __device__ __forceinline__ void store_strip(const DepthwiseArgs& a,
       for (int k = 0; k < V; ++k) v[k] += static_cast<float>(res.v[k]);
       activate_all(a.act2, v, a.alpha2, a.beta2);
     }
-    Vec<T> out;
+    W out;
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = T(v[k]);
-    *reinterpret_cast<Vec<T>*>(static_cast<T*>(a.y) + at) = out;
+    *reinterpret_cast<W*>(static_cast<T*>(a.y) + at) = out;
   }
 }
 
@@ -172,13 +169,18 @@ __device__ __forceinline__ void store_strip(const DepthwiseArgs& a,
 // an input vector loaded once serves every output of the strip it falls under ((kStrip - 1) * S + K
 // loads per filter row instead of kStrip * K), and a filter row's K weight vectors come from shared
 // memory once per strip. Activations go over a pixel's V channels at a time (activate_all).
-// Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec.
-constexpr int kStrip = 4;
+// Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec. V is 4 channels (8-byte words
+// in f16): with 8, the accumulators and the filter row took 100 registers, 2 blocks of 256
+// threads per multiprocessor; now at most 64 (4 blocks) in f16 and 85 (3 blocks) in f32, which
+// spilled at 64 (bench/NOTES.md G25).
+constexpr int kStrip = 4, kStripV = 4;
 
 template <class T, int K, int S>
-__global__ void __launch_bounds__(kVecThreads)
+__global__ void __launch_bounds__(kVecThreads, sizeof(T) == 2 ? 4 : 3)
     depthwise_nhwc_strip(DepthwiseArgs a, int tile, int nstrips) {
-  constexpr int V = Vec<T>::kN, IW = (kStrip - 1) * S + K;
+  constexpr int V = kStripV, IW = (kStrip - 1) * S + K;
+  using W = Pack<T, V>;
+  using Raw = Pack<unsigned, sizeof(W) / 4>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* ws = reinterpret_cast<T*>(smem_raw);
   const int c_total = static_cast<int>(a.c), groups = c_total / V;
@@ -211,21 +213,24 @@ __global__ void __launch_bounds__(kVecThreads)
     for (int r = 0; r < K; ++r) {
       const int iy = oy * S - a.ph + r;
       if (iy < 0 || iy >= h) continue;
-      const T* row = x + static_cast<int64_t>((n * h + iy) * wi) * c_total + c;
+      const int row = (n * h + iy) * wi * c_total + c;  // < 2^31: launch_vec checks
       float wr[K][V];
 #pragma unroll
       for (int q = 0; q < K; ++q) {
-        const Vec<T> wv = *reinterpret_cast<const Vec<T>*>(ws + (r * K + q) * tile_c + g * V);
+        const W wv = *reinterpret_cast<const W*>(ws + (r * K + q) * tile_c + g * V);
 #pragma unroll
         for (int k = 0; k < V; ++k) wr[q][k] = static_cast<float>(wv.v[k]);
       }
 #pragma unroll
       for (int j = 0; j < IW; ++j) {
         const int ix = ix0 + j;
-        Vec<T> xv{};
-        if (ix >= 0 && ix < wi) {
-          xv = *reinterpret_cast<const Vec<T>*>(row + static_cast<int64_t>(ix) * c_total);
-        }
+        // Loaded and zeroed as 32-bit words: zeroing a Pack of halves cost a byte permute per
+        // half, as many instructions as the products (bench/NOTES.md G25).
+        Raw raw;
+#pragma unroll
+        for (int k = 0; k < static_cast<int>(sizeof(W) / 4); ++k) raw.v[k] = 0u;
+        if (ix >= 0 && ix < wi) raw = *reinterpret_cast<const Raw*>(x + row + ix * c_total);
+        const W& xv = reinterpret_cast<const W&>(raw);
 #pragma unroll
         for (int o = 0; o < kStrip; ++o) {
           const int q = j - o * S;  // the tap of output o that input column j meets
@@ -235,8 +240,8 @@ __global__ void __launch_bounds__(kVecThreads)
         }
       }
     }
-    store_strip<T, kStrip>(a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + ox0) * c_total + c,
-                           ow - ox0);
+    store_strip<T, V, kStrip>(
+        a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + ox0) * c_total + c, ow - ox0);
   }
 }
 
@@ -327,8 +332,8 @@ __global__ void __launch_bounds__(kVecThreads, 2) depthwise_nhwc_tiled(Depthwise
       }
     }
     const int c = (g0 + g) * V;
-    store_strip<T, R>(a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + oxs) * c_total + c,
-                      ow - oxs);
+    store_strip<T, V, R>(a, acc, c, (static_cast<int64_t>(n * oh + oy) * ow + oxs) * c_total + c,
+                         ow - oxs);
   }
 }
 
@@ -381,24 +386,31 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   const bool square = a.kh == a.kw && a.sh == a.sw && a.dh == 1 && a.dw == 1;
   const int k = a.kh, s = a.sh;
   const int64_t n = npix / (a.oh * a.ow);
-  // Tiled for 5x5 and strided filters; 3x3 stride-1 ones stay on strips, which were as fast or
-  // faster there (efficientnet_b0 b32: 112x112x32 0.048 vs 0.066 ms, 56x56x144 0.057 vs 0.069).
-  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && tiled_enabled() &&
-      n <= 65535 && groups / TileShape<1>::G < 65535) {
+  // Tiled for 5x5 and strided filters with outputs at least 14 wide; 3x3 stride-1 ones stay on
+  // strips, which were as fast or faster there (efficientnet_b0 b32: 112x112x32 0.048 vs 0.066
+  // ms, 56x56x144 0.057 vs 0.069), and so do narrower outputs, most of whose 16-wide tile would
+  // be idle (7x7x1152 5x5: 0.022 vs 0.029 ms; bench/NOTES.md G25).
+  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && a.ow >= 14 &&
+      tiled_enabled() && n <= 65535 && groups / TileShape<1>::G < 65535) {
     const auto kernel = k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
                                : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
     kernel(stream, a, static_cast<int>(n));
     return true;
   }
   if (square && (k == 3 || k == 5) && (s == 1 || s == 2)) {
+    static_assert(kStripV <= V && V % kStripV == 0, "strip words divide 16-byte words");
+    const int strip_groups = static_cast<int>(a.c / kStripV);
+    const int strip_tile = channel_tile(strip_groups);
+    const int strip_per_block = kVecThreads / strip_tile;
     const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
-    const dim3 grid(
-        static_cast<unsigned>(std::min<int64_t>((nstrips + per_block - 1) / per_block, 65535)),
-        tiles);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(
+                        (nstrips + strip_per_block - 1) / strip_per_block, 65535)),
+                    static_cast<unsigned>((strip_groups + strip_tile - 1) / strip_tile));
+    const size_t strip_smem = static_cast<size_t>(strip_tile) * kStripV * k * k * sizeof(T);
     const auto kernel =
         k == 3 ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)
                : (s == 1 ? depthwise_nhwc_strip<T, 5, 1> : depthwise_nhwc_strip<T, 5, 2>);
-    kernel<<<grid, kVecThreads, smem, stream>>>(a, tile, static_cast<int>(nstrips));
+    kernel<<<grid, kVecThreads, strip_smem, stream>>>(a, strip_tile, static_cast<int>(nstrips));
     return true;
   }
   const int64_t chunks = (npix + per_block - 1) / per_block;

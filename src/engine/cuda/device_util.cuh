@@ -105,6 +105,12 @@ struct alignas(16) Vec16 {
   T v[kN];
 };
 
+// N elements of T loaded or stored as one word (sizeof(T) * N bytes, a power of two up to 16).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -124,6 +130,11 @@ __device__ __forceinline__ void commit_async() {
 template <int N>
 __device__ __forceinline__ void wait_async() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Asks the L2 cache for the 128-byte line holding `p` without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
 }
 
 // Host side: builds Dims for indexing an operand of shape `in` broadcast to `out` (stride 0 on

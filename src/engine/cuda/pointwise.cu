@@ -49,11 +49,6 @@ struct PointwiseArgs {
   float alpha, beta;
 };
 
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
 // The activation, A known at compile time. SiLU in f16/bf16 takes the fast exp and division
 // (relative error ~1e-6, far below the output's rounding; the exact division costs as much as the
 // convolution's FMAs there). NaN propagates in every form.

@@ -5,8 +5,9 @@
 //    across 16-byte words of channels and rows of pixels; the rows combined in shared memory in a
 //    fixed order) and writes the sums to a partials buffer. The last block of sample n to finish
 //    (a per-sample counter, incremented after a fence) adds the chunks' sums in chunk order into
-//    the means and computes the two small products: hidden = act1(w1 . mean + b1), a warp per
-//    hidden value, then scale = act2(w2 . hidden + b2), a thread per channel, into a float buffer.
+//    the means and computes the two small products: hidden = act1(w1 . mean + b1), threads per
+//    hidden value over runs of channels, then scale = act2(w2 . hidden + b2) from w2 transposed
+//    to [S, C] once (coalesced: threads across channel words and parts of S), into a float buffer.
 //    It resets the counter, so a replayed CUDA graph finds it at zero. Results do not depend on
 //    which block finishes last.
 // 2. excite: y = x * scale[n, c] in 16-byte words.
@@ -22,13 +23,8 @@ namespace {
 
 constexpr int kSeThreads = 256;
 
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
 struct SeArgs {
-  const void *x, *w1, *b1, *w2, *b2;
+  const void *x, *w1, *b1, *w2t, *b2;  // w2t: w2 transposed, [S, C]
   void* y;
   float* partials;     // [N, chunks, C]
   float* scale;        // [N, C]
@@ -39,7 +35,7 @@ struct SeArgs {
 };
 
 // Shared memory: rows x C sums (the pixel rows of the block), later C means, S hidden values and
-// a partial sum per thread.
+// a partial sum per thread or the second product's parts x C sums.
 template <class T, int V>
 __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
   extern __shared__ float smem[];
@@ -50,6 +46,22 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
   const int t = threadIdx.x, lane = t % lanes, row = t / lanes;
   const int p0 = chunk * a.chunk_pixels, p1 = min(a.pixels, p0 + a.chunk_pixels);
   const T* x = static_cast<const T*>(a.x) + static_cast<int64_t>(n) * a.pixels * c_total;
+  {
+    // The blocks share out L2 prefetches of the weights and biases, which a network's activations
+    // have usually evicted: the last blocks' products then wait on L2, not on DRAM, for each of
+    // their dependent loads (7x7x1152 in efficientnet_b0 b32: bench/NOTES.md G25).
+    const int64_t lines_w =
+        (int64_t{a.squeeze} * c_total * static_cast<int>(sizeof(T)) + 127) / 128;
+    const int64_t lines_b = (int64_t{c_total} * static_cast<int>(sizeof(T)) + 127) / 128;
+    const int64_t first = (int64_t{blockIdx.y} * chunks + chunk) * kSeThreads + t;
+    const int64_t stride = int64_t{chunks} * gridDim.y * kSeThreads;
+    for (int64_t l = first; l < 2 * lines_w + lines_b; l += stride) {
+      const char* p = l < lines_w       ? static_cast<const char*>(a.w1) + l * 128
+                      : l < 2 * lines_w ? static_cast<const char*>(a.w2t) + (l - lines_w) * 128
+                                        : static_cast<const char*>(a.b2) + (l - 2 * lines_w) * 128;
+      if (l < 2 * lines_w || a.b2) prefetch_l2(p);
+    }
+  }
   if (row < rows) {
     for (int w = lane; w < words; w += lanes) {
       float acc[V];
@@ -114,7 +126,7 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     if (t < row_threads && s < a.squeeze) {
       const T* w = w1 + static_cast<int64_t>(s) * c_total;
       const int w_end = min(words, (part + 1) * run);
-#pragma unroll 4
+#pragma unroll 8
       for (int wd = part * run; wd < w_end; ++wd) {
         const Pack<T, V> v = *reinterpret_cast<const Pack<T, V>*>(w + wd * V);
 #pragma unroll
@@ -130,29 +142,49 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     }
     __syncthreads();
   }
-  // scale[c] = act2(b2[c] + w2[c, :] . hidden): a thread per channel, four channels at once.
-  const T* w2 = static_cast<const T*>(a.w2);
+  // scale[c] = act2(b2[c] + w2t[:, c] . hidden) from w2 transposed to [S, C] (coalesced): thread
+  // (lane, part) takes channel word `lane` over part `part` of the squeezed values, the parts
+  // combined in shared memory (after the hidden values) in a fixed order.
+  const T* w2t = static_cast<const T*>(a.w2t);
   const T* b2 = static_cast<const T*>(a.b2);
-  for (int c0 = t; c0 < c_total; c0 += 4 * kSeThreads) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    const T* rows[4];
+  float* red = hidden + a.squeeze;  // [parts2, C]
+  const int lanes2 = min(words, kSeThreads), parts2 = kSeThreads / lanes2;
+  const int s_run = (a.squeeze + parts2 - 1) / parts2;
+  const int part = t / lanes2;
+  if (part < parts2) {
+    const int s_begin = part * s_run, s_end = min(a.squeeze, s_begin + s_run);
+    for (int w = t % lanes2; w < words; w += lanes2) {
+      float acc[V];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      rows[j] = w2 + static_cast<int64_t>(min(c0 + j * kSeThreads, c_total - 1)) * a.squeeze;
-    }
-#pragma unroll 4
-    for (int s = 0; s < a.squeeze; ++s) {
-      const float hs = hidden[s];
+      for (int k = 0; k < V; ++k) acc[k] = 0.f;
+#pragma unroll 8
+      for (int s = s_begin; s < s_end; ++s) {
+        const Pack<T, V> v =
+            *reinterpret_cast<const Pack<T, V>*>(w2t + static_cast<int64_t>(s) * c_total + w * V);
+        const float hs = hidden[s];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) acc[j] += static_cast<float>(rows[j][s]) * hs;
-    }
+        for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v.v[k]) * hs;
+      }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = c0 + j * kSeThreads;
-      if (c >= c_total) break;
-      const float z = acc[j] + (b2 ? static_cast<float>(b2[c]) : 0.f);
-      a.scale[static_cast<int64_t>(n) * c_total + c] = activate(a.act2, z, a.alpha2, a.beta2);
+      for (int k = 0; k < V; ++k) red[part * c_total + w * V + k] = acc[k];
     }
+  }
+  __syncthreads();
+  for (int c = t; c < c_total; c += kSeThreads) {
+    float z = b2 ? static_cast<float>(b2[c]) : 0.f;
+    for (int q = 0; q < parts2; ++q) z += red[q * c_total + c];
+    a.scale[static_cast<int64_t>(n) * c_total + c] = activate(a.act2, z, a.alpha2, a.beta2);
+  }
+}
+
+// wt[s, c] = w[c, s]: the second product's weights, transposed once into the layer's state.
+template <class T>
+__global__ void se_transpose(const T* w, T* wt, int channels, int squeeze) {
+  const int64_t total = static_cast<int64_t>(channels) * squeeze;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t s = i / channels, c = i % channels;
+    wt[i] = w[c * squeeze + s];
   }
 }
 
@@ -176,14 +208,19 @@ __global__ void __launch_bounds__(kSeThreads)
   }
 }
 
-// The per-sample counters of the last block's election, zeroed once per size, and the device's
-// multiprocessor count.
+// The per-sample counters of the last block's election, zeroed once per size, the device's
+// multiprocessor count, and w2 transposed (made at the first run, remade if the weights move;
+// a plan's weights do not change after upload).
 struct SeState : KernelState {
   unsigned* counters = nullptr;
   int64_t capacity = 0;
   int sms = 0;
+  void* w2t = nullptr;
+  const void* w2_source = nullptr;
+  size_t w2t_bytes = 0;
   ~SeState() override {
     if (counters) cudaFree(counters);
+    if (w2t) cudaFree(w2t);
   }
 };
 
@@ -203,8 +240,11 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   auto* ws = static_cast<float*>(args.res.workspace((partial_floats + scale_floats) * 4));
   a.partials = ws;
   a.scale = ws + partial_floats;
-  const size_t smem = sizeof(float) * static_cast<size_t>(std::max(
-                                          rows * a.channels, a.channels + a.squeeze + kSeThreads));
+  const int parts2 = kSeThreads / lanes;  // the second product's (see se_squeeze)
+  const size_t smem =
+      sizeof(float) *
+      static_cast<size_t>(std::max(
+          rows * a.channels, a.channels + a.squeeze + std::max(kSeThreads, parts2 * a.channels)));
   se_squeeze<T, V><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(samples)),
                      kSeThreads, smem, args.stream()>>>(a);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
@@ -221,7 +261,8 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
 template <class T>
 void launch_t(KernelArgs& args, const SeArgs& a, int samples, int sms) {
   constexpr int V = Vec16<T>::kN;
-  const bool vec = a.channels % V == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w1);
+  const bool vec = a.channels % V == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w1) &&
+                   aligned16(a.w2t);
   if (vec) {
     launch<T, V>(args, a, samples, sms);
   } else {
@@ -258,11 +299,41 @@ void squeeze_excitation_kernel(KernelArgs& args) {
     state = fresh.get();
     args.state = std::move(fresh);
   }
+  const TensorView& w2 = args.inputs[p.has_bias1 ? 3 : 2];
+  const size_t w2_bytes = static_cast<size_t>(w2.numel()) * dtype_size(w2.dtype);
+  if (state->w2_source != w2.data || state->w2t_bytes != w2_bytes) {
+    if (state->w2t_bytes != w2_bytes) {
+      if (state->w2t) KILN_CUDA_CHECK(cudaFree(state->w2t));
+      state->w2t = nullptr;
+      KILN_CUDA_CHECK(cudaMalloc(&state->w2t, w2_bytes));
+      state->w2t_bytes = w2_bytes;
+    }
+    const int64_t total = channels * squeeze;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(4096, (total + 255) / 256));
+    const int c = static_cast<int>(channels), s = static_cast<int>(squeeze);
+    switch (w2.dtype) {
+      case DataType::kF16:
+        se_transpose<<<blocks, 256, 0, args.stream()>>>(static_cast<const __half*>(w2.data),
+                                                        static_cast<__half*>(state->w2t), c, s);
+        break;
+      case DataType::kBF16:
+        se_transpose<<<blocks, 256, 0, args.stream()>>>(static_cast<const __nv_bfloat16*>(w2.data),
+                                                        static_cast<__nv_bfloat16*>(state->w2t), c,
+                                                        s);
+        break;
+      default:
+        se_transpose<<<blocks, 256, 0, args.stream()>>>(static_cast<const float*>(w2.data),
+                                                        static_cast<float*>(state->w2t), c, s);
+        break;
+    }
+    KILN_CUDA_CHECK_LAUNCH(name);
+    state->w2_source = w2.data;
+  }
   SeArgs a{};
   a.x = x.data, a.y = out.data;
   a.w1 = args.inputs[1].data;
   a.b1 = p.has_bias1 ? args.inputs[2].data : nullptr;
-  a.w2 = args.inputs[p.has_bias1 ? 3 : 2].data;
+  a.w2t = state->w2t;
   a.b2 = p.has_bias2 ? args.inputs.back().data : nullptr;
   a.counters = state->counters;
   a.pixels = static_cast<int>(pixels);
