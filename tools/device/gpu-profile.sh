@@ -5,7 +5,8 @@
 # Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
 # NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
 # kernels whose names match: speed of light, occupancy, warp stalls and memory sections, clocks
-# left alone (METHOD.md); NCU_SECTIONS (a space-separated list) replaces those sections.
+# left alone (METHOD.md); NCU_SECTIONS (a space-separated list) replaces those sections and
+# NCU_ARGS adds options (e.g. --cache-control none).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 model=$1 batch=$2
@@ -34,7 +35,7 @@ PY
   tail -12
 if [ -n "${NCU_KERNELS:-}" ]; then
   sections=${NCU_SECTIONS:-SpeedOfLight Occupancy WarpStateStats MemoryWorkloadAnalysis LaunchStats}
-  ncu --clock-control none --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
+  ncu --clock-control none ${NCU_ARGS:-} --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
     $(printf -- '--section %s ' $sections) \
     "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
 else

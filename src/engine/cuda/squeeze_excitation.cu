@@ -22,6 +22,10 @@ namespace kiln::engine::cuda {
 namespace {
 
 constexpr int kSeThreads = 256;
+// Weight words each thread of the last block loads before using any: with `#pragma unroll` alone
+// the compiler reused registers so that two loads were in flight, and the 7x7x1152 products took
+// ~20 us of dependent L2 round trips (bench/NOTES.md G25).
+constexpr int kSeBatch = 8;
 
 struct SeArgs {
   const void *x, *w1, *b1, *w2t, *b2;  // w2t: w2 transposed, [S, C]
@@ -126,8 +130,22 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     if (t < row_threads && s < a.squeeze) {
       const T* w = w1 + static_cast<int64_t>(s) * c_total;
       const int w_end = min(words, (part + 1) * run);
-#pragma unroll 8
-      for (int wd = part * run; wd < w_end; ++wd) {
+      int wd = part * run;
+      for (; wd + kSeBatch <= w_end; wd += kSeBatch) {
+        Pack<T, V> v[kSeBatch];  // all loads in flight before the products (see kSeBatch)
+#pragma unroll
+        for (int u = 0; u < kSeBatch; ++u) {
+          v[u] = *reinterpret_cast<const Pack<T, V>*>(w + (wd + u) * V);
+        }
+#pragma unroll
+        for (int u = 0; u < kSeBatch; ++u) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            acc += static_cast<float>(v[u].v[k]) * mean[(wd + u) * V + k];
+          }
+        }
+      }
+      for (; wd < w_end; ++wd) {
         const Pack<T, V> v = *reinterpret_cast<const Pack<T, V>*>(w + wd * V);
 #pragma unroll
         for (int k = 0; k < V; ++k) acc += static_cast<float>(v.v[k]) * mean[wd * V + k];
@@ -157,10 +175,24 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
       float acc[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] = 0.f;
-#pragma unroll 8
-      for (int s = s_begin; s < s_end; ++s) {
+      const T* col = w2t + w * V;
+      int s = s_begin;
+      for (; s + kSeBatch <= s_end; s += kSeBatch) {
+        Pack<T, V> v[kSeBatch];
+#pragma unroll
+        for (int u = 0; u < kSeBatch; ++u) {
+          v[u] = *reinterpret_cast<const Pack<T, V>*>(col + static_cast<int64_t>(s + u) * c_total);
+        }
+#pragma unroll
+        for (int u = 0; u < kSeBatch; ++u) {
+          const float hs = hidden[s + u];
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v[u].v[k]) * hs;
+        }
+      }
+      for (; s < s_end; ++s) {
         const Pack<T, V> v =
-            *reinterpret_cast<const Pack<T, V>*>(w2t + static_cast<int64_t>(s) * c_total + w * V);
+            *reinterpret_cast<const Pack<T, V>*>(col + static_cast<int64_t>(s) * c_total);
         const float hs = hidden[s];
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v.v[k]) * hs;
