@@ -397,15 +397,16 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
     kernel(stream, a, static_cast<int>(n));
     return true;
   }
-  if (square && (k == 3 || k == 5) && (s == 1 || s == 2)) {
-    static_assert(kStripV <= V && V % kStripV == 0, "strip words divide 16-byte words");
-    const int strip_groups = static_cast<int>(a.c / kStripV);
-    const int strip_tile = channel_tile(strip_groups);
+  static_assert(kStripV <= V && V % kStripV == 0, "strip words divide 16-byte words");
+  const int strip_groups = static_cast<int>(a.c / kStripV);
+  const int strip_tile = channel_tile(strip_groups);
+  const int strip_tiles = (strip_groups + strip_tile - 1) / strip_tile;
+  if (square && (k == 3 || k == 5) && (s == 1 || s == 2) && strip_tiles <= 65535) {
     const int strip_per_block = kVecThreads / strip_tile;
     const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(
                         (nstrips + strip_per_block - 1) / strip_per_block, 65535)),
-                    static_cast<unsigned>((strip_groups + strip_tile - 1) / strip_tile));
+                    static_cast<unsigned>(strip_tiles));
     const size_t strip_smem = static_cast<size_t>(strip_tile) * kStripV * k * k * sizeof(T);
     const auto kernel =
         k == 3 ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)

@@ -23,8 +23,9 @@ namespace {
 
 constexpr int kSeThreads = 256;
 // Weight words each thread of the last block loads before using any: with `#pragma unroll` alone
-// the compiler reused registers so that two loads were in flight, and the 7x7x1152 products took
-// ~20 us of dependent L2 round trips (bench/NOTES.md G25).
+// the compiler reused registers so that two loads were in flight (batched, efficientnet_b0's
+// 7x7x1152 layer went 33.7 -> 30.0 us at b1 fp32; most of the rest is not yet explained,
+// bench/NOTES.md G25).
 constexpr int kSeBatch = 8;
 
 struct SeArgs {
@@ -52,18 +53,22 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
   const T* x = static_cast<const T*>(a.x) + static_cast<int64_t>(n) * a.pixels * c_total;
   {
     // The blocks share out L2 prefetches of the weights and biases, which a network's activations
-    // have usually evicted: the last blocks' products then wait on L2, not on DRAM, for each of
-    // their dependent loads (7x7x1152 in efficientnet_b0 b32: bench/NOTES.md G25).
+    // may have evicted, for the last blocks' products (7x7x1152 in efficientnet_b0 b32: 37.3 ->
+    // 34.8 us, bench/NOTES.md G25).
     const int64_t lines_w =
         (int64_t{a.squeeze} * c_total * static_cast<int>(sizeof(T)) + 127) / 128;
     const int64_t lines_b = (int64_t{c_total} * static_cast<int>(sizeof(T)) + 127) / 128;
     const int64_t first = (int64_t{blockIdx.y} * chunks + chunk) * kSeThreads + t;
     const int64_t stride = int64_t{chunks} * gridDim.y * kSeThreads;
-    for (int64_t l = first; l < 2 * lines_w + lines_b; l += stride) {
-      const char* p = l < lines_w       ? static_cast<const char*>(a.w1) + l * 128
-                      : l < 2 * lines_w ? static_cast<const char*>(a.w2t) + (l - lines_w) * 128
-                                        : static_cast<const char*>(a.b2) + (l - 2 * lines_w) * 128;
-      if (l < 2 * lines_w || a.b2) prefetch_l2(p);
+    const int64_t lines = 2 * lines_w + (a.b2 ? lines_b : 0);
+    for (int64_t l = first; l < lines; l += stride) {
+      if (l < lines_w) {
+        prefetch_l2(static_cast<const char*>(a.w1) + l * 128);
+      } else if (l < 2 * lines_w) {
+        prefetch_l2(static_cast<const char*>(a.w2t) + (l - lines_w) * 128);
+      } else {
+        prefetch_l2(static_cast<const char*>(a.b2) + (l - 2 * lines_w) * 128);
+      }
     }
   }
   if (row < rows) {
