@@ -229,8 +229,8 @@ bool is_excitation_fc(const Network& net, const Layer& l, DataType t) {
 // activation, another, and the product of the result with the pool's input) becomes one
 // SqueezeExcitation layer where the product was: four launches of which three are tiny become a
 // pooling pass and a scaling pass (efficientnet_b0 has 16, bench/NOTES.md G21). Static shapes,
-// where applies(channels, squeeze width, channels_last) says the backend takes it. Returns how
-// many it fused.
+// where applies(channels, squeeze width, channels_last) says the backend takes it and the second
+// convolution's weight is a constant. Returns how many it fused.
 int fuse_squeeze_excitation(Network& net,
                             const std::function<bool(int64_t, int64_t, bool)>& applies,
                             std::vector<std::string>& fusions) {
@@ -281,7 +281,8 @@ int fuse_squeeze_excitation(Network& net,
     const auto& c1 = std::get<ConvolutionParams>(fc1->params);
     const auto& c2 = std::get<ConvolutionParams>(fc2->params);
     const int64_t squeeze = net.tensor(fc1->inputs[1]).shape[0];
-    if (!applies(channels, squeeze, pp->channels_last) ||
+    // The CUDA kernel transposes the second weight once, at its first run: it must be a constant.
+    if (!applies(channels, squeeze, pp->channels_last) || !net.constant_data(fc2->inputs[1]) ||
         volume(net.tensor(fc1->inputs[1]).shape) != squeeze * channels ||
         net.tensor(fc2->inputs[1]).shape[0] != channels ||
         volume(net.tensor(fc2->inputs[1]).shape) != channels * squeeze) {

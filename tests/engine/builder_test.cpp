@@ -122,7 +122,13 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
 }
 
 // How a squeeze-excitation block differs from torch's form in SqueezeExcitationCases.
-enum class SeVariant { kTorch, kOtherOperand, kHiddenIsOutput, kNoBiasHardSigmoid };
+enum class SeVariant {
+  kTorch,
+  kOtherOperand,
+  kHiddenIsOutput,
+  kNoBiasHardSigmoid,
+  kWeightIsAnInput  // the second convolution's weight is an input, not a constant
+};
 
 // x [2, 6, 5, 4] (channels-first) or [2, 5, 4, 6] (channels-last), squeezed to 3 channels.
 Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
@@ -143,7 +149,10 @@ Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
     p.post.has_bias = bias;
     p.channels_last = channels_last;
     const Shape w = channels_last ? Shape{out, 1, 1, c} : Shape{out, c, 1, 1};
-    std::vector<TensorId> inputs = {in, testing::random_constant(net, name + "_w", w, seed)};
+    const TensorId weight = variant == SeVariant::kWeightIsAnInput && name == "fc2"
+                                ? net.add_input(name + "_w", DataType::kF32, w)
+                                : testing::random_constant(net, name + "_w", w, seed);
+    std::vector<TensorId> inputs = {in, weight};
     if (bias) inputs.push_back(testing::random_constant(net, name + "_b", {out}, seed + 1));
     return net.add(name, p, inputs);
   };
@@ -165,8 +174,9 @@ Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
 
 // Squeeze-excitation in torch's form (global average pool, 1x1 convolution + activation, another,
 // times the pool's input) becomes one layer in either layout, with or without the first bias,
-// and the built network computes what the unbuilt one does; a product with another tensor, or a
-// hidden value used elsewhere, leaves the layers as they were. CPU plans fuse only when asked.
+// and the built network computes what the unbuilt one does; a product with another tensor, a
+// hidden value used elsewhere, or a second weight that is not a constant (the CUDA kernel keeps a
+// transposed copy) leaves the layers as they were. CPU plans fuse only when asked.
 TEST(Builder, SqueezeExcitationBecomesOneLayer) {
   struct Case {
     bool channels_last;
@@ -178,7 +188,8 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
                         {false, SeVariant::kNoBiasHardSigmoid, 1},
                         {true, SeVariant::kNoBiasHardSigmoid, 1},
                         {false, SeVariant::kOtherOperand, 0},
-                        {true, SeVariant::kHiddenIsOutput, 0}};
+                        {true, SeVariant::kHiddenIsOutput, 0},
+                        {true, SeVariant::kWeightIsAnInput, 0}};
   BuildReport cpu_default;
   build(squeeze_excitation_net(false, SeVariant::kTorch), BuilderConfig{}, &cpu_default);
   EXPECT_EQ(cpu_default.squeeze_excitations, 0);
@@ -198,9 +209,10 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
     }
     EXPECT_EQ(se, c.fused);
     EXPECT_EQ(pools, 1 - c.fused);
-    const Shape shape = net.tensor(net.inputs()[0]).shape;
-    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, shape, 7),
-                                        testing::random_tensor(DataType::kF32, shape, 8)};
+    std::vector<HostTensor> in;
+    for (TensorId id : net.inputs()) {
+      in.push_back(testing::random_tensor(DataType::kF32, net.tensor(id).shape, 7 + in.size()));
+    }
     const auto built = run(plan.network, in), reference = run(net, in);
     ASSERT_EQ(built.size(), reference.size());
     for (size_t i = 0; i < built.size(); ++i) {
