@@ -2,13 +2,17 @@
 // - flash: q, k, v and out all f16 or all bf16, no mask (causal or not), E == Ev a multiple of 16
 //   up to 128, equal batch dims (fused_attention_applies, which the builder asks too) and 16-byte
 //   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
-//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. One block of 4
-//   warps takes 64 query rows and streams 64-row key/value tiles through shared memory (cp.async,
-//   two stages); q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
-//   accumulation) around an online softmax in float held in registers, with p rounded to the
-//   input dtype for p v. Key fragments past S, and warps whose 16 rows are all past L, skip
-//   their math (at L = S = 197 full tiles do 1.69x the useful math, 1.1x with the skips; the
-//   kernel measured no faster for it: it is latency-bound, bench/NOTES.md G17).
+//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. Blocks of 4
+//   warps, 16 query rows a warp; q k^T and p v run on tensor cores (mma.sync on ldmatrix
+//   fragments, float accumulation) around an online softmax in float held in registers, with p
+//   rounded to the input dtype for p v, one 64-key tile at a time (attend_tile). Key fragments
+//   past S, and warps whose 16 rows are all past L, skip their math. Two kernels:
+//   - resident (S <= 256, and at least two blocks an SM): a block copies all of a matrix's keys
+//     and values into shared memory once (cp.async, one group per 64-key tile, the first round
+//     starting on tile 0 while the rest land) and its warps walk its 64 to 256 query rows,
+//     16 at a time, without block barriers after the first round;
+//   - streaming (longer S): a block takes 64 query rows and streams key/value tiles through two
+//     shared-memory stages (latency-bound at S = 197, bench/NOTES.md G17).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
@@ -16,6 +20,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "engine/cuda/device_util.cuh"
@@ -164,8 +171,9 @@ struct FlashArgs {
   const void *q, *k, *v;
   void* out;
   FlashOperand qo, ko, vo, oo;
-  int64_t batch, heads, L, S;  // batch counts (b, h) pairs: b = index / heads
-  float scale_log2;            // scale * log2(e): the softmax works in base 2
+  int64_t batch, heads;  // batch counts (b, h) pairs: b = index / heads
+  int L, S;              // (run_flash checks they fit)
+  float scale_log2;      // scale * log2(e): the softmax works in base 2
   bool causal;
 };
 
@@ -209,48 +217,219 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
                : "r"(addr));
 }
 
-// Two floats rounded to T and packed (lo in the low half), their rounded values added to `sum`.
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, float& sum) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    sum += __low2float(h) + __high2float(h);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    sum += __low2float(h) + __high2float(h);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+
+// 2^x by the special-function unit alone (ex2.approx.ftz: about 2 ulp, results below 2^-126
+// flushed to zero, which the rounding of p to 16 bits would lose anyway); exp2f adds range
+// handling around it, three more instructions per weight.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
-// Each warp owns 16 query rows; scores, probabilities and the output accumulator stay in
-// registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max and sum are
-// reductions over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A
-// fragment of p v without a trip through shared memory.
+// Two floats rounded to T and packed (lo in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// The bits of two 16-bit ones of T: a B fragment whose every element is 1, so that an mma of p
+// with it sums p's rows.
+template <class T>
+constexpr uint32_t kOnes2 = std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
+
+// What a warp carries for its 16 query rows from one key tile to the next: the output
+// accumulator o (8-column mma fragments), the running sum of the weights as one more fragment
+// (every column the row's sum: p times a block of ones, so the sum takes p as rounded for p v and
+// the weights sum to one), and per row (g, g + 8 of the lane) the running max of the scores, in
+// the units of attend_tile's `prescale`.
+template <int E>
+struct FlashRows {
+  float o[E / 8][4];
+  float l[4];
+  float m[2];
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int f = 0; f < E / 8; ++f) o[f][0] = o[f][1] = o[f][2] = o[f][3] = 0.0f;
+    l[0] = l[1] = l[2] = l[3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+  }
+};
+
+// One key/value tile of up to 64 rows (keys j0 .. j0 + valid - 1; rows of the tile up to the next
+// multiple of 16 past `valid` are zeros) against a warp's 16 query rows `q_rows` (all in shared
+// memory, rows FlashSmem<E>::kLd apart). Scores, probabilities and the output accumulator stay in
+// registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max is a reduction
+// over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A fragment of
+// p v without a trip through shared memory. `row` holds the lane's two query indices (for the
+// causal mask). The softmax works in base 2 on raw scores: p = 2^(s * scale_log2 - max *
+// scale_log2), one FFMA and one ex2 a weight; a negative scale (max and min trade places)
+// multiplies the scores first and then uses 1. kMasked: the tile has keys past S (valid < 64) or
+// past a row (causal); without it all 64 keys count and the code has no branches around the mma
+// (each would cost a warp synchronization before the next ldmatrix).
+template <class T, int E, bool kMasked>
+__device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
+                                            const T* vt, int j0, int valid, const int (&row)[2],
+                                            float scale_log2, bool causal) {
+  constexpr int kLd = FlashSmem<E>::kLd;
+  constexpr int kKSteps = E / 16;          // k-steps of q k^T
+  constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
+  static_assert(kKeyFrags % 2 == 0, "key fragments go in pairs (one ldmatrix.x4)");
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int quad = lane % 4;
+
+  // Scores of the warp's 16 rows against the tile's keys: q's A fragment and two 8-key B
+  // fragments (k's rows, e contiguous: column-major B) per ldmatrix; fragments wholly past
+  // `valid` are skipped (their p would be 0).
+  float s[kKeyFrags][4];
+#pragma unroll
+  for (int n = 0; n < kKeyFrags; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  const int mat = lane / 8, mat_row = lane % 8;
+#pragma unroll
+  for (int c = 0; c < kKSteps; ++c) {
+    uint32_t qa[4];
+    ldmatrix_x4(qa, q_rows + (lane % 16) * kLd + c * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int n = 0; n < kKeyFrags; n += 2) {
+      if (kMasked && n * 8 >= valid) break;
+      uint32_t kb[4];
+      ldmatrix_x4(kb, kt + ((n + mat / 2) * 8 + mat_row) * kLd + c * 16 + (mat % 2) * 8);
+      mma_16816<T>(s[n], qa, kb[0], kb[1]);
+      mma_16816<T>(s[n + 1], qa, kb[2], kb[3]);
+    }
+  }
+
+  // Keys >= S (and > the row, if causal) are out.
+  const bool prescale = scale_log2 < 0;
+  const float scale = prescale ? 1.0f : scale_log2;
+  float tile_max[2] = {-INFINITY, -INFINITY};
+  if (!kMasked) {
+    if (prescale) {
+#pragma unroll
+      for (int n = 0; n < kKeyFrags; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kKeyFrags; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < kKeyFrags; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = e / 2;
+        const int jj = n * 8 + 2 * quad + e % 2;
+        const bool kept = jj < valid && (!causal || j0 + jj <= row[rr]);
+        const float v = prescale ? s[n][e] * scale_log2 : s[n][e];
+        s[n][e] = kept ? v : -INFINITY;
+        tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
+      }
+    }
+  }
+  float base[2], alpha[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float m_new = fmaxf(st.m[rr], quad_max(tile_max[rr]));
+    base[rr] = m_new == -INFINITY ? 0.0f : m_new * scale;  // nothing kept yet: p and o stay 0
+    alpha[rr] = fast_exp2(fmaf(st.m[rr], scale, -base[rr]));
+    st.m[rr] = m_new;
+  }
+  // p, rounded to T, as A fragments of 16 keys each.
+  uint32_t p[kKeyTile / 16][4];
+#pragma unroll
+  for (int n = 0; n < kKeyFrags; ++n) {
+    p[n / 2][(n % 2) * 2] = pack2<T>(fast_exp2(fmaf(s[n][0], scale, -base[0])),
+                                     fast_exp2(fmaf(s[n][1], scale, -base[0])));
+    p[n / 2][(n % 2) * 2 + 1] = pack2<T>(fast_exp2(fmaf(s[n][2], scale, -base[1])),
+                                         fast_exp2(fmaf(s[n][3], scale, -base[1])));
+  }
+#pragma unroll
+  for (int f = 0; f < E / 8; ++f) {
+    st.o[f][0] *= alpha[0], st.o[f][1] *= alpha[0];
+    st.o[f][2] *= alpha[1], st.o[f][3] *= alpha[1];
+  }
+  st.l[0] *= alpha[0], st.l[1] *= alpha[0];
+  st.l[2] *= alpha[1], st.l[3] *= alpha[1];
+
+  // o += p v: v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two 8-column
+  // output blocks, and l += p times ones; 16-key blocks past `valid` hold p == 0 (and zero v):
+  // skipped.
+#pragma unroll
+  for (int kc = 0; kc < kKeyTile / 16; ++kc) {
+    if (kMasked && kc * 16 >= valid) break;
+#pragma unroll
+    for (int np = 0; np < E / 16; ++np) {
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv,
+                        vt + (kc * 16 + (mat % 2) * 8 + mat_row) * kLd + np * 16 + (mat / 2) * 8);
+      mma_16816<T>(st.o[2 * np], p[kc], bv[0], bv[1]);
+      mma_16816<T>(st.o[2 * np + 1], p[kc], bv[2], bv[3]);
+    }
+    mma_16816<T>(st.l, p[kc], kOnes2<T>, kOnes2<T>);
+  }
+}
+
+// attend_tile for the key tile at j0 of a layer, masked only where some key is out: past S, or
+// (causal) past the warp's first row, row[0] of lane 0.
+template <class T, int E>
+__device__ __forceinline__ void attend_key_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
+                                                const T* vt, int j0, const FlashArgs& a,
+                                                const int (&row)[2]) {
+  const int valid = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
+  const int warp_row0 = row[0] - static_cast<int>(threadIdx.x) % kWarp / 4;
+  if (valid < kKeyTile || (a.causal && j0 + kKeyTile - 1 > warp_row0)) {
+    attend_tile<T, E, true>(st, q_rows, kt, vt, j0, valid, row, a.scale_log2, a.causal);
+  } else {
+    attend_tile<T, E, false>(st, q_rows, kt, vt, j0, valid, row, a.scale_log2, a.causal);
+  }
+}
+
+// o / l into rows `row` of the output matrix `om` (rows `ld` apart); l == 0 only when S == 0
+// (zeros, like the simple kernel); rows past L are not stored.
+template <class T, int E>
+__device__ __forceinline__ void store_rows(const FlashRows<E>& st, T* om, const int (&row)[2],
+                                           int L, int64_t ld) {
+  const int quad = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    if (row[rr] >= L) continue;
+    const float sum = st.l[2 * rr];
+    const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+    T* const orow = om + row[rr] * ld + 2 * quad;
+#pragma unroll
+    for (int f = 0; f < E / 8; ++f) {
+      *reinterpret_cast<uint32_t*>(orow + f * 8) =
+          pack2<T>(st.o[f][2 * rr] * inv, st.o[f][2 * rr + 1] * inv);
+    }
+  }
+}
+
+// The streaming kernel (S > 256, or keys and values too large to hold): one block of 4 warps takes
+// 64 query rows (16 a warp) and streams 64-row key/value tiles through two shared-memory stages.
 template <class T, int E>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
   using Smem = FlashSmem<E>;
   constexpr int kLd = Smem::kLd;
-  constexpr int kKSteps = E / 16;          // k-steps of q k^T
-  constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
-  constexpr int kOutFrags = E / 8;         // 8-column blocks of the output
-  static_assert(kKeyFrags % 2 == 0, "key fragments go in pairs (one ldmatrix.x4)");
   static_assert(sizeof(T) == kElemBytes, "16-bit elements");
   extern __shared__ __align__(128) unsigned char smem[];
   T* const kv = reinterpret_cast<T*>(smem);
   T* const q_tile = reinterpret_cast<T*>(smem + Smem::kQuery);
   const int warp = static_cast<int>(threadIdx.x) / kWarp,
             lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, quad = lane % 4;
   const T* const q_rows = q_tile + warp * kMma * kLd;  // the warp's 16 rows
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kQueryTile;
@@ -258,7 +437,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   // Causal: keys past the block's last query row are masked in every row of the block.
   const int64_t last_tile = (q0 + kQueryTile - 1) / kKeyTile;
   const int64_t tiles = a.causal && last_tile + 1 < key_tiles ? last_tile + 1 : key_tiles;
-  const int64_t row[2] = {q0 + warp * kMma + g, q0 + warp * kMma + g + 8};  // the lane's rows
+  const int row[2] = {static_cast<int>(q0) + warp * kMma + lane / 4,
+                      static_cast<int>(q0) + warp * kMma + lane / 4 + 8};
   // A warp whose 16 rows are all past L computes nothing (it still copies and waits with the
   // block): the last query tile of L = 197 has one active warp of four.
   const bool active = q0 + warp * kMma < a.L;
@@ -276,11 +456,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       load_tile_async<E>(kv + Smem::kTile, vm, 0, a.S, a.vo.ld);
       commit_async();
     }
-    float o[kOutFrags][4];
-#pragma unroll
-    for (int f = 0; f < kOutFrags; ++f) o[f][0] = o[f][1] = o[f][2] = o[f][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (base 2) and sum
-
+    FlashRows<E> st;
+    st.reset();
     for (int64_t t = 0; t < tiles; ++t) {
       wait_async<0>();  // tile t (started during step t - 1, or above) has landed ...
       __syncthreads();  // ... for every thread, and no warp still reads tile t - 1's stage
@@ -291,155 +468,213 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
         commit_async();
       }
       const T* const kt = kv + (t % 2) * 2 * Smem::kTile;
-      const T* const vt = kt + Smem::kTile;
-
       if (!active) continue;  // (after the barrier and the next tile's copy, which it shares)
-      // Keys of this tile that exist: fragments wholly past S are skipped (their p would be 0).
-      const int64_t j0 = t * kKeyTile;
-      const int64_t valid = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
+      const int j0 = static_cast<int>(t) * kKeyTile;
+      attend_key_tile<T, E>(st, q_rows, kt, kt + Smem::kTile, j0, a, row);
+    }
+    store_rows<T, E>(st, om, row, a.L, a.oo.ld);
+  }
+}
 
-      // Scores of the warp's 16 rows against the tile's keys: q's A fragment and two 8-key B
-      // fragments (k's rows, e contiguous: column-major B) per ldmatrix.
-      float s[kKeyFrags][4];
-#pragma unroll
-      for (int n = 0; n < kKeyFrags; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      const int mat = lane / 8, mat_row = lane % 8;
-#pragma unroll
-      for (int c = 0; c < kKSteps; ++c) {
-        uint32_t qa[4];
-        ldmatrix_x4(qa, q_rows + (lane % 16) * kLd + c * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kKeyFrags; n += 2) {
-          if (n * 8 >= valid) break;
-          uint32_t kb[4];
-          ldmatrix_x4(kb, kt + ((n + mat / 2) * 8 + mat_row) * kLd + c * 16 + (mat % 2) * 8);
-          mma_16816<T>(s[n], qa, kb[0], kb[1]);
-          mma_16816<T>(s[n + 1], qa, kb[2], kb[3]);
-        }
-      }
+// The resident kernel (S <= 256): a block copies all of a matrix's keys and values
+// into shared memory once, as one cp.async group per 64-key tile, and its 4 warps take the
+// block's query rows 16 at a time (warp w: tiles w, w + 4, ...), each through its own query
+// stage. The first round computes tile t as soon as group t has landed; later rounds run
+// without block barriers. Keys and values are read once per block instead of once per 64 query
+// rows, and no warp waits on another's step (the streaming kernel's latency, NOTES.md G17).
+// Shared memory: keys [S16, kLd], values [S16, kLd], 4 query stages [16, kLd], S16 = S rounded
+// up to 16 (rows past S zero-filled).
+template <class T, int E>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_attention_resident_kernel(FlashArgs a, int64_t block_rows) {
+  constexpr int kLd = FlashSmem<E>::kLd;
+  constexpr int kChunks = E / 8;  // 16-byte pieces per row
+  static_assert(sizeof(T) == kElemBytes, "16-bit elements");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp,
+            lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int s16 = static_cast<int>((a.S + 15) / 16 * 16);
+  T* const ks = reinterpret_cast<T*>(smem);
+  T* const vs = ks + s16 * kLd;
+  T* const q_rows = vs + s16 * kLd + warp * kMma * kLd;  // the warp's query stage
+  const int key_tiles = static_cast<int>((a.S + kKeyTile - 1) / kKeyTile);  // 1..4
 
-      // Online softmax in base 2: keys >= S (and > the row, if causal) are out; a full tile of
-      // a non-causal layer needs no mask.
-      float tile_max[2] = {-INFINITY, -INFINITY};
-      if (valid == kKeyTile && !a.causal) {
-#pragma unroll
-        for (int n = 0; n < kKeyFrags; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[n][e] *= a.scale_log2;
-            tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int n = 0; n < kKeyFrags; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int rr = e / 2;
-            const int jj = n * 8 + 2 * quad + e % 2;
-            const bool kept = jj < valid && (!a.causal || j0 + jj <= row[rr]);
-            s[n][e] = kept ? s[n][e] * a.scale_log2 : -INFINITY;
-            tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
-          }
-        }
-      }
-      float base[2], alpha[2];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const float m_new = fmaxf(m[rr], quad_max(tile_max[rr]));
-        base[rr] = m_new == -INFINITY ? 0.0f : m_new;  // nothing kept yet: p and o stay 0
-        alpha[rr] = exp2f(m[rr] - base[rr]);
-        m[rr] = m_new;
-      }
-      // p, rounded to T (the sum takes p as rounded, the weights p v uses, so they sum to one),
-      // as A fragments of 16 keys each.
-      uint32_t p[kKeyTile / 16][4];
-      float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kKeyFrags; ++n) {
-        const uint32_t lo = pack2<T>(exp2f(s[n][0] - base[0]), exp2f(s[n][1] - base[0]), sum[0]);
-        const uint32_t hi = pack2<T>(exp2f(s[n][2] - base[1]), exp2f(s[n][3] - base[1]), sum[1]);
-        p[n / 2][(n % 2) * 2] = lo;
-        p[n / 2][(n % 2) * 2 + 1] = hi;
-      }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + quad_sum(sum[rr]);
-#pragma unroll
-      for (int f = 0; f < kOutFrags; ++f) {
-        o[f][0] *= alpha[0], o[f][1] *= alpha[0];
-        o[f][2] *= alpha[1], o[f][3] *= alpha[1];
-      }
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * block_rows;
+  const int64_t q_end = q0 + block_rows < a.L ? q0 + block_rows : a.L;
+  const int row_tiles = static_cast<int>((q_end - q0 + kMma - 1) / kMma);
 
-      // o += p v: v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two
-      // 8-column output blocks; 16-key blocks past S hold p == 0 (and zero-filled v): skipped.
+  for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
+    const int64_t b = bh / a.heads, h = bh % a.heads;
+    const T* const qm = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
+    const T* const km = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
+    const T* const vm = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
+    T* const om = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
+    // Copies the warp's query tile `rt` (rows past L zero-filled) into its stage.
+    const auto load_query = [&](int rt) {
+      const int64_t r0 = q0 + static_cast<int64_t>(rt) * kMma;
 #pragma unroll
-      for (int kc = 0; kc < kKeyTile / 16; ++kc) {
-        if (kc * 16 >= valid) break;
-#pragma unroll
-        for (int np = 0; np < E / 16; ++np) {
-          uint32_t bv[4];
-          ldmatrix_x4_trans(
-              bv, vt + (kc * 16 + (mat % 2) * 8 + mat_row) * kLd + np * 16 + (mat / 2) * 8);
-          mma_16816<T>(o[2 * np], p[kc], bv[0], bv[1]);
-          mma_16816<T>(o[2 * np + 1], p[kc], bv[2], bv[3]);
-        }
+      for (int it = 0; it < kMma * kChunks / kWarp; ++it) {
+        const int c = it * kWarp + lane;
+        const int r = c / kChunks, e = (c % kChunks) * 8;
+        const bool inside = r0 + r < a.L;
+        copy16_async(q_rows + r * kLd + e, inside ? qm + (r0 + r) * a.qo.ld + e : qm,
+                     inside ? 16 : 0);
       }
+    };
+    __syncthreads();  // no warp still reads the previous matrix's keys, values or queries
+    // Groups: the warp's first query tile, then keys and values of each 64-key tile (none when
+    // S == 0: the rows are zeros).
+    if (warp < row_tiles && key_tiles > 0) load_query(warp);
+    commit_async();
+    for (int t = 0; t < key_tiles; ++t) {
+      const int r_end = (t + 1) * kKeyTile < s16 ? (t + 1) * kKeyTile : s16;
+      for (int c = static_cast<int>(threadIdx.x) + t * kKeyTile * kChunks; c < r_end * kChunks;
+           c += kFlashThreads) {
+        const int r = c / kChunks, e = (c % kChunks) * 8;
+        const bool inside = r < a.S;
+        copy16_async(ks + r * kLd + e, inside ? km + r * a.ko.ld + e : km, inside ? 16 : 0);
+        copy16_async(vs + r * kLd + e, inside ? vm + r * a.vo.ld + e : vm, inside ? 16 : 0);
+      }
+      commit_async();
     }
 
-    // o / l (l == 0 only when S == 0: zeros, like the simple kernel); rows past L not stored.
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      if (row[rr] >= a.L) continue;
-      const float inv = l[rr] > 0 ? 1.0f / l[rr] : 0.0f;
-      T* const orow = om + row[rr] * a.oo.ld + 2 * quad;
-      float unused = 0;
-#pragma unroll
-      for (int f = 0; f < kOutFrags; ++f) {
-        *reinterpret_cast<uint32_t*>(orow + f * 8) =
-            pack2<T>(o[f][2 * rr] * inv, o[f][2 * rr + 1] * inv, unused);
+    for (int rt = warp, round = 0; round == 0 || rt < row_tiles; rt += kFlashWarps, ++round) {
+      const bool active = rt < row_tiles;
+      const int first = static_cast<int>(q0) + rt * kMma;
+      const int row[2] = {first + lane / 4, first + lane / 4 + 8};
+      // Causal: keys past the tile's last row are masked in all of its rows.
+      const int last_tile = (first + kMma - 1) / kKeyTile;
+      const int tiles = a.causal && last_tile + 1 < key_tiles ? last_tile + 1 : key_tiles;
+      if (round > 0 && key_tiles > 0) {
+        __syncwarp();  // every lane is done with the stage's previous rows
+        load_query(rt);
+        commit_async();
+        wait_async<0>();
+        __syncwarp();
       }
+      FlashRows<E> st;
+      st.reset();
+      for (int t = 0; t < key_tiles; ++t) {
+        if (round == 0) {
+          // Group t + 1 (and the query's, before it) has landed for this thread ...
+          switch (key_tiles - 1 - t) {
+            case 0:
+              wait_async<0>();
+              break;
+            case 1:
+              wait_async<1>();
+              break;
+            case 2:
+              wait_async<2>();
+              break;
+            default:
+              wait_async<3>();
+              break;
+          }
+          __syncthreads();  // ... and for every thread
+        } else if (t >= tiles) {
+          break;
+        }
+        if (!active || t >= tiles) continue;
+        const int j0 = t * kKeyTile;
+        attend_key_tile<T, E>(st, q_rows, ks + j0 * kLd, vs + j0 * kLd, j0, a, row);
+      }
+      if (active) store_rows<T, E>(st, om, row, a.L, a.oo.ld);
     }
   }
 }
 
+// Lets `kernel` use `bytes` of dynamic shared memory: above 48 KiB a kernel must opt in, once per
+// device (the attribute is per context); `configured` holds the devices done, a bit each.
+void allow_shared_bytes(const void* kernel, size_t bytes, int device,
+                        std::atomic<uint64_t>& configured) {
+  if (bytes <= 48 * 1024) return;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (configured.load() & bit) != 0) return;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  configured.fetch_or(bit);
+}
+
+// Blocks of `kernel` (kFlashThreads threads, `bytes` of shared memory) the device holds at once.
+int resident_blocks(const void* kernel, size_t bytes, int device) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, size_t, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, bytes, device);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  KILN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFlashThreads, bytes));
+  return cache[key] = std::max(1, sms * per_sm);
+}
+
+// The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows,
+// and a 16-row query stage per warp.
+template <int E>
+constexpr size_t resident_bytes(int64_t S) {
+  return static_cast<size_t>(2 * ((S + kMma - 1) / kMma * kMma) + kQueryTile) * FlashSmem<E>::kLd *
+         kElemBytes;
+}
+constexpr int64_t kResidentKeys = 4 * kKeyTile;  // four cp.async groups of keys and values
+// Above this the resident kernel fits fewer than two blocks on an SM (E = 128 past 144 keys),
+// and the streaming kernel runs instead.
+constexpr size_t kResidentMaxBytes = 110 * 1024;
+
 template <class T, int E>
-void launch_flash(KernelArgs& args, const FlashArgs& a, dim3 grid) {
-  constexpr size_t bytes = FlashSmem<E>::kBytes;
-  const auto kernel = flash_attention_kernel<T, E>;
-  if (bytes > 48 * 1024) {
-    // Above 48 KiB a kernel must opt in, once per device (the attribute is per context).
+void launch_flash(KernelArgs& args, const FlashArgs& a) {
+  const int device = args.res.device();
+  const unsigned pairs = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
+  const size_t bytes = resident_bytes<E>(a.S);
+  if (a.S <= kResidentKeys && bytes <= kResidentMaxBytes) {
+    const auto kernel = flash_attention_resident_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
-    const int device = args.res.device();
-    const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-    if (bit == 0 || (configured.load() & bit) == 0) {
-      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
-      configured.fetch_or(bit);
-    }
+    allow_shared_bytes(reinterpret_cast<const void*>(kernel),
+                       std::min(resident_bytes<E>(kResidentKeys), kResidentMaxBytes), device,
+                       configured);
+    // Query rows per block: whole 16-row tiles, 4 to 16 of them (one to four per warp), split
+    // evenly into the fewest blocks that still give every SM work (half the resident blocks);
+    // fewer blocks read keys and values fewer times.
+    const int64_t row_tiles = (a.L + kMma - 1) / kMma;
+    const int64_t slots = resident_blocks(reinterpret_cast<const void*>(kernel), bytes, device);
+    const int64_t most = std::max<int64_t>(1, (row_tiles + kFlashWarps - 1) / kFlashWarps);
+    int64_t chunks = (row_tiles + 4 * kFlashWarps - 1) / (4 * kFlashWarps);
+    while (chunks < most && static_cast<int64_t>(pairs) * chunks * 2 < slots) ++chunks;
+    const int64_t block_rows = (row_tiles + chunks - 1) / chunks * kMma;
+    const dim3 grid(static_cast<unsigned>((a.L + block_rows - 1) / block_rows), pairs);
+    kernel<<<grid, kFlashThreads, bytes, args.stream()>>>(a, block_rows);
+  } else {
+    const auto kernel = flash_attention_kernel<T, E>;
+    static std::atomic<uint64_t> configured{0};
+    allow_shared_bytes(reinterpret_cast<const void*>(kernel), FlashSmem<E>::kBytes, device,
+                       configured);
+    const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile), pairs);
+    kernel<<<grid, kFlashThreads, FlashSmem<E>::kBytes, args.stream()>>>(a);
   }
-  kernel<<<grid, kFlashThreads, bytes, args.stream()>>>(a);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
 template <class T>
-void launch_flash(KernelArgs& args, const FlashArgs& a, dim3 grid, int64_t E) {
+void launch_flash(KernelArgs& args, const FlashArgs& a, int64_t E) {
   switch (E) {
     case 16:
-      return launch_flash<T, 16>(args, a, grid);
+      return launch_flash<T, 16>(args, a);
     case 32:
-      return launch_flash<T, 32>(args, a, grid);
+      return launch_flash<T, 32>(args, a);
     case 48:
-      return launch_flash<T, 48>(args, a, grid);
+      return launch_flash<T, 48>(args, a);
     case 64:
-      return launch_flash<T, 64>(args, a, grid);
+      return launch_flash<T, 64>(args, a);
     case 80:
-      return launch_flash<T, 80>(args, a, grid);
+      return launch_flash<T, 80>(args, a);
     case 96:
-      return launch_flash<T, 96>(args, a, grid);
+      return launch_flash<T, 96>(args, a);
     case 112:
-      return launch_flash<T, 112>(args, a, grid);
+      return launch_flash<T, 112>(args, a);
     case 128:
-      return launch_flash<T, 128>(args, a, grid);
+      return launch_flash<T, 128>(args, a);
   }
   KILN_THROW(InternalError, "layer `", args.layer.name, "`: no flash attention kernel for E=", E);
 }
@@ -448,13 +683,19 @@ bool aligned16(const void* d) {
   return reinterpret_cast<uintptr_t>(d) % 16 == 0;
 }
 
+// Whether L and S fit the flash kernels' 32-bit row indices.
+bool rows_fit(int64_t L, int64_t S) {
+  return L < (int64_t{1} << 30) && S < (int64_t{1} << 30);
+}
+
 // Whether the flash kernel runs this layer: what the builder asks too (fused_attention_applies),
 // one dtype throughout, out shaped as q (no broadcast batch), and data aligned for 16-byte access.
 bool flash_applies(const AttentionParams& p, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& out) {
   return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype, p.has_mask) &&
-         k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape &&
-         aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(out.data);
+         rows_fit(q.shape[q.shape.size() - 2], k.shape[k.shape.size() - 2]) && k.dtype == q.dtype &&
+         v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape && aligned16(q.data) &&
+         aligned16(k.data) && aligned16(v.data) && aligned16(out.data);
 }
 
 // The same for packed heads (AttentionParams::heads > 0), where rows and column offsets must
@@ -462,7 +703,8 @@ bool flash_applies(const AttentionParams& p, const TensorView& q, const TensorVi
 bool flash_applies_packed(const AttentionParams& p, const std::vector<TensorView>& in,
                           const TensorView& out) {
   const int64_t B = out.shape[0], L = out.shape[1], S = in[1].shape[1];
-  if (!fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
+  if (!rows_fit(L, S) ||
+      !fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
                                {B, p.heads, S, p.head_size}, out.dtype, false)) {
     return false;
   }
@@ -480,12 +722,10 @@ void run_flash(KernelArgs& args, FlashArgs& a, const AttentionParams& p, DataTyp
   const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
   a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
   a.causal = p.causal;
-  const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile),
-                  static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
   if (t == DataType::kF16) {
-    launch_flash<__half>(args, a, grid, E);
+    launch_flash<__half>(args, a, E);
   } else {
-    launch_flash<__nv_bfloat16>(args, a, grid, E);
+    launch_flash<__nv_bfloat16>(args, a, E);
   }
 }
 
@@ -494,7 +734,8 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   const TensorView& out = args.outputs[0];
   FlashArgs a{};
   a.q = q.data, a.k = k.data, a.v = v.data, a.out = out.data;
-  a.L = q.shape[q.shape.size() - 2], a.S = k.shape[k.shape.size() - 2];
+  a.L = static_cast<int>(q.shape[q.shape.size() - 2]);
+  a.S = static_cast<int>(k.shape[k.shape.size() - 2]);
   a.batch = volume(batch_of(out.shape)), a.heads = 1;
   const int64_t E = q.shape.back();
   a.qo = a.oo = FlashOperand{a.L * E, 0, E};
@@ -512,7 +753,7 @@ void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
     return static_cast<const char*>(in[i].data) + p.columns[i] * static_cast<int64_t>(kElemBytes);
   };
   a.q = at(0), a.k = at(1), a.v = at(2), a.out = out.data;
-  a.L = out.shape[1], a.S = in[1].shape[1];
+  a.L = static_cast<int>(out.shape[1]), a.S = static_cast<int>(in[1].shape[1]);
   a.batch = out.shape[0] * p.heads, a.heads = p.heads;
   const auto operand = [&](const TensorView& t) {
     return FlashOperand{t.shape[1] * t.shape[2], E, t.shape[2]};
