@@ -1,15 +1,15 @@
 // CUDA squeeze-excitation (SqueezeExcitationParams) on channels-last data, x [N, spatial..., C]
 // viewed as [N, P, C]; two launches where torch's form takes five (pool, two 1x1 convolutions,
 // multiply; bench/NOTES.md G21):
-// 1. squeeze: block (chunk, n) sums its chunk of sample n's P pixels for every channel (threads
-//    across 16-byte words of channels and rows of pixels; the rows combined in shared memory in a
-//    fixed order) and writes the sums to a partials buffer. The last block of sample n to finish
-//    (a per-sample counter, incremented after a fence) adds the chunks' sums in chunk order into
-//    the means and computes the two small products: hidden = act1(w1 . mean + b1), threads per
-//    hidden value over runs of channels, then scale = act2(w2 . hidden + b2) from w2 transposed
-//    to [S, C] once (coalesced: threads across channel words and parts of S), into a float buffer.
-//    It resets the counter, so a replayed CUDA graph finds it at zero. Results do not depend on
-//    which block finishes last.
+// 1. squeeze (blocks of 1024 threads): block (chunk, n) sums its chunk of sample n's P pixels
+//    for every channel (threads across 16-byte words of channels and rows of pixels; the rows
+//    combined in shared memory in a fixed order) and writes the sums to a partials buffer. The
+//    last block of sample n to finish (a per-sample counter, incremented after a fence) adds the
+//    chunks' sums in chunk order into the means and computes the two small products: hidden =
+//    act1(w1 . mean + b1), threads per hidden value over runs of channels, then scale =
+//    act2(w2 . hidden + b2) from w2 transposed to [S, C] once (coalesced: threads across channel
+//    words and parts of S), into a float buffer. It resets the counter, so a replayed CUDA graph
+//    finds it at zero. Results do not depend on which block finishes last.
 // 2. excite: y = x * scale[n, c] in 16-byte words.
 // Everything accumulates in fp32 (torch rounds the pool, hidden and scale to the dtype).
 #include <algorithm>
@@ -21,11 +21,15 @@
 namespace kiln::engine::cuda {
 namespace {
 
-constexpr int kSeThreads = 256;
-// Weight words each thread of the last block loads before using any: with `#pragma unroll` alone
-// the compiler reused registers so that two loads were in flight (batched, efficientnet_b0's
-// 7x7x1152 layer went 33.7 -> 30.0 us at b1 fp32; most of the rest is not yet explained,
-// bench/NOTES.md G25).
+// The squeeze kernel's threads: its last block per sample is a chain of dependent L2 round trips
+// (partials, then each product's weights), and more threads make each link shorter: at 256 the
+// 7x7x1152 layer of efficientnet_b0 took about 30 us whatever the batch (bench/NOTES.md G25, G27).
+constexpr int kSeThreads = 1024;
+constexpr int kExciteThreads = 256;
+// Loads each thread of the last block has in flight before using any (partial sums, weight
+// words): with `#pragma unroll` alone the compiler reused registers so that two loads were in
+// flight (batched, efficientnet_b0's 7x7x1152 layer went 33.7 -> 30.0 us at b1 fp32,
+// bench/NOTES.md G25). Words of 8 elements take 4 (8 spill at 1024 threads' 64 registers).
 constexpr int kSeBatch = 8;
 
 struct SeArgs {
@@ -43,6 +47,7 @@ struct SeArgs {
 // a partial sum per thread or the second product's parts x C sums.
 template <class T, int V>
 __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
+  constexpr int kWordBatch = V == 8 ? 4 : kSeBatch;
   extern __shared__ float smem[];
   __shared__ bool is_last;
   const int n = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
@@ -108,16 +113,19 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
   const float inv = 1.f / static_cast<float>(a.pixels);
   const float* sums = a.partials + static_cast<int64_t>(n) * chunks * c_total;
   for (int c = t; c < c_total; c += kSeThreads) {
-    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    int k = 0;
-    for (; k + 4 <= chunks; k += 4) {
-      s0 += __ldcg(sums + static_cast<int64_t>(k) * c_total + c);
-      s1 += __ldcg(sums + static_cast<int64_t>(k + 1) * c_total + c);
-      s2 += __ldcg(sums + static_cast<int64_t>(k + 2) * c_total + c);
-      s3 += __ldcg(sums + static_cast<int64_t>(k + 3) * c_total + c);
+    // kSeBatch loads in flight, summed in chunk order (a fixed order: the result does not
+    // depend on which block finished last).
+    float total = 0.f;
+    for (int k = 0; k < chunks; k += kSeBatch) {
+      float v[kSeBatch];
+#pragma unroll
+      for (int u = 0; u < kSeBatch; ++u) {
+        v[u] = k + u < chunks ? __ldcg(sums + static_cast<int64_t>(k + u) * c_total + c) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kSeBatch; ++u) total += v[u];
     }
-    for (; k < chunks; ++k) s0 += __ldcg(sums + static_cast<int64_t>(k) * c_total + c);
-    mean[c] = ((s0 + s1) + (s2 + s3)) * inv;
+    mean[c] = total * inv;
   }
   if (t == 0) a.counters[n] = 0;
   __syncthreads();
@@ -135,25 +143,20 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     if (t < row_threads && s < a.squeeze) {
       const T* w = w1 + static_cast<int64_t>(s) * c_total;
       const int w_end = min(words, (part + 1) * run);
-      int wd = part * run;
-      for (; wd + kSeBatch <= w_end; wd += kSeBatch) {
-        Pack<T, V> v[kSeBatch];  // all loads in flight before the products (see kSeBatch)
+      for (int wd = part * run; wd < w_end; wd += kWordBatch) {
+        Pack<T, V> v[kWordBatch];  // all loads in flight before the products
 #pragma unroll
-        for (int u = 0; u < kSeBatch; ++u) {
-          v[u] = *reinterpret_cast<const Pack<T, V>*>(w + (wd + u) * V);
+        for (int u = 0; u < kWordBatch; ++u) {
+          if (wd + u < w_end) v[u] = *reinterpret_cast<const Pack<T, V>*>(w + (wd + u) * V);
         }
 #pragma unroll
-        for (int u = 0; u < kSeBatch; ++u) {
+        for (int u = 0; u < kWordBatch; ++u) {
+          if (wd + u >= w_end) break;
 #pragma unroll
           for (int k = 0; k < V; ++k) {
             acc += static_cast<float>(v[u].v[k]) * mean[(wd + u) * V + k];
           }
         }
-      }
-      for (; wd < w_end; ++wd) {
-        const Pack<T, V> v = *reinterpret_cast<const Pack<T, V>*>(w + wd * V);
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc += static_cast<float>(v.v[k]) * mean[wd * V + k];
       }
     }
     part_sums[t] = acc;
@@ -181,26 +184,22 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] = 0.f;
       const T* col = w2t + w * V;
-      int s = s_begin;
-      for (; s + kSeBatch <= s_end; s += kSeBatch) {
-        Pack<T, V> v[kSeBatch];
+      for (int s = s_begin; s < s_end; s += kWordBatch) {
+        Pack<T, V> v[kWordBatch];
 #pragma unroll
-        for (int u = 0; u < kSeBatch; ++u) {
-          v[u] = *reinterpret_cast<const Pack<T, V>*>(col + static_cast<int64_t>(s + u) * c_total);
+        for (int u = 0; u < kWordBatch; ++u) {
+          if (s + u < s_end) {
+            v[u] =
+                *reinterpret_cast<const Pack<T, V>*>(col + static_cast<int64_t>(s + u) * c_total);
+          }
         }
 #pragma unroll
-        for (int u = 0; u < kSeBatch; ++u) {
+        for (int u = 0; u < kWordBatch; ++u) {
+          if (s + u >= s_end) break;
           const float hs = hidden[s + u];
 #pragma unroll
           for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v[u].v[k]) * hs;
         }
-      }
-      for (; s < s_end; ++s) {
-        const Pack<T, V> v =
-            *reinterpret_cast<const Pack<T, V>*>(col + static_cast<int64_t>(s) * c_total);
-        const float hs = hidden[s];
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] += static_cast<float>(v.v[k]) * hs;
       }
 #pragma unroll
       for (int k = 0; k < V; ++k) red[part * c_total + w * V + k] = acc[k];
@@ -227,14 +226,14 @@ __global__ void se_transpose(const T* w, T* wt, int channels, int squeeze) {
 
 // y[n, p, c] = x[n, p, c] * scale[n, c]; block (word chunk, n), words of V channels.
 template <class T, int V>
-__global__ void __launch_bounds__(kSeThreads)
+__global__ void __launch_bounds__(kExciteThreads)
     se_excite(const T* x, const float* scale, T* y, int samples, int sample_words, int words_c,
               int channels) {
   for (int n = blockIdx.y; n < samples; n += gridDim.y) {
     const int64_t base = static_cast<int64_t>(n) * sample_words;
     const float* s = scale + static_cast<int64_t>(n) * channels;
-    for (int j = blockIdx.x * kSeThreads + threadIdx.x; j < sample_words;
-         j += gridDim.x * kSeThreads) {
+    for (int j = blockIdx.x * kExciteThreads + threadIdx.x; j < sample_words;
+         j += gridDim.x * kExciteThreads) {
       const int c = (j % words_c) * V;
       const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[base + j];
       Pack<T, V> out;
@@ -265,9 +264,10 @@ template <class T, int V>
 void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   const int words = a.channels / V;
   const int lanes = std::min(words, kSeThreads), rows = kSeThreads / lanes;
-  // Chunks of pixels so that about 4 blocks per multiprocessor run, each thread summing at
-  // least 4 pixels.
-  const int64_t want = (int64_t{4} * sms + samples - 1) / samples;
+  // Chunks of pixels so that up to 2 blocks per multiprocessor run (all the threads an SM holds)
+  // in one wave (rounding up put 288 blocks on 264 places at b32), each thread summing at least 4
+  // pixels.
+  const int64_t want = int64_t{2} * sms / samples;
   const int64_t most = std::max<int64_t>(1, a.pixels / (int64_t{rows} * 4));
   int64_t chunks = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
   a.chunk_pixels = static_cast<int>((a.pixels + chunks - 1) / chunks);
@@ -287,11 +287,12 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
   const int sample_words = a.pixels * words;
   const int blocks_x =
-      std::max(1, std::min(65535, (sample_words + kSeThreads * 4 - 1) / (kSeThreads * 4)));
+      std::max(1, std::min(65535, (sample_words + kExciteThreads * 4 - 1) / (kExciteThreads * 4)));
   se_excite<T, V>
       <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(std::min(samples, 65535))),
-         kSeThreads, 0, args.stream()>>>(static_cast<const T*>(a.x), a.scale, static_cast<T*>(a.y),
-                                         samples, sample_words, words, a.channels);
+         kExciteThreads, 0, args.stream()>>>(static_cast<const T*>(a.x), a.scale,
+                                             static_cast<T*>(a.y), samples, sample_words, words,
+                                             a.channels);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
