@@ -93,27 +93,10 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     }
   }
   __syncthreads();
-  // The rows' sums in two steps where channels are few (32 channels in f16 have 256 rows: a
-  // chain of 256 dependent shared-memory loads for one thread per channel): thread (c, gi) of
-  // `groups` adds rows gi,
-  // gi + groups, ... into row gi's place (no other thread reads those), then one thread per
-  // channel adds the groups in order.
-  int sum_rows = rows;
-  const int groups = min(rows, kSeThreads / c_total);
-  if (groups > 1 && groups < rows) {
-    if (t < groups * c_total) {
-      const int c = t % c_total, gi = t / c_total;
-      float s = 0.f;
-      for (int r = gi; r < rows; r += groups) s += smem[r * c_total + c];
-      smem[gi * c_total + c] = s;
-    }
-    __syncthreads();
-    sum_rows = groups;
-  }
   float* partial = a.partials + (static_cast<int64_t>(n) * chunks + chunk) * c_total;
   for (int c = t; c < c_total; c += kSeThreads) {
     float s = 0.f;
-    for (int r = 0; r < sum_rows; ++r) s += smem[r * c_total + c];
+    for (int r = 0; r < rows; ++r) s += smem[r * c_total + c];
     partial[c] = s;
   }
   __threadfence();  // the partials are visible device-wide before the counter moves
