@@ -124,6 +124,12 @@ TEST(CudaAttention, PackedHeadsF16AndBf16) {
     self.heads = 4, self.head_size = 64, self.columns = {0, 256, 512};
     const HostTensor qkv = random_tensor(dtype, {2, 130, 3 * 256}, seed++);
     compare_layer(self, {qkv, qkv, qkv}, rtol, atol);
+    // ViT-B/16's layer at batch 32 (384 matrices of 197 rows): enough blocks that the resident
+    // kernel's warps take several query tiles each (5 warps, 3 rounds, on a 132-SM device).
+    AttentionParams vit;
+    vit.heads = 12, vit.head_size = 64, vit.columns = {0, 768, 1536};
+    const HostTensor vit_qkv = random_tensor(dtype, {32, 197, 3 * 768}, seed++);
+    compare_layer(vit, {vit_qkv, vit_qkv, vit_qkv}, rtol, atol);
     AttentionParams cross;
     cross.causal = true, cross.scale = 0.2;
     cross.heads = 3, cross.head_size = 32, cross.columns = {8, 0, 96};  // q past a pad column

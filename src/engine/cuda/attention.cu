@@ -9,8 +9,8 @@
 //   past S, and warps whose 16 rows are all past L, skip their math. Two kernels:
 //   - resident (S <= 256, and at least two blocks an SM): a block copies all of a matrix's keys
 //     and values into shared memory once (cp.async, one group per 64-key tile, the first round
-//     starting on tile 0 while the rest land) and its warps walk its 64 to 256 query rows,
-//     16 at a time, without block barriers after the first round;
+//     starting on tile 0 while the rest land) and its 4 to 8 warps walk its query rows, 16 at a
+//     time, without block barriers after the first round;
 //   - streaming (longer S): a block takes 64 query rows and streams key/value tiles through two
 //     shared-memory stages (latency-bound at S = 197, bench/NOTES.md G17).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
@@ -24,6 +24,7 @@
 #include <mutex>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -127,8 +128,11 @@ constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * kWarp;
 constexpr int kMma = 16;                        // side of a WMMA tile
 constexpr int kQueryTile = kFlashWarps * kMma;  // query rows per block, 16 per warp
-constexpr int kKeyTile = 64;                    // key/value rows per step
-constexpr size_t kElemBytes = 2;                // f16 and bf16
+// The resident kernel's blocks have 4 to 8 warps, chosen per layer (resident_shape).
+constexpr int kResidentMinWarps = 4, kResidentMaxWarps = 8;
+constexpr int kResidentMaxThreads = kResidentMaxWarps * kWarp;
+constexpr int kKeyTile = 64;      // key/value rows per step
+constexpr size_t kElemBytes = 2;  // f16 and bf16
 
 // Shared memory of the flash kernel for head size E, in bytes: two stages of a key tile and a
 // value tile, then the query tile. Rows are E + 8 elements apart: 16-byte aligned, and the
@@ -476,16 +480,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   }
 }
 
-// The resident kernel (S <= 256): a block copies all of a matrix's keys and values
-// into shared memory once, as one cp.async group per 64-key tile, and its 4 warps take the
-// block's query rows 16 at a time (warp w: tiles w, w + 4, ...), each through its own query
-// stage. The first round computes tile t as soon as group t has landed; later rounds run
+// The resident kernel (S <= 256): a block copies all of a matrix's keys and values into shared
+// memory once, as one cp.async group per 64-key tile, and its W warps (4 to 8, resident_shape)
+// take the block's query rows 16 at a time (warp w: tiles w, w + W, ...), each through its own
+// query stage. The first round computes tile t as soon as group t has landed; later rounds run
 // without block barriers. Keys and values are read once per block instead of once per 64 query
 // rows, and no warp waits on another's step (the streaming kernel's latency, NOTES.md G17).
-// Shared memory: keys [S16, kLd], values [S16, kLd], 4 query stages [16, kLd], S16 = S rounded
-// up to 16 (rows past S zero-filled).
+// Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16, kLd], S16 = S rounded
+// up to 16 (rows past S zero-filled). 128 registers a thread keep 2 blocks of 8 warps on an SM up
+// to E = 64 (larger heads would spill at 128).
 template <class T, int E>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
     flash_attention_resident_kernel(FlashArgs a, int64_t block_rows) {
   constexpr int kLd = FlashSmem<E>::kLd;
   constexpr int kChunks = E / 8;  // 16-byte pieces per row
@@ -493,6 +498,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = static_cast<int>(threadIdx.x) / kWarp,
             lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
   const int s16 = static_cast<int>((a.S + 15) / 16 * 16);
   T* const ks = reinterpret_cast<T*>(smem);
   T* const vs = ks + s16 * kLd;
@@ -529,7 +535,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int t = 0; t < key_tiles; ++t) {
       const int r_end = (t + 1) * kKeyTile < s16 ? (t + 1) * kKeyTile : s16;
       for (int c = static_cast<int>(threadIdx.x) + t * kKeyTile * kChunks; c < r_end * kChunks;
-           c += kFlashThreads) {
+           c += static_cast<int>(blockDim.x)) {
         const int r = c / kChunks, e = (c % kChunks) * 8;
         const bool inside = r < a.S;
         copy16_async(ks + r * kLd + e, inside ? km + r * a.ko.ld + e : km, inside ? 16 : 0);
@@ -538,7 +544,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       commit_async();
     }
 
-    for (int rt = warp, round = 0; round == 0 || rt < row_tiles; rt += kFlashWarps, ++round) {
+    for (int rt = warp, round = 0; round == 0 || rt < row_tiles; rt += warps, ++round) {
       const bool active = rt < row_tiles;
       const int first = static_cast<int>(q0) + rt * kMma;
       const int row[2] = {first + lane / 4, first + lane / 4 + 8};
@@ -596,55 +602,72 @@ void allow_shared_bytes(const void* kernel, size_t bytes, int device,
   configured.fetch_or(bit);
 }
 
-// Blocks of `kernel` (kFlashThreads threads, `bytes` of shared memory) the device holds at once.
-int resident_blocks(const void* kernel, size_t bytes, int device) {
+// Blocks of `kernel` (`threads` threads, `bytes` of shared memory) the device holds at once.
+int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, size_t, int>, int> cache;
+  static std::map<std::tuple<const void*, int, size_t, int>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, bytes, device);
+  const auto key = std::make_tuple(kernel, threads, bytes, device);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int sms = 0, per_sm = 0;
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  KILN_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFlashThreads, bytes));
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
   return cache[key] = std::max(1, sms * per_sm);
 }
 
 // The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows,
 // and a 16-row query stage per warp.
 template <int E>
-constexpr size_t resident_bytes(int64_t S) {
-  return static_cast<size_t>(2 * ((S + kMma - 1) / kMma * kMma) + kQueryTile) * FlashSmem<E>::kLd *
-         kElemBytes;
+constexpr size_t resident_bytes(int64_t S, int warps) {
+  return static_cast<size_t>(2 * ((S + kMma - 1) / kMma * kMma) + warps * kMma) *
+         FlashSmem<E>::kLd * kElemBytes;
 }
 constexpr int64_t kResidentKeys = 4 * kKeyTile;  // four cp.async groups of keys and values
-// Above this the resident kernel fits fewer than two blocks on an SM (E = 128 past 144 keys),
-// and the streaming kernel runs instead.
+// Above this (with 4 warps) the resident kernel fits fewer than two blocks on an SM (E = 128 past
+// 144 keys), and the streaming kernel runs instead.
 constexpr size_t kResidentMaxBytes = 110 * 1024;
+
+// The resident kernel's warps per block and query rows per block (whole 16-row tiles, split
+// evenly into chunks) for a layer of `pairs` matrices. The cost of a choice is its waves (blocks
+// over the blocks the device holds at once) times its rounds (a block's tiles over its warps);
+// the cheapest wins, then the fewest chunks (each block copies all keys and values), then the
+// fewest warps. ViT's 13 tiles a matrix at b32: 4 warps are one wave of 4 rounds (the last with
+// one warp working), 5 warps one wave of 3, 8 warps two waves of 2 (NOTES.md G27).
+template <class T, int E>
+std::pair<int, int> resident_shape(int L, int S, int64_t pairs, int device) {
+  const auto kernel = reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>);
+  const int row_tiles = (L + kMma - 1) / kMma;
+  int best_warps = 0, best_rows = 0;
+  int64_t best_cost = 0, best_chunks = 0;
+  for (int warps = kResidentMinWarps; warps <= kResidentMaxWarps; ++warps) {
+    const size_t bytes = resident_bytes<E>(S, warps);
+    const int64_t slots = resident_blocks(kernel, warps * kWarp, bytes, device);
+    for (int chunks = 1;; ++chunks) {
+      const int per_chunk = (row_tiles + chunks - 1) / chunks;
+      const int64_t blocks = pairs * ((row_tiles + per_chunk - 1) / per_chunk);
+      const int64_t cost = (blocks + slots - 1) / slots * ((per_chunk + warps - 1) / warps);
+      if (best_warps == 0 || cost < best_cost || (cost == best_cost && chunks < best_chunks)) {
+        best_warps = warps, best_rows = per_chunk * kMma, best_cost = cost, best_chunks = chunks;
+      }
+      if (per_chunk <= warps) break;  // (more chunks only leave warps idle)
+    }
+  }
+  return {best_warps, best_rows};
+}
 
 template <class T, int E>
 void launch_flash(KernelArgs& args, const FlashArgs& a) {
   const int device = args.res.device();
   const unsigned pairs = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
-  const size_t bytes = resident_bytes<E>(a.S);
-  if (a.S <= kResidentKeys && bytes <= kResidentMaxBytes) {
+  if (a.S <= kResidentKeys && resident_bytes<E>(a.S, kResidentMinWarps) <= kResidentMaxBytes) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
     allow_shared_bytes(reinterpret_cast<const void*>(kernel),
-                       std::min(resident_bytes<E>(kResidentKeys), kResidentMaxBytes), device,
-                       configured);
-    // Query rows per block: whole 16-row tiles, 4 to 16 of them (one to four per warp), split
-    // evenly into the fewest blocks that still give every SM work (half the resident blocks);
-    // fewer blocks read keys and values fewer times.
-    const int64_t row_tiles = (a.L + kMma - 1) / kMma;
-    const int64_t slots = resident_blocks(reinterpret_cast<const void*>(kernel), bytes, device);
-    const int64_t most = std::max<int64_t>(1, (row_tiles + kFlashWarps - 1) / kFlashWarps);
-    int64_t chunks = (row_tiles + 4 * kFlashWarps - 1) / (4 * kFlashWarps);
-    while (chunks < most && static_cast<int64_t>(pairs) * chunks * 2 < slots) ++chunks;
-    const int64_t block_rows = (row_tiles + chunks - 1) / chunks * kMma;
+                       resident_bytes<E>(kResidentKeys, kResidentMaxWarps), device, configured);
+    const auto [warps, block_rows] = resident_shape<T, E>(a.L, a.S, pairs, device);
     const dim3 grid(static_cast<unsigned>((a.L + block_rows - 1) / block_rows), pairs);
-    kernel<<<grid, kFlashThreads, bytes, args.stream()>>>(a, block_rows);
+    kernel<<<grid, warps * kWarp, resident_bytes<E>(a.S, warps), args.stream()>>>(a, block_rows);
   } else {
     const auto kernel = flash_attention_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
