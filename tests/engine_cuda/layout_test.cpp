@@ -343,7 +343,9 @@ TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
 // Squeeze-excitation as efficientnet has it (depthwise convolution + SiLU, then global average
 // pool, 1x1 + SiLU, 1x1 + sigmoid, times the depthwise output, then a 1x1 projection) runs as the
 // fused CUDA layer: channels in 16-byte words (40, 264, 1152) and not (36 in f16), one chunk of
-// pixels per sample and several (264 at 20x20), channel words past the block's threads (1152).
+// pixels per sample and several (264 at 20x20), channel words past the block's threads (1030
+// single channels on 1024 threads), and 4096 channels (the most; past the 48 KiB of shared memory
+// a launch gets without asking, in f16 and bf16).
 // Three runs of one context (eager, captured into a CUDA graph, replayed) all match the CPU:
 // the last block's counters return to zero.
 TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
@@ -351,8 +353,8 @@ TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
   struct Case {
     int64_t n, c, hw, squeeze;
   };
-  for (const Case& c :
-       {Case{3, 40, 9, 10}, Case{2, 36, 7, 9}, Case{2, 264, 20, 66}, Case{2, 1152, 3, 48}}) {
+  for (const Case& c : {Case{3, 40, 9, 10}, Case{2, 36, 7, 9}, Case{2, 264, 20, 66},
+                        Case{2, 1152, 3, 48}, Case{1, 4096, 2, 64}, Case{1, 1030, 2, 20}}) {
     for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
       SCOPED_TRACE("C=" + std::to_string(c.c) + " HW=" + std::to_string(c.hw) + " " +
                    dtype_name(low));

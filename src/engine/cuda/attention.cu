@@ -590,18 +590,6 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
   }
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory: above 48 KiB a kernel must opt in, once per
-// device (the attribute is per context); `configured` holds the devices done, a bit each.
-void allow_shared_bytes(const void* kernel, size_t bytes, int device,
-                        std::atomic<uint64_t>& configured) {
-  if (bytes <= 48 * 1024) return;
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (configured.load() & bit) != 0) return;
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-  configured.fetch_or(bit);
-}
-
 // Blocks of `kernel` (`threads` threads, `bytes` of shared memory) the device holds at once.
 int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   static std::mutex mu;

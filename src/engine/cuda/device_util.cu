@@ -76,6 +76,16 @@ std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
   return merge(layer, out, strides);
 }
 
+void allow_shared_bytes(const void* kernel, size_t bytes, int device,
+                        std::atomic<uint64_t>& configured) {
+  if (bytes <= 48 * 1024) return;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (configured.load() & bit) != 0) return;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  configured.fetch_or(bit);
+}
+
 Dims strided_dims(const std::string& layer, const Shape& shape,
                   const std::vector<int64_t>& strides) {
   return merge(layer, shape, {contiguous_strides(shape), strides})[1];

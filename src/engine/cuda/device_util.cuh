@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -136,6 +137,12 @@ __device__ __forceinline__ void wait_async() {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
 }
+
+// Host side: lets `kernel` use up to `bytes` of dynamic shared memory, which above 48 KiB it must
+// opt into, once per device (the attribute is per context); `configured` holds the devices done,
+// a bit each (one per kernel and size, so a static next to the launch).
+void allow_shared_bytes(const void* kernel, size_t bytes, int device,
+                        std::atomic<uint64_t>& configured);
 
 // Host side: builds Dims for indexing an operand of shape `in` broadcast to `out` (stride 0 on
 // broadcast dims), merging adjacent dims where that loses nothing; `more` are further operands

@@ -13,6 +13,7 @@
 // 2. excite: y = x * scale[n, c] in 16-byte words.
 // Everything accumulates in fp32 (torch rounds the pool, hidden and scale to the dtype).
 #include <algorithm>
+#include <atomic>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
@@ -23,7 +24,7 @@ namespace {
 
 // The squeeze kernel's threads: its last block per sample is a chain of dependent L2 round trips
 // (partials, then each product's weights), and more threads make each link shorter: at 256 the
-// 7x7x1152 layer of efficientnet_b0 took about 30 us whatever the batch (bench/NOTES.md G25, G27).
+// 7x7x1152 layer of efficientnet_b0 took about 30 us whatever the batch (bench/NOTES.md G25, G28).
 constexpr int kSeThreads = 1024;
 constexpr int kExciteThreads = 256;
 // Loads each thread of the last block has in flight before using any (partial sums, weight
@@ -282,6 +283,13 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
       sizeof(float) *
       static_cast<size_t>(std::max(
           rows * a.channels, a.channels + a.squeeze + std::max(kSeThreads, parts2 * a.channels)));
+  // At most rows x C <= max(C, kSeThreads V) floats, or C + S + max(kSeThreads, parts2 C) with
+  // parts2 C <= max(C, kSeThreads V), for C and S up to 4096 (squeeze_excitation_applies): 64 KiB
+  // in 16-bit types, past the 48 KiB a launch gets without asking.
+  constexpr size_t kMostSmem = sizeof(float) * (2 * 4096 + std::max(4096, kSeThreads * V));
+  static std::atomic<uint64_t> configured{0};
+  allow_shared_bytes(reinterpret_cast<const void*>(se_squeeze<T, V>), kMostSmem, args.res.device(),
+                     configured);
   se_squeeze<T, V><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(samples)),
                      kSeThreads, smem, args.stream()>>>(a);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
