@@ -73,8 +73,8 @@ TEST(CudaAttention, FlashF16AndBf16) {
     const auto make = [&](const Shape& shape) { return random_tensor(c.dtype, shape, seed++); };
     for (int64_t e : {64, 128, 16}) {
       // L == S on whole tiles; L != S with tails of both query and key tiles; S = 256, the
-      // most keys the resident kernel holds, with 19 query tiles (two blocks a matrix); S = 300
-      // on the streaming kernel (and E = 128 there from S = 145 on).
+      // most keys the resident kernel holds, with 19 query tiles (several blocks a matrix); S = 300
+      // on the streaming kernel (and E = 128 there from S = 161 on).
       for (const auto& [l, s] :
            {std::pair<int64_t, int64_t>{128, 128}, {130, 77}, {300, 256}, {70, 300}}) {
         for (bool causal : {false, true}) {

@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
   T* const ks = reinterpret_cast<T*>(smem);
   T* const vs = ks + s16 * kLd;
   T* const q_rows = vs + s16 * kLd + warp * kMma * kLd;  // the warp's query stage
-  const int key_tiles = static_cast<int>((a.S + kKeyTile - 1) / kKeyTile);  // 1..4
+  const int key_tiles = static_cast<int>((a.S + kKeyTile - 1) / kKeyTile);  // 0..4
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * block_rows;
   const int64_t q_end = q0 + block_rows < a.L ? q0 + block_rows : a.L;
@@ -613,7 +613,7 @@ constexpr size_t resident_bytes(int64_t S, int warps) {
 }
 constexpr int64_t kResidentKeys = 4 * kKeyTile;  // four cp.async groups of keys and values
 // Above this (with 4 warps) the resident kernel fits fewer than two blocks on an SM (E = 128 past
-// 144 keys), and the streaming kernel runs instead.
+// 160 keys), and the streaming kernel runs instead.
 constexpr size_t kResidentMaxBytes = 110 * 1024;
 
 // The resident kernel's warps per block and query rows per block (whole 16-row tiles, split
