@@ -2,17 +2,17 @@
 // - flash: q, k, v and out all f16 or all bf16, no mask (causal or not), E == Ev a multiple of 16
 //   up to 128, equal batch dims (fused_attention_applies, which the builder asks too) and 16-byte
 //   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
-//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. Blocks of 4
-//   warps, 16 query rows a warp; q k^T and p v run on tensor cores (mma.sync on ldmatrix
-//   fragments, float accumulation) around an online softmax in float held in registers, with p
-//   rounded to the input dtype for p v, one 64-key tile at a time (attend_tile). Key fragments
-//   past S, and warps whose 16 rows are all past L, skip their math. Two kernels:
+//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. 16 query
+//   rows a warp; q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
+//   accumulation) around an online softmax in float held in registers, with p rounded to the
+//   input dtype for p v, one 64-key tile at a time (attend_tile). Key fragments past S, and warps
+//   whose 16 rows are all past L, skip their math. Two kernels:
 //   - resident (S <= 256, and at least two blocks an SM): a block copies all of a matrix's keys
 //     and values into shared memory once (cp.async, one group per 64-key tile, the first round
 //     starting on tile 0 while the rest land) and its 4 to 8 warps walk its query rows, 16 at a
 //     time, without block barriers after the first round;
-//   - streaming (longer S): a block takes 64 query rows and streams key/value tiles through two
-//     shared-memory stages (latency-bound at S = 197, bench/NOTES.md G17).
+//   - streaming (longer S): a block of 4 warps takes 64 query rows and streams key/value tiles
+//     through two shared-memory stages (latency-bound at S = 197, bench/NOTES.md G17).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
 // Rows whose every position is masked out produce zeros.
