@@ -422,6 +422,17 @@ __device__ __forceinline__ void store_rows(const FlashRows<E>& st, T* om, const 
   }
 }
 
+// Where matrix pair bh (batch b = bh / heads, head h = bh % heads) of q, k, v and out starts.
+template <class T>
+__device__ __forceinline__ void matrices_of(const FlashArgs& a, int64_t bh, const T*& q,
+                                            const T*& k, const T*& v, T*& out) {
+  const int64_t b = bh / a.heads, h = bh % a.heads;
+  q = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
+  k = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
+  v = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
+  out = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
+}
+
 // The streaming kernel (S > 256, or keys and values too large to hold): one block of 4 warps takes
 // 64 query rows (16 a warp) and streams 64-row key/value tiles through two shared-memory stages.
 template <class T, int E>
@@ -448,11 +459,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   const bool active = q0 + warp * kMma < a.L;
 
   for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
-    const int64_t b = bh / a.heads, h = bh % a.heads;
-    const T* const qm = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
-    const T* const km = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
-    const T* const vm = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
-    T* const om = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
+    const T *qm, *km, *vm;
+    T* om;
+    matrices_of(a, bh, qm, km, vm, om);
     __syncthreads();  // no warp still reads the previous matrix's tiles
     if (tiles > 0) {  // (else nothing is read: the rows are zeros)
       load_tile_async<E>(q_tile, qm, q0, a.L, a.qo.ld);
@@ -510,11 +519,9 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
   const int row_tiles = static_cast<int>((q_end - q0 + kMma - 1) / kMma);
 
   for (int64_t bh = blockIdx.y; bh < a.batch; bh += gridDim.y) {
-    const int64_t b = bh / a.heads, h = bh % a.heads;
-    const T* const qm = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
-    const T* const km = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
-    const T* const vm = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
-    T* const om = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
+    const T *qm, *km, *vm;
+    T* om;
+    matrices_of(a, bh, qm, km, vm, om);
     // Copies the warp's query tile `rt` (rows past L zero-filled) into its stage.
     const auto load_query = [&](int rt) {
       const int64_t r0 = q0 + static_cast<int64_t>(rt) * kMma;
