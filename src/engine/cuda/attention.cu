@@ -697,10 +697,6 @@ void launch_flash(KernelArgs& args, const FlashArgs& a, int64_t E) {
   KILN_THROW(InternalError, "layer `", args.layer.name, "`: no flash attention kernel for E=", E);
 }
 
-bool aligned16(const void* d) {
-  return reinterpret_cast<uintptr_t>(d) % 16 == 0;
-}
-
 // Whether L and S fit the flash kernels' 32-bit row indices.
 bool rows_fit(int64_t L, int64_t S) {
   return L < (int64_t{1} << 30) && S < (int64_t{1} << 30);
@@ -789,7 +785,9 @@ void attention_kernel(KernelArgs& args) {
     KILN_CHECK(flash_applies_packed(p, args.inputs, out), Unsupported, "layer `", args.layer.name,
                "`: packed attention heads run on the flash kernel only (f16 or ",
                "bf16, head size a multiple of 16 up to 128, rows and column offsets in multiples ",
-               "of 8 elements); got ", dtype_name(out.dtype), ", head size ", p.head_size);
+               "of 8 elements, fewer than 2^30 query and key rows); got ", dtype_name(out.dtype),
+               ", head size ", p.head_size, ", ", out.shape[1], " query and ",
+               args.inputs[1].shape[1], " key rows");
     flash_attention_packed(args, p);
     return;
   }
