@@ -320,6 +320,78 @@ int fuse_squeeze_excitation(Network& net,
   return fused_count;
 }
 
+// Squeeze-excitation whose result only feeds a 1x1 convolution (efficientnet's projection, with
+// its bias and residual) takes that convolution (SqueezeExcitationParams::project) where
+// applies(samples, pixels, channels, out channels) says it pays: the projection then runs on x
+// with its weights scaled per sample, and the excite pass is gone (bench/NOTES.md G29). Static
+// channels-last shapes, stride 1 without padding or dilation, one dtype throughout, a residual of
+// the output's shape. The layer runs where the convolution ran (after its residual exists).
+// Returns how many it folded.
+int fold_excitation_into_projection(
+    Network& net, const std::function<bool(int64_t, int64_t, int64_t, int64_t)>& applies,
+    std::vector<std::string>& fusions) {
+  const auto all_are = [](const std::vector<int64_t>& v, int64_t want) {
+    return std::all_of(v.begin(), v.end(), [&](int64_t d) { return d == want; });
+  };
+  const auto fold_at = [&](size_t i) {
+    const Layer& se_layer = net.layers()[i];
+    const auto* se = std::get_if<SqueezeExcitationParams>(&se_layer.params);
+    if (!se || se->project || !se->channels_last) return false;
+    size_t j = 0;
+    const Layer* conv = single_consumer(net, se_layer.outputs[0], &j);
+    const auto* cp = conv ? std::get_if<ConvolutionParams>(&conv->params) : nullptr;
+    if (!cp || conv->inputs[0] != se_layer.outputs[0] || !cp->channels_last || cp->transposed ||
+        cp->groups != 1 || !all_are(cp->strides, 1) || !all_are(cp->padding_begin, 0) ||
+        !all_are(cp->padding_end, 0) || !all_are(cp->dilations, 1)) {
+      return false;
+    }
+    const TensorDesc& xd = net.tensor(se_layer.inputs[0]);
+    const Shape& w = net.tensor(conv->inputs[1]).shape;
+    const TensorDesc& yd = net.tensor(conv->outputs[0]);
+    const auto is_static = [](const Shape& s) {
+      return std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 1; });
+    };
+    if (!is_static(xd.shape) || !is_static(yd.shape) || w.size() != xd.shape.size() ||
+        w.back() != xd.shape.back() ||
+        !std::all_of(w.begin() + 1, w.end() - 1, [](int64_t d) { return d == 1; })) {
+      return false;
+    }
+    for (TensorId id : conv->inputs) {
+      if (net.tensor(id).dtype != xd.dtype) return false;
+    }
+    if (yd.dtype != xd.dtype ||
+        (cp->post.has_residual && net.tensor(conv->inputs.back()).shape != yd.shape)) {
+      return false;
+    }
+    const int64_t samples = xd.shape[0], channels = xd.shape.back();
+    if (!applies(samples, volume(xd.shape) / (samples * channels), channels, w[0])) return false;
+    SqueezeExcitationParams fused = *se;
+    fused.project = true;
+    fused.projection = cp->post;
+    fused.tf32 = cp->tf32;
+    std::vector<TensorId> inputs = se_layer.inputs;
+    inputs.insert(inputs.end(), conv->inputs.begin() + 1, conv->inputs.end());
+    fusions.push_back(se_layer.name + " + " + conv->name + " -> " + conv->name +
+                      " (squeeze-excitation + projection)");
+    Layer replacement{conv->name, fused, inputs, conv->outputs};
+    std::vector<Layer> kept;
+    for (size_t k = 0; k < net.layers().size(); ++k) {
+      if (k != i) kept.push_back(k == j ? replacement : net.layers()[k]);
+    }
+    net.set_layers(std::move(kept));
+    return true;
+  };
+  int folded = 0;
+  for (size_t i = 0; i < net.layers().size();) {
+    if (fold_at(i)) {
+      ++folded;  // layer i is now the one after the squeeze-excitation
+    } else {
+      ++i;
+    }
+  }
+  return folded;
+}
+
 bool fusible_elementwise(const Network& net, const Layer& l) {
   if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
   for (TensorId id : l.inputs) {
@@ -614,6 +686,13 @@ std::string BuildReport::to_string() const {
   if (gelu_tanh_layers > 0) {
     os << "gelu: " << gelu_tanh_layers << " f16/bf16 matmuls fuse GELU in its tanh form\n";
   }
+  if (squeeze_excitations > 0) {
+    os << "squeeze-excitation: " << squeeze_excitations << " blocks as one layer";
+    if (excitation_projections > 0) {
+      os << ", " << excitation_projections << " of them with their projection";
+    }
+    os << "\n";
+  }
   if (layout.convolutions > 0) {
     os << "layout: " << layout.convolutions << " convolutions channels-last, "
        << layout.layers_moved << " other layers follow, " << layout.transposes
@@ -700,6 +779,12 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
                  cuda::squeeze_excitation_applies(channels, squeeze, channels_last);
         },
         r.fusions);
+    // KILN_SE_PROJECTION=off keeps the projections as convolutions (for measurements: G29).
+    const char* projection_env = std::getenv("KILN_SE_PROJECTION");
+    if (target.device == "cuda" && !(projection_env && std::string(projection_env) == "off")) {
+      r.excitation_projections =
+          fold_excitation_into_projection(net, cuda::excitation_projection_applies, r.fusions);
+    }
   }
   if (target.device == "cuda" && config.gelu_tanh_epilogues) {
     r.gelu_tanh_layers = gelu_tanh_epilogues(net);

@@ -55,6 +55,7 @@ struct BuildReport {
   int shuffle_chains_folded = 0;     // shuffle chains that keep element order, now one reshape
   int gelu_tanh_layers = 0;          // cuda: f16/bf16 matmuls whose GELU takes the tanh form
   int squeeze_excitations = 0;       // pool + 1x1 conv + 1x1 conv + multiply, now one layer
+  int excitation_projections = 0;    // cuda: of those, ones that took the 1x1 conv after them
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

@@ -450,6 +450,12 @@ struct FusedElementwiseParams {
 // channels_last), w1 [S, ...] of S * C elements ([S, C] in memory, as a 1x1 convolution's
 // weights in either layout), b1 [S] if has_bias1, w2 [C, ...] of C * S elements, b2 [C] if
 // has_bias2. The output has x's shape and dtype.
+// project (cuda plans, channels-last only; the builder's fold_excitation_into_projection): the
+// 1x1 convolution that consumed y is part of the layer, which then computes
+// projection(y) = y . wp^T + post-ops = x . (wp * scale[n])^T + post-ops per sample, scaling the
+// weights instead of x. Further inputs: wp [O, 1..., C] (the convolution's channels-last
+// weights), then the projection's post-op inputs (bias [O], residual of the output's shape). The
+// output is [N, spatial..., O]. tf32 as for convolutions (the projection's f32 product).
 struct SqueezeExcitationParams {
   ActivationKind activation1 = ActivationKind::kRelu;
   double alpha1 = 0, beta1 = 0;
@@ -457,6 +463,11 @@ struct SqueezeExcitationParams {
   double alpha2 = 0, beta2 = 0;
   bool has_bias1 = false, has_bias2 = false;
   bool channels_last = false;
+  bool project = false;
+  PostOps projection;
+  bool tf32 = false;
+  // Inputs before the projection's: x, w1, b1?, w2, b2?.
+  size_t excitation_inputs() const { return 3 + (has_bias1 ? 1 : 0) + (has_bias2 ? 1 : 0); }
   template <class V>
   void fields(V& v) {
     v("activation1", activation1);
@@ -468,6 +479,17 @@ struct SqueezeExcitationParams {
     v("has_bias1", has_bias1);
     v("has_bias2", has_bias2);
     v("channels_last", channels_last);
+    v("project", project);
+    // The projection's post-ops, named apart from the excitation's own activation fields.
+    v("projection_has_bias", projection.has_bias);
+    v("projection_activation", projection.activation);
+    v("projection_alpha", projection.alpha);
+    v("projection_beta", projection.beta);
+    v("projection_has_residual", projection.has_residual);
+    v("projection_activation2", projection.activation2);
+    v("projection_alpha2", projection.alpha2);
+    v("projection_beta2", projection.beta2);
+    v("tf32", tf32);
   }
 };
 

@@ -280,6 +280,55 @@ TEST(Pooling, SqueezeExcitationRejectsMismatchedOperands) {
   expect_error({x, w1_huge, b1, w2, b2}, "S * C past 2^48");
 }
 
+// With its projection (cuda plans' form) the layer checks the projection's operands too: weights
+// [O, 1, 1, C] over channels-last static data, a bias of O values, a residual of the output's
+// shape [N, H, W, O]. The CPU backend refuses the form by name (the builder makes it for cuda
+// plans only).
+TEST(Pooling, SqueezeExcitationChecksItsProjection) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 4, 4, 6});
+  auto w1 = net.add_input("w1", DataType::kF32, {3, 1, 1, 6});
+  auto w2 = net.add_input("w2", DataType::kF32, {6, 1, 1, 3});
+  auto wp = net.add_input("wp", DataType::kF32, {5, 1, 1, 6});
+  auto bp = net.add_input("bp", DataType::kF32, {5});
+  auto res = net.add_input("res", DataType::kF32, {2, 4, 4, 5});
+  auto wp_bad = net.add_input("wp_bad", DataType::kF32, {5, 3, 3, 6});
+  auto bp_bad = net.add_input("bp_bad", DataType::kF32, {6});
+  auto res_bad = net.add_input("res_bad", DataType::kF32, {2, 4, 4, 6});
+  SqueezeExcitationParams p;
+  p.channels_last = true;
+  p.project = true;
+  p.projection.has_bias = p.projection.has_residual = true;
+  EXPECT_EQ(net.tensor(net.add("se", p, {x, w1, w2, wp, bp, res})).shape, (Shape{2, 4, 4, 5}));
+  const auto expect_error = [&](const SqueezeExcitationParams& q,
+                                const std::vector<TensorId>& inputs, const char* what) {
+    try {
+      net.add("bad_se", q, inputs);
+      ADD_FAILURE() << what << ": no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find("bad_se"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("projection"), std::string::npos) << e.message();
+    }
+  };
+  expect_error(p, {x, w1, w2, wp_bad, bp, res}, "3x3 projection weights");
+  expect_error(p, {x, w1, w2, wp, bp_bad, res}, "a bias of 6 values");
+  expect_error(p, {x, w1, w2, wp, bp, res_bad}, "a residual of 6 channels");
+  SqueezeExcitationParams first = p;
+  first.channels_last = false;
+  expect_error(first, {x, w1, w2, wp, bp, res}, "channels-first data");
+  try {
+    run_one_layer(
+        p, {random_tensor(DataType::kF32, {2, 4, 4, 6}, 1),
+            random_tensor(DataType::kF32, {3, 1, 1, 6}, 2),
+            random_tensor(DataType::kF32, {6, 1, 1, 3}, 3),
+            random_tensor(DataType::kF32, {5, 1, 1, 6}, 4), random_tensor(DataType::kF32, {5}, 5),
+            random_tensor(DataType::kF32, {2, 4, 4, 5}, 6)});
+    ADD_FAILURE() << "the CPU backend ran the projection form";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(e.message().find("projection"), std::string::npos) << e.message();
+  }
+}
+
 // The squeeze-excitation layer on f16 data: the same values as in f32, within f16's rounding.
 TEST(Pooling, SqueezeExcitationInHalfMatchesF32) {
   SqueezeExcitationParams p;

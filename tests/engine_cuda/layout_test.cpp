@@ -340,12 +340,45 @@ TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
   }
 }
 
-// Squeeze-excitation as efficientnet has it (depthwise convolution + SiLU, then global average
-// pool, 1x1 + SiLU, 1x1 + sigmoid, times the depthwise output, then a 1x1 projection) runs as the
-// fused CUDA layer: channels in 16-byte words (40, 264, 1152) and not (36 in f16), one chunk of
-// pixels per sample and several (264 at 20x20), channel words past the block's threads (1030
-// single channels on 1024 threads), and 4096 channels (the most; past the 48 KiB of shared memory
-// a launch gets without asking, in f16 and bf16).
+// An efficientnet block's tail: depthwise convolution + SiLU, squeeze-excitation in torch's form
+// (global average pool, 1x1 + SiLU, 1x1 + sigmoid, times the depthwise output), then a 1x1
+// projection to `out` channels, with a bias and a residual (a 1x1 convolution of the input) when
+// asked.
+std::vector<TensorId> se_block(Network& net, const std::vector<TensorId>& in, int64_t c,
+                               int64_t squeeze, int64_t out, bool project_bias = false,
+                               bool residual = false) {
+  TensorId x =
+      net.add("dw", conv(1, 1, c),
+              {in[0], constant(net, "w_dw", {c, 1, 3, 3}, 71), constant(net, "b_dw", {c}, 72)});
+  x = net.add("silu", ActivationParams{ActivationKind::kSilu}, {x});
+  PoolingParams gap;
+  gap.kind = PoolingKind::kAverage;
+  gap.adaptive = true;
+  gap.output_size = {1, 1};
+  TensorId t = net.add("gap", gap, {x});
+  t = net.add("fc1", conv(0),
+              {t, constant(net, "w1", {squeeze, c, 1, 1}, 73), constant(net, "b1", {squeeze}, 74)});
+  t = net.add("act1", ActivationParams{ActivationKind::kSilu}, {t});
+  t = net.add("fc2", conv(0),
+              {t, constant(net, "w2", {c, squeeze, 1, 1}, 75), constant(net, "b2", {c}, 76)});
+  t = net.add("act2", ActivationParams{ActivationKind::kSigmoid}, {t});
+  t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, x});
+  std::vector<TensorId> project_in = {t, constant(net, "w_p", {out, c, 1, 1}, 77)};
+  if (project_bias) project_in.push_back(constant(net, "b_p", {out}, 78));
+  t = net.add("project", conv(0, 1, 1, project_bias), project_in);
+  if (residual) {
+    const TensorId r = net.add("shortcut", conv(0, 1, 1, false),
+                               {in[0], constant(net, "w_r", {out, c, 1, 1}, 79)});
+    t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, r});
+  }
+  return {t};
+}
+
+// Squeeze-excitation runs as the fused CUDA layer: channels in 16-byte words (40, 264, 1152) and
+// not (36 in f16), one chunk of pixels per sample and several (264 at 20x20), channel words past
+// the block's threads (1030 single channels on 1024 threads), and 4096 channels (the most; past
+// the 48 KiB of shared memory a launch gets without asking, in f16 and bf16). The projections
+// here stay convolutions (too few pixels per output channel, or per sample at batch 2+).
 // Three runs of one context (eager, captured into a CUDA graph, replayed) all match the CPU:
 // the last block's counters return to zero.
 TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
@@ -363,30 +396,55 @@ TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
       auto r = cuda_testing::run_both(
           inputs,
           [&](Network& net, const std::vector<TensorId>& in) {
-            TensorId x = net.add("dw", conv(1, 1, c.c),
-                                 {in[0], constant(net, "w_dw", {c.c, 1, 3, 3}, 71),
-                                  constant(net, "b_dw", {c.c}, 72)});
-            x = net.add("silu", ActivationParams{ActivationKind::kSilu}, {x});
-            PoolingParams gap;
-            gap.kind = PoolingKind::kAverage;
-            gap.adaptive = true;
-            gap.output_size = {1, 1};
-            TensorId t = net.add("gap", gap, {x});
-            t = net.add("fc1", conv(0),
-                        {t, constant(net, "w1", {c.squeeze, c.c, 1, 1}, 73),
-                         constant(net, "b1", {c.squeeze}, 74)});
-            t = net.add("act1", ActivationParams{ActivationKind::kSilu}, {t});
-            t = net.add("fc2", conv(0),
-                        {t, constant(net, "w2", {c.c, c.squeeze, 1, 1}, 75),
-                         constant(net, "b2", {c.c}, 76)});
-            t = net.add("act2", ActivationParams{ActivationKind::kSigmoid}, {t});
-            t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, x});
-            return std::vector<TensorId>{net.add("project", conv(0, 1, 1, false),
-                                                 {t, constant(net, "w_p", {16, c.c, 1, 1}, 77)})};
+            return se_block(net, in, c.c, c.squeeze, 16);
           },
           computing_in(low));
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "squeeze_excitation"), 1);
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "pooling"), 0);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "convolution"), 2);  // dw, project
+      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+      cuda_testing::expect_match(r, tol, tol);
+      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
+      for (int run = 0; run < 3; ++run) {
+        SCOPED_TRACE("run " + std::to_string(run));
+        const auto again = ctx.run(inputs);
+        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
+      }
+    }
+  }
+}
+
+// Squeeze-excitation takes the 1x1 projection after it where excitation_projection_applies (one
+// sample, or 512+ pixels per sample, and 2+ pixels per output channel): the projection's weights
+// scaled per sample, one batched GEMM of x with the projection's bias and residual, no excite
+// pass. Channels in 16-byte words and not (36 in f16), one sample and two; one case that does not
+// qualify (2 samples of 81 pixels) keeps its convolution. Eager, captured and replayed runs match
+// the CPU's separate layers.
+TEST(CudaLayout, SqueezeExcitationTakesItsProjection) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t n, c, hw, squeeze, out;
+    bool bias, residual;
+  };
+  for (const Case& c : {Case{1, 40, 6, 10, 16, true, false}, Case{2, 64, 24, 16, 24, true, true},
+                        Case{1, 36, 8, 9, 32, false, true}, Case{2, 40, 9, 10, 16, true, true}}) {
+    const bool folds = cuda::excitation_projection_applies(c.n, c.hw * c.hw, c.c, c.out);
+    EXPECT_EQ(folds, c.n == 1 || c.hw >= 23);
+    for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      SCOPED_TRACE("N=" + std::to_string(c.n) + " C=" + std::to_string(c.c) + " HW=" +
+                   std::to_string(c.hw) + " O=" + std::to_string(c.out) + " " + dtype_name(low));
+      const std::vector<HostTensor> inputs = {
+          random_tensor(DataType::kF32, {c.n, c.c, c.hw, c.hw}, 80)};
+      auto r = cuda_testing::run_both(
+          inputs,
+          [&](Network& net, const std::vector<TensorId>& in) {
+            return se_block(net, in, c.c, c.squeeze, c.out, c.bias, c.residual);
+          },
+          computing_in(low));
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "squeeze_excitation"), 1);
+      // dw and the shortcut, and the projection where it stays a convolution.
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "convolution"),
+                1 + (c.residual ? 1 : 0) + (folds ? 0 : 1));
       const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
       cuda_testing::expect_match(r, tol, tol);
       ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));

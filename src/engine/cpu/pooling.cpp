@@ -201,7 +201,10 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   const TensorView& w1 = args.inputs[1];
   const TensorView* b1 = p.has_bias1 ? &args.inputs[2] : nullptr;
   const TensorView& w2 = args.inputs[p.has_bias1 ? 3 : 2];
-  const TensorView* b2 = p.has_bias2 ? &args.inputs.back() : nullptr;
+  const TensorView* b2 = p.has_bias2 ? &args.inputs[p.excitation_inputs() - 1] : nullptr;
+  KILN_CHECK(!p.project, Unsupported, "layer `", args.layer.name,
+             "` (squeeze_excitation): the form with the following projection is built for cuda "
+             "plans only (the CPU backend runs the projection as its own convolution)");
   const int64_t n_total = x.shape[0];
   const int64_t c_total = p.channels_last ? x.shape.back() : x.shape[1];
   const int64_t s_total = w1.shape[0];

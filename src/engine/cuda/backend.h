@@ -44,6 +44,19 @@ inline bool squeeze_excitation_applies(int64_t channels, int64_t squeeze, bool c
   return channels_last && channels >= 1 && channels <= 4096 && squeeze >= 1 && squeeze <= 4096;
 }
 
+// Whether squeeze-excitation should take the 1x1 convolution after it (`samples` x `pixels` x
+// `channels` channels-last data projected to `out_channels`), scaling the projection's weights
+// per sample instead of x (bench/NOTES.md G29): where the excite pass it saves (a read and a
+// write of x) outweighs the scaled weights it writes (out_channels x channels per sample) at
+// least 4 to 1, with at least 32 input channels (cuBLASLt's tiles are poor below, G15), and
+// where the batched GEMM's matrices are either one or long enough (512 pixels) that its row
+// tiles waste little.
+inline bool excitation_projection_applies(int64_t samples, int64_t pixels, int64_t channels,
+                                          int64_t out_channels) {
+  return channels >= 32 && out_channels >= 1 && pixels >= 2 * out_channels &&
+         (samples == 1 || pixels >= 512);
+}
+
 // A dense row-major tensor in device memory.
 struct DeviceTensor {
   DataType dtype = DataType::kF32;

@@ -149,29 +149,6 @@ bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const T
          (x.shape[3] >= kPointwiseGemmMinChannels || pixels <= kPointwiseGemmMaxRows);
 }
 
-// Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
-// beforehand so that it cannot move (the first `offset` bytes hold the patches).
-class WorkspaceAfter : public Resources {
- public:
-  WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
-      : base_(base), offset_(offset), base_ws_(base_ws) {}
-  cudaStream_t stream() const override { return base_.stream(); }
-  int device() const override { return base_.device(); }
-  void* workspace(size_t bytes) override {
-    void* ws = base_.workspace(offset_ + bytes);
-    KILN_CHECK(ws == base_ws_, InternalError, "the convolution's patches were moved by a larger ",
-               "workspace request (", offset_ + bytes, " bytes)");
-    return static_cast<uint8_t*>(ws) + offset_;
-  }
-  void* cublaslt() override { return base_.cublaslt(); }
-  void* cudnn() override { return base_.cudnn(); }
-
- private:
-  Resources& base_;
-  size_t offset_;
-  void* base_ws_;
-};
-
 struct PatchGemmState : KernelState {
   std::unique_ptr<KernelState> gemm;  // the matmul kernel's
 };

@@ -13,6 +13,7 @@
 
 #include "engine/cuda/backend.h"
 #include "engine/network.h"
+#include "util/errors.h"
 
 namespace kiln::engine::cuda {
 
@@ -34,6 +35,30 @@ class Resources {
   virtual void* workspace(size_t bytes) = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
+};
+
+// Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
+// beforehand so that it cannot move (its first `offset` bytes hold the caller's own data: a
+// convolution's patches, squeeze-excitation's scaled weights) for a kernel run inside another.
+class WorkspaceAfter : public Resources {
+ public:
+  WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
+      : base_(base), offset_(offset), base_ws_(base_ws) {}
+  cudaStream_t stream() const override { return base_.stream(); }
+  int device() const override { return base_.device(); }
+  void* workspace(size_t bytes) override {
+    void* ws = base_.workspace(offset_ + bytes);
+    KILN_CHECK(ws == base_ws_, InternalError, "the first ", offset_,
+               " workspace bytes were moved by a larger request (", offset_ + bytes, " bytes)");
+    return static_cast<uint8_t*>(ws) + offset_;
+  }
+  void* cublaslt() override { return base_.cublaslt(); }
+  void* cudnn() override { return base_.cudnn(); }
+
+ private:
+  Resources& base_;
+  size_t offset_;
+  void* base_ws_;
 };
 
 struct KernelArgs {

@@ -11,6 +11,10 @@
 //    words and parts of S), into a float buffer. It resets the counter, so a replayed CUDA graph
 //    finds it at zero. Results do not depend on which block finishes last.
 // 2. excite: y = x * scale[n, c] in 16-byte words.
+// With a projection (SqueezeExcitationParams::project: the 1x1 convolution after the excitation,
+// bench/NOTES.md G29) the last block writes the projection's weights scaled per sample,
+// wp[o, c] * scale[n, c], in place of the scale, and the projection runs as one batched cuBLASLt
+// GEMM of x itself: the excite pass (a read and a write of x) is gone.
 // Everything accumulates in fp32 (torch rounds the pool, hidden and scale to the dtype).
 #include <algorithm>
 #include <atomic>
@@ -38,6 +42,9 @@ struct SeArgs {
   void* y;
   float* partials;     // [N, chunks, C]
   float* scale;        // [N, C]
+  const void* wp;      // projection weights [O, C], or null (no projection)
+  void* scaled_wp;     // [N, O, C]: wp scaled per sample (with wp)
+  int out_channels;    // O
   unsigned* counters;  // [N], zero between launches
   int pixels, channels, squeeze, chunk_pixels;
   ActivationKind act1, act2;
@@ -207,10 +214,31 @@ __global__ void __launch_bounds__(kSeThreads) se_squeeze(SeArgs a) {
     }
   }
   __syncthreads();
+  // The scale: to the excite pass, or (a projection) kept in shared memory (in place of the
+  // means, which the first product was the last to read) for the scaled weights.
   for (int c = t; c < c_total; c += kSeThreads) {
     float z = b2 ? static_cast<float>(b2[c]) : 0.f;
     for (int q = 0; q < parts2; ++q) z += red[q * c_total + c];
-    a.scale[static_cast<int64_t>(n) * c_total + c] = activate(a.act2, z, a.alpha2, a.beta2);
+    z = activate(a.act2, z, a.alpha2, a.beta2);
+    if (a.wp) {
+      mean[c] = z;
+    } else {
+      a.scale[static_cast<int64_t>(n) * c_total + c] = z;
+    }
+  }
+  if (!a.wp) return;
+  __syncthreads();
+  // scaled_wp[n, o, c] = wp[o, c] * scale[c] in words of V channels.
+  const int64_t total = int64_t{a.out_channels} * words;
+  const auto* wp = static_cast<const Pack<T, V>*>(a.wp);
+  auto* dst = static_cast<Pack<T, V>*>(a.scaled_wp) + static_cast<int64_t>(n) * total;
+  for (int64_t i = t; i < total; i += kSeThreads) {
+    const int c = static_cast<int>(i % words) * V;
+    const Pack<T, V> v = wp[i];
+    Pack<T, V> r;
+#pragma unroll
+    for (int k = 0; k < V; ++k) r.v[k] = T(static_cast<float>(v.v[k]) * mean[c + k]);
+    dst[i] = r;
   }
 }
 
@@ -255,11 +283,41 @@ struct SeState : KernelState {
   void* w2t = nullptr;
   const void* w2_source = nullptr;
   size_t w2t_bytes = 0;
+  std::unique_ptr<KernelState> gemm;  // the projection's (the matmul kernel's state)
   ~SeState() override {
     if (counters) cudaFree(counters);
     if (w2t) cudaFree(w2t);
   }
 };
+
+// The matmul kernel's workspace need (cuBLASLt's 32 MiB) with room to spare, after the scaled
+// weights.
+constexpr size_t kProjectionGemmWorkspace = size_t{64} << 20;
+
+// The projection as one batched GEMM: out[n] = x[n] . scaled_wp[n]^T + post-ops, x[n] [P, C].
+void project(KernelArgs& args, const SeArgs& a, int samples, void* base, size_t slot) {
+  const auto& p = std::get<SqueezeExcitationParams>(args.layer.params);
+  const TensorView& x = args.inputs[0];
+  const TensorView& out = args.outputs[0];
+  const int64_t n = samples, pixels = a.pixels, c = a.channels, o = a.out_channels;
+  MatMulParams mp;
+  mp.transpose_b = true;
+  mp.post = p.projection;
+  mp.tf32 = p.tf32;
+  Layer gemm{args.layer.name, mp, {}, {}};
+  size_t next = p.excitation_inputs() + 1;
+  std::vector<TensorView> inputs = {{x.dtype, {n, pixels, c}, x.data},
+                                    {x.dtype, {n, o, c}, a.scaled_wp}};
+  if (p.projection.has_bias) inputs.push_back(args.inputs[next++]);
+  if (p.projection.has_residual) {
+    inputs.push_back({args.inputs[next].dtype, {n, pixels, o}, args.inputs[next].data});
+  }
+  const std::vector<TensorView> outputs = {{out.dtype, {n, pixels, o}, out.data}};
+  auto* state = dynamic_cast<SeState*>(args.state.get());
+  WorkspaceAfter res(args.res, slot, base);
+  KernelArgs gemm_args{gemm, inputs, outputs, state->gemm, res};
+  run_matmul(gemm_args);
+}
 
 template <class T, int V>
 void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
@@ -275,9 +333,21 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   chunks = (a.pixels + a.chunk_pixels - 1) / a.chunk_pixels;
   const size_t partial_floats = static_cast<size_t>(samples) * chunks * a.channels;
   const size_t scale_floats = static_cast<size_t>(samples) * a.channels;
-  auto* ws = static_cast<float*>(args.res.workspace((partial_floats + scale_floats) * 4));
+  // With a projection: the scaled weights after the partials (no scale), then the GEMM's own
+  // workspace (WorkspaceAfter).
+  const size_t scaled_bytes =
+      a.wp ? static_cast<size_t>(samples) * a.out_channels * a.channels * sizeof(T) : 0;
+  const size_t own_bytes = a.wp ? (partial_floats * 4 + 255) / 256 * 256 + scaled_bytes
+                                : (partial_floats + scale_floats) * 4;
+  const size_t slot = (own_bytes + 255) / 256 * 256;
+  void* base = args.res.workspace(a.wp ? slot + kProjectionGemmWorkspace : own_bytes);
+  auto* ws = static_cast<float*>(base);
   a.partials = ws;
-  a.scale = ws + partial_floats;
+  if (a.wp) {
+    a.scaled_wp = static_cast<char*>(base) + (partial_floats * 4 + 255) / 256 * 256;
+  } else {
+    a.scale = ws + partial_floats;
+  }
   const int parts2 = kSeThreads / lanes;  // the second product's (see se_squeeze)
   const size_t smem =
       sizeof(float) *
@@ -293,6 +363,10 @@ void launch(KernelArgs& args, SeArgs a, int samples, int sms) {
   se_squeeze<T, V><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(samples)),
                      kSeThreads, smem, args.stream()>>>(a);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+  if (a.wp) {
+    project(args, a, samples, base, slot);
+    return;
+  }
   const int sample_words = a.pixels * words;
   const int blocks_x =
       std::max(1, std::min(65535, (sample_words + kExciteThreads * 4 - 1) / (kExciteThreads * 4)));
@@ -308,7 +382,7 @@ template <class T>
 void launch_t(KernelArgs& args, const SeArgs& a, int samples, int sms) {
   constexpr int V = Vec16<T>::kN;
   const bool vec = a.channels % V == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w1) &&
-                   aligned16(a.w2t);
+                   aligned16(a.w2t) && (!a.wp || aligned16(a.wp));
   if (vec) {
     launch<T, V>(args, a, samples, sms);
   } else {
@@ -380,7 +454,11 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   a.w1 = args.inputs[1].data;
   a.b1 = p.has_bias1 ? args.inputs[2].data : nullptr;
   a.w2t = state->w2t;
-  a.b2 = p.has_bias2 ? args.inputs.back().data : nullptr;
+  a.b2 = p.has_bias2 ? args.inputs[p.excitation_inputs() - 1].data : nullptr;
+  if (p.project) {
+    a.wp = args.inputs[p.excitation_inputs()].data;
+    a.out_channels = static_cast<int>(args.inputs[p.excitation_inputs()].shape[0]);
+  }
   a.counters = state->counters;
   a.pixels = static_cast<int>(pixels);
   a.channels = static_cast<int>(channels);

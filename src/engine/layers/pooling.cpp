@@ -1,4 +1,6 @@
 // Shape inference of the pooling family: max/average, 1-3-D, windowed or adaptive (torch rules).
+#include <algorithm>
+
 #include "engine/layers/infer.h"
 #include "util/errors.h"
 
@@ -104,7 +106,10 @@ std::vector<InferOutput> infer(const std::string& layer, const PoolingParams& p,
 
 std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitationParams& p,
                                const std::vector<InferInput>& in) {
-  const size_t expected = 3 + (p.has_bias1 ? 1 : 0) + (p.has_bias2 ? 1 : 0);
+  const size_t excitation = p.excitation_inputs();
+  const size_t expected =
+      excitation +
+      (p.project ? 1 + (p.projection.has_bias ? 1 : 0) + (p.projection.has_residual ? 1 : 0) : 0);
   expect_input_count(layer, in, expected, expected);
   const auto fail = [&](const auto&... why) {
     KILN_THROW(InvalidArgument, "layer `", layer, "` (squeeze_excitation): ", why...);
@@ -112,6 +117,7 @@ std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitation
   const Shape& x = in[0].shape;
   if (!is_floating(in[0].dtype)) fail("needs a floating input, got ", dtype_name(in[0].dtype));
   if (x.size() < 3) fail("input ", shape_to_string(x), " needs a batch, channel and spatial dim");
+  if (p.project && !p.channels_last) fail("a projection needs channels-last data");
   const int64_t c = p.channels_last ? x.back() : x[1];
   const InferInput& w1 = in[1];
   const InferInput& w2 = in[p.has_bias1 ? 3 : 2];
@@ -121,7 +127,7 @@ std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitation
            " as the data");
     }
     for (int64_t d : in[i].shape) {
-      if (d == kDynamic) fail("weights and biases need static shapes");
+      if (d == kDynamic) fail("weights, biases and residuals need static shapes");
     }
   }
   if (w1.shape.empty() || w2.shape.empty() || w1.shape[0] < 1) {
@@ -135,14 +141,36 @@ std::vector<InferOutput> infer(const std::string& layer, const SqueezeExcitation
       fail("weights ", shape_to_string(w1.shape), " and ", shape_to_string(w2.shape),
            " do not map ", c, " channels to [S, C] and back");
     }
-    if (p.has_bias2 && volume(in.back().shape) != c) {
-      fail("b2 ", shape_to_string(in.back().shape), " needs ", c, " values");
+    if (p.has_bias2 && volume(in[excitation - 1].shape) != c) {
+      fail("b2 ", shape_to_string(in[excitation - 1].shape), " needs ", c, " values");
     }
   }
   if (p.has_bias1 && volume(in[2].shape) != s) {
     fail("b1 ", shape_to_string(in[2].shape), " needs ", s, " values");
   }
-  return {{in[0].dtype, x}};
+  if (!p.project) return {{in[0].dtype, x}};
+  // The projection: wp [O, 1..., C] over channels-last x.
+  for (int64_t d : x) {
+    if (d == kDynamic) fail("a projection needs static shapes, got ", shape_to_string(x));
+  }
+  const Shape& wp = in[excitation].shape;
+  if (wp.size() != x.size() || wp[0] < 1 ||
+      std::any_of(wp.begin() + 1, wp.end() - 1, [](int64_t d) { return d != 1; }) ||
+      wp.back() != c) {
+    fail("projection weights ", shape_to_string(wp), " are not [O, 1..., ", c,
+         "] (a 1x1 convolution's, channels-last)");
+  }
+  Shape y = x;
+  y.back() = wp[0];
+  if (p.projection.has_bias && volume(in[excitation + 1].shape) != wp[0]) {
+    fail("projection bias ", shape_to_string(in[excitation + 1].shape), " needs ", wp[0],
+         " values");
+  }
+  if (p.projection.has_residual && in.back().shape != y) {
+    fail("projection residual ", shape_to_string(in.back().shape), " is not the output's shape ",
+         shape_to_string(y));
+  }
+  return {{in[0].dtype, y}};
 }
 
 }  // namespace kiln::engine

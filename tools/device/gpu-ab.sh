@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A/B of one build-time or run-time switch in one device call: builds kilnc and the runtime
+# library (as gpu-iterate.sh), then runs bench/gpu/bench.py's kiln backend with the arguments
+# given, alternately with AB_ENV set (A, e.g. AB_ENV="KILN_SE_PROJECTION=off") and without (B),
+# ROUNDS times each (default 2), and prints each row's medians per side and B's speedup.
+# Example: AB_ENV=KILN_SE_PROJECTION=off gpu-ab.sh --models efficientnet_b0 --batches 1,32 \
+#            --precisions fp16,fp32
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+py=${PYTHON:-python3}
+build=${BUILD_DIR:-build-gpu}
+out=${OUT:-/tmp}
+logs=/tmp/kiln-ab
+mkdir -p "$logs"
+: "${AB_ENV:?AB_ENV=NAME=VALUE names the switch of side A}"
+source tools/device/common.sh
+configure_gpu_build "$build" "$logs/configure.log" || exit 1
+cmake --build "$build" -j "$(nproc)" --target kilnc kiln_runtime >"$logs/build.log" 2>&1 ||
+  { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
+check_runtime_libstdcxx "$build/lib/libkiln_runtime.so" || exit 1
+rows="$out/ab_rows.jsonl"
+: >"$rows"
+for round in $(seq "${ROUNDS:-2}"); do
+  for side in A B; do
+    mkdir -p "$logs/$side"
+    if [ "$side" = A ]; then envs=("$AB_ENV"); else envs=(); fi
+    env "${envs[@]}" PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --kilnc "$build/bin/kilnc" \
+      --runtime "$build/lib/libkiln_runtime.so" --out "$logs/$side" --backends kiln "$@" 2>&1 |
+      grep '^{' | sed "s/^{/{\"side\": \"$side\", \"round\": $round, /" >>"$rows"
+  done
+done
+"$py" - "$rows" "$AB_ENV" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = sorted({(r["model"], r["precision"], r["batch"]) for r in rows})
+print(f"A: {sys.argv[2]}   B: without it   (median ms per round; B's speedup on the medians)")
+for k in keys:
+    side = {s: [r.get("median") for r in rows if (r["model"], r["precision"], r["batch"]) == k
+                and r["side"] == s] for s in "AB"}
+    if any(v is None for s in "AB" for v in side[s]) or not side["A"] or not side["B"]:
+        errs = [r.get("error") for r in rows if (r["model"], r["precision"], r["batch"]) == k]
+        print(k, "error:", errs)
+        continue
+    a, b = statistics.median(side["A"]), statistics.median(side["B"])
+    fmt = lambda v: " ".join(f"{x:.3f}" for x in v)
+    print(f"{k[0]:16s} {k[1]} b{k[2]:<3d} A {fmt(side['A'])}  B {fmt(side['B'])}  B/A {a / b:.3f}x")
+PY
