@@ -392,6 +392,45 @@ int fold_excitation_into_projection(
   return folded;
 }
 
+// A float cast whose result only feeds a shuffle becomes part of that shuffle
+// (ShuffleParams::cast): one pass over the tensor where there were two, as with a channels-last
+// network's input, cast to f16 and then transposed to NHWC (bench/NOTES.md G31). The shuffle runs
+// where it ran. Returns how many it fused.
+int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions) {
+  const auto fuse_at = [&](size_t i) {
+    const Layer& cast = net.layers()[i];
+    const auto* cp = std::get_if<CastParams>(&cast.params);
+    if (!cp || cast.inputs.size() != 1 || !is_floating(net.tensor(cast.inputs[0]).dtype) ||
+        !is_floating(cp->to)) {
+      return false;
+    }
+    size_t j = 0;
+    const Layer* shuffle = single_consumer(net, cast.outputs[0], &j);
+    const auto* sp = shuffle ? std::get_if<ShuffleParams>(&shuffle->params) : nullptr;
+    if (!sp || sp->cast || shuffle->inputs.size() != 1) return false;
+    ShuffleParams fused = *sp;
+    fused.cast = true;
+    fused.to = cp->to;
+    fusions.push_back(cast.name + " + " + shuffle->name + " -> " + shuffle->name + " (cast)");
+    Layer replacement{shuffle->name, fused, {cast.inputs[0]}, shuffle->outputs};
+    std::vector<Layer> kept;
+    for (size_t k = 0; k < net.layers().size(); ++k) {
+      if (k != i) kept.push_back(k == j ? replacement : net.layers()[k]);
+    }
+    net.set_layers(std::move(kept));
+    return true;
+  };
+  int fused_count = 0;
+  for (size_t i = 0; i < net.layers().size();) {
+    if (fuse_at(i)) {
+      ++fused_count;  // layer i is now the one after the cast
+    } else {
+      ++i;
+    }
+  }
+  return fused_count;
+}
+
 bool fusible_elementwise(const Network& net, const Layer& l) {
   if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
   for (TensorId id : l.inputs) {
@@ -785,6 +824,11 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
       r.excitation_projections =
           fold_excitation_into_projection(net, cuda::excitation_projection_applies, r.fusions);
     }
+  }
+  // KILN_CAST_SHUFFLE=off keeps casts apart from the shuffles they feed (measurements: G31).
+  const char* cast_env = std::getenv("KILN_CAST_SHUFFLE");
+  if (target.device == "cuda" && !(cast_env && std::string(cast_env) == "off")) {
+    r.casts_into_shuffles = fuse_cast_into_shuffle(net, r.fusions);
   }
   if (target.device == "cuda" && config.gelu_tanh_epilogues) {
     r.gelu_tanh_layers = gelu_tanh_epilogues(net);

@@ -56,6 +56,7 @@ struct BuildReport {
   int gelu_tanh_layers = 0;          // cuda: f16/bf16 matmuls whose GELU takes the tanh form
   int squeeze_excitations = 0;       // pool + 1x1 conv + 1x1 conv + multiply, now one layer
   int excitation_projections = 0;    // cuda: of those, ones that took the 1x1 conv after them
+  int casts_into_shuffles = 0;       // cuda: float casts done by the shuffle they fed
   size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;       // the same activations allocated separately
   std::string to_string() const;

@@ -262,17 +262,24 @@ struct ConcatParams {
 // Shuffle = transpose(first_perm), reshape, transpose(second_perm). In `reshape`, 0 copies the
 // input dim at that position and -1 is inferred. With a second input (an i64 shape tensor),
 // the reshape dims come from its values at run time.
+// cast (set by the builder's fuse_cast_into_shuffle for cuda plans): the float elements are
+// converted to `to`, a float dtype, as they move (one pass where a cast and a shuffle took two:
+// the input's f32 -> f16 cast and NCHW -> NHWC transpose of a channels-last network).
 struct ShuffleParams {
   std::vector<int64_t> first_perm;
   bool has_reshape = false;
   std::vector<int64_t> reshape;
   std::vector<int64_t> second_perm;
+  bool cast = false;
+  DataType to = DataType::kF32;
   template <class V>
   void fields(V& v) {
     v("first_perm", first_perm);
     v("has_reshape", has_reshape);
     v("reshape", reshape);
     v("second_perm", second_perm);
+    v("cast", cast);
+    v("to", to);
   }
 };
 

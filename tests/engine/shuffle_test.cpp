@@ -44,6 +44,43 @@ void expect_error(const std::function<void()>& fn, const std::string& name) {
 const DataType kAllTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI64,
                               DataType::kI32, DataType::kI8,  DataType::kU8,   DataType::kBool};
 
+// A shuffle that casts (the builder's fusion of a float cast into the shuffle it fed) moves the
+// elements as the plain shuffle does and converts them: each float pair, both permutations and
+// none; a cast to or from another dtype is an error that names the layer.
+TEST(Shuffle, CastsBetweenFloatTypes) {
+  const DataType floats[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+  for (DataType from : floats) {
+    for (DataType to : floats) {
+      for (const ShuffleParams& base :
+           {ShuffleParams{{0, 2, 3, 1}, false, {}, {}}, ShuffleParams{{}, true, {6, 20}, {}},
+            ShuffleParams{{2, 0, 3, 1}, true, {0, -1, 3}, {2, 0, 1}}}) {
+        SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+        const auto x = random_tensor(from, {2, 3, 4, 5}, 3);
+        ShuffleParams cast = base;
+        cast.cast = true;
+        cast.to = to;
+        const auto plain = run_one_layer(base, {x})[0];
+        const auto got = run_one_layer(cast, {x})[0];
+        EXPECT_EQ(got.dtype(), to);
+        EXPECT_EQ(got.shape(), plain.shape());
+        // The plain shuffle's values, rounded once to `to`.
+        const auto want = to_doubles(testing::tensor_from(to, plain.shape(), to_doubles(plain)));
+        EXPECT_TRUE(near(got, want, 0, 0));
+      }
+    }
+  }
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 3});
+  const TensorId i = net.add_input("i", DataType::kI64, {2, 3});
+  ShuffleParams to_int{{1, 0}, false, {}, {}};
+  to_int.cast = true;
+  to_int.to = DataType::kI64;
+  expect_error<InvalidArgument>([&] { net.add("cast_to_int", to_int, {x}); }, "cast_to_int");
+  ShuffleParams from_int = to_int;
+  from_int.to = DataType::kF16;
+  expect_error<InvalidArgument>([&] { net.add("cast_from_int", from_int, {i}); }, "cast_from_int");
+}
+
 TEST(Shuffle, TransposeReshapeTransposeEveryDtype) {
   for (DataType t : kAllTypes) {
     auto x = random_tensor(t, {2, 3, 4, 5}, 1, -100, 100);

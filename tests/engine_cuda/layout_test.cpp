@@ -340,6 +340,54 @@ TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
   }
 }
 
+// A channels-last network computing in f16/bf16 casts its f32 input and transposes it to NHWC,
+// and casts its output back after the transpose to NCHW: each pair is one shuffle that casts
+// (fuse_cast_into_shuffle), so no cast layer is left; in f32 there are no casts. Input planes of a
+// multiple of 4 pixels with 1 or 3 channels take the vectorized planes-to-channels-last kernel,
+// others the element-wise copy. Eager, captured and replayed runs match the CPU.
+TEST(CudaLayout, CastsJoinTheLayoutTransposes) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t c, h, w;
+  };
+  for (const Case& c : {Case{3, 9, 11}, Case{3, 8, 12}, Case{1, 8, 8}}) {
+    for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      SCOPED_TRACE("C=" + std::to_string(c.c) + " " + std::to_string(c.h) + "x" +
+                   std::to_string(c.w) + " " + dtype_name(low));
+      const std::vector<HostTensor> inputs = {
+          random_tensor(DataType::kF32, {2, c.c, c.h, c.w}, 95)};
+      auto r = cuda_testing::run_both(
+          inputs,
+          [&](Network& net, const std::vector<TensorId>& in) {
+            return std::vector<TensorId>{net.add(
+                "c", conv(1, 2),
+                {in[0], constant(net, "w", {16, c.c, 3, 3}, 96), constant(net, "b", {16}, 97)})};
+          },
+          computing_in(low));
+      int casting_shuffles = 0;
+      for (const Layer& l : r.gpu_plan.network.layers()) {
+        const auto* p = std::get_if<ShuffleParams>(&l.params);
+        if (p && p->cast) {
+          ++casting_shuffles;
+          const DataType from = r.gpu_plan.network.tensor(l.inputs[0]).dtype;
+          EXPECT_TRUE((from == DataType::kF32 && p->to == low) ||
+                      (from == low && p->to == DataType::kF32));
+        }
+      }
+      EXPECT_EQ(casting_shuffles, low == DataType::kF32 ? 0 : 2);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "cast"), 0);
+      const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
+      cuda_testing::expect_match(r, tol, tol);
+      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
+      for (int run = 0; run < 3; ++run) {
+        SCOPED_TRACE("run " + std::to_string(run));
+        const auto again = ctx.run(inputs);
+        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
+      }
+    }
+  }
+}
+
 // An efficientnet block's tail: depthwise convolution + SiLU, squeeze-excitation in torch's form
 // (global average pool, 1x1 + SiLU, 1x1 + sigmoid, times the depthwise output), then a 1x1
 // projection to `out` channels, with a bias and a residual (a 1x1 convolution of the input) when

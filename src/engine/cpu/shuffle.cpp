@@ -81,10 +81,24 @@ void transpose(size_t elem_size, const void* in, const Shape& shape,
 
 void shuffle_kernel(KernelArgs& args) {
   const auto& p = std::get<ShuffleParams>(args.layer.params);
-  const TensorView &in = args.inputs[0], &out = args.outputs[0];
+  const TensorView &in = args.inputs[0], &given_out = args.outputs[0];
   const size_t es = dtype_size(in.dtype);
   const size_t bytes = static_cast<size_t>(in.numel()) * es;
   if (bytes == 0) return;
+  // A shuffle that casts moves the input's elements into a buffer of its dtype, then converts.
+  std::vector<uint8_t> moved(p.cast ? bytes : 0);
+  TensorView out = given_out;
+  if (p.cast) {
+    out.dtype = in.dtype;
+    out.data = moved.data();
+  }
+  const auto convert = [&] {
+    if (!p.cast) return;
+    const int64_t n = in.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      store_as<float>(given_out.dtype, given_out.data, i, load_as<float>(in.dtype, out.data, i));
+    }
+  };
   const bool perm1 = !p.first_perm.empty() && !is_identity(p.first_perm);
   const bool perm2 = !p.second_perm.empty() && !is_identity(p.second_perm);
   // The reshape is free on dense data; its target is the output shape before second_perm.
@@ -105,6 +119,7 @@ void shuffle_kernel(KernelArgs& args) {
     transpose(es, in.data, in.shape, p.first_perm, tmp.data());
     transpose(es, tmp.data(), reshaped, p.second_perm, out.data);
   }
+  convert();
 }
 
 void concat_kernel(KernelArgs& args) {

@@ -1,6 +1,7 @@
 // CUDA kernels of the shuffle family: shuffle (transpose, reshape, transpose), concat, slice and
 // pad, all as strided copies of elements moved by their byte size.
 #include <algorithm>
+#include <type_traits>
 
 #include "engine/cpu/convert.h"
 #include "engine/cuda/device_util.cuh"
@@ -9,18 +10,28 @@
 namespace kiln::engine::cuda {
 namespace {
 
-template <class T>
-__global__ void strided_copy_kernel(const T* src, Dims d, T* dst, int64_t n) {
+// An element as it is moved: copied, or converted between float types (a shuffle that casts).
+template <class TO, class TI>
+__device__ __forceinline__ TO moved(const TI& v) {
+  if constexpr (std::is_same_v<TI, TO>) {
+    return v;
+  } else {
+    return TO(static_cast<float>(v));
+  }
+}
+
+template <class TI, class TO>
+__global__ void strided_copy_kernel(const TI* src, Dims d, TO* dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    dst[i] = src[offset_of(d, i)];
+    dst[i] = moved<TO>(src[offset_of(d, i)]);
   }
 }
 
 // The same with 32-bit index math (several times cheaper than 64-bit division), for copies whose
 // every index and offset fits.
-template <class T>
-__global__ void strided_copy_kernel32(const T* src, Dims d, T* dst, int32_t n) {
+template <class TI, class TO>
+__global__ void strided_copy_kernel32(const TI* src, Dims d, TO* dst, int32_t n) {
   for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int32_t rem = i, off = 0;
 #pragma unroll
@@ -31,20 +42,71 @@ __global__ void strided_copy_kernel32(const T* src, Dims d, T* dst, int32_t n) {
         rem /= size;
       }
     }
-    dst[i] = src[off];
+    dst[i] = moved<TO>(src[off]);
   }
 }
 
-template <class T>
+template <class TI, class TO = TI>
 void copy_t(const void* src, const Dims& d, void* dst, int64_t n, bool narrow, unsigned grid,
             cudaStream_t stream) {
   if (narrow) {
     strided_copy_kernel32<<<grid, kThreads, 0, stream>>>(
-        static_cast<const T*>(src), d, static_cast<T*>(dst), static_cast<int32_t>(n));
+        static_cast<const TI*>(src), d, static_cast<TO*>(dst), static_cast<int32_t>(n));
   } else {
-    strided_copy_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(src), d,
-                                                       static_cast<T*>(dst), n);
+    strided_copy_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const TI*>(src), d,
+                                                       static_cast<TO*>(dst), n);
   }
+}
+
+// Whether a copy of n elements over `d` may take 32-bit index math: i plus the grid stride stays
+// below 2^31, and so does every offset.
+bool narrow_indices(const Dims& d, int64_t n) {
+  int64_t max_offset = 0;
+  bool narrow = n < (int64_t{1} << 30);
+  for (int k = 0; k < d.rank; ++k) {
+    narrow = narrow && d.stride[k] >= 0;
+    max_offset += (d.size[k] - 1) * std::max<int64_t>(d.stride[k], 0);
+  }
+  return narrow && max_offset < (int64_t{1} << 31);
+}
+
+template <class TI>
+void convert_from(DataType to, const void* src, const Dims& d, void* dst, int64_t n, bool narrow,
+                  unsigned grid, cudaStream_t stream) {
+  switch (to) {
+    case DataType::kF16:
+      copy_t<TI, __half>(src, d, dst, n, narrow, grid, stream);
+      break;
+    case DataType::kBF16:
+      copy_t<TI, __nv_bfloat16>(src, d, dst, n, narrow, grid, stream);
+      break;
+    default:
+      copy_t<TI, float>(src, d, dst, n, narrow, grid, stream);
+      break;
+  }
+}
+
+// The strided copy of launch_strided_copy converting float types (from, to) element by element.
+void launch_strided_convert(cudaStream_t stream, const std::string& layer, DataType from,
+                            DataType to, const void* src, const std::vector<int64_t>& src_strides,
+                            const Shape& shape, void* dst) {
+  const int64_t n = volume(shape);
+  if (n == 0) return;
+  const Dims d = strided_dims(layer, shape, src_strides);
+  const bool narrow = narrow_indices(d, n);
+  const unsigned grid = grid_for(n);
+  switch (from) {
+    case DataType::kF16:
+      convert_from<__half>(to, src, d, dst, n, narrow, grid, stream);
+      break;
+    case DataType::kBF16:
+      convert_from<__nv_bfloat16>(to, src, d, dst, n, narrow, grid, stream);
+      break;
+    default:
+      convert_from<float>(to, src, d, dst, n, narrow, grid, stream);
+      break;
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
 }
 
 struct PadDims {
@@ -84,16 +146,118 @@ bool is_identity(const std::vector<int64_t>& perm) {
   return true;
 }
 
-void transpose(cudaStream_t stream, const std::string& layer, size_t es, const void* in,
-               const Shape& shape, const std::vector<int64_t>& perm, void* dst) {
+// Writes `in` (dense, `from` elements of shape `shape`) transposed by `perm` (empty: as it is) to
+// `dst` as `to` elements.
+void transpose(cudaStream_t stream, const std::string& layer, DataType from, DataType to,
+               const void* in, const Shape& shape, const std::vector<int64_t>& perm, void* dst) {
   const auto strides = contiguous_strides(shape);
-  Shape out_shape(perm.size());
-  std::vector<int64_t> src_strides(perm.size());
+  Shape out_shape = shape;
+  std::vector<int64_t> src_strides = strides;
   for (size_t i = 0; i < perm.size(); ++i) {
     out_shape[i] = shape[static_cast<size_t>(perm[i])];
     src_strides[i] = strides[static_cast<size_t>(perm[i])];
   }
-  launch_strided_copy(stream, layer, es, in, 0, src_strides, out_shape, dst);
+  if (from == to) {
+    launch_strided_copy(stream, layer, dtype_size(from), in, 0, src_strides, out_shape, dst);
+  } else {
+    launch_strided_convert(stream, layer, from, to, in, src_strides, out_shape, dst);
+  }
+}
+
+// Planes to channels-last for few channels ([N, C, P] -> [N, P, C], C = 1 or 3: an image's NCHW
+// -> NHWC), converting TI to TO on the way: a thread reads 4 pixels of each plane as one vector
+// and writes the 4 x C interleaved values as C words of 4, where the element-wise strided copy
+// wrote 2-byte elements one by one (bench/NOTES.md G31).
+template <class TI, class TO, int C>
+__global__ void planes_to_last(const TI* x, TO* y, int plane, int groups) {
+  const int per_sample = plane / 4;
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+    const int n = g / per_sample, q = g % per_sample;
+    const TI* src = x + (static_cast<int64_t>(n) * C * plane + q * 4);
+    Pack<TI, 4> v[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) v[c] = *reinterpret_cast<const Pack<TI, 4>*>(src + c * plane);
+    auto* dst = reinterpret_cast<Pack<TO, 4>*>(y) + static_cast<int64_t>(g) * C;
+#pragma unroll
+    for (int w = 0; w < C; ++w) {
+      Pack<TO, 4> o;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int e = w * 4 + k;  // pixel e / C, channel e % C of the group
+        o.v[k] = moved<TO>(v[e % C].v[e / C]);
+      }
+      dst[w] = o;
+    }
+  }
+}
+
+template <class TI, class TO>
+void planes_to_last_t(cudaStream_t stream, const void* x, void* y, int channels, int plane,
+                      int groups) {
+  const unsigned grid = grid_for(groups);
+  if (channels == 1) {
+    planes_to_last<TI, TO, 1><<<grid, kThreads, 0, stream>>>(static_cast<const TI*>(x),
+                                                             static_cast<TO*>(y), plane, groups);
+  } else {
+    planes_to_last<TI, TO, 3><<<grid, kThreads, 0, stream>>>(static_cast<const TI*>(x),
+                                                             static_cast<TO*>(y), plane, groups);
+  }
+}
+
+template <class TI>
+void planes_to_last_from(DataType to, cudaStream_t stream, const void* x, void* y, int channels,
+                         int plane, int groups) {
+  switch (to) {
+    case DataType::kF16:
+      planes_to_last_t<TI, __half>(stream, x, y, channels, plane, groups);
+      break;
+    case DataType::kBF16:
+      planes_to_last_t<TI, __nv_bfloat16>(stream, x, y, channels, plane, groups);
+      break;
+    default:
+      planes_to_last_t<TI, float>(stream, x, y, channels, plane, groups);
+      break;
+  }
+}
+
+// Runs a transpose as planes_to_last where it is one: float types, the permutation [0, 2, ...,
+// r - 1, 1] of 1 or 3 channels, planes of a multiple of 4 elements, both buffers aligned to their
+// 4-element words, fewer than 2^31 elements. Returns false otherwise.
+bool try_planes_to_last(cudaStream_t stream, const std::string& layer, DataType from, DataType to,
+                        const void* x, const Shape& shape, const std::vector<int64_t>& perm,
+                        void* y) {
+  if (!is_floating(from) || !is_floating(to) || shape.size() < 3 || perm.size() != shape.size() ||
+      perm[0] != 0 || perm.back() != 1) {
+    return false;
+  }
+  for (size_t i = 1; i + 1 < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i) + 1) return false;
+  }
+  const int64_t channels = shape[1], total = volume(shape);
+  const int64_t plane = channels > 0 ? total / (shape[0] * channels) : 0;
+  const auto aligned = [](const void* p, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if ((channels != 1 && channels != 3) || plane == 0 || plane % 4 != 0 ||
+      total >= (int64_t{1} << 31) || !aligned(x, 4 * dtype_size(from)) ||
+      !aligned(y, 4 * dtype_size(to))) {
+    return false;
+  }
+  const int groups = static_cast<int>(total / (4 * channels));
+  const int c = static_cast<int>(channels), pl = static_cast<int>(plane);
+  switch (from) {
+    case DataType::kF16:
+      planes_to_last_from<__half>(to, stream, x, y, c, pl, groups);
+      break;
+    case DataType::kBF16:
+      planes_to_last_from<__nv_bfloat16>(to, stream, x, y, c, pl, groups);
+      break;
+    default:
+      planes_to_last_from<float>(to, stream, x, y, c, pl, groups);
+      break;
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+  return true;
 }
 
 void shuffle_kernel(KernelArgs& args) {
@@ -110,19 +274,26 @@ void shuffle_kernel(KernelArgs& args) {
     }
   }
   const std::string& layer = args.layer.name;
+  // A shuffle that casts converts in its last (or only) pass.
+  const DataType from = in.dtype, to = out.dtype;
   if (!perm1 && !perm2) {
-    if (out.data != in.data) {
+    if (from != to) {
+      transpose(args.stream(), layer, from, to, in.data, in.shape, {}, out.data);
+    } else if (out.data != in.data) {
       KILN_CUDA_CHECK(
           cudaMemcpyAsync(out.data, in.data, bytes, cudaMemcpyDeviceToDevice, args.stream()));
     }
   } else if (!perm2) {
-    transpose(args.stream(), layer, es, in.data, in.shape, p.first_perm, out.data);
+    if (!try_planes_to_last(args.stream(), layer, from, to, in.data, in.shape, p.first_perm,
+                            out.data)) {
+      transpose(args.stream(), layer, from, to, in.data, in.shape, p.first_perm, out.data);
+    }
   } else if (!perm1) {
-    transpose(args.stream(), layer, es, in.data, reshaped, p.second_perm, out.data);
+    transpose(args.stream(), layer, from, to, in.data, reshaped, p.second_perm, out.data);
   } else {
     void* tmp = args.res.workspace(bytes);
-    transpose(args.stream(), layer, es, in.data, in.shape, p.first_perm, tmp);
-    transpose(args.stream(), layer, es, tmp, reshaped, p.second_perm, out.data);
+    transpose(args.stream(), layer, from, from, in.data, in.shape, p.first_perm, tmp);
+    transpose(args.stream(), layer, from, to, tmp, reshaped, p.second_perm, out.data);
   }
 }
 
@@ -218,13 +389,7 @@ void launch_strided_copy(cudaStream_t stream, const std::string& layer, size_t e
     }
   }
   const unsigned grid = grid_for(n);
-  int64_t max_offset = 0;
-  bool narrow = n < (int64_t{1} << 30);  // i + the grid stride stays below 2^31
-  for (int k = 0; k < d.rank; ++k) {
-    narrow = narrow && d.stride[k] >= 0;
-    max_offset += (d.size[k] - 1) * std::max<int64_t>(d.stride[k], 0);
-  }
-  narrow = narrow && max_offset < (int64_t{1} << 31);
+  const bool narrow = narrow_indices(d, n);
   switch (elem_size) {
     case 1:
       copy_t<uint8_t>(base, d, dst, n, narrow, grid, stream);

@@ -125,6 +125,12 @@ std::vector<InferOutput> infer(const std::string& layer, const ShuffleParams& p,
     check_perm(layer, p.second_perm, s.size(), "second_perm");
     s = permute(s, p.second_perm);
   }
+  if (p.cast) {
+    KILN_CHECK(is_floating(in[0].dtype) && is_floating(p.to), InvalidArgument, "layer `", layer,
+               "`: a shuffle casts between float dtypes only, not ", dtype_name(in[0].dtype),
+               " to ", dtype_name(p.to));
+    return {{p.to, s}};
+  }
   return {{in[0].dtype, s}};
 }
 
