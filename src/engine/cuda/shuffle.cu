@@ -234,7 +234,8 @@ bool try_planes_to_last(cudaStream_t stream, const std::string& layer, DataType 
     if (perm[i] != static_cast<int64_t>(i) + 1) return false;
   }
   const int64_t channels = shape[1], total = volume(shape);
-  const int64_t plane = channels > 0 ? total / (shape[0] * channels) : 0;
+  if (total == 0) return false;
+  const int64_t plane = total / (shape[0] * channels);
   const auto aligned = [](const void* p, size_t bytes) {
     return reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
