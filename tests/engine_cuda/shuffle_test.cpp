@@ -20,6 +20,32 @@ TEST(CudaShuffle, TransposeReshapeTranspose) {
                 {random_tensor(DataType::kBool, {7, 9}, 4, 0, 1)});
 }
 
+// Shuffles that cast (ShuffleParams::cast): the converting strided copy (two permutations, a
+// reshape alone), the planes-to-channels-last kernel (1 and 3 channels, planes of a multiple of 4
+// pixels) and a plane that is not, and an empty batch. Both backends round once to the target.
+TEST(CudaShuffle, ShufflesThatCast) {
+  KILN_REQUIRE_GPU();
+  const auto casting = [](ShuffleParams p, DataType to) {
+    p.cast = true;
+    p.to = to;
+    return p;
+  };
+  const ShuffleParams to_last{{0, 2, 3, 1}, false, {}, {}};
+  compare_layer(casting(ShuffleParams{{2, 0, 3, 1}, true, {0, -1, 3}, {2, 0, 1}}, DataType::kF16),
+                {random_tensor(DataType::kF32, {2, 3, 4, 5}, 20)});
+  compare_layer(casting(ShuffleParams{{}, true, {6, 20}, {}}, DataType::kF32),
+                {random_tensor(DataType::kBF16, {2, 3, 4, 5}, 21)});
+  compare_layer(casting(to_last, DataType::kF16),
+                {random_tensor(DataType::kF32, {2, 3, 4, 8}, 22)});
+  compare_layer(casting(to_last, DataType::kBF16),
+                {random_tensor(DataType::kF32, {3, 1, 4, 4}, 23)});
+  compare_layer(casting(to_last, DataType::kF32),
+                {random_tensor(DataType::kF16, {2, 3, 3, 5}, 24)});
+  compare_layer(to_last, {random_tensor(DataType::kF16, {2, 3, 6, 6}, 25)});  // no cast, 4 | 36
+  compare_layer(casting(to_last, DataType::kF16),
+                {random_tensor(DataType::kF32, {0, 3, 4, 4}, 26)});
+}
+
 TEST(CudaShuffle, ConcatSlicePad) {
   KILN_REQUIRE_GPU();
   compare_layer(ConcatParams{1, false}, {random_tensor(DataType::kF32, {2, 3, 4}, 5),
