@@ -225,6 +225,29 @@ bool is_excitation_fc(const Network& net, const Layer& l, DataType t) {
   return net.tensor(l.outputs[0]).dtype == t;
 }
 
+// Calls rewrite(i) at each layer index; a rewrite that changed the network (returned true) removed
+// layer i, so the layer now at i is tried next. Returns how many rewrites there were.
+int rewrite_each(Network& net, const std::function<bool(size_t)>& rewrite) {
+  int count = 0;
+  for (size_t i = 0; i < net.layers().size();) {
+    if (rewrite(i)) {
+      ++count;
+    } else {
+      ++i;
+    }
+  }
+  return count;
+}
+
+// Layer i absorbed into its consumer, layer j (> i): j becomes `merged`, i goes.
+void merge_into_consumer(Network& net, size_t i, size_t j, Layer merged) {
+  std::vector<Layer> kept;
+  for (size_t k = 0; k < net.layers().size(); ++k) {
+    if (k != i) kept.push_back(k == j ? std::move(merged) : net.layers()[k]);
+  }
+  net.set_layers(std::move(kept));
+}
+
 // Squeeze-excitation in its torch form (a global average pool, a 1x1 convolution with an
 // activation, another, and the product of the result with the pool's input) becomes one
 // SqueezeExcitation layer where the product was: four launches of which three are tiny become a
@@ -309,15 +332,7 @@ int fuse_squeeze_excitation(Network& net,
     net.set_layers(std::move(kept));
     return true;
   };
-  int fused_count = 0;
-  for (size_t i = 0; i < net.layers().size();) {
-    if (fuse_at(i)) {
-      ++fused_count;  // layer i is now the one after the pool: look at it next
-    } else {
-      ++i;
-    }
-  }
-  return fused_count;
+  return rewrite_each(net, fuse_at);
 }
 
 // Squeeze-excitation whose result only feeds a 1x1 convolution (efficientnet's projection, with
@@ -373,23 +388,10 @@ int fold_excitation_into_projection(
     inputs.insert(inputs.end(), conv->inputs.begin() + 1, conv->inputs.end());
     fusions.push_back(se_layer.name + " + " + conv->name + " -> " + conv->name +
                       " (squeeze-excitation + projection)");
-    Layer replacement{conv->name, fused, inputs, conv->outputs};
-    std::vector<Layer> kept;
-    for (size_t k = 0; k < net.layers().size(); ++k) {
-      if (k != i) kept.push_back(k == j ? replacement : net.layers()[k]);
-    }
-    net.set_layers(std::move(kept));
+    merge_into_consumer(net, i, j, Layer{conv->name, fused, inputs, conv->outputs});
     return true;
   };
-  int folded = 0;
-  for (size_t i = 0; i < net.layers().size();) {
-    if (fold_at(i)) {
-      ++folded;  // layer i is now the one after the squeeze-excitation
-    } else {
-      ++i;
-    }
-  }
-  return folded;
+  return rewrite_each(net, fold_at);
 }
 
 // A float cast whose result only feeds a shuffle becomes part of that shuffle
@@ -412,23 +414,10 @@ int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions) {
     fused.cast = true;
     fused.to = cp->to;
     fusions.push_back(cast.name + " + " + shuffle->name + " -> " + shuffle->name + " (cast)");
-    Layer replacement{shuffle->name, fused, {cast.inputs[0]}, shuffle->outputs};
-    std::vector<Layer> kept;
-    for (size_t k = 0; k < net.layers().size(); ++k) {
-      if (k != i) kept.push_back(k == j ? replacement : net.layers()[k]);
-    }
-    net.set_layers(std::move(kept));
+    merge_into_consumer(net, i, j, Layer{shuffle->name, fused, {cast.inputs[0]}, shuffle->outputs});
     return true;
   };
-  int fused_count = 0;
-  for (size_t i = 0; i < net.layers().size();) {
-    if (fuse_at(i)) {
-      ++fused_count;  // layer i is now the one after the cast
-    } else {
-      ++i;
-    }
-  }
-  return fused_count;
+  return rewrite_each(net, fuse_at);
 }
 
 bool fusible_elementwise(const Network& net, const Layer& l) {

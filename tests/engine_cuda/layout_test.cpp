@@ -340,6 +340,19 @@ TEST(CudaLayout, SmallChannelPointwiseFallbacksMatchCpu) {
   }
 }
 
+// The GPU plan matches the CPU within `tol`, and so do three more runs of one context of it:
+// eager, captured into a CUDA graph, replayed (kernels that keep state between runs reset it).
+void expect_match_and_replays(const cuda_testing::BothResults& r,
+                              const std::vector<HostTensor>& inputs, double tol) {
+  cuda_testing::expect_match(r, tol, tol);
+  ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const auto again = ctx.run(inputs);
+    EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
+  }
+}
+
 // A channels-last network computing in f16/bf16 casts its f32 input and transposes it to NHWC,
 // and casts its output back after the transpose to NCHW: each pair is one shuffle that casts
 // (fuse_cast_into_shuffle), so no cast layer is left; in f32 there are no casts. Input planes of a
@@ -377,13 +390,7 @@ TEST(CudaLayout, CastsJoinTheLayoutTransposes) {
       EXPECT_EQ(casting_shuffles, low == DataType::kF32 ? 0 : 2);
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "cast"), 0);
       const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-      cuda_testing::expect_match(r, tol, tol);
-      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
-      for (int run = 0; run < 3; ++run) {
-        SCOPED_TRACE("run " + std::to_string(run));
-        const auto again = ctx.run(inputs);
-        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
-      }
+      expect_match_and_replays(r, inputs, tol);
     }
   }
 }
@@ -451,13 +458,7 @@ TEST(CudaLayout, SqueezeExcitationMatchesCpu) {
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "pooling"), 0);
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "convolution"), 2);  // dw, project
       const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-      cuda_testing::expect_match(r, tol, tol);
-      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
-      for (int run = 0; run < 3; ++run) {
-        SCOPED_TRACE("run " + std::to_string(run));
-        const auto again = ctx.run(inputs);
-        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
-      }
+      expect_match_and_replays(r, inputs, tol);
     }
   }
 }
@@ -494,13 +495,7 @@ TEST(CudaLayout, SqueezeExcitationTakesItsProjection) {
       EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "convolution"),
                 1 + (c.residual ? 1 : 0) + (folds ? 0 : 1));
       const double tol = low == DataType::kF32 ? 1e-4 : (low == DataType::kF16 ? 2e-2 : 6e-2);
-      cuda_testing::expect_match(r, tol, tol);
-      ExecutionContext ctx(std::make_shared<const Engine>(r.gpu_plan.network, r.gpu_plan.target));
-      for (int run = 0; run < 3; ++run) {
-        SCOPED_TRACE("run " + std::to_string(run));
-        const auto again = ctx.run(inputs);
-        EXPECT_TRUE(testing::near(again[0], testing::to_doubles(r.cpu[0]), tol, tol));
-      }
+      expect_match_and_replays(r, inputs, tol);
     }
   }
 }
