@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 
@@ -147,6 +148,14 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
   }
 }
 
+// Every segment's shapes at profile `to` become those found at `from` (branches too).
+void copy_shapes(std::vector<Segment>& segments, Profile from, Profile to) {
+  for (Segment& s : segments) {
+    s.shapes[to] = s.shapes[from];
+    for (PartitionedBlock& b : s.blocks) copy_shapes(b.segments, from, to);
+  }
+}
+
 }  // namespace
 
 InputProfile InputProfile::fixed(std::vector<int64_t> shape, c10::ScalarType dtype) {
@@ -205,7 +214,21 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
 
 void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles) {
   const Graph& graph = *partitioned.graph;
+  std::vector<Profile> analyzed;
   for (Profile profile : {kMin, kOpt, kMax}) {
+    // A profile whose inputs match one already run (every input fixed: all three) would run
+    // the same graph on the same generated data: its shapes are copied instead.
+    const auto same_inputs = [&](Profile done) {
+      return std::all_of(profiles.begin(), profiles.end(), [&](const InputProfile& p) {
+        return shape_of(p, done) == shape_of(p, profile);
+      });
+    };
+    const auto done = std::find_if(analyzed.begin(), analyzed.end(), same_inputs);
+    if (done != analyzed.end()) {
+      copy_shapes(partitioned.segments, *done, profile);
+      continue;
+    }
+    analyzed.push_back(profile);
     const auto inputs = generate_inputs(graph, profiles, profile);
     Env env;
     for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];

@@ -1,5 +1,6 @@
 // The CUDA matmul (cuBLASLt) against the CPU backend: transposes, batches (broadcast ones too),
-// vectors, constant weights, and post-ops fused by the builder (bias, activations, residual).
+// vectors, constant weights, post-ops fused by the builder (bias, activations, residual), and
+// the timed choice of large GEMMs' algorithms.
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -131,6 +132,24 @@ TEST(CudaMatMul, PostOpsOnTheLayer) {
            random_tensor(t, {n}, 46), random_tensor(t, {2, 9, n}, 47)},
           rtol, atol);
     }
+  }
+}
+
+// GEMMs of 2 GFLOP or more time the heuristic's candidates on their first run (into scratch
+// memory: the output and the residual it reads stay as they were) and keep the fastest.
+TEST(CudaMatMul, LargeGemmsTimeTheirCandidates) {
+  KILN_REQUIRE_GPU();
+  MatMulParams p{false, true};
+  p.post.has_bias = true;
+  for (bool residual : {false, true}) {
+    SCOPED_TRACE(residual ? "bias + residual" : "bias + GELU-tanh");
+    p.post.has_residual = residual;
+    p.post.activation = residual ? ActivationKind::kNone : ActivationKind::kGeluTanh;
+    std::vector<HostTensor> inputs = {random_tensor(DataType::kF16, {512, 1024}, 48, -.5, .5),
+                                      random_tensor(DataType::kF16, {2048, 1024}, 49, -.5, .5),
+                                      random_tensor(DataType::kF16, {2048}, 50)};
+    if (residual) inputs.push_back(random_tensor(DataType::kF16, {512, 2048}, 51));
+    cuda_testing::compare_layer(p, inputs, 1e-2, 3e-2);
   }
 }
 

@@ -171,5 +171,56 @@ TEST(ShapeAnalysis, WrongProfileCountOrFailingSegmentIsAClearError) {
   }
 }
 
+// Counts its calls: how often shape analysis runs the graph.
+int g_count_calls = 0;
+TORCH_LIBRARY(kiln_shape_test, m) {
+  m.def("count_calls(Tensor x) -> Tensor", [](const at::Tensor& x) {
+    ++g_count_calls;
+    return x;
+  });
+}
+
+TEST(ShapeAnalysis, ProfilesWithTheSameInputsRunOnce) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %c : Tensor = kiln_shape_test::count_calls(%x)
+  %y : Tensor = aten::matmul(%c, %w)
+  return (%y))IR";
+  auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+  g_count_calls = 0;
+  analyze_shapes(p, {InputProfile::fixed({4, 8}), InputProfile::fixed({8, 3})});
+  EXPECT_EQ(g_count_calls, 1);
+  for (Profile profile : {kMin, kOpt, kMax}) {
+    EXPECT_EQ(shapes(p.segments.back().shapes[profile].outputs), (std::vector<Shape>{{4, 3}}));
+  }
+  // min = opt: two runs, and min's shapes are opt's.
+  g_count_calls = 0;
+  analyze_shapes(p, {InputProfile::range({2, 8}, {2, 8}, {6, 8}), InputProfile::fixed({8, 3})});
+  EXPECT_EQ(g_count_calls, 2);
+  EXPECT_EQ(shapes(p.segments.back().shapes[kMin].outputs), (std::vector<Shape>{{2, 3}}));
+  EXPECT_EQ(shapes(p.segments.back().shapes[kOpt].outputs), (std::vector<Shape>{{2, 3}}));
+  EXPECT_EQ(shapes(p.segments.back().shapes[kMax].outputs), (std::vector<Shape>{{6, 3}}));
+  // opt = max, with an If segment: its branches' shapes are copied too.
+  const char* branchy = R"IR(
+graph(%x : Tensor, %c : bool):
+  %a : Tensor = kiln_shape_test::count_calls(%x)
+  %r : Tensor = prim::If(%c)
+    block0():
+      %t : Tensor = aten::sigmoid(%a)
+      -> (%t)
+    block1():
+      %l : Tensor = aten::lgamma(%a)
+      -> (%l)
+  return (%r))IR";
+  auto q = partition_ir(branchy, kAllButLgamma, with_min_block(1));
+  g_count_calls = 0;
+  analyze_shapes(q, {InputProfile::range({1, 2}, {3, 2}, {3, 2}), InputProfile::of_value(true)});
+  EXPECT_EQ(g_count_calls, 2);
+  const Segment& branch = q.segments.back().blocks.at(0).segments.at(0);
+  ASSERT_TRUE(branch.has_shapes);
+  EXPECT_EQ(shapes(branch.shapes[kMin].outputs), (std::vector<Shape>{{1, 2}}));
+  EXPECT_EQ(shapes(branch.shapes[kMax].outputs), (std::vector<Shape>{{3, 2}}));
+}
+
 }  // namespace
 }  // namespace kiln::partitioning
