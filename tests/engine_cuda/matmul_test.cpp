@@ -34,7 +34,9 @@ TEST(CudaMatMul, ShapesAndTransposes) {
 TEST(CudaMatMul, Batches) {
   KILN_REQUIRE_GPU();
   compare_matmul({3, 7, 13}, {3, 13, 5}, false, false, 17);
-  compare_matmul({3, 7, 13}, {13, 5}, false, false, 19);  // shared weights
+  compare_matmul({3, 7, 13}, {13, 5}, false, false, 19);  // shared weights: one GEMM of 21 rows
+  compare_matmul({3, 7, 13}, {5, 13}, false, true, 20);
+  compare_matmul({2, 3, 13, 7}, {13, 5}, true, false, 22);  // transposed A: batched
   compare_matmul({7, 13}, {2, 3, 13, 5}, false, false, 21);
   compare_matmul({2, 1, 7, 13}, {1, 3, 13, 5}, false, false, 23);  // both broadcast
   compare_matmul({2, 3, 13, 7}, {3, 5, 13}, true, true, 25);
@@ -145,10 +147,11 @@ TEST(CudaMatMul, LargeGemmsTimeTheirCandidates) {
     SCOPED_TRACE(residual ? "bias + residual" : "bias + GELU-tanh");
     p.post.has_residual = residual;
     p.post.activation = residual ? ActivationKind::kNone : ActivationKind::kGeluTanh;
-    std::vector<HostTensor> inputs = {random_tensor(DataType::kF16, {512, 1024}, 48, -.5, .5),
+    // A batch of 4 x 128 rows against shared weights: one GEMM of 512 rows.
+    std::vector<HostTensor> inputs = {random_tensor(DataType::kF16, {4, 128, 1024}, 48, -.5, .5),
                                       random_tensor(DataType::kF16, {2048, 1024}, 49, -.5, .5),
                                       random_tensor(DataType::kF16, {2048}, 50)};
-    if (residual) inputs.push_back(random_tensor(DataType::kF16, {512, 2048}, 51));
+    if (residual) inputs.push_back(random_tensor(DataType::kF16, {4, 128, 2048}, 51));
     cuda_testing::compare_layer(p, inputs, 1e-2, 3e-2);
   }
 }

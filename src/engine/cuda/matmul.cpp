@@ -54,6 +54,14 @@ struct TimingRun {
   cudaStream_t stream;
 };
 
+bool folding_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_GEMM_FOLD");
+    return !(env && std::string(env) == "off");
+  }();
+  return enabled;
+}
+
 // Whether the first run of a GEMM this large times the heuristic's candidates: at 2 GFLOP or
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
 // timing costs; smaller ones are latency-bound, where the candidates differ little.
@@ -230,8 +238,14 @@ void matmul_kernel(KernelArgs& args) {
       expand(b, bs, b_batch, ws + b_off);
       b_ptr = ws + b_off;
     }
-    const int64_t a_stride = volume(a_batch) == 1 && !expand_a ? 0 : a_mat;
     const int64_t b_stride = volume(b_batch) == 1 && !expand_b ? 0 : b_mat;
+    // Row-major A matrices one after another against one shared B (a linear layer over a
+    // batch of sequences) are one GEMM of batches * m rows: cuBLASLt then tiles the rows
+    // across the batch instead of padding each matrix's last tile (ViT's 197 tokens).
+    const bool fold = batches > 1 && !ta && b_stride == 0 && (volume(a_batch) != 1 || expand_a) &&
+                      folding_enabled();
+    const int64_t rows = fold ? batches * m : m, mats = fold ? 1 : batches;
+    const int64_t a_stride = fold || (volume(a_batch) == 1 && !expand_a) ? 0 : a_mat;
     const bool bias_epilogue = bias && bias->numel() == n && bias->dtype == out.dtype;
     const ActivationKind act = p.post.activation, act2 = p.post.activation2;
     const auto epilogue_act = [](ActivationKind a) {
@@ -250,10 +264,10 @@ void matmul_kernel(KernelArgs& args) {
                                 tf32,
                                 ta,
                                 tb,
-                                m,
+                                rows,
                                 n,
                                 k,
-                                batches,
+                                mats,
                                 a_stride,
                                 b_stride,
                                 bias_epilogue,
@@ -290,11 +304,10 @@ void matmul_kernel(KernelArgs& args) {
       }
       KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                        &epilogue, sizeof(epilogue)));
-      fresh->b =
-          tb ? layout(type, k, n, k, batches, b_stride) : layout(type, n, k, n, batches, b_stride);
+      fresh->b = tb ? layout(type, k, n, k, mats, b_stride) : layout(type, n, k, n, mats, b_stride);
       fresh->a =
-          ta ? layout(type, m, k, m, batches, a_stride) : layout(type, k, m, k, batches, a_stride);
-      fresh->d = layout(type, n, m, n, batches, m * n);
+          ta ? layout(type, m, k, m, mats, a_stride) : layout(type, k, rows, k, mats, a_stride);
+      fresh->d = layout(type, n, rows, n, mats, rows * n);
       cublasLtMatmulPreference_t pref = nullptr;
       KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       const uint64_t max_ws = kCublasWorkspace;
@@ -313,7 +326,7 @@ void matmul_kernel(KernelArgs& args) {
                                            &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
-      const bool timed = worth_timing(m, n, k, batches);
+      const bool timed = worth_timing(rows, n, k, mats);
       cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
