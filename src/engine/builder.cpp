@@ -15,6 +15,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/backend.h"
 #include "engine/fusion.h"
+#include "util/env.h"
 #include "util/errors.h"
 #include "util/logging.h"
 
@@ -271,13 +272,6 @@ int gelu_tanh_epilogues(Network& net) {
   }
   net.set_layers(std::move(layers));
   return marked;
-}
-
-// Whether the environment variable `name` is "off": switches that keep a fusion out, for
-// measuring what it gives.
-bool switched_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env && std::string(env) == "off";
 }
 
 // kAuto can be overridden for experiments: KILN_CONV_LAYOUT=channels_last|channels_first|auto.

@@ -6,13 +6,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
+#include "util/env.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -55,10 +54,7 @@ struct TimingRun {
 };
 
 bool folding_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("KILN_GEMM_FOLD");
-    return !(env && std::string(env) == "off");
-  }();
+  static const bool enabled = !switched_off("KILN_GEMM_FOLD");
   return enabled;
 }
 
@@ -66,10 +62,7 @@ bool folding_enabled() {
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
 // timing costs; smaller ones are latency-bound, where the candidates differ little.
 bool worth_timing(int64_t m, int64_t n, int64_t k, int64_t batches) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("KILN_GEMM_TIMING");
-    return !(env && std::string(env) == "off");
-  }();
+  static const bool enabled = !switched_off("KILN_GEMM_TIMING");
   return enabled && 2.0 * static_cast<double>(m) * n * k * batches >= 2e9;
 }
 
