@@ -1,4 +1,5 @@
-// Shape analysis: exact segment shapes at min/opt/max, and valid indices for index inputs.
+// Shape analysis: exact segment shapes at min/opt/max, valid indices for index inputs, and one
+// run per distinct profile.
 #include <gtest/gtest.h>
 
 #include "partition_testing.h"
@@ -132,10 +133,19 @@ graph(%sel : Tensor, %src : Tensor):
   EXPECT_EQ(inputs[0].toTensor().abs().sum().item<int64_t>(), 0);
 }
 
-TEST(ShapeAnalysis, IfBranchesAndNonTensorInputs) {
-  const char* ir = R"IR(
+// Counts its calls: how often shape analysis runs the graph.
+int g_count_calls = 0;
+TORCH_LIBRARY(kiln_shape_test, m) {
+  m.def("count_calls(Tensor x) -> Tensor", [](const at::Tensor& x) {
+    ++g_count_calls;
+    return x;
+  });
+}
+
+// An engine segment, an If whose second branch falls back, an engine segment.
+const char* kIfBetweenEngines = R"IR(
 graph(%x : Tensor, %c : bool):
-  %a : Tensor = aten::relu(%x)
+  %a : Tensor = kiln_shape_test::count_calls(%x)
   %r : Tensor = prim::If(%c)
     block0():
       %t : Tensor = aten::sigmoid(%a)
@@ -145,7 +155,9 @@ graph(%x : Tensor, %c : bool):
       -> (%l)
   %o : Tensor = aten::tanh(%r)
   return (%o))IR";
-  auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+
+TEST(ShapeAnalysis, IfBranchesAndNonTensorInputs) {
+  auto p = partition_ir(kIfBetweenEngines, kAllButLgamma, with_min_block(1));
   analyze_shapes(p, {InputProfile::range({1, 2}, {3, 2}, {5, 2}), InputProfile::of_value(false)});
   ASSERT_EQ(p.segments.size(), 3u);
   const Segment& branch = p.segments[1].blocks.at(0).segments.at(0);
@@ -171,15 +183,6 @@ TEST(ShapeAnalysis, WrongProfileCountOrFailingSegmentIsAClearError) {
   }
 }
 
-// Counts its calls: how often shape analysis runs the graph.
-int g_count_calls = 0;
-TORCH_LIBRARY(kiln_shape_test, m) {
-  m.def("count_calls(Tensor x) -> Tensor", [](const at::Tensor& x) {
-    ++g_count_calls;
-    return x;
-  });
-}
-
 TEST(ShapeAnalysis, ProfilesWithTheSameInputsRunOnce) {
   const char* ir = R"IR(
 graph(%x : Tensor, %w : Tensor):
@@ -201,22 +204,11 @@ graph(%x : Tensor, %w : Tensor):
   EXPECT_EQ(shapes(p.segments.back().shapes[kOpt].outputs), (std::vector<Shape>{{2, 3}}));
   EXPECT_EQ(shapes(p.segments.back().shapes[kMax].outputs), (std::vector<Shape>{{6, 3}}));
   // opt = max, with an If segment: its branches' shapes are copied too.
-  const char* branchy = R"IR(
-graph(%x : Tensor, %c : bool):
-  %a : Tensor = kiln_shape_test::count_calls(%x)
-  %r : Tensor = prim::If(%c)
-    block0():
-      %t : Tensor = aten::sigmoid(%a)
-      -> (%t)
-    block1():
-      %l : Tensor = aten::lgamma(%a)
-      -> (%l)
-  return (%r))IR";
-  auto q = partition_ir(branchy, kAllButLgamma, with_min_block(1));
+  auto q = partition_ir(kIfBetweenEngines, kAllButLgamma, with_min_block(1));
   g_count_calls = 0;
   analyze_shapes(q, {InputProfile::range({1, 2}, {3, 2}, {3, 2}), InputProfile::of_value(true)});
   EXPECT_EQ(g_count_calls, 2);
-  const Segment& branch = q.segments.back().blocks.at(0).segments.at(0);
+  const Segment& branch = q.segments.at(1).blocks.at(0).segments.at(0);
   ASSERT_TRUE(branch.has_shapes);
   EXPECT_EQ(shapes(branch.shapes[kMin].outputs), (std::vector<Shape>{{1, 2}}));
   EXPECT_EQ(shapes(branch.shapes[kMax].outputs), (std::vector<Shape>{{3, 2}}));

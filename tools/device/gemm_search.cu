@@ -133,20 +133,21 @@ std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapA
   return v;
 }
 
-template <typename T>
-T cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a) {
+// One value of an algorithm's capability (cap) or configuration (config) attribute.
+template <typename T, typename Attribute, typename Get>
+T attribute(Get get, const cublasLtMatmulAlgo_t& algo, Attribute a) {
   T v{};
   size_t bytes = 0;
-  cublasLtMatmulAlgoCapGetAttribute(&algo, a, &v, sizeof(v), &bytes);
+  get(&algo, a, &v, sizeof(v), &bytes);
   return v;
 }
-
+template <typename T>
+T cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a) {
+  return attribute<T>(cublasLtMatmulAlgoCapGetAttribute, algo, a);
+}
 template <typename T>
 T config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {
-  T v{};
-  size_t bytes = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &bytes);
-  return v;
+  return attribute<T>(cublasLtMatmulAlgoConfigGetAttribute, algo, a);
 }
 
 std::string describe(const cublasLtMatmulAlgo_t& algo) {
