@@ -5,7 +5,8 @@
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 tools/device/gemm_search.cu -lcublasLt -o gemm_search
 //   ./gemm_search [--heuristic ROUNDS] [M N K epilogue]...
-//   (epilogue: bias | gelu | residual; default: BERT's and ViT's four GEMMs at b32)
+//   (epilogue: bias | gelu | residual; default: BERT's and ViT's four GEMMs at b32; ALIGN16=1 asks
+//   the heuristic for 16-byte aligned operands, as kiln does)
 #include <cublasLt.h>
 #include <cuda_fp16.h>
 
@@ -165,17 +166,35 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
   return buf;
 }
 
-void search(cublasLtHandle_t lt, const Shape& s) {
-  Problem p(lt, s);
-  const double flop = 2.0 * s.m * s.n * s.k;
+// The heuristic's first `count` candidates for p's GEMM, with the workspace kiln allows; with
+// ALIGN16 set, for operands aligned to 16 bytes as kiln asks (the default assumes 256).
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic(const Problem& p, int count) {
   cublasLtMatmulPreference_t pref;
   CK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t max_ws = kWorkspace;
   CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                           sizeof(max_ws)));
-  cublasLtMatmulHeuristicResult_t heur[32];
+  if (std::getenv("ALIGN16")) {
+    const uint32_t align = 16;
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> heur(static_cast<size_t>(count));
   int found = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.lb, p.la, p.ld, p.ld, pref, 32, heur, &found));
+  CK(cublasLtMatmulAlgoGetHeuristic(p.lt, p.desc, p.lb, p.la, p.ld, p.ld, pref, count, heur.data(),
+                                    &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  heur.resize(static_cast<size_t>(found));
+  return heur;
+}
+
+void search(cublasLtHandle_t lt, const Shape& s) {
+  Problem p(lt, s);
+  const double flop = 2.0 * s.m * s.n * s.k;
+  const auto heur = heuristic(p, 32);
+  const int found = static_cast<int>(heur.size());
   std::vector<Result> results;
   const int iters = 20;
   for (int i = 0; i < found; ++i) {
@@ -267,7 +286,6 @@ void search(cublasLtHandle_t lt, const Shape& s) {
                 flop / best[i] * 1e-6, 100.0 * (first_us - best[i]) / first_us,
                 results[i].what.c_str(), describe(results[i].algo).c_str(), results[i].ws);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
 }
 
 // The heuristic's candidates only, timed interleaved (round-robin, `rounds` rounds of 50
@@ -275,22 +293,8 @@ void search(cublasLtHandle_t lt, const Shape& s) {
 void compare_heuristic(cublasLtHandle_t lt, const Shape& s, int rounds) {
   Problem p(lt, s);
   const double flop = 2.0 * s.m * s.n * s.k;
-  cublasLtMatmulPreference_t pref;
-  CK(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t max_ws = kWorkspace;
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                          sizeof(max_ws)));
-  // As kiln asks: operands aligned to 16 bytes (the heuristic's default assumes 256).
-  if (std::getenv("ALIGN16")) {
-    const uint32_t align = 16;
-    for (auto attr :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      CK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-  }
-  cublasLtMatmulHeuristicResult_t heur[16];
-  int found = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.lb, p.la, p.ld, p.ld, pref, 16, heur, &found));
+  const auto heur = heuristic(p, 16);
+  const int found = static_cast<int>(heur.size());
   std::vector<std::vector<float>> t(found);
   for (int r = 0; r < rounds; ++r)
     for (int i = 0; i < found; ++i)
@@ -306,7 +310,6 @@ void compare_heuristic(cublasLtHandle_t lt, const Shape& s, int rounds) {
                 flop / med * 1e-6, 100.0 * (first - med) / first, t[i].front(), t[i].back(),
                 describe(heur[i].algo).c_str());
   }
-  cublasLtMatmulPreferenceDestroy(pref);
 }
 
 }  // namespace
