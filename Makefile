@@ -81,12 +81,14 @@ bench-cpu: deps configure
 demo:
 	@BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) CMAKE_ARGS="$(CMAKE_ARGS)" bash scripts/demo.sh
 
-# The zoo models compiled by kiln vs libtorch at batch 1 and 8 (bench/cpu_models); threads from
-# OMP_NUM_THREADS, the same for both sides.
+# kiln's CPU backend against PyTorch eager, torch.compile (Inductor), ONNX Runtime and OpenVINO,
+# side by side in one run (bench/cpu_models/peers.py; BENCH_ARGS="--models resnet50 --threads 1"
+# narrows it). The peers come from scripts/requirements-bench.txt.
 bench-models: deps configure
-	cmake --build $(BUILD_DIR) --target kiln_cpu_models_bench -j $(JOBS)
-	/usr/bin/python3 tests/models/make_models.py --out $(BUILD_DIR)/tests/models
-	$(BUILD_DIR)/bin/kiln_cpu_models_bench --models $(BUILD_DIR)/tests/models $(BENCH_ARGS)
+	.venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-bench.txt
+	cmake --build $(BUILD_DIR) --target kilnc kiln_runtime -j $(JOBS)
+	.venv/bin/python bench/cpu_models/peers.py --kilnc $(BUILD_DIR)/bin/kilnc \
+		--runtime $(BUILD_DIR)/lib/libkiln_runtime.so --out $(BUILD_DIR) $(BENCH_ARGS)
 
 format:
 	find src include tools tests bench -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null | xargs clang-format -i

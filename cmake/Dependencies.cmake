@@ -1,8 +1,33 @@
-# Finds kiln's dependencies: Debian packages on test machines, python3's torch plus a carried
-# .deps/ prefix on GPU machines. Each one becomes a target named kiln::<dep>.
+# Finds kiln's dependencies: the torch of the project's virtual environment (.venv/, made by
+# scripts/setup-deps.sh) or of python3 on GPU machines, Debian packages or a carried .deps/ prefix
+# for the rest. Each one becomes a target named kiln::<dep>.
 list(APPEND CMAKE_PREFIX_PATH ${KILN_DEPS_DIR})
 
-# --- libtorch (1.13 from Debian, or 2.x from python3's torch package) ---
+# --- python with torch: .venv's, else KILN_PYTHON as given (GPU machines: their python3) ---
+set(KILN_PYTHON "" CACHE FILEPATH "python3 with torch, torchvision and transformers")
+if(NOT KILN_PYTHON AND EXISTS ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+  set(KILN_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH
+      "python3 with torch, torchvision and transformers" FORCE)
+endif()
+if(NOT KILN_PYTHON)
+  message(FATAL_ERROR "kiln: no .venv/ (run scripts/setup-deps.sh) and no KILN_PYTHON given")
+endif()
+execute_process(COMMAND ${KILN_PYTHON} -c "import torch; print(torch.utils.cmake_prefix_path)"
+                OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "kiln: ${KILN_PYTHON} does not import torch: ${_err}")
+endif()
+list(APPEND CMAKE_PREFIX_PATH ${_torch_prefix})
+message(STATUS "kiln: python for test models: ${KILN_PYTHON}")
+
+# --- libtorch (2.x, from that python's torch package) ---
+# Its CMake config adds -gencode flags for TORCH_CUDA_ARCH_LIST to every CUDA compile; without a
+# GPU to detect, its default list starts at sm_50, which CUDA 13 no longer has. kiln's kernels
+# name their own architectures (KILN_CUDA_ARCHITECTURES below).
+if(NOT TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "9.0")
+endif()
 find_package(Torch REQUIRED)
 message(STATUS "kiln: libtorch ${Torch_VERSION} (${TORCH_INSTALL_PREFIX})")
 
@@ -30,28 +55,6 @@ if(BUILD_TESTING)
     add_library(GTest::gtest ALIAS gtest)
     add_library(GTest::gtest_main ALIAS gtest_main)
   endif()
-endif()
-
-# --- a python3 that imports torch and torchvision, for making test models ---
-set(KILN_PYTHON "" CACHE FILEPATH "python3 with torch and torchvision")
-if(NOT KILN_PYTHON)
-  foreach(_py /usr/bin/python3 python3)
-    find_program(_py_path ${_py} NO_CACHE)
-    if(_py_path)
-      execute_process(COMMAND ${_py_path} -c "import torch, torchvision"
-                      RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_QUIET)
-      if(_rc EQUAL 0)
-        set(KILN_PYTHON ${_py_path} CACHE FILEPATH "python3 with torch and torchvision" FORCE)
-        break()
-      endif()
-    endif()
-    unset(_py_path)
-  endforeach()
-endif()
-if(KILN_PYTHON)
-  message(STATUS "kiln: python for test models: ${KILN_PYTHON}")
-else()
-  message(STATUS "kiln: no python3 with torch and torchvision; model tests will fail to set up")
 endif()
 
 # --- CUDA (optional) ---
@@ -83,16 +86,11 @@ if(KILN_HAS_CUDA)
 endif()
 if(KILN_HAS_CUDA)
   # sm_90 machine code plus compute_90 PTX (CMake's plain "90" embeds both), set on kiln's kernel
-  # target itself: libtorch's CMake config sets CMAKE_CUDA_ARCHITECTURES to OFF for its own flags.
-  set(_kiln_cuda_arch 90)
-  if(DEFINED CACHE{CMAKE_CUDA_ARCHITECTURES} AND NOT "$CACHE{CMAKE_CUDA_ARCHITECTURES}" STREQUAL "OFF")
-    set(_kiln_cuda_arch "$CACHE{CMAKE_CUDA_ARCHITECTURES}")
-  endif()
-  set(KILN_CUDA_ARCHITECTURES "${_kiln_cuda_arch}" CACHE STRING
+  # targets itself: libtorch's CMake config enables CUDA with the compiler's default architecture
+  # and ignores CMAKE_CUDA_ARCHITECTURES for its own flags.
+  set(KILN_CUDA_ARCHITECTURES 90 CACHE STRING
       "CUDA architectures of kiln's kernels (90: sm_90 code plus compute_90 PTX)")
-  if(NOT CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
-  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
@@ -105,10 +103,38 @@ else()
   message(STATUS "kiln: CUDA not found (or KILN_ENABLE_CUDA=OFF); building the CPU backend only")
 endif()
 
-# --- oneDNN (Debian's libdnnl-dev, or a copy carried in .deps/) and OpenMP ---
+# --- oneDNN: a private copy of Debian's libdnnl (or of one carried in .deps/), and OpenMP ---
+# libtorch 2.x bundles oneDNN 3.x and exports some of its symbols; a plain libdnnl in the same
+# process binds to them and its GEMM kernels fail. The copy exports only oneDNN's C API
+# (cmake/private_onednn.py says how and why); .deps/ may carry it ready-made (GPU machines).
 find_path(KILN_DNNL_INCLUDE dnnl.hpp HINTS ${KILN_DEPS_DIR}/include REQUIRED)
-find_library(KILN_DNNL_LIBRARY NAMES dnnl HINTS ${KILN_DEPS_DIR}/lib REQUIRED)
+find_library(KILN_DNNL_PRIVATE NAMES libkiln_dnnl.so.2 HINTS ${KILN_DEPS_DIR}/lib NO_DEFAULT_PATH)
+if(NOT KILN_DNNL_PRIVATE)
+  find_library(KILN_DNNL_SYSTEM NAMES dnnl HINTS ${KILN_DEPS_DIR}/lib REQUIRED)
+  get_filename_component(_dnnl_real ${KILN_DNNL_SYSTEM} REALPATH)
+  set(_private ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/libkiln_dnnl.so.2)
+  if(NOT EXISTS ${_private} OR ${_dnnl_real} IS_NEWER_THAN ${_private}
+     OR ${CMAKE_SOURCE_DIR}/cmake/private_onednn.py IS_NEWER_THAN ${_private})
+    file(MAKE_DIRECTORY ${CMAKE_LIBRARY_OUTPUT_DIRECTORY})
+    execute_process(COMMAND ${KILN_PYTHON} ${CMAKE_SOURCE_DIR}/cmake/private_onednn.py
+                            ${_dnnl_real} ${_private} libkiln_dnnl.so.2
+                    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "kiln: making the private oneDNN failed: ${_out}")
+    endif()
+  endif()
+  set(KILN_DNNL_PRIVATE ${_private})
+endif()
+message(STATUS "kiln: oneDNN ${KILN_DNNL_PRIVATE}")
 add_library(kiln::dnnl INTERFACE IMPORTED GLOBAL)
 set_target_properties(kiln::dnnl PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${KILN_DNNL_INCLUDE}
-                                            INTERFACE_LINK_LIBRARIES ${KILN_DNNL_LIBRARY})
+                                            INTERFACE_LINK_LIBRARIES ${KILN_DNNL_PRIVATE})
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# The flag alone, so the compiler links libgomp by its soname: FindOpenMP's target names gcc's
+# libgomp.so by path, and CMake then warns on every target that torch's lib folder carries a
+# libgomp.so.1 of its own. A process loads one libgomp.so.1 either way (torch's where torch is
+# loaded first), and kiln's OpenMP regions share its thread count with torch.set_num_threads.
+add_library(kiln::openmp INTERFACE IMPORTED GLOBAL)
+set_target_properties(kiln::openmp PROPERTIES
+  INTERFACE_COMPILE_OPTIONS $<$<COMPILE_LANGUAGE:CXX>:${OpenMP_CXX_FLAGS}>
+  INTERFACE_LINK_OPTIONS ${OpenMP_CXX_FLAGS})

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-PYTHON=/usr/bin/python3  # Debian's, with python3-torch and python3-torchvision
+PYTHON=.venv/bin/python  # made by scripts/setup-deps.sh, with torch and torchvision
 out=$BUILD_DIR/demo
 
 step() { printf '\n== %s\n' "$*"; }

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs from Debian everything kiln's build and tests need; a no-op when all of it is present.
+# Installs everything kiln's build and tests need; a no-op when all of it is present.
+# - Debian packages: compilers, oneDNN, GoogleTest, header-only libraries.
+# - .venv/ (ignored by git): a virtual environment with the pinned torch, torchvision and
+#   transformers from PyPI (scripts/requirements.txt). kiln builds against that torch's libtorch
+#   and the tests make their models with its python.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 pkgs=(
-  cmake ninja-build ccache g++ make pkg-config clang-format
-  clang libclang-rt-14-dev
-  libtorch-dev python3-torch python3-torchvision
+  cmake ninja-build ccache g++ make pkg-config clang-format patchelf
+  clang libclang-rt-14-dev python3-venv
   libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev
 )
@@ -14,13 +18,41 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "setup-deps: installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-  sudo=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup-deps: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo=sudo
+  fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
 fi
-$sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+
+# --- the virtual environment ---
+venv=.venv
+req=scripts/requirements.txt
+stamp=$venv/.kiln-requirements
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
+  exit 0
+fi
+echo "setup-deps: creating $venv (torch from PyPI; see $req)"
+# Any python3 >= 3.10 will do; pyenv's or Debian's.
+python=${KILN_SETUP_PYTHON:-$(command -v python3)}
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# torch's wheel asks for the whole CUDA 13 runtime as PyPI packages (several GB). Where the
+# machine has the CUDA 13 toolkit with cuDNN 9 and NCCL (this project's machines: /usr/local/cuda,
+# in ld.so.conf), torch and torchvision are installed without their dependencies and only the
+# libraries the toolkit lacks come from PyPI; elsewhere pip installs torch's whole set.
+have_lib() { ldconfig -p | grep -q "$1"; }
+if have_lib libcudart.so.13 && have_lib libcudnn.so.9 && have_lib libnccl.so.2 &&
+   have_lib libcublasLt.so.13 && have_lib libcupti.so.13; then
+  grep -E '^(torch|torchvision)==' "$req" | xargs "${pip[@]}" --no-deps
+  grep -vE '^(torch|torchvision)==|^#|^$' "$req" | xargs "${pip[@]}"
+else
+  "${pip[@]}" -r "$req"
+fi
+"$venv/bin/python" -c "import torch, torchvision, transformers" ||
+  { echo "setup-deps: $venv does not import torch, torchvision and transformers" >&2; exit 1; }
+cp "$req" "$stamp"

@@ -23,51 +23,9 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
 
-
-class Bert(nn.Module):
-    """A BERT-base-sized encoder from torch.nn: 12 layers, hidden 768, 12 heads."""
-
-    def __init__(self, vocab=30522, d=768, heads=12, layers=12, seq=128):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
-        self.norm = nn.LayerNorm(d)
-        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0,
-                                           activation="gelu", batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-
-    def forward(self, ids):
-        return self.encoder(self.norm(self.tok(ids) + self.pos))
-
-
-def make_model(name):
-    import torchvision
-    if name == "bert":
-        return Bert(), lambda b: torch.randint(0, 30522, (b, 128))
-    ctor = getattr(torchvision.models, name)
-    model, make_input = ctor(), lambda b: torch.randn(b, 3, 224, 224)
-    realistic_(model, make_input)
-    return model, make_input
-
-
-def realistic_(model, make_input):
-    """torchvision's random init leaves batch-norm statistics at (0, 1) and zero-initializes some
-    heads (vit_b_16's), so outputs vanish (efficientnet_b0's are ~1e-14, vit_b_16's 0) and "max
-    diff" would compare zeros. Zero weights get N(0, 0.02) and the batch norms' statistics are
-    measured on one random batch, so that activations and outputs are of order one."""
-    with torch.no_grad():
-        for m in model.modules():
-            w = getattr(m, "weight", None)
-            if isinstance(m, (nn.Linear, nn.Conv2d)) and not w.any():
-                nn.init.normal_(w, std=0.02)
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.reset_running_stats()
-                m.momentum = None  # a cumulative average: one batch sets the statistics
-        model.train()
-        model(make_input(8))
-        model.eval()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from models import input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
 
 
 def time_cuda(fn, x, warmup, iters):
@@ -106,12 +64,6 @@ def model_flops(model, x):
         return None
 
 
-def max_diff(a, b):
-    if isinstance(a, (tuple, list)):
-        return max(max_diff(x, y) for x, y in zip(a, b))
-    return (a.float() - b.float()).abs().max().item()
-
-
 # kiln's backends and their kilnc flags: kiln's defaults run fp32 convolutions and matmuls in
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
@@ -125,8 +77,7 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     report = os.path.join(tmp, tag + ".json")
     with torch.no_grad():
         torch.jit.trace(model, x.cpu(), check_trace=False).save(path)
-    spec = "(" + ",".join(str(d) for d in x.shape) + ")@" + (
-        "i64" if x.dtype == torch.long else "f32")
+    spec = input_spec(x)
     cmd = [args.kilnc, path, out, spec, "--device", "cuda", "--report", report, "-q"]
     if dtype == torch.float16:
         cmd += ["-p", "f16", "-p", "f32"]

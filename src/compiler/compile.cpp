@@ -14,7 +14,6 @@
 #include "engine/builder.h"
 #include "engine/cuda/backend.h"
 #include "engine/plan.h"
-#include "ir/torch_compat.h"
 #include "kiln/kiln.h"
 #include "lowering/lower.h"
 #include "partitioning/coverage.h"

@@ -8,7 +8,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ir/torch_compat.h"
 #include "ir/verifier.h"
 #include "util/errors.h"
 #include "util/nesting.h"
@@ -73,8 +72,8 @@ std::string locate_parse_error(const std::string& report, const std::string& sou
   return os.str();
 }
 
-// torch 1.13's parser keeps only graph-input names; keeping every non-numeric name makes
-// printed graphs read like their source on every torch version.
+// Keeping every non-numeric name of the source (the parser may keep only graph-input names)
+// makes printed graphs read like their source.
 void keep_value_names(const std::unordered_map<std::string, torch::jit::Value*>& names) {
   for (const auto& [name, value] : names) {
     const bool numeric = name.find_first_not_of("0123456789") == std::string::npos;
@@ -99,7 +98,7 @@ std::shared_ptr<torch::jit::Graph> parse_graph(const std::string& text,
     torch::jit::parseIR(text, graph.get(), names);
     keep_value_names(names);
   } catch (const c10::Error& e) {
-    KILN_THROW(CorruptInput, source_name, ": ", compat::error_message(e));
+    KILN_THROW(CorruptInput, source_name, ": ", e.msg());
   } catch (const std::exception& e) {
     // ErrorReport and the lexer's std::runtime_error both carry the highlighted range.
     throw CorruptInput(locate_parse_error(e.what(), text, source_name));
@@ -131,7 +130,7 @@ LoadedGraph load_graph_file(const std::string& path) {
     loaded.module = torch::jit::load(stream);
   } catch (const c10::Error& e) {
     KILN_THROW(CorruptInput, path,
-               ": not a loadable TorchScript module: ", compat::error_message(e));
+               ": not a loadable TorchScript module: ", e.msg());
   } catch (const std::exception& e) {
     KILN_THROW(CorruptInput, path, ": not a loadable TorchScript module: ", e.what());
   }

@@ -15,4 +15,10 @@ size_t count_nodes(const torch::jit::Block& block);
 // snapshotted per block so `fn` may destroy the node it is given.
 void for_each_node(torch::jit::Block* block, const std::function<void(torch::jit::Node*)>& fn);
 
+// A deep copy of a graph held by const reference: torch::jit::Graph::copy() is not const,
+// although copying never mutates the source.
+inline std::shared_ptr<torch::jit::Graph> copy_graph(const torch::jit::Graph& graph) {
+  return const_cast<torch::jit::Graph&>(graph).copy();
+}
+
 }  // namespace kiln::ir

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "ir/torch_compat.h"
 #include "ir/verifier.h"
 #include "util/errors.h"
 #include "util/logging.h"
@@ -44,7 +43,7 @@ std::vector<std::string> PassPipeline::run(std::shared_ptr<torch::jit::Graph>& g
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      KILN_THROW(InternalError, "pass `", entry.name, "` failed: ", compat::error_message(e));
+      KILN_THROW(InternalError, "pass `", entry.name, "` failed: ", e.msg());
     } catch (const std::exception& e) {
       KILN_THROW(InternalError, "pass `", entry.name, "` failed: ", e.what());
     }

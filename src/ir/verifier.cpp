@@ -5,7 +5,6 @@
 
 #include <sstream>
 
-#include "ir/torch_compat.h"
 #include "util/errors.h"
 
 namespace kiln::ir {
@@ -53,7 +52,7 @@ void verify_graph(const torch::jit::Graph& graph, const std::string& context) {
   try {
     graph.lint();
   } catch (const c10::Error& e) {
-    KILN_THROW(InternalError, prefix, "graph fails lint: ", compat::error_message(e));
+    KILN_THROW(InternalError, prefix, "graph fails lint: ", e.msg());
   }
   check_block(graph.block(), prefix);
 }

@@ -3,7 +3,7 @@
 
 #include <torch/csrc/jit/passes/freeze_module.h>
 
-#include "ir/torch_compat.h"
+#include "ir/graph_utils.h"
 #include "lowering/passes.h"
 #include "lowering/pipeline.h"
 #include "util/errors.h"
@@ -32,7 +32,7 @@ std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module
     graph = frozen.get_method("forward").graph()->copy();
   } catch (const c10::Error& e) {
     KILN_THROW(Unsupported, "lower_module: cannot freeze module `",
-               module.type()->name()->qualifiedName(), "`: ", ir::compat::error_message(e));
+               module.type()->name()->qualifiedName(), "`: ", e.msg());
   }
   // Marks must be placed while the inlined call stacks still name every node's module.
   mark_module_fallback(graph, options.torch_executed_modules);
@@ -42,7 +42,7 @@ std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module
 
 std::shared_ptr<torch::jit::Graph> lower_graph(const torch::jit::Graph& graph,
                                                const LoweringOptions& options) {
-  auto copy = ir::compat::copy_graph(graph);
+  auto copy = ir::copy_graph(graph);
   mark_module_fallback(copy, options.torch_executed_modules);
   lowering_pipeline().run(copy, options.passes);
   return copy;

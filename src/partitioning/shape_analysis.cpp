@@ -7,7 +7,6 @@
 #include <functional>
 #include <unordered_map>
 
-#include "ir/torch_compat.h"
 #include "partitioning/partitioning.h"
 #include "partitioning/segmentation.h"
 #include "util/errors.h"
@@ -139,7 +138,7 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
     } catch (const c10::Error& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
                  " (", target_name(s.target),
-                 ") failed on the generated inputs: ", ir::compat::error_message(e));
+                 ") failed on the generated inputs: ", e.msg());
     } catch (const std::exception& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
                  " (", target_name(s.target), ") failed on the generated inputs: ", e.what());

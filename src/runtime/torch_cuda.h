@@ -1,6 +1,6 @@
 // The part of libtorch's CUDA API the runtime uses. It exists only when libtorch was built with
 // CUDA (KILN_TORCH_CUDA, set by src/runtime/CMakeLists.txt) and kiln has its CUDA backend
-// (KILN_WITH_CUDA): Debian's libtorch 1.13 is CPU-only, python3's 2.x on GPU machines is not.
+// (KILN_WITH_CUDA); a CPU-only libtorch builds a runtime that runs cpu engines only.
 // Only c10's CUDA headers are used (ATen's pull in cuBLAS/cuSPARSE/cuSOLVER headers too).
 #pragma once
 

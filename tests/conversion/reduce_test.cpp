@@ -156,8 +156,7 @@ TEST(ConvertReduce, Norms) {
   torch::manual_seed(7);
   const auto x = torch::randn({4, 6, 5});
   EXPECT_TRUE(matches_torch(ir("  %y : Tensor = aten::norm(%x, %two)"), {x}));
-  // inf cannot be written as an IR constant that libtorch 1.13 runs, so p = +-inf (amax/amin of
-  // abs) is not covered here.
+  // p = +-inf (amax/amin of abs) cannot be written as an IR constant; not covered here.
   for (const char* p : {"1.", "2.", "3.5"}) {
     const std::string pc = std::string("  %p : float = prim::Constant[value=") + p + "]()\n";
     EXPECT_TRUE(matches_torch(ir(pc + "  %y : Tensor = aten::norm(%x, %p, %d1, %t)"), {x})) << p;

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "ir/graph_io.h"
-#include "ir/torch_compat.h"
+#include "ir/graph_utils.h"
 #include "util/errors.h"
 
 namespace kiln::testing {
@@ -52,7 +52,7 @@ std::vector<torch::jit::IValue> random_inputs(const std::vector<std::vector<int6
 
 std::vector<torch::jit::IValue> run_graph(const torch::jit::Graph& graph,
                                           const std::vector<torch::jit::IValue>& inputs) {
-  torch::jit::Code code(ir::compat::copy_graph(graph), "kiln_test");
+  torch::jit::Code code(ir::copy_graph(graph), "kiln_test");
   torch::jit::InterpreterState state(code);
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   state.run(stack);

@@ -208,7 +208,6 @@ TEST(KilnOptPartition, SavedResnet18IsOneEngineSegment) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("segment 0 engine: ", 0), 0u) << r.out;
   EXPECT_EQ(count_of(r.out, "\n"), 1u) << r.out;
-  // Lowering keeps aten::_convolution on libtorch 1.13 and may give aten::conv2d on 2.x.
   EXPECT_EQ(count_of(r.out, "=aten::_convolution") + count_of(r.out, "=aten::conv2d"), 20u)
       << r.out;
   EXPECT_EQ(count_of(r.out, "=aten::linear"), 1u) << r.out;

@@ -8,10 +8,11 @@ bash scripts/setup-deps.sh
 rm -rf .deps && mkdir -p .deps/include .deps/src
 cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/xxhash.h .deps/include/
 cp -r /usr/src/googletest .deps/src/
-# oneDNN from Debian (and the OpenCL loader it links) for the CPU backend.
+# oneDNN from Debian, as kiln's private copy (cmake/private_onednn.py), and the OpenCL loader it
+# links.
 cp -r /usr/include/dnnl*.h /usr/include/dnnl*.hpp /usr/include/oneapi .deps/include/
 mkdir -p .deps/lib
-ln -s libdnnl.so.2 .deps/lib/libdnnl.so  # a link: the library is ~40 MB and the call carries 64 MB at most
-cp -L /usr/lib/x86_64-linux-gnu/libdnnl.so.2 .deps/lib/libdnnl.so.2
+.venv/bin/python cmake/private_onednn.py "$(readlink -f /usr/lib/x86_64-linux-gnu/libdnnl.so.2)" \
+  .deps/lib/libkiln_dnnl.so.2 libkiln_dnnl.so.2
 cp -L /usr/lib/x86_64-linux-gnu/libOpenCL.so.1 .deps/lib/libOpenCL.so.1
 du -sh .deps

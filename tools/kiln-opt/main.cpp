@@ -9,7 +9,6 @@
 
 #include "conversion/capability.h"
 #include "ir/graph_io.h"
-#include "ir/torch_compat.h"
 #include "kiln/logging.h"
 #include "lowering/lower.h"
 #include "partitioning/coverage.h"
@@ -168,7 +167,7 @@ int main(int argc, char** argv) {
     const bool internal = e.kind() == kiln::ErrorKind::kInternal;
     return fail(internal ? kExitInternalError : kExitInputError, e.message());
   } catch (const c10::Error& e) {
-    return fail(kExitInternalError, kiln::ir::compat::error_message(e));
+    return fail(kExitInternalError, e.msg());
   } catch (const std::exception& e) {
     return fail(kExitInternalError, e.what());
   }

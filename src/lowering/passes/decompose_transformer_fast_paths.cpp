@@ -16,9 +16,9 @@
 // - encoder layer: attention with need_weights off, then residual add and layer norm 1 (before
 //   the attention when norm_first, after the add otherwise), the same with the feed-forward block
 //   linear -> relu | gelu (exact, use_gelu) -> linear and layer norm 2; one eps for both norms.
-// Left alone (they fall back as before): a mask that is not None (its meaning depends on the
-// torch version: 1.13 turns float masks into bool ones and gives NaN rows where everything is
-// masked, later versions add float masks), flags or sizes that are not constants, attention
+// Left alone (they fall back as before): a mask that is not None (its meaning has changed
+// between torch versions: older ones turned float masks into bool ones and gave NaN rows where
+// everything is masked, later ones add float masks), flags or sizes that are not constants, attention
 // weights used although need_weights is off (an undefined tensor), and every fast-path node of a
 // graph that makes nested tensors (the nested path of nn.TransformerEncoder), which these ops do
 // not take.

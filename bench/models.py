@@ -1,0 +1,94 @@
+"""The benchmarks' models, shared by bench/gpu/bench.py and bench/cpu_models/peers.py.
+
+make_model(name) returns (module in eval mode, make_input(batch)). Names: any torchvision
+classification constructor (224x224 images), "bert" (a BERT-base-sized nn.TransformerEncoder),
+"hf_bert" and "hf_gpt2" (transformers' BertModel and GPT2Model at base size, random weights from
+their configs; sequence length 128; the module returns the last hidden state).
+"""
+import torch
+import torch.nn as nn
+
+SEQ = 128
+
+
+class Bert(nn.Module):
+    """A BERT-base-sized encoder from torch.nn: 12 layers, hidden 768, 12 heads."""
+
+    def __init__(self, vocab=30522, d=768, heads=12, layers=12, seq=SEQ):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        self.norm = nn.LayerNorm(d)
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, ids):
+        return self.encoder(self.norm(self.tok(ids) + self.pos))
+
+
+class LastHiddenState(nn.Module):
+    """A transformers model called with token ids only, returning its last hidden state (a plain
+    tensor, so every backend can trace or export it)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, return_dict=False)[0]
+
+
+def transformers_model(name):
+    import transformers
+    if name == "hf_bert":
+        config = transformers.BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
+        model = transformers.BertModel(config, add_pooling_layer=False)
+    else:
+        config = transformers.GPT2Config()  # gpt2 (124M): 12 layers, hidden 768, 12 heads
+        model = transformers.GPT2Model(config)
+    vocab = config.vocab_size
+    return LastHiddenState(model.eval()), lambda b: torch.randint(0, vocab, (b, SEQ))
+
+
+def make_model(name):
+    if name == "bert":
+        model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
+    elif name in ("hf_bert", "hf_gpt2"):
+        model, make_input = transformers_model(name)
+    else:
+        import torchvision
+        ctor = getattr(torchvision.models, name)
+        model, make_input = ctor(), lambda b: torch.randn(b, 3, 224, 224)
+        realistic_(model, make_input)
+    return model.eval(), make_input
+
+
+def realistic_(model, make_input):
+    """torchvision's random init leaves batch-norm statistics at (0, 1) and zero-initializes some
+    heads (vit_b_16's), so outputs vanish (efficientnet_b0's are ~1e-14, vit_b_16's 0) and "max
+    diff" would compare zeros. Zero weights get N(0, 0.02) and the batch norms' statistics are
+    measured on one random batch, so that activations and outputs are of order one."""
+    with torch.no_grad():
+        for m in model.modules():
+            w = getattr(m, "weight", None)
+            if isinstance(m, (nn.Linear, nn.Conv2d)) and not w.any():
+                nn.init.normal_(w, std=0.02)
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.reset_running_stats()
+                m.momentum = None  # a cumulative average: one batch sets the statistics
+        model.train()
+        model(make_input(8))
+        model.eval()
+
+
+def max_diff(a, b):
+    if isinstance(a, (tuple, list)):
+        return max(max_diff(x, y) for x, y in zip(a, b))
+    return (a.float() - b.float()).abs().max().item()
+
+
+def input_spec(x):
+    """kilnc's input spec for an example tensor: "(1,3,224,224)@f32"."""
+    dtype = {torch.long: "i64", torch.int32: "i32", torch.float16: "f16"}.get(x.dtype, "f32")
+    return "(" + ",".join(str(d) for d in x.shape) + ")@" + dtype
