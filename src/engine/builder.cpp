@@ -15,6 +15,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/backend.h"
 #include "engine/fusion.h"
+#include "engine/scale_shift.h"
 #include "util/env.h"
 #include "util/errors.h"
 #include "util/logging.h"
@@ -350,6 +351,9 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   Plan plan{network, target};
   Network& net = plan.network;
   r.layers_before = static_cast<int>(net.layers().size());
+  // First, so that the passes below (precision, layout, folding, fusion) see the scale and shift
+  // as elementwise layers like any other. Refittable plans keep their weights as named.
+  if (!config.refittable) batch_norm_to_scale_shift(net);
   // Before folding, so that the casts of f32 weights fold into low-precision constants. The CPU
   // backend computes in f32: only cuda plans lower their precision.
   if (target.device == "cuda") {
@@ -379,9 +383,11 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     const bool all = layout == ConvLayout::kChannelsLast;
     r.layout = assign_channels_last(net, [&](const Network& n, const Layer& conv) {
       const DataType t = n.tensor(conv.outputs[0]).dtype;
-      // f32 with TF32 runs on tensor cores too, whose cuDNN kernels want NHWC as well.
-      return all || (cuda && (t == DataType::kF16 || t == DataType::kBF16 ||
-                              (t == DataType::kF32 && config.tf32)));
+      // cpu: oneDNN's NHWC kernels read and write the data as it is, where its blocked ones need
+      // a reorder of the input and of the output on every run. cuda: f32 with TF32 runs on tensor
+      // cores too, whose cuDNN kernels want NHWC as f16/bf16 ones do.
+      return all || !cuda || t == DataType::kF16 || t == DataType::kBF16 ||
+             (t == DataType::kF32 && config.tf32);
     });
   }
   r.layers_folded = fold_constants(net, config.refittable);

@@ -12,10 +12,10 @@
 
 namespace kiln::engine {
 
-// Which 2-d convolutions run on channels-last data (the layout pass, layout.h). kAuto: those a
-// cuda plan runs in f16/bf16, or in f32 with TF32 (cuDNN's tensor-core kernels want NHWC); CPU
-// plans stay channels-first. Refittable plans always stay channels-first (the weights must not be
-// rewritten).
+// Which 2-d convolutions run on channels-last data (the layout pass, layout.h). kAuto: all of a
+// CPU plan's (oneDNN's NHWC kernels need no per-run reorders), those a cuda plan runs in f16/bf16
+// or in f32 with TF32 (cuDNN's tensor-core kernels want NHWC). Refittable plans always stay
+// channels-first (the weights must not be rewritten).
 enum class ConvLayout : uint8_t { kAuto, kChannelsFirst, kChannelsLast };
 
 struct BuilderConfig {

@@ -199,6 +199,7 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
     const Network net = squeeze_excitation_net(c.channels_last, c.variant);
     BuilderConfig config;
     config.squeeze_excitation = true;  // cpu plans fuse only when asked
+    config.conv_layout = ConvLayout::kChannelsFirst;  // the layout the network was built in
     BuildReport report;
     const Plan plan = build(net, config, &report);
     EXPECT_EQ(report.squeeze_excitations, c.fused);

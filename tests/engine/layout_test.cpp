@@ -103,9 +103,12 @@ TEST(Layout, ChannelsLastNetworkMatchesChannelsFirst) {
   }
 }
 
-TEST(Layout, CpuPlansStayChannelsFirstByDefaultAndRefittablePlansAlways) {
+TEST(Layout, CpuPlansAreChannelsLastByDefaultAndRefittablePlansNever) {
   const Network net = small_cnn();
-  EXPECT_EQ(channels_last_layers(build(net, BuilderConfig{})), 0);
+  EXPECT_EQ(channels_last_layers(build(net, BuilderConfig{})), 5);
+  BuilderConfig first;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  EXPECT_EQ(channels_last_layers(build(net, first)), 0);
   BuilderConfig refit;
   refit.conv_layout = ConvLayout::kChannelsLast;
   refit.refittable = true;
