@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Per-layer profile of one bench/gpu model compiled by kilnc for cuda: builds kilnc and kiln-run
+# Per-layer profile of one bench model compiled by kilnc for cuda (DEVICE=cpu: for the CPU
+# backend, on the machine's CPU; OMP_NUM_THREADS sets its threads): builds kilnc and kiln-run
 # (with the CUDA backend, against python3's libtorch), traces the model with random weights,
-# builds a plan (kilnc --save-engine) and runs `kiln-run PLAN --device cuda --profile`.
+# builds a plan (kilnc --save-engine) and runs `kiln-run PLAN --device $DEVICE --profile`.
 # Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
 # NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
 # kernels whose names match: speed of light, occupancy, warp stalls and memory sections, clocks
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/../.."
 model=$1 batch=$2
 shift 2
 py=${PYTHON:-python3}
+device=${DEVICE:-cuda}
 build=${BUILD_DIR:-build-gpu}
 out=${OUT:-/tmp}
 source tools/device/common.sh
@@ -21,9 +23,9 @@ cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run >"$out/profile_buil
 tmp=$(mktemp -d)
 spec=$("$py" - "$model" "$batch" "$tmp/model.ts" <<'PY'
 import sys
-sys.path.insert(0, "bench/gpu")
+sys.path.insert(0, "bench")
 import torch
-from bench import make_model
+from models import make_model
 model, make_input = make_model(sys.argv[1])
 x = make_input(int(sys.argv[2]))
 with torch.no_grad():
@@ -31,13 +33,13 @@ with torch.no_grad():
 print("(" + ",".join(str(d) for d in x.shape) + ")@" + ("i64" if x.dtype == torch.long else "f32"))
 PY
 ) || exit 1
-"$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device cuda --save-engine "$@" |
+"$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device "$device" --save-engine "$@" |
   tail -12
 if [ -n "${NCU_KERNELS:-}" ]; then
   sections=${NCU_SECTIONS:-SpeedOfLight Occupancy WarpStateStats MemoryWorkloadAnalysis LaunchStats}
   ncu --clock-control none ${NCU_ARGS:-} --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
     $(printf -- '--section %s ' $sections) \
-    "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
+    "$build/bin/kiln-run" "$tmp/model.plan" --device "$device" --profile
 else
-  "$build/bin/kiln-run" "$tmp/model.plan" --device cuda --profile
+  "$build/bin/kiln-run" "$tmp/model.plan" --device "$device" --profile
 fi

@@ -1,5 +1,5 @@
 // CPU kernel of scaled dot-product attention: one softmax(q k^T * scale + mask) v row at a time,
-// in float with double accumulation; packed heads are gathered into [B, heads, rows, E] first. Rows
+// in float on the CPU's widest vectors (vector_math.h); packed heads are gathered into [B, heads, rows, E] first. Rows
 // whose every position is masked out produce zeros, as torch's math path (safe softmax) does,
 // rather than NaN.
 #include <omp.h>
@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "engine/cpu/convert.h"
+#include "engine/cpu/vector_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
@@ -54,54 +55,65 @@ void attend(const AttentionParams& p, const TensorView& q, const TensorView& k, 
   std::unique_ptr<BroadcastMap> mask_map;
   if (mask) mask_map = std::make_unique<BroadcastMap>(mask->shape, weights);
   const int64_t rows = nb * L;
+  // k transposed per batch, [E, S]: a row's scores are then E axpys over contiguous keys, and
+  // its output S axpys over contiguous values, both on the CPU's widest vectors.
+  const Shape k_batch(k.shape.begin(), k.shape.end() - 2);
+  const int64_t kbatches = volume(k_batch);
+  std::vector<float> kt(static_cast<size_t>(kbatches * E * S));
+#pragma omp parallel for if (kbatches * S * E > kParallelWork)
+  for (int64_t kbi = 0; kbi < kbatches; ++kbi) {
+    for (int64_t j = 0; j < S; ++j) {
+      for (int64_t e = 0; e < E; ++e) {
+        kt[static_cast<size_t>((kbi * E + e) * S + j)] = kd[(kbi * S + j) * E + e];
+      }
+    }
+  }
+  const float fscale = static_cast<float>(scale);
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel if (rows > 1 && rows * S * (E + Ev) > kParallelWork)
   {
-    std::vector<double> score(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
+    std::vector<float> score(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
     std::vector<int64_t> moff(static_cast<size_t>(S));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / L, i = r % L;
       const float* qrow = qd + (qb[static_cast<size_t>(b)] * L + i) * E;
-      const float* kmat = kd + kb[static_cast<size_t>(b)] * S * E;
+      const float* ktm = kt.data() + kb[static_cast<size_t>(b)] * E * S;
       const float* vmat = vd + vb[static_cast<size_t>(b)] * S * Ev;
       if (mask) mask_map->offsets(r * S, S, moff.data());
-      double mx = neg_inf;
+      std::fill(score.begin(), score.end(), 0.f);
+      for (int64_t e = 0; e < E; ++e) vmath::axpy(qrow[e], ktm + e * S, score.data(), S);
+      float mx = neg_inf;
       for (int64_t j = 0; j < S; ++j) {
-        double s = neg_inf;
+        float& s = score[static_cast<size_t>(j)];
         const bool kept =
             !(p.causal && j > i) &&
             !(mask && mask->dtype == DataType::kBool &&
               !load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]));
-        if (kept) {
-          double dot = 0;
-          const float* krow = kmat + j * E;
-          for (int64_t e = 0; e < E; ++e) dot += static_cast<double>(qrow[e]) * krow[e];
-          s = dot * scale;
-          if (mask && mask->dtype != DataType::kBool) {
-            s += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
-          }
+        if (!kept) {
+          s = neg_inf;
+          continue;
         }
-        score[static_cast<size_t>(j)] = s;
-        if (s > mx) mx = s;
+        s *= fscale;
+        if (mask && mask->dtype != DataType::kBool) {
+          s += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
+        }
+        mx = std::max(mx, s);
       }
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc.begin(), acc.end(), 0.f);
       if (mx != neg_inf) {  // else every position is masked: the row stays zero
+        for (float& s : score) s -= mx;
+        vmath::exp(score.data(), score.data(), S);  // exp(-inf) is 0: masked keys weigh nothing
         double sum = 0;
+        for (float w : score) sum += w;
+        const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < S; ++j) {
-          const double w = std::exp(score[static_cast<size_t>(j)] - mx);
-          score[static_cast<size_t>(j)] = w;
-          sum += w;
-        }
-        for (int64_t j = 0; j < S; ++j) {
-          const double w = score[static_cast<size_t>(j)] / sum;
-          if (w == 0) continue;
-          const float* vrow = vmat + j * Ev;
-          for (int64_t e = 0; e < Ev; ++e) acc[static_cast<size_t>(e)] += w * vrow[e];
+          const float w = score[static_cast<size_t>(j)] * inv;
+          if (w != 0) vmath::axpy(w, vmat + j * Ev, acc.data(), Ev);
         }
       }
       for (int64_t e = 0; e < Ev; ++e)
-        store_as<double>(out.dtype, out.data, r * Ev + e, acc[static_cast<size_t>(e)]);
+        store_as<float>(out.dtype, out.data, r * Ev + e, acc[static_cast<size_t>(e)]);
     }
   }
 }

@@ -133,5 +133,23 @@ void gelu(float* d, const float* a, int64_t n);
 void sigmoid(float* d, const float* a, int64_t n);
 void silu(float* d, const float* a, int64_t n);
 void exp(float* d, const float* a, int64_t n);
+// y[i] += a * x[i] for i < n (a multiply, then an add: no fused multiply-add, on either ISA).
+void axpy(float a, const float* x, float* y, int64_t n);
+
+// The loop axpy runs, on vectors of type V.
+template <class V>
+KILN_VMATH void axpy_loop(float a, const float* x, float* y, int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  const V va = splat<V>(a);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V vx, vy;
+    std::memcpy(&vx, x + i, sizeof(vx));
+    std::memcpy(&vy, y + i, sizeof(vy));
+    vy += va * vx;
+    std::memcpy(y + i, &vy, sizeof(vy));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
 
 }  // namespace kiln::engine::cpu::vmath

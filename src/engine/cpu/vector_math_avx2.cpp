@@ -36,5 +36,8 @@ void silu(float* d, const float* a, int64_t n) {
 void exp(float* d, const float* a, int64_t n) {
   map<vf8>(d, a, n, Exp{});
 }
+void axpy(float a, const float* x, float* y, int64_t n) {
+  axpy_loop<vf8>(a, x, y, n);
+}
 
 }  // namespace kiln::engine::cpu::vmath::avx2
