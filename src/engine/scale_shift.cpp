@@ -9,8 +9,7 @@ namespace kiln::engine {
 namespace {
 
 // A constant f32 tensor of `count` values, as doubles; nullopt otherwise.
-std::optional<std::vector<double>> constant_values(const Network& net, TensorId id,
-                                                   int64_t count) {
+std::optional<std::vector<double>> constant_values(const Network& net, TensorId id, int64_t count) {
   const Weights* w = net.constant_data(id);
   if (!w || !w->data || w->dtype != DataType::kF32 || !is_static(w->shape) ||
       volume(w->shape) != count) {
@@ -73,11 +72,10 @@ int batch_norm_to_scale_shift(Network& net) {
     const TensorId scale_t = constant(":scale", a), shift_t = constant(":shift", b);
     const TensorId scaled =
         net.add_tensor(TensorDesc{l.name + ":scaled", x.dtype, x.shape, std::nullopt});
+    out.push_back(Layer{
+        l.name + ":scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {scaled}});
     out.push_back(
-        Layer{l.name + ":scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t},
-              {scaled}});
-    out.push_back(Layer{l.name, ElementwiseParams{BinaryOp::kAdd}, {scaled, shift_t},
-                        {l.outputs[0]}});
+        Layer{l.name, ElementwiseParams{BinaryOp::kAdd}, {scaled, shift_t}, {l.outputs[0]}});
     ++rewritten;
   }
   net.set_layers(std::move(out));  // the statistics' constant layers die in remove_dead_layers

@@ -129,8 +129,7 @@ LoadedGraph load_graph_file(const std::string& path) {
     std::istringstream stream(bytes);
     loaded.module = torch::jit::load(stream);
   } catch (const c10::Error& e) {
-    KILN_THROW(CorruptInput, path,
-               ": not a loadable TorchScript module: ", e.msg());
+    KILN_THROW(CorruptInput, path, ": not a loadable TorchScript module: ", e.msg());
   } catch (const std::exception& e) {
     KILN_THROW(CorruptInput, path, ": not a loadable TorchScript module: ", e.what());
   }

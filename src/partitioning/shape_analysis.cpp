@@ -137,8 +137,7 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
       throw;
     } catch (const c10::Error& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
-                 " (", target_name(s.target),
-                 ") failed on the generated inputs: ", e.msg());
+                 " (", target_name(s.target), ") failed on the generated inputs: ", e.msg());
     } catch (const std::exception& e) {
       KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
                  " (", target_name(s.target), ") failed on the generated inputs: ", e.what());

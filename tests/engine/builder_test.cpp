@@ -198,7 +198,7 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
                                       << static_cast<int>(c.variant));
     const Network net = squeeze_excitation_net(c.channels_last, c.variant);
     BuilderConfig config;
-    config.squeeze_excitation = true;  // cpu plans fuse only when asked
+    config.squeeze_excitation = true;                 // cpu plans fuse only when asked
     config.conv_layout = ConvLayout::kChannelsFirst;  // the layout the network was built in
     BuildReport report;
     const Plan plan = build(net, config, &report);

@@ -1,7 +1,7 @@
 // Batch norms with constant statistics become a scale and a shift: no normalization layer is
 // left, and the built network computes what the unbuilt one does.
-#include "engine/builder.h"
 #include "engine/scale_shift.h"
+#include "engine/builder.h"
 #include "engine_testing.h"
 
 namespace kiln::engine {
@@ -29,9 +29,9 @@ Network batch_norm_net(const Shape& shape, bool affine, bool mean_is_input) {
     inputs.push_back(net.add_constant("w", Weights::from_floats({c}, values(c, 0.5f, 0.25f))));
     inputs.push_back(net.add_constant("b", Weights::from_floats({c}, values(c, -0.3f, 0.2f))));
   }
-  inputs.push_back(mean_is_input ? net.add_input("mean", DataType::kF32, {c})
-                                 : net.add_constant("mean", Weights::from_floats(
-                                                                {c}, values(c, 0.1f, -0.15f))));
+  inputs.push_back(
+      mean_is_input ? net.add_input("mean", DataType::kF32, {c})
+                    : net.add_constant("mean", Weights::from_floats({c}, values(c, 0.1f, -0.15f))));
   inputs.push_back(net.add_constant("var", Weights::from_floats({c}, values(c, 0.2f, 0.7f))));
   NormalizationParams p;
   p.kind = NormalizationKind::kBatch;

@@ -1,7 +1,7 @@
 // CPU kernel of scaled dot-product attention: one softmax(q k^T * scale + mask) v row at a time,
-// in float on the CPU's widest vectors (vector_math.h); packed heads are gathered into [B, heads, rows, E] first. Rows
-// whose every position is masked out produce zeros, as torch's math path (safe softmax) does,
-// rather than NaN.
+// in float on the CPU's widest vectors (vector_math.h); packed heads are gathered into [B, heads,
+// rows, E] first. Rows whose every position is masked out produce zeros, as torch's math path (safe
+// softmax) does, rather than NaN.
 #include <omp.h>
 
 #include <algorithm>

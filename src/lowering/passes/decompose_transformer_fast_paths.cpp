@@ -18,10 +18,10 @@
 //   linear -> relu | gelu (exact, use_gelu) -> linear and layer norm 2; one eps for both norms.
 // Left alone (they fall back as before): a mask that is not None (its meaning has changed
 // between torch versions: older ones turned float masks into bool ones and gave NaN rows where
-// everything is masked, later ones add float masks), flags or sizes that are not constants, attention
-// weights used although need_weights is off (an undefined tensor), and every fast-path node of a
-// graph that makes nested tensors (the nested path of nn.TransformerEncoder), which these ops do
-// not take.
+// everything is masked, later ones add float masks), flags or sizes that are not constants,
+// attention weights used although need_weights is off (an undefined tensor), and every fast-path
+// node of a graph that makes nested tensors (the nested path of nn.TransformerEncoder), which these
+// ops do not take.
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <cmath>
