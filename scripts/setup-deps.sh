@@ -45,7 +45,9 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # machine has the CUDA 13 toolkit with cuDNN 9 and NCCL (this project's machines: /usr/local/cuda,
 # in ld.so.conf), torch and torchvision are installed without their dependencies and only the
 # libraries the toolkit lacks come from PyPI; elsewhere pip installs torch's whole set.
-have_lib() { ldconfig -p | grep -q "$1"; }
+# (The cache is read once: `ldconfig -p | grep -q` fails under pipefail when grep stops early.)
+libs=$(ldconfig -p)
+have_lib() { grep -qF "$1" <<<"$libs"; }
 if have_lib libcudart.so.13 && have_lib libcudnn.so.9 && have_lib libnccl.so.2 &&
    have_lib libcublasLt.so.13 && have_lib libcupti.so.13; then
   grep -E '^(torch|torchvision)==' "$req" | xargs "${pip[@]}" --no-deps
