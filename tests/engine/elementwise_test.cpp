@@ -142,6 +142,19 @@ TEST(Elementwise, UnaryAndActivation) {
   EXPECT_TRUE(near(run_one_layer(UnaryParams{UnaryOp::kAbs}, {i})[0], {4, 0, 9}, 0, 0));
 }
 
+TEST(Elementwise, TanhKeepsItsRelativeAccuracyEverywhere) {
+  // Both sides of the polynomial's 0.625 boundary, values near 0 (relative accuracy), the
+  // saturated range, infinities and NaN; 37 values so both vector widths have a tail.
+  std::vector<double> xs = {0,     1e-30,   -1e-7, 1e-4, -0.01,    0.3,       -0.6249, 0.6249,
+                            0.625, -0.6251, 0.9,   -1.7, 3,        -8.5,      9.1,     15,
+                            -40,   88,      -89,   200,  INFINITY, -INFINITY, NAN};
+  for (int i = 0; xs.size() < 37; ++i) xs.push_back(-5 + 0.37 * i);
+  const auto x = testing::tensor_from(DataType::kF32, {static_cast<int64_t>(xs.size())}, xs);
+  std::vector<double> want;
+  for (double v : testing::to_doubles(x)) want.push_back(std::tanh(v));
+  EXPECT_TRUE(near(run_one_layer(ActivationParams{ActivationKind::kTanh}, {x})[0], want, 3e-7, 0));
+}
+
 TEST(Elementwise, SelectAndCast) {
   auto c = testing::tensor_from(DataType::kBool, {2, 1}, {1, 0});
   auto a = random_tensor(DataType::kF32, {2, 3}, 6), b = random_tensor(DataType::kF32, {3}, 7);

@@ -81,6 +81,8 @@ inline void activation_block(ActivationKind k, double alpha, double beta, float*
       return vmath::sigmoid(d, a, n);
     case A::kSilu:
       return vmath::silu(d, a, n);
+    case A::kTanh:
+      return vmath::tanh(d, a, n);
     case A::kNone:
       return activation_block_op<A::kNone>(d, a, n, alpha, beta);
     case A::kRelu:
@@ -93,7 +95,7 @@ inline void activation_block(ActivationKind k, double alpha, double beta, float*
       return activation_block_op<A::kHardSwish>(d, a, n, alpha, beta);
     case A::kHardSigmoid:
       return activation_block_op<A::kHardSigmoid>(d, a, n, alpha, beta);
-    default:  // tanh, gelu_tanh, elu, softplus, mish, selu: libm per element
+    default:  // gelu_tanh, elu, softplus, mish, selu: libm per element
       for (int64_t i = 0; i < n; ++i) d[i] = activate(k, a[i], alpha, beta);
   }
 }

@@ -9,6 +9,7 @@ void gelu(float* d, const float* a, int64_t n);
 void sigmoid(float* d, const float* a, int64_t n);
 void silu(float* d, const float* a, int64_t n);
 void exp(float* d, const float* a, int64_t n);
+void tanh(float* d, const float* a, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 }  // namespace avx2
 
@@ -34,6 +35,10 @@ void silu(float* d, const float* a, int64_t n) {
 void exp(float* d, const float* a, int64_t n) {
   if (has_avx2()) return avx2::exp(d, a, n);
   map<vf4>(d, a, n, [](vf4 x) { return vmath::exp<vf4>(x); });
+}
+void tanh(float* d, const float* a, int64_t n) {
+  if (has_avx2()) return avx2::tanh(d, a, n);
+  map<vf4>(d, a, n, [](vf4 x) { return vmath::tanh<vf4>(x); });
 }
 void axpy(float a, const float* x, float* y, int64_t n) {
   if (has_avx2()) return avx2::axpy(a, x, y, n);

@@ -23,6 +23,9 @@ struct Silu {
 struct Exp {
   vf8 operator()(vf8 x) const { return vmath::exp<vf8>(x); }
 };
+struct Tanh {
+  vf8 operator()(vf8 x) const { return vmath::tanh<vf8>(x); }
+};
 
 void gelu(float* d, const float* a, int64_t n) {
   map<vf8>(d, a, n, Gelu{});
@@ -35,6 +38,9 @@ void silu(float* d, const float* a, int64_t n) {
 }
 void exp(float* d, const float* a, int64_t n) {
   map<vf8>(d, a, n, Exp{});
+}
+void tanh(float* d, const float* a, int64_t n) {
+  map<vf8>(d, a, n, Tanh{});
 }
 void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
