@@ -22,29 +22,21 @@ struct MatMulState : KernelState {
   dnnl::primitive primitive;
   memory::desc src_md, wei_md, dst_md, bias_md;
   bool fused_bias = false, fused_activation = false;
-  // A constant b (an engine weight) that is not f32 or has rows a multiple of 4 KiB long is
-  // kept here as f32 with padded rows (wei_md describes it), copied once from wei_source.
+  // A constant b (an engine weight: its bytes never change) is reordered once, from
+  // wei_source, into the layout the implementation asked for (wei_md: oneDNN's packed, blocked
+  // weights), so no run reads the plain matrix: no per-run packing, and none of the cache-set
+  // aliasing of plain rows a multiple of 4 KiB apart (bench/NOTES.md §6).
+  bool packed_b = false;
   memory wei_mem;
   const void* wei_source = nullptr;
 };
 
-// The row length (elements) of a constant b's cached copy. With M = 128 and B's rows 12 KiB
-// apart, oneDNN 2.6's sgemm on AVX2 took 7.9 ms with B at 16 mod 64 and 17.8 ms at 32 mod 64
-// (rows a multiple of 4 KiB apart share cache sets); rows padded by 128 bytes take 6.5-7.0 ms
-// at any address (bench/NOTES.md §6).
-int64_t cached_row_length(int64_t cols) {
-  return (cols * static_cast<int64_t>(sizeof(float))) % 4096 == 0 ? cols + 32 : cols;
-}
-
 // An operand as oneDNN sees it: logical [batch..., rows, cols] padded to `rank`, with strides
-// that express a transpose of its two trailing dims; rows are `row_length` elements apart.
-memory::desc operand_desc(const Shape& physical, bool transpose, size_t rank,
-                          int64_t row_length = -1) {
+// that express a transpose of its two trailing dims.
+memory::desc operand_desc(const Shape& physical, bool transpose, size_t rank) {
   Shape dims(rank - physical.size(), 1);
   dims.insert(dims.end(), physical.begin(), physical.end());
-  Shape padded = dims;
-  if (row_length >= 0) padded[rank - 1] = row_length;
-  std::vector<int64_t> strides = contiguous_strides(padded);
+  std::vector<int64_t> strides = contiguous_strides(dims);
   if (transpose) {
     std::swap(dims[rank - 1], dims[rank - 2]);
     std::swap(strides[rank - 1], strides[rank - 2]);
@@ -53,17 +45,16 @@ memory::desc operand_desc(const Shape& physical, bool transpose, size_t rank,
                       memory::dims(strides.begin(), strides.end()));
 }
 
-// Copies the constant b (physical [batch..., rows, cols], any floating dtype) into
-// state.wei_mem, whose rows are `row_length` elements apart.
-void cache_constant_b(MatMulState& s, const TensorView& b, const Shape& bs, int64_t row_length) {
-  const int64_t cols = bs.back(), rows = b.numel() / std::max<int64_t>(cols, 1);
-  s.wei_mem = memory(s.wei_md, onednn::cpu_engine());
-  auto* dst = static_cast<float*>(s.wei_mem.get_data_handle());
+// Reorders the constant b (any floating dtype, in its plain layout `plain`) into state.wei_mem,
+// in the implementation's weights layout.
+void pack_constant_b(MatMulState& s, const TensorView& b, const memory::desc& plain,
+                     dnnl::stream& stream) {
+  auto& eng = onednn::cpu_engine();
   onednn::F32Data fb(b);
-#pragma omp parallel for if (rows * cols > 64 * 1024)
-  for (int64_t r = 0; r < rows; ++r) {
-    std::copy(fb.data() + r * cols, fb.data() + (r + 1) * cols, dst + r * row_length);
-  }
+  memory src(plain, eng, fb.data());
+  s.wei_mem = memory(s.wei_md, eng);
+  dnnl::reorder(src, s.wei_mem).execute(stream, src, s.wei_mem);
+  stream.wait();
   s.wei_source = b.data;
 }
 
@@ -80,8 +71,11 @@ void matmul_kernel(KernelArgs& args) {
   // Promote rank-1 operands; a promoted a is [1, K] and a promoted b is [K, 1].
   const bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
   const bool ta = p.transpose_a && !a_vec, tb = p.transpose_b && !b_vec;
-  const Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
   const Shape bs = b_vec ? Shape{b.shape[0], 1} : b.shape;
+  // A row-major batch of matrices against one 2-d b ([batch..., M, K] x [K, N]: a linear layer)
+  // is one GEMM of batch x M rows: oneDNN packs constant weights for 2-d problems only.
+  Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
+  if (as.size() > 2 && bs.size() == 2 && !ta) as = Shape{a.numel() / as.back(), as.back()};
   const size_t rank = std::max(as.size(), bs.size());
   const int64_t m = ta ? as.back() : as[as.size() - 2];
   const int64_t k = ta ? as[as.size() - 2] : as.back();
@@ -93,12 +87,9 @@ void matmul_kernel(KernelArgs& args) {
   if (k == 0) {
     std::fill(y.data(), y.data() + out.numel(), 0.f);
   } else {
-    // A constant b that is not f32 or whose rows need padding is read from a cached copy
-    // (an f32 constant with good rows is read in place); the copy's layout is part of the key.
-    const bool cache_b =
-        b.constant && (b.dtype != DataType::kF32 || cached_row_length(bs.back()) != bs.back());
-    const int64_t row_length = cache_b ? cached_row_length(bs.back()) : -1;
-    std::vector<int64_t> key = {static_cast<int64_t>(ta), static_cast<int64_t>(tb), row_length, -1};
+    const bool pack_b = b.constant;
+    std::vector<int64_t> key = {static_cast<int64_t>(ta), static_cast<int64_t>(tb),
+                                static_cast<int64_t>(pack_b), -1};
     key.insert(key.end(), as.begin(), as.end());
     key.push_back(-1);
     key.insert(key.end(), bs.begin(), bs.end());
@@ -108,7 +99,7 @@ void matmul_kernel(KernelArgs& args) {
         auto fresh = std::make_unique<MatMulState>();
         fresh->key = key;
         fresh->src_md = operand_desc(as, ta, rank);
-        fresh->wei_md = operand_desc(bs, tb, rank, row_length);
+        fresh->wei_md = operand_desc(bs, tb, rank);
         Shape dst(rank);
         const auto src_dims = fresh->src_md.dims(), wei_dims = fresh->wei_md.dims();
         for (size_t d = 0; d + 2 < rank; ++d) dst[d] = src_dims[d] == 1 ? wei_dims[d] : src_dims[d];
@@ -137,34 +128,45 @@ void matmul_kernel(KernelArgs& args) {
           ops.append_eltwise(1.f, act_alg, act_a, act_b);
           attr.set_post_ops(ops);
         }
-        fresh->desc.emplace(fresh->src_md, fresh->wei_md, fresh->bias_md, fresh->dst_md);
+        // Constant weights in whatever layout the implementation prefers (packed once).
+        fresh->packed_b = pack_b;
+        const memory::desc wei_any =
+            pack_b ? memory::desc(fresh->wei_md.dims(), memory::data_type::f32,
+                                  memory::format_tag::any)
+                   : fresh->wei_md;
+        fresh->desc.emplace(fresh->src_md, wei_any, fresh->bias_md, fresh->dst_md);
         fresh->pd = dnnl::matmul::primitive_desc(*fresh->desc, attr, onednn::cpu_engine());
         fresh->primitive = dnnl::primitive(fresh->pd);
         state = fresh.get();
         args.state = std::move(fresh);
       }
       auto& eng = onednn::cpu_engine();
-      if (cache_b && state->wei_source != b.data) cache_constant_b(*state, b, bs, row_length);
+      dnnl::stream stream(eng);
       onednn::F32Data fa(a);
       std::optional<onednn::F32Data> fb;
-      if (!cache_b) fb.emplace(b);
+      if (!pack_b) fb.emplace(b);
       memory src(state->src_md, eng, fa.data()), dst(state->dst_md, eng, y.data());
-      memory wei = cache_b ? state->wei_mem : memory(state->wei_md, eng, fb->data());
-      dnnl::stream stream(eng);
-      std::unordered_map<int, memory> exec_args = {
-          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+      std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+      if (!pack_b) exec_args[DNNL_ARG_WEIGHTS] = memory(state->wei_md, eng, fb->data());
       std::optional<onednn::F32Data> fbias;
       if (state->fused_bias) {
         fbias.emplace(*post.bias);
         exec_args[DNNL_ARG_BIAS] = memory(state->bias_md, eng, fbias->data());
       }
-      // The operands are plain strided layouts, the same for every implementation.
+      // The data are plain strided layouts, the same for every implementation; packed weights
+      // follow the implementation's layout.
       const auto next = [&] {
         if (!state->pd.next_impl()) return false;
         state->primitive = dnnl::primitive(state->pd);
+        state->wei_source = nullptr;
         return true;
       };
       onednn::run_first_working(layer, state->pd, next, [&] {
+        if (pack_b && state->wei_source != b.data) {
+          state->wei_md = state->pd.weights_desc();
+          pack_constant_b(*state, b, operand_desc(bs, tb, rank), stream);
+        }
+        if (pack_b) exec_args[DNNL_ARG_WEIGHTS] = state->wei_mem;
         state->primitive.execute(stream, exec_args);
         stream.wait();
       });
