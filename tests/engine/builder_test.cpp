@@ -9,11 +9,7 @@
 namespace kiln::engine {
 namespace {
 
-std::vector<HostTensor> run(const Network& net, const std::vector<HostTensor>& inputs) {
-  auto engine = std::make_shared<const Engine>(net);
-  ExecutionContext ctx(engine);
-  return ctx.run(inputs);
-}
+using testing::run_engine;
 
 TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   Network net;
@@ -43,8 +39,8 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   }
   EXPECT_EQ(fused, 1);
   auto in = testing::random_tensor(DataType::kF32, {2, 8}, 3);
-  EXPECT_TRUE(testing::near(run(plan.network, {in})[0], testing::to_doubles(run(net, {in})[0]),
-                            1e-6, 1e-7));
+  EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                            testing::to_doubles(run_engine(net, {in})[0]), 1e-6, 1e-7));
   EXPECT_NE(report.to_string().find("arena"), std::string::npos);
 }
 
@@ -87,7 +83,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     const auto& p = std::get<ShuffleParams>(plan.network.layers().back().params);
     EXPECT_TRUE(p.first_perm.empty() && p.second_perm.empty());
     EXPECT_EQ(p.reshape, (std::vector<int64_t>{2, 20, 6}));
-    const HostTensor out = run(plan.network, {in})[0];
+    const HostTensor out = run_engine(plan.network, {in})[0];
     EXPECT_EQ(out.shape(), (Shape{2, 20, 6}));
     EXPECT_TRUE(testing::near(out, testing::to_doubles(in), 0, 0));  // the same elements in order
     EXPECT_NE(report.to_string().find("shuffles: 1 chains"), std::string::npos);
@@ -103,7 +99,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     const Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.shuffle_chains_folded, 0);
     EXPECT_EQ(count_shuffles(plan), 3);
-    const auto got = run(plan.network, {in}), want = run(net, {in});
+    const auto got = run_engine(plan.network, {in}), want = run_engine(net, {in});
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 0, 0)) << i;
     }
@@ -116,8 +112,8 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.shuffle_chains_folded, 0);
-    EXPECT_TRUE(
-        testing::near(run(plan.network, {in})[0], testing::to_doubles(run(net, {in})[0]), 0, 0));
+    EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                              testing::to_doubles(run_engine(net, {in})[0]), 0, 0));
   }
 }
 
@@ -214,7 +210,7 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
     for (TensorId id : net.inputs()) {
       in.push_back(testing::random_tensor(DataType::kF32, net.tensor(id).shape, 7 + in.size()));
     }
-    const auto built = run(plan.network, in), reference = run(net, in);
+    const auto built = run_engine(plan.network, in), reference = run_engine(net, in);
     ASSERT_EQ(built.size(), reference.size());
     for (size_t i = 0; i < built.size(); ++i) {
       EXPECT_TRUE(testing::near(built[i], testing::to_doubles(reference[i]), 1e-5, 1e-6));

@@ -55,6 +55,12 @@ std::vector<double> to_doubles(const HostTensor& t) {
   return out;
 }
 
+std::vector<HostTensor> run_engine(const Network& net, const std::vector<HostTensor>& inputs) {
+  auto engine = std::make_shared<const Engine>(net);
+  ExecutionContext ctx(engine);
+  return ctx.run(inputs);
+}
+
 std::vector<HostTensor> run_network(
     const std::vector<HostTensor>& inputs,
     const std::function<std::vector<TensorId>(Network&, const std::vector<TensorId>&)>& build) {

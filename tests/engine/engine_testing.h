@@ -22,6 +22,9 @@ HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<dou
 // Every element as double (f16/bf16 widened, integers exact up to 2^53).
 std::vector<double> to_doubles(const HostTensor& t);
 
+// Runs `net` (built or not) once on a CPU engine.
+std::vector<HostTensor> run_engine(const Network& net, const std::vector<HostTensor>& inputs);
+
 // Builds a network with one input per tensor in `inputs` (static shapes), adds what `build`
 // adds on top (it returns the outputs to mark), builds an engine and runs it once.
 std::vector<HostTensor> run_network(

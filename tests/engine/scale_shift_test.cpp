@@ -7,11 +7,7 @@
 namespace kiln::engine {
 namespace {
 
-std::vector<HostTensor> run(const Network& net, const std::vector<HostTensor>& inputs) {
-  auto engine = std::make_shared<const Engine>(net);
-  ExecutionContext ctx(engine);
-  return ctx.run(inputs);
-}
+using testing::run_engine;
 
 std::vector<float> values(int64_t n, float base, float step) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -68,9 +64,9 @@ TEST(ScaleShift, ConstantBatchNormsBecomeAScaleAndAShift) {
     for (TensorId id : net.inputs()) {
       in.push_back(testing::random_tensor(DataType::kF32, net.tensor(id).shape, 3 + in.size()));
     }
-    const auto reference = run(net, in);
+    const auto reference = run_engine(net, in);
     for (const Network* n : std::vector<const Network*>{&rewritten, &plan.network}) {
-      const auto got = run(*n, in);
+      const auto got = run_engine(*n, in);
       ASSERT_EQ(got.size(), 1u);
       EXPECT_TRUE(testing::near(got[0], testing::to_doubles(reference[0]), 1e-5, 1e-6));
     }

@@ -25,7 +25,7 @@ struct MatMulState : KernelState {
   // A constant b (an engine weight: its bytes never change) is reordered once, from
   // wei_source, into the layout the implementation asked for (wei_md: oneDNN's packed, blocked
   // weights), so no run reads the plain matrix: no per-run packing, and none of the cache-set
-  // aliasing of plain rows a multiple of 4 KiB apart (bench/NOTES.md §6).
+  // aliasing of plain rows a multiple of 4 KiB apart.
   bool packed_b = false;
   memory wei_mem;
   const void* wei_source = nullptr;
