@@ -26,7 +26,6 @@ struct MatMulState : KernelState {
   // wei_source, into the layout the implementation asked for (wei_md: oneDNN's packed, blocked
   // weights), so no run reads the plain matrix: no per-run packing, and none of the cache-set
   // aliasing of plain rows a multiple of 4 KiB apart.
-  bool packed_b = false;
   memory wei_mem;
   const void* wei_source = nullptr;
 };
@@ -129,7 +128,6 @@ void matmul_kernel(KernelArgs& args) {
           attr.set_post_ops(ops);
         }
         // Constant weights in whatever layout the implementation prefers (packed once).
-        fresh->packed_b = pack_b;
         const memory::desc wei_any =
             pack_b ? memory::desc(fresh->wei_md.dims(), memory::data_type::f32,
                                   memory::format_tag::any)
