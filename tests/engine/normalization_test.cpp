@@ -164,6 +164,52 @@ TEST(Softmax, AxesLogAndLargeValues) {
   EXPECT_TRUE(near(run_one_layer(SoftmaxParams{1, false}, {one})[0], {1, 1, 1, 1}));
 }
 
+// The f32 rows take the vector loops: rows longer than a vector block (1000, with tails that are
+// not a multiple of the lanes), masked entries (-inf weighs 0), and rows torch gives NaN for (all
+// -inf, or a NaN in them).
+TEST(Softmax, LongRowsMaskedAndNaN) {
+  for (int64_t n : {1000, 37, 3}) {
+    auto x = random_tensor(DataType::kF32, {5, n}, 40, -20, 20);
+    float* v = x.as<float>();
+    v[1] = -INFINITY;
+    v[n + 2] = -INFINITY;
+    for (bool log : {false, true}) {
+      auto out = run_one_layer(SoftmaxParams{-1, log}, {x})[0];
+      EXPECT_TRUE(near(out, reference_softmax(to_doubles(x), {5, n}, 1, log), 1e-5, 1e-6))
+          << n << log;
+      for (int64_t r = 0; r < 5; ++r) {
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const double y = out.as<float>()[r * n + j];
+          sum += log ? std::exp(y) : y;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5) << n << " row " << r;
+      }
+    }
+  }
+  HostTensor bad(DataType::kF32, {2, 9});
+  for (int j = 0; j < 9; ++j) {
+    bad.as<float>()[j] = -INFINITY;
+    bad.as<float>()[9 + j] = static_cast<float>(j);
+  }
+  bad.as<float>()[9 + 4] = NAN;
+  auto out = run_one_layer(SoftmaxParams{-1, false}, {bad})[0];
+  for (int j = 0; j < 18; ++j) EXPECT_TRUE(std::isnan(out.as<float>()[j])) << j;
+}
+
+// Layer norm rows longer than a summing block, far from zero: the f32 loop keeps the double
+// reference's precision (the variance of values near 1000 with spread 1 needs centered sums).
+TEST(Normalization, LongOffsetRowsKeepPrecision) {
+  auto x = random_tensor(DataType::kF32, {3, 1000}, 41, 999, 1001);
+  auto scale = random_tensor(DataType::kF32, {1000}, 42),
+       bias = random_tensor(DataType::kF32, {1000}, 43);
+  auto ref = reference_runs(to_doubles(x), 1000, 1e-5, to_doubles(scale), to_doubles(bias),
+                            [](int64_t, int64_t j) { return j; });
+  // x's own rounding at 1000 (~3e-5) amplified by 1/std (~1.7) and the scale (< 1).
+  EXPECT_TRUE(
+      near(run_one_layer(norm(NormalizationKind::kLayer), {x, scale, bias})[0], ref, 1e-5, 1e-4));
+}
+
 template <class E>
 void expect_error_naming(const std::function<void()>& f, const std::string& name) {
   try {

@@ -104,6 +104,30 @@ TEST(Shuffle, TransposeReshapeTransposeEveryDtype) {
   EXPECT_TRUE(near(run_one_layer(ShuffleParams{{2, 0, 1}, false, {}, {}}, {x})[0], ref, 0, 0));
 }
 
+// Transposes whose source is contiguous along an outer output dim run in tiles: each dtype size,
+// shapes that are not multiples of the tile, size-1 dims that the copy drops, dims it merges
+// (NCHW -> NHWC is [H*W, C] <- [C, H*W]), and the tiled dim with dims on both of its sides.
+TEST(Shuffle, TiledTransposesOfEveryShape) {
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {{1, 3, 37, 41}, {0, 2, 3, 1}},  // NCHW -> NHWC, C = 3
+      {{2, 70, 9, 5}, {0, 2, 3, 1}},   // C larger than a tile
+      {{2, 9, 5, 70}, {0, 3, 1, 2}},   // NHWC -> NCHW
+      {{3, 1, 33, 34}, {3, 1, 0, 2}},  // a size-1 dim; the tiled dim is the output's last-but-one
+      {{4, 35, 3, 33}, {1, 3, 0, 2}},  // dims on both sides of the tiled one
+      {{2, 3, 4, 5, 6}, {4, 2, 0, 3, 1}},  // rank 5, tiles smaller than a tile
+      {{65, 66}, {1, 0}}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kI8, DataType::kI64}) {
+    for (const auto& [shape, perm] : cases) {
+      auto x = random_tensor(t, shape, 7, -100, 100);
+      Shape s = shape;
+      const auto ref = permute_ref(to_doubles(x), s, perm);
+      const auto out = run_one_layer(ShuffleParams{perm, false, {}, {}}, {x})[0];
+      ASSERT_EQ(out.shape(), s);
+      EXPECT_TRUE(near(out, ref, 0, 0)) << dtype_name(t) << " " << ::testing::PrintToString(shape);
+    }
+  }
+}
+
 TEST(Shuffle, ReshapeDrivenByShapeTensor) {
   auto x = random_tensor(DataType::kF32, {2, 3, 4}, 3);
   Network net;

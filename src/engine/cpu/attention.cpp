@@ -1,13 +1,14 @@
-// CPU kernel of scaled dot-product attention: one softmax(q k^T * scale + mask) v row at a time,
-// in float on the CPU's widest vectors (vector_math.h); packed heads are gathered into [B, heads,
-// rows, E] first. Rows whose every position is masked out produce zeros, as torch's math path (safe
-// softmax) does, rather than NaN.
+// CPU kernel of scaled dot-product attention: softmax(q k^T * scale + mask) v in blocks of query
+// rows, in float on the CPU's widest vectors (vector_math.h); packed heads are read and written in
+// place as strided matrices. Rows whose every position is masked out produce zeros, as torch's math
+// path (safe softmax) does, rather than NaN.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <unordered_map>
 
 #include "engine/cpu/convert.h"
 #include "engine/cpu/vector_math.h"
@@ -36,136 +37,187 @@ std::vector<int64_t> batch_offsets(const TensorView& t, const Shape& batch) {
   return r;
 }
 
-// softmax(q k^T * scale + mask) v over [batch..., rows, E] operands (mask may be null).
-void attend(const AttentionParams& p, const TensorView& q, const TensorView& k, const TensorView& v,
-            const TensorView* mask, const TensorView& out) {
-  const Shape batch(out.shape.begin(), out.shape.end() - 2);
-  const int64_t nb = volume(batch), L = q.shape[q.shape.size() - 2], E = q.shape.back();
-  const int64_t S = k.shape[k.shape.size() - 2], Ev = v.shape.back();
-  const double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
-  std::vector<float> qs, ks, vs;
-  const float* qd = as_float(q, qs);
-  const float* kd = as_float(k, ks);
-  const float* vd = as_float(v, vs);
-  const auto qb = batch_offsets(q, batch), kb = batch_offsets(k, batch),
-             vb = batch_offsets(v, batch);
-  Shape weights = batch;
-  weights.push_back(L);
-  weights.push_back(S);
+// The matrices of one operand: that of batch index b starts at data + offset[b], with rows `ld`
+// floats apart (packed heads are column windows of wider rows).
+struct Matrices {
+  const float* data;
+  std::vector<int64_t> offset;
+  int64_t ld;
+  const float* at(int64_t b) const { return data + offset[static_cast<size_t>(b)]; }
+};
+
+// One attention problem over `nb` batch indices: q [L, E], k [S, E], v [S, Ev] per index; the
+// result [L, Ev] goes to out (rows `ld_out` apart) at out_offset[b]. `mask` (may be null) is
+// indexed through mask_map over [batch..., L, S].
+struct Problem {
+  int64_t nb, L, S, E, Ev;
+  Matrices q, k, v;
+  float* out;
+  std::vector<int64_t> out_offset;
+  int64_t ld_out;
+  const TensorView* mask = nullptr;
   std::unique_ptr<BroadcastMap> mask_map;
-  if (mask) mask_map = std::make_unique<BroadcastMap>(mask->shape, weights);
-  const int64_t rows = nb * L;
-  // k transposed per batch, [E, S]: a row's scores are then E axpys over contiguous keys, and
-  // its output S axpys over contiguous values, both on the CPU's widest vectors.
-  const Shape k_batch(k.shape.begin(), k.shape.end() - 2);
-  const int64_t kbatches = volume(k_batch);
-  std::vector<float> kt(static_cast<size_t>(kbatches * E * S));
-#pragma omp parallel for if (kbatches * S * E > kParallelWork)
-  for (int64_t kbi = 0; kbi < kbatches; ++kbi) {
+};
+
+// softmax(q k^T * scale + mask) v, in blocks of query rows: the block's scores are one small GEMM
+// against k transposed, masked and soft-maxed row by row, and the block's output one GEMM of the
+// weights with v (vmath::gemm, on the CPU's widest vectors). Fully masked rows come out zero.
+void attend(const AttentionParams& p, const Problem& pr) {
+  const int64_t nb = pr.nb, L = pr.L, S = pr.S, E = pr.E, Ev = pr.Ev;
+  const float scale =
+      static_cast<float>(p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E)));
+  // k transposed, [E, S] per distinct k matrix, so that the scores' GEMM reads rows of keys.
+  std::vector<int64_t> kt_of(static_cast<size_t>(nb)), k_offsets;
+  std::unordered_map<int64_t, int64_t> kt_at;  // k offset -> its transposed copy
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = pr.k.offset[static_cast<size_t>(b)];
+    const auto [it, added] = kt_at.emplace(off, static_cast<int64_t>(k_offsets.size()));
+    if (added) k_offsets.push_back(off);
+    kt_of[static_cast<size_t>(b)] = it->second;
+  }
+  const int64_t nk = static_cast<int64_t>(k_offsets.size());
+  std::vector<float> kt(static_cast<size_t>(nk * E * S));
+#pragma omp parallel for if (nk * S * E > kParallelWork)
+  for (int64_t t = 0; t < nk; ++t) {
+    const float* src = pr.k.data + k_offsets[static_cast<size_t>(t)];
+    float* dst = kt.data() + t * E * S;
     for (int64_t j = 0; j < S; ++j) {
-      for (int64_t e = 0; e < E; ++e) {
-        kt[static_cast<size_t>((kbi * E + e) * S + j)] = kd[(kbi * S + j) * E + e];
-      }
+      for (int64_t e = 0; e < E; ++e) dst[e * S + j] = src[j * pr.k.ld + e];
     }
   }
-  const float fscale = static_cast<float>(scale);
+  constexpr int64_t kRowBlock = 16;
+  const int64_t blocks = (L + kRowBlock - 1) / kRowBlock, tasks = nb * blocks;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel if (rows > 1 && rows * S * (E + Ev) > kParallelWork)
+  const TensorView* mask = pr.mask;
+#pragma omp parallel if (tasks > 1 && nb * L * S * (E + Ev) > kParallelWork)
   {
-    std::vector<float> score(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
+    std::vector<float> score(static_cast<size_t>(kRowBlock * S));
     std::vector<int64_t> moff(static_cast<size_t>(S));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t b = r / L, i = r % L;
-      const float* qrow = qd + (qb[static_cast<size_t>(b)] * L + i) * E;
-      const float* ktm = kt.data() + kb[static_cast<size_t>(b)] * E * S;
-      const float* vmat = vd + vb[static_cast<size_t>(b)] * S * Ev;
-      if (mask) mask_map->offsets(r * S, S, moff.data());
-      std::fill(score.begin(), score.end(), 0.f);
-      for (int64_t e = 0; e < E; ++e) vmath::axpy(qrow[e], ktm + e * S, score.data(), S);
-      float mx = neg_inf;
-      for (int64_t j = 0; j < S; ++j) {
-        float& s = score[static_cast<size_t>(j)];
-        const bool kept =
-            !(p.causal && j > i) &&
-            !(mask && mask->dtype == DataType::kBool &&
-              !load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]));
-        if (!kept) {
-          s = neg_inf;
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t b = t / blocks, i0 = t % blocks * kRowBlock;
+      const int64_t rows = std::min(kRowBlock, L - i0);
+      vmath::gemm(rows, S, E, pr.q.at(b) + i0 * pr.q.ld, pr.q.ld,
+                  kt.data() + kt_of[static_cast<size_t>(b)] * E * S, S, score.data(), S);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        float* s = score.data() + r * S;
+        if (mask) pr.mask_map->offsets((b * L + i) * S, S, moff.data());
+        float mx = neg_inf;
+        for (int64_t j = 0; j < S; ++j) {
+          const bool kept =
+              !(p.causal && j > i) &&
+              !(mask && mask->dtype == DataType::kBool &&
+                !load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]));
+          if (!kept) {
+            s[j] = neg_inf;
+            continue;
+          }
+          s[j] *= scale;
+          if (mask && mask->dtype != DataType::kBool) {
+            s[j] += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
+          }
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == neg_inf) {  // every position masked: zero weights, so a zero output row
+          std::fill(s, s + S, 0.f);
           continue;
         }
-        s *= fscale;
-        if (mask && mask->dtype != DataType::kBool) {
-          s += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
-        }
-        mx = std::max(mx, s);
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      if (mx != neg_inf) {  // else every position is masked: the row stays zero
-        for (float& s : score) s -= mx;
-        vmath::exp(score.data(), score.data(), S);  // exp(-inf) is 0: masked keys weigh nothing
+        for (int64_t j = 0; j < S; ++j) s[j] -= mx;
+        vmath::exp(s, s, S);  // exp(-inf) is 0: masked keys weigh nothing
         double sum = 0;
-        for (float w : score) sum += w;
+        for (int64_t j = 0; j < S; ++j) sum += s[j];
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < S; ++j) {
-          const float w = score[static_cast<size_t>(j)] * inv;
-          if (w != 0) vmath::axpy(w, vmat + j * Ev, acc.data(), Ev);
-        }
+        for (int64_t j = 0; j < S; ++j) s[j] *= inv;
       }
-      for (int64_t e = 0; e < Ev; ++e)
-        store_as<float>(out.dtype, out.data, r * Ev + e, acc[static_cast<size_t>(e)]);
+      vmath::gemm(rows, Ev, S, score.data(), S, pr.v.at(b), pr.v.ld,
+                  pr.out + pr.out_offset[static_cast<size_t>(b)] + i0 * pr.ld_out, pr.ld_out);
     }
   }
 }
 
-// Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h.
-// Gathers q, k, v as [B, heads, rows, E] f32, attends, and scatters the result into
-// [B, L, heads * E].
-void attend_packed(const AttentionParams& p, const std::vector<TensorView>& in,
-                   const TensorView& out) {
-  const int64_t B = out.shape[0], L = out.shape[1], H = p.heads, E = p.head_size;
-  std::vector<float> bufs[4];
-  TensorView views[4];
+// Attention over [batch..., rows, E] operands (mask may be null), into `out` (f32).
+void attend_plain(const AttentionParams& p, const TensorView& q, const TensorView& k,
+                  const TensorView& v, const TensorView* mask, const float* qd, const float* kd,
+                  const float* vd, float* out, const Shape& out_shape) {
+  const Shape batch(out_shape.begin(), out_shape.end() - 2);
+  Problem pr;
+  pr.nb = volume(batch);
+  pr.L = q.shape[q.shape.size() - 2];
+  pr.E = q.shape.back();
+  pr.S = k.shape[k.shape.size() - 2];
+  pr.Ev = v.shape.back();
+  const auto scaled = [](std::vector<int64_t> idx, int64_t size) {
+    for (int64_t& i : idx) i *= size;
+    return idx;
+  };
+  pr.q = {qd, scaled(batch_offsets(q, batch), pr.L * pr.E), pr.E};
+  pr.k = {kd, scaled(batch_offsets(k, batch), pr.S * pr.E), pr.E};
+  pr.v = {vd, scaled(batch_offsets(v, batch), pr.S * pr.Ev), pr.Ev};
+  pr.out = out;
+  pr.out_offset.resize(static_cast<size_t>(pr.nb));
+  for (int64_t b = 0; b < pr.nb; ++b) pr.out_offset[static_cast<size_t>(b)] = b * pr.L * pr.Ev;
+  pr.ld_out = pr.Ev;
+  if (mask) {
+    Shape weights = batch;
+    weights.push_back(pr.L);
+    weights.push_back(pr.S);
+    pr.mask = mask;
+    pr.mask_map = std::make_unique<BroadcastMap>(mask->shape, weights);
+  }
+  attend(p, pr);
+}
+
+// Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h, and the
+// result is [B, L, heads * E]: the heads are read and written in place, as strided matrices.
+void attend_packed(const AttentionParams& p, const float* const data[3],
+                   const std::vector<TensorView>& in, float* out, const Shape& out_shape) {
+  const int64_t B = out_shape[0], L = out_shape[1], H = p.heads, E = p.head_size;
+  Problem pr;
+  pr.nb = B * H;
+  pr.L = L;
+  pr.S = in[1].shape[1];
+  pr.E = E;
+  pr.Ev = E;
+  Matrices* ops[3] = {&pr.q, &pr.k, &pr.v};
   for (size_t i = 0; i < 3; ++i) {
     const int64_t rows = in[i].shape[1], width = in[i].shape[2], col = p.columns[i];
-    std::vector<float> staged;
-    const float* src = as_float(in[i], staged);
-    bufs[i].resize(static_cast<size_t>(B * H * rows * E));
-    float* dst = bufs[i].data();
-#pragma omp parallel for collapse(2) if (B * H * rows * E > kParallelWork)
+    ops[i]->data = data[i];
+    ops[i]->ld = width;
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* row = src + (b * rows + r) * width + col + h * E;
-          std::copy(row, row + E, dst + ((b * H + h) * rows + r) * E);
-        }
-      }
+      for (int64_t h = 0; h < H; ++h) ops[i]->offset.push_back(b * rows * width + col + h * E);
     }
-    views[i] = TensorView{DataType::kF32, {B, H, rows, E}, dst};
   }
-  bufs[3].resize(static_cast<size_t>(B * H * L * E));
-  views[3] = TensorView{DataType::kF32, {B, H, L, E}, bufs[3].data()};
-  attend(p, views[0], views[1], views[2], nullptr, views[3]);
-  const float* o = bufs[3].data();
-#pragma omp parallel for collapse(2) if (out.numel() > kParallelWork)
+  pr.out = out;
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t l = 0; l < L; ++l) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float* src = o + ((b * H + h) * L + l) * E;
-        const int64_t dst = ((b * L + l) * H + h) * E;
-        for (int64_t e = 0; e < E; ++e) store_as<float>(out.dtype, out.data, dst + e, src[e]);
-      }
-    }
+    for (int64_t h = 0; h < H; ++h) pr.out_offset.push_back(b * L * H * E + h * E);
   }
+  pr.ld_out = H * E;
+  attend(p, pr);
 }
 
 void attention_kernel(KernelArgs& args) {
   const auto& p = std::get<AttentionParams>(args.layer.params);
   const TensorView& out = args.outputs[0];
   if (out.numel() == 0) return;
-  if (p.heads > 0) return attend_packed(p, args.inputs, out);
-  attend(p, args.inputs[0], args.inputs[1], args.inputs[2], p.has_mask ? &args.inputs[3] : nullptr,
-         out);
+  const auto& in = args.inputs;
+  // Operands in any float dtype run as f32 (converted copies); so does the result, stored back.
+  std::vector<float> staged[3], result;
+  const float* data[3];
+  for (size_t i = 0; i < 3; ++i) data[i] = as_float(in[i], staged[i]);
+  float* o = out.dtype == DataType::kF32 ? out.as<float>() : nullptr;
+  if (o == nullptr) {
+    result.resize(static_cast<size_t>(out.numel()));
+    o = result.data();
+  }
+  if (p.heads > 0) {
+    attend_packed(p, data, in, o, out.shape);
+  } else {
+    attend_plain(p, in[0], in[1], in[2], p.has_mask ? &in[3] : nullptr, data[0], data[1], data[2],
+                 o, out.shape);
+  }
+  for (size_t i = 0; i < result.size(); ++i)
+    store_as<float>(out.dtype, out.data, static_cast<int64_t>(i), result[i]);
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
-// CPU kernels of the normalization family. Statistics are two-pass (mean, then centered squares)
-// in double so that large or offset inputs keep their precision; f16/bf16 data is read as float
-// and the result stored in the input dtype.
+// CPU kernels of the normalization family. Statistics are two-pass (mean, then centered squares),
+// summed in double so that large or offset inputs keep their precision. f32 data takes the vector
+// row loops of vector_math.h; f16/bf16 data is read as double and the result stored in its dtype.
 #include <omp.h>
 
 #include <cmath>
 #include <limits>
 
 #include "engine/cpu/convert.h"
+#include "engine/cpu/vector_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
@@ -25,12 +26,40 @@ std::vector<double> load_param(const TensorView* t) {
   return r;
 }
 
+std::vector<float> as_floats(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
+
 // Normalizes `groups` contiguous runs of `len` elements each; element j of run r uses the affine
-// parameters at channel(r, j).
+// parameters at channel(r, j), which is constant over spans of `span` elements of a run (`span`
+// divides `len`); span 0: element j of every run has parameter j (layer norm).
 template <class Channel>
 void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, int64_t len,
-                    double eps, const std::vector<double>& scale, const std::vector<double>& bias,
-                    Channel channel) {
+                    int64_t span, double eps, const std::vector<double>& scale,
+                    const std::vector<double>& bias, Channel channel) {
+  if (x.dtype == DataType::kF32 && y.dtype == DataType::kF32) {
+    const float* xs = static_cast<const float*>(x.data);
+    float* ys = static_cast<float*>(y.data);
+    const auto fscale = as_floats(scale), fbias = as_floats(bias);
+#pragma omp parallel for if (groups > 1 && groups * len > kParallelWork)
+    for (int64_t r = 0; r < groups; ++r) {
+      const float* a = xs + r * len;
+      float* d = ys + r * len;
+      float mean, rstd;
+      vmath::moments(a, len, eps, &mean, &rstd);
+      if (span == 0) {
+        vmath::normalize(d, a, len, mean, rstd, fscale.empty() ? nullptr : fscale.data(),
+                         fbias.empty() ? nullptr : fbias.data());
+        continue;
+      }
+      for (int64_t j = 0; j < len; j += span) {
+        const size_t c = static_cast<size_t>(channel(r, j));
+        const float mul = fscale.empty() ? rstd : rstd * fscale[c];
+        vmath::shift_scale(d + j, a + j, span, mean, mul, fbias.empty() ? 0.f : fbias[c]);
+      }
+    }
+    return;
+  }
 #pragma omp parallel for if (groups > 1 && groups * len > kParallelWork)
   for (int64_t r = 0; r < groups; ++r) {
     const int64_t base = r * len;
@@ -67,7 +96,7 @@ void normalization_kernel(KernelArgs& args) {
       len *= s[d];
     const auto scale = load_param(p.has_affine ? &in[1] : nullptr);
     const auto bias = load_param(p.has_affine ? &in[2] : nullptr);
-    normalize_runs(x, y, x.numel() / len, len, p.epsilon, scale, bias,
+    normalize_runs(x, y, x.numel() / len, len, 0, p.epsilon, scale, bias,
                    [](int64_t, int64_t j) { return j; });
     return;
   }
@@ -84,6 +113,17 @@ void normalization_kernel(KernelArgs& args) {
       b[ch] = (bias.empty() ? 0.0 : bias[ch]) - mean[ch] * a[ch];
     }
     const int64_t rows = n * c;
+    if (x.dtype == DataType::kF32 && y.dtype == DataType::kF32) {
+      const float* xs = static_cast<const float*>(x.data);
+      float* ys = static_cast<float*>(y.data);
+#pragma omp parallel for if (rows > 1 && x.numel() > kParallelWork)
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t ch = static_cast<size_t>(r % c);
+        vmath::shift_scale(ys + r * spatial, xs + r * spatial, spatial, 0.f,
+                           static_cast<float>(a[ch]), static_cast<float>(b[ch]));
+      }
+      return;
+    }
 #pragma omp parallel for if (rows > 1 && x.numel() > kParallelWork)
     for (int64_t r = 0; r < rows; ++r) {
       const size_t ch = static_cast<size_t>(r % c);
@@ -99,10 +139,10 @@ void normalization_kernel(KernelArgs& args) {
     KILN_CHECK(c % p.num_groups == 0, InvalidArgument, "layer `", args.layer.name, "`: num_groups ",
                p.num_groups, " does not divide ", c, " channels");
     const int64_t g = p.num_groups, per = c / g;
-    normalize_runs(x, y, n * g, per * spatial, p.epsilon, scale, bias,
+    normalize_runs(x, y, n * g, per * spatial, spatial, p.epsilon, scale, bias,
                    [=](int64_t r, int64_t j) { return (r % g) * per + j / spatial; });
   } else {
-    normalize_runs(x, y, n * c, spatial, p.epsilon, scale, bias,
+    normalize_runs(x, y, n * c, spatial, spatial, p.epsilon, scale, bias,
                    [=](int64_t r, int64_t) { return r % c; });
   }
 }
@@ -117,6 +157,13 @@ void softmax_kernel(KernelArgs& args) {
   for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
   const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
   if (x.numel() == 0) return;
+  if (inner == 1 && x.dtype == DataType::kF32 && y.dtype == DataType::kF32) {
+    const float* xs = static_cast<const float*>(x.data);
+    float* ys = static_cast<float*>(y.data);
+#pragma omp parallel for if (rows > 1 && x.numel() > kParallelWork)
+    for (int64_t r = 0; r < rows; ++r) vmath::softmax(ys + r * n, xs + r * n, n, p.log);
+    return;
+  }
 #pragma omp parallel if (rows > 1 && x.numel() > kParallelWork)
   {
     std::vector<float> row(static_cast<size_t>(n));

@@ -14,6 +14,11 @@ constexpr int64_t kParallelElements = 64 * 1024;
 
 // Copies into a dense `out_shape` from `src`, whose element for output index i lies at
 // sum(i[d] * src_strides[d]) (in elements). Transposes and slices are both such views.
+//
+// Dims of size 1 are dropped and neighbours that stay adjacent in the source merged, so an
+// NCHW -> NHWC transpose is a [H*W, C] <- [C, H*W] one. Then either the innermost dim is
+// contiguous in the source (rows of memcpy), or, where some outer dim is (a transpose), the copy
+// runs in tiles of that dim and the innermost, so reads and writes both stay in cache lines.
 template <class T>
 void strided_copy_t(const void* src, const std::vector<int64_t>& src_strides,
                     const Shape& out_shape, void* dst) {
@@ -21,26 +26,81 @@ void strided_copy_t(const void* src, const std::vector<int64_t>& src_strides,
   if (n == 0) return;
   const T* s = static_cast<const T*>(src);
   T* o = static_cast<T*>(dst);
-  if (out_shape.empty()) {
+  Shape shape;
+  std::vector<int64_t> strides;
+  for (size_t d = 0; d < out_shape.size(); ++d) {
+    if (out_shape[d] == 1) continue;
+    if (!shape.empty() && strides.back() == src_strides[d] * out_shape[d]) {
+      shape.back() *= out_shape[d];
+      strides.back() = src_strides[d];
+    } else {
+      shape.push_back(out_shape[d]);
+      strides.push_back(src_strides[d]);
+    }
+  }
+  if (shape.empty()) {
     o[0] = s[0];
     return;
   }
-  const size_t r = out_shape.size();
-  const int64_t inner = out_shape[r - 1], inner_stride = src_strides[r - 1];
-  const int64_t rows = n / inner;
-#pragma omp parallel for if (n > kParallelElements)
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = 0;
+  const size_t r = shape.size();
+  const int64_t inner = shape[r - 1], inner_stride = strides[r - 1];
+  // The source offset of row `row` (an index over all dims but the last, and but `skip`).
+  const auto row_offset = [&](int64_t row, size_t skip) {
+    int64_t off = 0;
     for (size_t d = r - 1; d-- > 0;) {
-      off += (rem % out_shape[d]) * src_strides[d];
-      rem /= out_shape[d];
+      if (d == skip) continue;
+      off += (row % shape[d]) * strides[d];
+      row /= shape[d];
     }
-    const T* from = s + off;
-    T* to = o + row * inner;
-    if (inner_stride == 1) {
-      std::memcpy(to, from, static_cast<size_t>(inner) * sizeof(T));
-    } else {
-      for (int64_t j = 0; j < inner; ++j) to[j] = from[j * inner_stride];
+    return off;
+  };
+  size_t tdim = r;  // an outer dim contiguous in the source, for the tiled transpose
+  if (inner_stride != 1) {
+    for (size_t d = 0; d + 1 < r; ++d) {
+      if (strides[d] == 1) tdim = d;
+    }
+  }
+  if (tdim == r) {
+    const int64_t rows = n / inner;
+#pragma omp parallel for if (n > kParallelElements)
+    for (int64_t row = 0; row < rows; ++row) {
+      const T* from = s + row_offset(row, r);
+      T* to = o + row * inner;
+      if (inner_stride == 1) {
+        std::memcpy(to, from, static_cast<size_t>(inner) * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < inner; ++j) to[j] = from[j * inner_stride];
+      }
+    }
+    return;
+  }
+  // out[.., i, .., j] = src[base + i + j * inner_stride] for i < shape[tdim], j < inner: tiles of
+  // kTile x kTile, over every index of the other dims.
+  constexpr int64_t kTile = 32;
+  const int64_t rows = shape[tdim], ti = (rows + kTile - 1) / kTile;
+  const int64_t tj = (inner + kTile - 1) / kTile, others = n / (rows * inner);
+  int64_t out_tstride = inner;  // the output's stride of dim tdim
+  for (size_t d = tdim + 1; d + 1 < r; ++d) out_tstride *= shape[d];
+  const int64_t tiles = others * ti * tj;
+#pragma omp parallel for if (n > kParallelElements)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t other = t / (ti * tj), i0 = (t / tj) % ti * kTile, j0 = t % tj * kTile;
+    // `other` counts the output rows without dim tdim; its output offset puts tdim back at 0.
+    int64_t out_base = 0, rem = other, mul = inner;
+    for (size_t d = r - 1; d-- > 0;) {
+      if (d == tdim) {
+        mul *= shape[d];
+        continue;
+      }
+      out_base += (rem % shape[d]) * mul;
+      rem /= shape[d];
+      mul *= shape[d];
+    }
+    const T* from = s + row_offset(other, tdim);
+    T* to = o + out_base;
+    const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(inner, j0 + kTile);
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t j = j0; j < j1; ++j) to[i * out_tstride + j] = from[i + j * inner_stride];
     }
   }
 }

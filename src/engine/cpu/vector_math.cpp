@@ -1,4 +1,4 @@
-// Runtime ISA dispatch for the vector_math.h activations: the AVX2 loops of
+// Runtime ISA dispatch for the vector_math.h loops: the AVX2 loops of
 // vector_math_avx2.cpp when the CPU has AVX2, else the SSE2 baseline (4 lanes) built here.
 #include "engine/cpu/vector_math.h"
 
@@ -11,6 +11,13 @@ void silu(float* d, const float* a, int64_t n);
 void exp(float* d, const float* a, int64_t n);
 void tanh(float* d, const float* a, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
+void moments(const float* a, int64_t n, double eps, float* mean, float* rstd);
+void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+               const float* bias);
+void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add);
+void softmax(float* d, const float* a, int64_t n, bool log);
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc);
 }  // namespace avx2
 
 namespace {
@@ -43,6 +50,28 @@ void tanh(float* d, const float* a, int64_t n) {
 void axpy(float a, const float* x, float* y, int64_t n) {
   if (has_avx2()) return avx2::axpy(a, x, y, n);
   axpy_loop<vf4>(a, x, y, n);
+}
+void moments(const float* a, int64_t n, double eps, float* mean, float* rstd) {
+  if (has_avx2()) return avx2::moments(a, n, eps, mean, rstd);
+  moments_loop<vf4>(a, n, eps, mean, rstd);
+}
+void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+               const float* bias) {
+  if (has_avx2()) return avx2::normalize(d, a, n, mean, rstd, scale, bias);
+  normalize_loop<vf4>(d, a, n, mean, rstd, scale, bias);
+}
+void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add) {
+  if (has_avx2()) return avx2::shift_scale(d, a, n, mean, mul, add);
+  shift_scale_loop<vf4>(d, a, n, mean, mul, add);
+}
+void softmax(float* d, const float* a, int64_t n, bool log) {
+  if (has_avx2()) return avx2::softmax(d, a, n, log);
+  softmax_loop<vf4>(d, a, n, log);
+}
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc) {
+  if (has_avx2()) return avx2::gemm(m, n, k, a, lda, b, ldb, c, ldc);
+  gemm_loop<vf4>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace kiln::engine::cpu::vmath

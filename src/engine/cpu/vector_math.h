@@ -1,10 +1,11 @@
-// Float exp/erfc/gelu/sigmoid on GCC vector types (4 lanes: SSE2, 8: AVX2):
-// explicit SIMD, since GCC will not if-convert the clamps and selects of scalar forms under its
-// default -ftrapping-math.
+// Float exp/erfc/gelu/sigmoid and the row loops of normalization and softmax on GCC vector types
+// (4 lanes: SSE2, 8: AVX2): explicit SIMD, since GCC will not if-convert the clamps and selects of
+// scalar forms under its default -ftrapping-math, nor reassociate a float sum.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace kiln::engine::cpu::vmath {
 
@@ -169,5 +170,204 @@ KILN_VMATH void axpy_loop(float a, const float* x, float* y, int64_t n) {
   }
   for (; i < n; ++i) y[i] += a * x[i];
 }
+
+// The sum of a[0..n) in double: float lanes over blocks of kSumBlock elements (so no lane adds
+// more than kSumBlock / lanes terms in float), each block's total added in double.
+template <class V>
+KILN_VMATH double sum_loop(const float* a, int64_t n, float shift, bool square) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float), kSumBlock = 256;
+  const V vs = splat<V>(shift);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    V acc0 = splat<V>(0.f), acc1 = splat<V>(0.f);
+    int64_t i = b;
+    for (; i + 2 * kLanes <= e; i += 2 * kLanes) {
+      V x0, x1;
+      std::memcpy(&x0, a + i, sizeof(x0));
+      std::memcpy(&x1, a + i + kLanes, sizeof(x1));
+      x0 -= vs;
+      x1 -= vs;
+      acc0 += square ? x0 * x0 : x0;
+      acc1 += square ? x1 * x1 : x1;
+    }
+    acc0 += acc1;
+    float block = 0;
+    for (int64_t l = 0; l < kLanes; ++l) block += acc0[l];
+    for (; i < e; ++i) {
+      const float d = a[i] - shift;
+      block += square ? d * d : d;
+    }
+    total += block;
+  }
+  return total;
+}
+
+// Mean and 1/sqrt(variance + eps) of a[0..n), two-pass (the variance from centered squares).
+template <class V>
+KILN_VMATH void moments_loop(const float* a, int64_t n, double eps, float* mean, float* rstd) {
+  const double m = sum_loop<V>(a, n, 0.f, false) / static_cast<double>(n);
+  const double var = sum_loop<V>(a, n, static_cast<float>(m), true) / static_cast<double>(n);
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(1.0 / __builtin_sqrt(var + eps));
+}
+
+// d[i] = (a[i] - mean) * rstd * scale[i] + bias[i] (scale and bias both present or both null),
+// else (a[i] - mean) * rstd.
+template <class V>
+KILN_VMATH void normalize_loop(float* d, const float* a, int64_t n, float mean, float rstd,
+                               const float* scale, const float* bias) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  const V vm = splat<V>(mean), vr = splat<V>(rstd);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V x;
+    std::memcpy(&x, a + i, sizeof(x));
+    x = (x - vm) * vr;
+    if (scale != nullptr) {
+      V s, b;
+      std::memcpy(&s, scale + i, sizeof(s));
+      std::memcpy(&b, bias + i, sizeof(b));
+      x = x * s + b;
+    }
+    std::memcpy(d + i, &x, sizeof(x));
+  }
+  for (; i < n; ++i) {
+    float x = (a[i] - mean) * rstd;
+    if (scale != nullptr) x = x * scale[i] + bias[i];
+    d[i] = x;
+  }
+}
+
+// d[i] = (a[i] - mean) * mul + add.
+template <class V>
+KILN_VMATH void shift_scale_loop(float* d, const float* a, int64_t n, float mean, float mul,
+                                 float add) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  const V vm = splat<V>(mean), vmul = splat<V>(mul), vadd = splat<V>(add);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V x;
+    std::memcpy(&x, a + i, sizeof(x));
+    x = (x - vm) * vmul + vadd;
+    std::memcpy(d + i, &x, sizeof(x));
+  }
+  for (; i < n; ++i) d[i] = (a[i] - mean) * mul + add;
+}
+
+// Functors, not lambdas (see vector_math_avx2.cpp): exp(x - shift), x - shift, x * factor.
+template <class V>
+struct ExpShifted {
+  float shift;
+  KILN_VMATH V operator()(V x) const { return vmath::exp<V>(x - shift); }
+};
+template <class V>
+struct Shifted {
+  float shift;
+  KILN_VMATH V operator()(V x) const { return x - shift; }
+};
+template <class V>
+struct Scaled {
+  float factor;
+  KILN_VMATH V operator()(V x) const { return x * factor; }
+};
+
+// Softmax (or log-softmax) of a[0..n) into d (d may be a): the max subtracted first, so exp stays
+// in range; a row of -inf gives NaN, as torch does, and so does a row with a NaN (through exp and
+// the sum, since the max skips it).
+template <class V>
+KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  float mx = -__builtin_inff();
+  int64_t i = 0;
+  if (n >= kLanes) {
+    V vmx = splat<V>(-__builtin_inff());
+    for (; i + kLanes <= n; i += kLanes) {
+      V x;
+      std::memcpy(&x, a + i, sizeof(x));
+      vmx = select(x > vmx, x, vmx);
+    }
+    for (int64_t l = 0; l < kLanes; ++l) mx = vmx[l] > mx ? vmx[l] : mx;
+  }
+  for (; i < n; ++i) mx = a[i] > mx ? a[i] : mx;
+  if (log) {
+    // log_softmax = x - max - log(sum(exp(x - max))).
+    // The exps go to a scratch row: d may be a, which the result reads again.
+    std::vector<float> e(static_cast<size_t>(n));
+    map<V>(e.data(), a, n, ExpShifted<V>{mx});
+    const float lse = mx + static_cast<float>(__builtin_log(sum_loop<V>(e.data(), n, 0.f, false)));
+    map<V>(d, a, n, Shifted<V>{lse});
+    return;
+  }
+  map<V>(d, a, n, ExpShifted<V>{mx});
+  const float inv = static_cast<float>(1.0 / sum_loop<V>(d, n, 0.f, false));
+  map<V>(d, d, n, Scaled<V>{inv});
+}
+
+// C = A B for a small m x k by k x n product (row strides lda, ldb, ldc), as attention's blocks
+// need: tiles of R rows by NV vectors of columns kept in registers over all of k, each element a
+// plain sum of products in p order (a multiply, then an add), so every tile shape and lane width
+// gives the same bits.
+template <class V, int R, int NV>
+KILN_VMATH void gemm_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float* c, int64_t ldc) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  V acc[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = splat<V>(0.f);
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * ldb + v * kLanes, sizeof(V));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V av = splat<V>(a[r * lda + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * kLanes, &acc[r][v], sizeof(V));
+  }
+}
+
+template <class V, int R>
+KILN_VMATH void gemm_rows(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                          int64_t ldb, float* c, int64_t ldc) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  int64_t j = 0;
+  for (; j + 2 * kLanes <= n; j += 2 * kLanes)
+    gemm_tile<V, R, 2>(k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j + kLanes <= n; j += kLanes) gemm_tile<V, R, 1>(k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j < n; ++j) {
+    for (int r = 0; r < R; ++r) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += a[r * lda + p] * b[p * ldb + j];
+      c[r * ldc + j] = sum;
+    }
+  }
+}
+
+template <class V>
+KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float* c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) gemm_rows<V, 4>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+  for (; i < m; ++i) gemm_rows<V, 1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+}
+
+// The loops above on the widest vectors this CPU has.
+void moments(const float* a, int64_t n, double eps, float* mean, float* rstd);
+void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+               const float* bias);
+void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add);
+void softmax(float* d, const float* a, int64_t n, bool log);
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc);
 
 }  // namespace kiln::engine::cpu::vmath

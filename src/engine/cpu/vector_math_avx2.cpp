@@ -1,7 +1,8 @@
-// The AVX2 builds (8 lanes) of the vector_math.h activation loops; vector_math.cpp picks them
+// The AVX2 builds (8 lanes) of the vector_math.h loops; vector_math.cpp picks them
 // at run time when the CPU has AVX2. Only this file is compiled for AVX2.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // After the standard headers, so no inline function shared with other files gets AVX2 code.
 #pragma GCC target("avx2")
@@ -44,6 +45,23 @@ void tanh(float* d, const float* a, int64_t n) {
 }
 void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
+}
+void moments(const float* a, int64_t n, double eps, float* mean, float* rstd) {
+  moments_loop<vf8>(a, n, eps, mean, rstd);
+}
+void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+               const float* bias) {
+  normalize_loop<vf8>(d, a, n, mean, rstd, scale, bias);
+}
+void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add) {
+  shift_scale_loop<vf8>(d, a, n, mean, mul, add);
+}
+void softmax(float* d, const float* a, int64_t n, bool log) {
+  softmax_loop<vf8>(d, a, n, log);
+}
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc) {
+  gemm_loop<vf8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace kiln::engine::cpu::vmath::avx2
