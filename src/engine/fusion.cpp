@@ -95,7 +95,8 @@ const Layer* single_consumer(const Network& net, TensorId id, size_t* index) {
   return found;
 }
 
-// Convolution/matmul followed by activation, residual add, activation: one layer with post-ops.
+// Convolution/matmul followed by (a matmul's bias,) activation, residual add, activation: one
+// layer with post-ops.
 void fuse_post_ops(Network& net, std::vector<std::string>& fusions) {
   for (size_t i = 0; i < net.layers().size(); ++i) {
     Layer& producer = net.mutable_layers()[i];
@@ -120,6 +121,27 @@ void fuse_post_ops(Network& net, std::vector<std::string>& fusions) {
       out = next->outputs[0];
       return true;
     };
+    // A matmul's bias: an add of an [N] vector, N the static last dim of a matrix result (b of
+    // rank >= 2), in either operand order (torch.addmm's and `x @ w + b`'s). Not a convolution's:
+    // its bias is per channel, which an add of [C] is not.
+    const Shape& b_shape = net.tensor(producer.inputs.size() > 1 ? producer.inputs[1] : out).shape;
+    if (std::holds_alternative<MatMulParams>(producer.params) && !post->has_bias &&
+        b_shape.size() >= 2 && !out_desc.shape.empty() && out_desc.shape.back() > 0) {
+      const Layer* next = single_consumer(net, out, &j);
+      const auto* add = next ? std::get_if<ElementwiseParams>(&next->params) : nullptr;
+      if (add && add->op == BinaryOp::kAdd && next->inputs[0] != next->inputs[1]) {
+        const TensorId other = next->inputs[0] == out ? next->inputs[1] : next->inputs[0];
+        if (net.tensor(other).shape == Shape{out_desc.shape.back()} &&
+            net.tensor(other).dtype == out_desc.dtype &&
+            net.tensor(next->outputs[0]).shape == out_desc.shape) {
+          post->has_bias = true;
+          producer.inputs.push_back(other);
+          absorbed.push_back(j);
+          line += " + " + next->name;
+          out = next->outputs[0];
+        }
+      }
+    }
     absorb_activation(&post->activation, &post->alpha, &post->beta);
     const Layer* next = single_consumer(net, out, &j);
     const auto* add = next ? std::get_if<ElementwiseParams>(&next->params) : nullptr;

@@ -181,14 +181,39 @@ void ExecutionContext::resolve_shapes() {
     }
   }
 
-  // Arena: every layer output that is not a network output and not a constant.
+  // Arena: every layer output that is not a network output, a constant or a view.
   std::vector<bool> is_output(net.num_tensors(), false);
   for (TensorId id : net.outputs()) is_output[static_cast<size_t>(id)] = true;
+  // A reshape of dense data (a shuffle without permutations or cast) is a view: its output shares
+  // its input's bytes (or, through a chain of views, the first one's), and the layer never runs.
+  // Not for network outputs (written to the caller's buffer) or values known while resolving.
+  alias_of_.assign(net.num_tensors(), -1);
+  view_layer_.assign(layers.size(), false);
+  const auto root = [&](TensorId id) {
+    const int64_t a = alias_of_[static_cast<size_t>(id)];
+    return a >= 0 ? static_cast<size_t>(a) : static_cast<size_t>(id);
+  };
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& layer = layers[li];
+    const auto* sh = std::get_if<ShuffleParams>(&layer.params);
+    const auto moves = [](const std::vector<int64_t>& perm) {
+      for (size_t d = 0; d < perm.size(); ++d) {
+        if (perm[d] != static_cast<int64_t>(d)) return true;
+      }
+      return false;
+    };
+    if (!sh || sh->cast || moves(sh->first_perm) || moves(sh->second_perm)) continue;
+    const size_t out = static_cast<size_t>(layer.outputs[0]);
+    if (is_output[out] || descs_[out].values.has_value()) continue;
+    alias_of_[out] = static_cast<int64_t>(root(layer.inputs[0]));
+    view_layer_[li] = true;
+  }
   std::vector<int> first(net.num_tensors(), -1), last(net.num_tensors(), -1);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    for (TensorId id : layer.inputs) last[static_cast<size_t>(id)] = static_cast<int>(li);
-    if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+    // A view's readers keep the bytes it shares alive.
+    for (TensorId id : layer.inputs) last[root(id)] = static_cast<int>(li);
+    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
     for (TensorId id : layer.outputs) {
       first[static_cast<size_t>(id)] = static_cast<int>(li);
       last[static_cast<size_t>(id)] = std::max(last[static_cast<size_t>(id)], static_cast<int>(li));
@@ -315,6 +340,9 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
     const size_t t = static_cast<size_t>(net.outputs()[i]);
     if (produced[t]) where[t] = outputs[i];
   }
+  for (size_t t = 0; t < net.num_tensors(); ++t) {
+    if (alias_of_[t] >= 0) where[t] = where[static_cast<size_t>(alias_of_[t])];
+  }
 
   if (profiling_ && timings_.empty()) {
     for (const Layer& l : net.layers()) timings_.push_back({l.name, layer_kind_name(l.params)});
@@ -363,7 +391,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     std::vector<cuda::DeviceTensor> ins, outs;
     for (size_t li = 0; li < layers.size(); ++li) {
       const Layer& layer = layers[li];
-      if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+      if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
       ins.clear();
       outs.clear();
       bool values_known = true;  // shape tensors: computed on the host while shapes resolved
@@ -401,10 +429,13 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
       constant[static_cast<size_t>(l.outputs[0])] = true;
     }
   }
+  for (size_t t = 0; t < descs_.size(); ++t) {
+    if (alias_of_[t] >= 0) constant[t] = constant[static_cast<size_t>(alias_of_[t])];
+  }
   std::vector<cpu::TensorView> ins, outs;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
     ins.clear();
     outs.clear();
     for (TensorId id : layer.inputs) {

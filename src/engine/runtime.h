@@ -137,6 +137,10 @@ class ExecutionContext {
   bool resolved_ = false;
   std::vector<TensorDesc> descs_;      // concrete, per tensor
   std::vector<int64_t> arena_offset_;  // per tensor, -1 when not in the arena
+  // Per tensor: the tensor whose bytes it shares (the output of a reshape, which moves no data),
+  // or -1; and per layer, whether it is such a reshape and so never runs.
+  std::vector<int64_t> alias_of_;
+  std::vector<bool> view_layer_;
   MemoryPlan plan_;
   std::shared_ptr<uint8_t> arena_storage_;
   size_t arena_capacity_ = 0;

@@ -44,6 +44,48 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   EXPECT_NE(report.to_string().find("arena"), std::string::npos);
 }
 
+// A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,
+// takes it as its bias, and the activation after it too; an add that broadcasts another way, or a
+// convolution's add of [C], stays a layer. Values match the unbuilt network.
+TEST(Builder, MatMulTakesAnAddedRowVectorAsItsBias) {
+  for (bool bias_first : {false, true}) {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {6, 8});
+    auto w = net.add_constant("w", Weights::from_floats({8, 5}, std::vector<float>(40, 0.25f)));
+    std::vector<float> bv = {1, -2, 3, -4, 5};
+    auto b = net.add_constant("b", Weights::from_floats({5}, bv));
+    auto col = net.add_constant("col", Weights::from_floats({6, 1}, std::vector<float>(6, 2.f)));
+    auto mm = net.add("mm", MatMulParams{}, {x, w});
+    auto add = net.add("add", ElementwiseParams{BinaryOp::kAdd},
+                       bias_first ? std::vector{b, mm} : std::vector{mm, b});
+    auto act = net.add("act", ActivationParams{ActivationKind::kRelu}, {add});
+    auto mm2 = net.add("mm2", MatMulParams{}, {x, w});
+    auto add2 = net.add("add2", ElementwiseParams{BinaryOp::kAdd}, {mm2, col});  // [6, 1]: no bias
+    net.mark_output(act, "y");
+    net.mark_output(add2, "z");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    int biased = 0, adds = 0;
+    for (const Layer& l : plan.network.layers()) {
+      if (const auto* m = std::get_if<MatMulParams>(&l.params)) {
+        biased += m->post.has_bias;
+        if (m->post.has_bias) {
+          EXPECT_EQ(m->post.activation, ActivationKind::kRelu);
+        }
+      }
+      adds += std::holds_alternative<ElementwiseParams>(l.params) ||
+              std::holds_alternative<FusedElementwiseParams>(l.params);
+    }
+    EXPECT_EQ(biased, 1) << report.to_string();
+    EXPECT_EQ(adds, 1) << report.to_string();
+    auto in = testing::random_tensor(DataType::kF32, {6, 8}, 4);
+    const auto got = run_engine(plan.network, {in}), want = run_engine(net, {in});
+    for (size_t o = 0; o < 2; ++o) {
+      EXPECT_TRUE(testing::near(got[o], testing::to_doubles(want[o]), 1e-6, 1e-6)) << o;
+    }
+  }
+}
+
 ShuffleParams permute(std::vector<int64_t> perm) {
   ShuffleParams p;
   p.first_perm = std::move(perm);

@@ -46,6 +46,9 @@ std::vector<double> reference_binary(BinaryOp op, const HostTensor& a, const Hos
       case BinaryOp::kMod:
         z = u - std::floor(u / v) * v;
         break;
+      case BinaryOp::kPow:
+        z = std::pow(u, v);
+        break;
       case BinaryOp::kLt:
         z = u < v;
         break;
@@ -153,6 +156,25 @@ TEST(Elementwise, TanhKeepsItsRelativeAccuracyEverywhere) {
   std::vector<double> want;
   for (double v : testing::to_doubles(x)) want.push_back(std::tanh(v));
   EXPECT_TRUE(near(run_one_layer(ActivationParams{ActivationKind::kTanh}, {x})[0], want, 3e-7, 0));
+}
+
+// x ** c for a scalar c: torch's CPU kernels compute the small exponents as products, square
+// roots and reciprocals, and so does kiln (its block kernel spots the uniform exponent); other
+// exponents, and exponents that vary, go through pow. All against float64 pow.
+TEST(Elementwise, PowByScalarAndByTensor) {
+  auto x = random_tensor(DataType::kF32, {3, 700}, 60, 0.1, 4);
+  for (float e : {2.f, 3.f, 0.5f, -1.f, -2.f, 2.5f, -0.75f}) {
+    HostTensor c(DataType::kF32, {});
+    c.as<float>()[0] = e;
+    std::vector<double> want;
+    for (double v : testing::to_doubles(x)) want.push_back(std::pow(v, static_cast<double>(e)));
+    EXPECT_TRUE(near(run_one_layer(ElementwiseParams{BinaryOp::kPow}, {x, c})[0], want, 1e-6, 0))
+        << e;
+  }
+  auto y = random_tensor(DataType::kF32, {3, 700}, 61, -2, 3);
+  y.as<float>()[5] = 2.f;  // one block starts with 2, then varies
+  EXPECT_TRUE(near(run_one_layer(ElementwiseParams{BinaryOp::kPow}, {x, y})[0],
+                   reference_binary(BinaryOp::kPow, x, y, {3, 700}), 1e-6, 0));
 }
 
 TEST(Elementwise, SelectAndCast) {

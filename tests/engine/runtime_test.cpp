@@ -101,5 +101,51 @@ TEST(Runtime, OutputThatIsAnInputIsCopied) {
   EXPECT_TRUE(testing::near(out[1], {-1, 2, -3}, 0, 0));
 }
 
+// Reshapes move no data: their outputs share their inputs' bytes (a view of a view shares the
+// first's), the layers never run, and the shared bytes stay reserved until the last reader of any
+// view, even while larger tensors come and go meanwhile. A reshape that is a network output still
+// fills the caller's buffer, and a reshape of a network input reads it in place.
+TEST(Runtime, ReshapesAreViewsThatKeepTheirBytesAlive) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {4, 6});
+  auto a = net.add("a", ActivationParams{ActivationKind::kRelu}, {x});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {24};
+  ShuffleParams back = flat;
+  back.reshape = {4, 6};
+  auto v = net.add("v", flat, {a});
+  auto vv = net.add("vv", back, {v});
+  // Meanwhile: intermediates that would take a's bytes if a's lifetime ended at v.
+  auto b = net.add("b", UnaryParams{UnaryOp::kExp}, {x});
+  auto c = net.add("c", UnaryParams{UnaryOp::kNeg}, {b});
+  auto d = net.add("d", ElementwiseParams{BinaryOp::kAdd}, {vv, c});
+  net.mark_output(d, "d");
+  net.mark_output(net.add("flat_out", flat, {c}), "flat");
+  net.mark_output(net.add("x_flat", flat, {x}), "x_flat");
+  auto engine = std::make_shared<const Engine>(net);  // unbuilt: the layers as written
+  ExecutionContext ctx(engine);
+  ctx.enable_profiling(true);
+  const auto in = testing::random_tensor(DataType::kF32, {4, 6}, 9);
+  const auto xs = testing::to_doubles(in);
+  std::vector<double> want_d, want_c;
+  for (double e : xs) {
+    want_d.push_back(std::max(e, 0.0) - std::exp(e));
+    want_c.push_back(-std::exp(e));
+  }
+  for (int run = 0; run < 2; ++run) {
+    const auto out = ctx.run({in});
+    EXPECT_EQ(out[0].shape(), (Shape{4, 6}));
+    EXPECT_TRUE(testing::near(out[0], want_d, 1e-6, 1e-6));
+    EXPECT_EQ(out[1].shape(), (Shape{24}));
+    EXPECT_TRUE(testing::near(out[1], want_c, 1e-6, 1e-6));
+    EXPECT_TRUE(testing::near(out[2], xs, 0, 0));
+  }
+  for (const auto& t : ctx.profile()) {
+    // Only the reshapes that are network outputs copy; the views never run.
+    EXPECT_EQ(t.runs, t.name == "v" || t.name == "vv" ? 0 : 2) << t.name;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

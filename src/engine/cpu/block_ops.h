@@ -3,6 +3,7 @@
 // elementwise_math.h, except exp/sigmoid/silu/gelu use vector_math.h's SIMD-friendly forms.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "engine/cpu/elementwise_math.h"
@@ -28,8 +29,33 @@ void binary_block_op(float* d, const float* a, const float* b, int64_t n) {
   map_block(d, a, b, n, [](float x, float y) { return binary_float(kOp, x, y); });
 }
 
+// x^y for a block whose exponents are all one value: the small exponents torch's CPU kernels
+// special-case (x*x, x*x*x, sqrt, 1/x, 1/(x*x)) as torch computes them, so they vectorize and round
+// as torch's do; false when the exponents differ or are another value.
+inline bool pow_by_constant_block(float* d, const float* a, const float* b, int64_t n) {
+  const float e = b[0];
+  for (int64_t i = 1; i < n; ++i) {
+    if (b[i] != e) return false;
+  }
+  if (e == 2.f) {
+    map_block(d, a, n, [](float x) { return x * x; });
+  } else if (e == 3.f) {
+    map_block(d, a, n, [](float x) { return x * x * x; });
+  } else if (e == 0.5f) {
+    for (int64_t i = 0; i < n; ++i) d[i] = std::sqrt(a[i]);
+  } else if (e == -1.f) {
+    map_block(d, a, n, [](float x) { return 1.f / x; });
+  } else if (e == -2.f) {
+    map_block(d, a, n, [](float x) { return 1.f / (x * x); });
+  } else {
+    return false;
+  }
+  return true;
+}
+
 inline void binary_block(BinaryOp op, float* d, const float* a, const float* b, int64_t n) {
   using B = BinaryOp;
+  if (op == B::kPow && n > 0 && pow_by_constant_block(d, a, b, n)) return;
   switch (op) {
 #define KILN_BINARY_CASE(name) \
   case B::name:                \
