@@ -45,7 +45,8 @@ void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, in
     for (int64_t r = 0; r < groups; ++r) {
       const float* a = xs + r * len;
       float* d = ys + r * len;
-      float mean, rstd;
+      vmath::Mean mean;
+      float rstd;
       vmath::moments(a, len, eps, &mean, &rstd);
       if (span == 0) {
         vmath::normalize(d, a, len, mean, rstd, fscale.empty() ? nullptr : fscale.data(),
@@ -119,7 +120,7 @@ void normalization_kernel(KernelArgs& args) {
 #pragma omp parallel for if (rows > 1 && x.numel() > kParallelWork)
       for (int64_t r = 0; r < rows; ++r) {
         const size_t ch = static_cast<size_t>(r % c);
-        vmath::shift_scale(ys + r * spatial, xs + r * spatial, spatial, 0.f,
+        vmath::shift_scale(ys + r * spatial, xs + r * spatial, spatial, vmath::Mean{0.f, 0.f},
                            static_cast<float>(a[ch]), static_cast<float>(b[ch]));
       }
       return;

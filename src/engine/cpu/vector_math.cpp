@@ -11,10 +11,10 @@ void silu(float* d, const float* a, int64_t n);
 void exp(float* d, const float* a, int64_t n);
 void tanh(float* d, const float* a, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void moments(const float* a, int64_t n, double eps, float* mean, float* rstd);
-void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd);
+void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias);
-void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add);
+void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);
 void softmax(float* d, const float* a, int64_t n, bool log);
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc);
@@ -51,16 +51,16 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   if (has_avx2()) return avx2::axpy(a, x, y, n);
   axpy_loop<vf4>(a, x, y, n);
 }
-void moments(const float* a, int64_t n, double eps, float* mean, float* rstd) {
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
   if (has_avx2()) return avx2::moments(a, n, eps, mean, rstd);
   moments_loop<vf4>(a, n, eps, mean, rstd);
 }
-void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias) {
   if (has_avx2()) return avx2::normalize(d, a, n, mean, rstd, scale, bias);
   normalize_loop<vf4>(d, a, n, mean, rstd, scale, bias);
 }
-void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add) {
+void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add) {
   if (has_avx2()) return avx2::shift_scale(d, a, n, mean, mul, add);
   shift_scale_loop<vf4>(d, a, n, mean, mul, add);
 }

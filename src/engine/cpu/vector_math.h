@@ -203,27 +203,37 @@ KILN_VMATH double sum_loop(const float* a, int64_t n, float shift, bool square) 
   return total;
 }
 
-// Mean and 1/sqrt(variance + eps) of a[0..n), two-pass (the variance from centered squares).
+// A double as two floats, hi + lo: x - hi is exact for float x near hi (Sterbenz), so
+// (x - hi) - lo centers x on a mean that far from zero with no loss from rounding the mean.
+struct Mean {
+  float hi, lo;
+};
+
+// Mean and 1/sqrt(variance + eps) of a[0..n), two-pass: the mean from values shifted by a[0] (so
+// float lanes sum small numbers even where the data sits far from zero), the variance from
+// centered squares.
 template <class V>
-KILN_VMATH void moments_loop(const float* a, int64_t n, double eps, float* mean, float* rstd) {
-  const double m = sum_loop<V>(a, n, 0.f, false) / static_cast<double>(n);
+KILN_VMATH void moments_loop(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
+  const float pivot = n > 0 ? a[0] : 0.f;
+  const double m = pivot + sum_loop<V>(a, n, pivot, false) / static_cast<double>(n);
   const double var = sum_loop<V>(a, n, static_cast<float>(m), true) / static_cast<double>(n);
-  *mean = static_cast<float>(m);
+  mean->hi = static_cast<float>(m);
+  mean->lo = static_cast<float>(m - static_cast<double>(mean->hi));
   *rstd = static_cast<float>(1.0 / __builtin_sqrt(var + eps));
 }
 
 // d[i] = (a[i] - mean) * rstd * scale[i] + bias[i] (scale and bias both present or both null),
 // else (a[i] - mean) * rstd.
 template <class V>
-KILN_VMATH void normalize_loop(float* d, const float* a, int64_t n, float mean, float rstd,
+KILN_VMATH void normalize_loop(float* d, const float* a, int64_t n, Mean mean, float rstd,
                                const float* scale, const float* bias) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  const V vm = splat<V>(mean), vr = splat<V>(rstd);
+  const V hi = splat<V>(mean.hi), lo = splat<V>(mean.lo), vr = splat<V>(rstd);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     V x;
     std::memcpy(&x, a + i, sizeof(x));
-    x = (x - vm) * vr;
+    x = ((x - hi) - lo) * vr;
     if (scale != nullptr) {
       V s, b;
       std::memcpy(&s, scale + i, sizeof(s));
@@ -233,7 +243,7 @@ KILN_VMATH void normalize_loop(float* d, const float* a, int64_t n, float mean, 
     std::memcpy(d + i, &x, sizeof(x));
   }
   for (; i < n; ++i) {
-    float x = (a[i] - mean) * rstd;
+    float x = ((a[i] - mean.hi) - mean.lo) * rstd;
     if (scale != nullptr) x = x * scale[i] + bias[i];
     d[i] = x;
   }
@@ -241,18 +251,19 @@ KILN_VMATH void normalize_loop(float* d, const float* a, int64_t n, float mean, 
 
 // d[i] = (a[i] - mean) * mul + add.
 template <class V>
-KILN_VMATH void shift_scale_loop(float* d, const float* a, int64_t n, float mean, float mul,
+KILN_VMATH void shift_scale_loop(float* d, const float* a, int64_t n, Mean mean, float mul,
                                  float add) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  const V vm = splat<V>(mean), vmul = splat<V>(mul), vadd = splat<V>(add);
+  const V hi = splat<V>(mean.hi), lo = splat<V>(mean.lo), vmul = splat<V>(mul),
+          vadd = splat<V>(add);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     V x;
     std::memcpy(&x, a + i, sizeof(x));
-    x = (x - vm) * vmul + vadd;
+    x = ((x - hi) - lo) * vmul + vadd;
     std::memcpy(d + i, &x, sizeof(x));
   }
-  for (; i < n; ++i) d[i] = (a[i] - mean) * mul + add;
+  for (; i < n; ++i) d[i] = ((a[i] - mean.hi) - mean.lo) * mul + add;
 }
 
 // Functors, not lambdas (see vector_math_avx2.cpp): exp(x - shift), x - shift, x * factor.
@@ -362,10 +373,10 @@ KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64
 }
 
 // The loops above on the widest vectors this CPU has.
-void moments(const float* a, int64_t n, double eps, float* mean, float* rstd);
-void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd);
+void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias);
-void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add);
+void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);
 void softmax(float* d, const float* a, int64_t n, bool log);
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc);

@@ -46,14 +46,14 @@ void tanh(float* d, const float* a, int64_t n) {
 void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
 }
-void moments(const float* a, int64_t n, double eps, float* mean, float* rstd) {
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
   moments_loop<vf8>(a, n, eps, mean, rstd);
 }
-void normalize(float* d, const float* a, int64_t n, float mean, float rstd, const float* scale,
+void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias) {
   normalize_loop<vf8>(d, a, n, mean, rstd, scale, bias);
 }
-void shift_scale(float* d, const float* a, int64_t n, float mean, float mul, float add) {
+void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add) {
   shift_scale_loop<vf8>(d, a, n, mean, mul, add);
 }
 void softmax(float* d, const float* a, int64_t n, bool log) {
