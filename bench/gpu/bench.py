@@ -81,7 +81,7 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     cmd = [args.kilnc, path, out, spec, "--device", "cuda", "--report", report, "-q"]
     if dtype == torch.float16:
         cmd += ["-p", "f16", "-p", "f32"]
-    cmd += list(extra_flags)
+    cmd += list(extra_flags) + args.kilnc_flags.split()
     start = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.time() - start
@@ -98,6 +98,8 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert")
+    p.add_argument("--kilnc-flags", default="",
+                   help="more kilnc flags for every kiln backend, e.g. '--switch conv_layout=auto'")
     p.add_argument("--batches", default="1,32")
     p.add_argument("--precisions", default="fp16,fp32")
     p.add_argument("--backends", default="eager,torchscript,reduce-overhead,max-autotune,kiln")

@@ -64,7 +64,12 @@ struct CompileSpec {
   // GEMM's epilogue (the two differ by at most 4.7e-4: under half an f16 ulp for values above 0.5)
   // unless this is set; exact keeps erf in a separate pass over the matmul's output.
   bool exact_gelu = false;
-  bool debug = false;  // log each phase's graph at debug level
+  // Measurement switches of the engine builder, "name=value" (engine::apply_switch: conv_layout,
+  // squeeze_excitation, excitation_projection, cast_into_shuffle): for A/B timings; recorded in
+  // each engine's plan. An unknown switch or value is InvalidArgument before anything compiles.
+  std::vector<std::string> switches;
+  bool print_after_all = false;  // print each engine's network after every builder pass (stderr)
+  bool debug = false;            // log each phase's graph at debug level
   // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
   std::function<void(Phase phase, const std::string& detail)> progress;
 };

@@ -8,7 +8,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "compiler/stitch.h"
-#include "conversion/capability.h"
+#include "compiler/capability.h"
 #include "conversion/convert.h"
 #include "conversion/dtypes.h"
 #include "engine/builder.h"
@@ -149,6 +149,8 @@ struct Pipeline {
     config.workspace_bytes = spec.workspace_size;
     config.tf32 = !spec.disable_tf32;
     config.gelu_tanh_epilogues = !spec.exact_gelu;
+    config.print_after_all = spec.print_after_all;
+    for (const std::string& sw : spec.switches) engine::apply_switch(config, sw);
     return config;
   }
 
@@ -317,6 +319,8 @@ size_t count_engines(const std::vector<Segment>& segments) {
 torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
                            CompileReport* report) {
   check_device(spec);
+  engine::BuilderConfig checked;  // bad switches fail before anything compiles
+  for (const std::string& sw : spec.switches) engine::apply_switch(checked, sw);
   CompileReport local;
   if (!report) report = &local;
   *report = {};
@@ -325,7 +329,7 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
   auto graph = pipe.lower();
 
   pipe.phase(Phase::kPartition);
-  conversion::RegistryCapability capability;
+  compiler::RegistryCapability capability;
   auto partitioned =
       partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
   for (const auto& [node, decision] : partitioned.decisions) {
@@ -362,7 +366,7 @@ bool check_method_op_support(const torch::jit::Module& module, const std::string
   CompileSpec spec;
   Pipeline pipe{module, method, spec, nullptr};
   auto graph = pipe.lower();
-  conversion::RegistryCapability capability;
+  compiler::RegistryCapability capability;
   auto settings = pipe.settings(false);
   settings.min_block_size = 1;
   auto partitioned = partitioning::partition(graph, capability, settings);
@@ -375,7 +379,7 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
                                               const std::string& method, const CompileSpec& spec) {
   Pipeline pipe{module, method, spec, nullptr};
   auto graph = pipe.lower();
-  conversion::RegistryCapability capability;
+  compiler::RegistryCapability capability;
   auto partitioned = partitioning::partition(graph, capability, pipe.settings(true));
   partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
   const Segment* only = nullptr;

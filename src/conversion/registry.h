@@ -1,5 +1,5 @@
 // The converter and evaluator registry. Each entry declares, next to its code, the schemas it
-// handles, a capability validator, dynamic-shape support, output-allocator need and a priority.
+// handles, a capability validator and a priority.
 // Partitioning asks this same registry whether a node can go to the engine.
 #pragma once
 
@@ -25,9 +25,7 @@ struct ConverterEntry {
   std::vector<std::string> schemas;  // full schema strings, or "prim::Kind" for schemaless nodes
   ConvertFn convert;
   CapabilityValidator validator;  // may be empty: always capable
-  bool supports_dynamic_shapes = true;
-  bool needs_output_allocator = false;
-  int priority = 0;  // higher wins when several entries match
+  int priority = 0;               // higher wins when several entries match
 };
 
 struct EvaluatorEntry {

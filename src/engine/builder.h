@@ -1,14 +1,15 @@
-// The builder: optimizes a network (dead layers, constant folding, fusions) and plans memory,
-// producing a Plan. It reports what it did.
+// The builder: runs the optimizer's passes over a network (passes/pipeline.cpp: precision, layout,
+// constant folding, dead layers, fusions, ...) for the backend of its target, plans memory, and
+// produces a Plan. It reports what each pass did.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "engine/layout.h"
+#include "engine/passes/layout.h"
+#include "engine/passes/precision.h"
 #include "engine/plan.h"
-#include "engine/precision.h"
 
 namespace kiln::engine {
 
@@ -41,26 +42,46 @@ struct BuilderConfig {
   // block; the CPU backend runs the separate layers faster (its fused loop does the two small
   // products without oneDNN: efficientnet_b0 at batch 8 took 24 of 34 ms in them).
   std::optional<bool> squeeze_excitation;
+  // Measurement switches (each on by default; off keeps the layers apart, for A/B timings):
+  // cuda squeeze-excitation layers take the 1x1 projection after them (bench/NOTES.md G29);
+  // cuda float casts feeding a shuffle are done by the shuffle (G31).
+  bool excitation_projection = true;
+  bool cast_into_shuffle = true;
+  // The switches set through apply_switch, recorded in the plan (EngineTarget::switches).
+  std::vector<std::string> switches;
+  // Verify the network after every pass (verify.h): a broken rewrite is an InternalError naming
+  // its pass. Costs one shape inference per layer per pass.
+  bool verify_passes = true;
+  // Print the network to stderr after every pass (kilnc --print-after-all).
+  bool print_after_all = false;
+};
+
+// What one pass did: how many rewrites, and a line per rewrite where it says more.
+struct PassRecord {
+  std::string name;
+  int changes = 0;
+  std::vector<std::string> lines;  // e.g. "conv1 + relu1 -> conv1"
 };
 
 struct BuildReport {
   int layers_before = 0, layers_after = 0;
-  int dead_layers_removed = 0, layers_folded = 0;
-  std::vector<std::string> fusions;  // one line per fusion: "conv1 + relu1 -> conv1"
-  PrecisionReport precision;         // per layer, for cuda builds with f16/bf16 enabled
-  LayoutReport layout;               // what the channels-last pass did
-  int attention_decomposed = 0;      // cuda: attention layers rewritten as two GEMMs + softmax
-  int attention_heads_folded = 0;    // attention layers reading packed heads (attention_heads.h)
-  int tf32_layers = 0;               // cuda: f32 convolutions and matmuls allowed TF32 math
-  int shuffle_chains_folded = 0;     // shuffle chains that keep element order, now one reshape
-  int gelu_tanh_layers = 0;          // cuda: f16/bf16 matmuls whose GELU takes the tanh form
-  int squeeze_excitations = 0;       // pool + 1x1 conv + 1x1 conv + multiply, now one layer
-  int excitation_projections = 0;    // cuda: of those, ones that took the 1x1 conv after them
-  int casts_into_shuffles = 0;       // cuda: float casts done by the shuffle they fed
-  size_t arena_bytes = 0;            // activations at the opt shapes, planned by liveness
-  size_t activation_bytes = 0;       // the same activations allocated separately
+  std::vector<PassRecord> passes;  // every pass that ran, in order
+  PrecisionReport precision;       // per layer, for cuda builds with f16/bf16 enabled
+  LayoutReport layout;             // what the channels-last pass did
+  size_t arena_bytes = 0;          // activations at the opt shapes, planned by liveness
+  size_t activation_bytes = 0;     // the same activations allocated separately
+  // Rewrites by the pass `name`; 0 when it did not run.
+  int changes(const std::string& name) const;
+  // The lines of every pass, in order (the fusions').
+  std::vector<std::string> lines() const;
   std::string to_string() const;
 };
+
+// Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
+// config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
+// excitation_projection=on|off, cast_into_shuffle=on|off. InvalidArgument names an unknown switch
+// or value.
+void apply_switch(BuilderConfig& config, const std::string& name_value);
 
 // Throws InvalidArgument/Unsupported naming the layer or setting at fault.
 Plan build(const Network& network, const BuilderConfig& config, BuildReport* report = nullptr);

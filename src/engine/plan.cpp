@@ -8,6 +8,7 @@
 
 #include "engine/bytes.h"
 #include "engine/serialize_fields.h"
+#include "engine/verify.h"
 #include "util/errors.h"
 #include "util/hash.h"
 
@@ -64,6 +65,8 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   w.put<uint32_t>(kPlanFormatVersion);
   w.put_string(plan.target.device);
   w.put<int32_t>(plan.target.compute_capability);
+  w.put<uint64_t>(plan.target.switches.size());
+  for (const std::string& sw : plan.target.switches) w.put_string(sw);
 
   w.put<uint64_t>(net.num_tensors());
   for (size_t i = 0; i < net.num_tensors(); ++i) {
@@ -139,6 +142,10 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   plan.target.compute_capability = r.get<int32_t>("target compute capability");
   KILN_CHECK(plan.target.device == "cpu" || plan.target.device == "cuda", CorruptInput,
              "plan: unknown target device `", plan.target.device, "`");
+  const uint64_t num_switches = r.get_count("switch", 8);
+  for (uint64_t i = 0; i < num_switches; ++i) {
+    plan.target.switches.push_back(r.get_string("target switch"));
+  }
 
   Network& net = plan.network;
   const uint64_t num_tensors = r.get_count("tensor", 8 + 1 + 8 + 1);
@@ -213,53 +220,7 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
              " unexpected bytes after the weights");
 
   // Semantic validation: every layer is well-formed and agrees with the stored tensors, in order.
-  std::vector<bool> defined(num_tensors, false);
-  for (TensorId id : net.inputs()) defined[static_cast<size_t>(id)] = true;
-  for (const Layer& l : net.layers()) {
-    for (TensorId id : l.inputs) {
-      KILN_CHECK(defined[static_cast<size_t>(id)], CorruptInput, "plan: layer `", l.name,
-                 "` reads tensor `", net.tensor(id).name, "` before it is written");
-    }
-    if (const auto* c = std::get_if<ConstantParams>(&l.params)) {
-      KILN_CHECK(l.inputs.empty() && l.outputs.size() == 1, CorruptInput, "plan: constant `",
-                 l.name, "` has inputs or several outputs");
-      const Weights& wt =
-          net.weights().count(c->weight)
-              ? net.weight(c->weight)
-              : throw CorruptInput("plan: constant `" + l.name + "` refers to missing weight `" +
-                                   c->weight + "`");
-      const TensorDesc& out = net.tensor(l.outputs[0]);
-      KILN_CHECK(out.dtype == wt.dtype && out.shape == wt.shape, CorruptInput, "plan: constant `",
-                 l.name, "` does not match its weight");
-    } else {
-      std::vector<const TensorDesc*> in;
-      for (TensorId id : l.inputs) in.push_back(&net.tensor(id));
-      std::vector<TensorDesc> outs;
-      try {
-        outs = infer_layer_outputs(l, in);
-      } catch (const Error& e) {
-        KILN_THROW(CorruptInput, "plan: invalid layer: ", e.message());
-      }
-      KILN_CHECK(outs.size() == l.outputs.size(), CorruptInput, "plan: layer `", l.name, "` has ",
-                 l.outputs.size(), " outputs, its kind gives ", outs.size());
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const TensorDesc& stored = net.tensor(l.outputs[k]);
-        KILN_CHECK(stored.dtype == outs[k].dtype && stored.shape == outs[k].shape, CorruptInput,
-                   "plan: layer `", l.name, "` output ", k, " is stored as ",
-                   dtype_name(stored.dtype), shape_to_string(stored.shape), " but computes ",
-                   dtype_name(outs[k].dtype), shape_to_string(outs[k].shape));
-      }
-    }
-    for (TensorId id : l.outputs) {
-      KILN_CHECK(!defined[static_cast<size_t>(id)], CorruptInput, "plan: tensor `",
-                 net.tensor(id).name, "` is written twice");
-      defined[static_cast<size_t>(id)] = true;
-    }
-  }
-  for (TensorId id : net.outputs()) {
-    KILN_CHECK(defined[static_cast<size_t>(id)], CorruptInput, "plan: output `",
-               net.tensor(id).name, "` is never written");
-  }
+  verify_network(net, "plan", VerifyFailure::kCorrupt);
   return plan;
 }
 

@@ -109,7 +109,9 @@ std::string Engine::inspect_json() const {
     io["inputs"].push_back(in);
   }
   for (TensorId id : network_.outputs()) io["outputs"].push_back(tensor_json(id));
-  return json{{"target", target_.device}, {"io", io}, {"layers", layers}}.dump(1);
+  return json{
+      {"target", target_.device}, {"switches", target_.switches}, {"io", io}, {"layers", layers}}
+      .dump(1);
 }
 
 ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine)

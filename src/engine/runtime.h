@@ -45,6 +45,9 @@ struct EngineTarget {
   // cuda only: the CUDA device the engine is bound to. A run-time choice, not stored in plans:
   // set it after loading a plan (load_plan leaves 0).
   int device_index = 0;
+  // The measurement switches the plan was built with ("cast_into_shuffle=off"; BuilderConfig), in
+  // the order given: stored in the plan and shown by the inspector, so a timing says what it ran.
+  std::vector<std::string> switches;
 };
 
 class Engine {

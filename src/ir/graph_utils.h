@@ -8,6 +8,10 @@
 
 namespace kiln::ir {
 
+// Lowering's module-fallback pass marks every node of a torch_executed_modules module with this
+// int attribute (value 1); partitioning keeps such nodes in PyTorch.
+inline constexpr const char* kTorchExecutedAttr = "kiln_torch_executed";
+
 // Number of nodes in the block and all its sub-blocks (prim::Constant included).
 size_t count_nodes(const torch::jit::Block& block);
 

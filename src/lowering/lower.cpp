@@ -11,7 +11,7 @@
 namespace kiln::lowering {
 
 c10::Symbol torch_executed_attr() {
-  return c10::Symbol::attr("kiln_torch_executed");
+  return c10::Symbol::attr(ir::kTorchExecutedAttr);
 }
 
 bool is_torch_executed(const torch::jit::Node* node) {

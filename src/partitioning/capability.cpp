@@ -1,6 +1,8 @@
 // Capability table and the static (per-node) classification of engine capability.
 #include "partitioning/capability.h"
 
+#include "ir/graph_utils.h"
+
 #include "partitioning/settings.h"
 
 namespace kiln::partitioning {
@@ -104,7 +106,7 @@ Decision classify(const torch::jit::Node* node, const Capability& capability,
     return Decision::no(Reason::kControlFlow,
                         kind + " runs in PyTorch (its blocks are partitioned on their own)");
   }
-  const c10::Symbol fallback_attr = c10::Symbol::attr(kTorchFallbackAttr);
+  const c10::Symbol fallback_attr = c10::Symbol::attr(ir::kTorchExecutedAttr);
   if (node->hasAttribute(fallback_attr) &&
       node->kindOf(fallback_attr) == torch::jit::AttributeKind::i && node->i(fallback_attr) != 0) {
     std::string modules;

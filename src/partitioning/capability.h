@@ -14,17 +14,13 @@ namespace kiln::partitioning {
 
 struct PartitionSettings;
 
-// Lowering's module-fallback pass marks every node of a torch_executed_modules module with this
-// int attribute (value 1); partitioning keeps such nodes in PyTorch.
-inline constexpr const char* kTorchFallbackAttr = "kiln_torch_executed";
-
 // Why a node runs in PyTorch. kNone means it goes to the engine.
 enum class Reason {
   kNone,
   kNoConverter,        // no converter or evaluator is registered for its schema
   kValidator,          // a converter exists but its capability validator refused this node
   kForcedOp,           // listed in torch_executed_ops
-  kForcedModule,       // inside a torch_executed_modules module (kTorchFallbackAttr)
+  kForcedModule,       // inside a torch_executed_modules module (ir::kTorchExecutedAttr)
   kImpure,             // has side effects or writes to an input
   kControlFlow,        // prim::If / prim::Loop (or inside a loop that stays in PyTorch)
   kNonTensorBoundary,  // would make a non-tensor value cross an engine boundary

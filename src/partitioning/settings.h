@@ -18,7 +18,7 @@ struct PartitionSettings {
   size_t min_block_size = 3;
   // "aten::add" (every overload) or "aten::add.Tensor" (one overload).
   std::set<std::string> torch_executed_ops;
-  // Lowering's module-fallback pass turns these into kTorchFallbackAttr marks on nodes; here
+  // Lowering's module-fallback pass turns these into ir::kTorchExecutedAttr marks on nodes; here
   // they only name the modules in reasons.
   std::set<std::string> torch_executed_modules;
   // Throw Unsupported listing every node that cannot go to the engine, instead of falling back.

@@ -3,7 +3,7 @@
 // built plan computes what the network computes unbuilt (every view run as its own layer).
 #include <gtest/gtest.h>
 
-#include "engine/attention_heads.h"
+#include "engine/passes/attention_heads.h"
 #include "engine/builder.h"
 #include "engine_testing.h"
 #include "util/errors.h"
@@ -85,7 +85,7 @@ TEST(AttentionHeads, SelfAttentionOverAPackedProjectionFolds) {
     net.mark_output(merge(net, o), "y");
     const HostTensor in = random_tensor(DataType::kF32, {B, L, 3 * H * E}, 1);
     const Built b = run_both(net, {in});
-    EXPECT_EQ(b.report.attention_heads_folded, 1) << b.report.to_string();
+    EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
     EXPECT_EQ(count_views(b.plan.network), 0);
     const auto& p = std::get<AttentionParams>(b.plan.network.layers().back().params);
     EXPECT_EQ(p.heads, H);
@@ -108,7 +108,7 @@ TEST(AttentionHeads, CrossAttentionFolds) {
   net.mark_output(merge(net, o), "y");
   const Built b = run_both(net, {random_tensor(DataType::kF32, {B, L, H * E}, 2),
                                  random_tensor(DataType::kF32, {B, S, 2 * H * E}, 3)});
-  EXPECT_EQ(b.report.attention_heads_folded, 1) << b.report.to_string();
+  EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
   EXPECT_EQ(count_views(b.plan.network), 0);
   EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
 }
@@ -136,7 +136,7 @@ TEST(AttentionHeads, OnlyViewsFold) {
       net.mark_output(net.add("merge.r", reshape({B, H * E, L}), {t}), "y");
     }
     const Built b = run_both(net, {in});
-    EXPECT_EQ(b.report.attention_heads_folded, 0) << b.report.to_string();
+    EXPECT_EQ(b.report.changes("attention_heads"), 0) << b.report.to_string();
     for (size_t i = 0; i < b.folded.size(); ++i) {
       EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6));
     }

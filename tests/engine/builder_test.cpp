@@ -3,6 +3,7 @@
 #include "engine/cuda/backend.h"
 
 #include "engine/memory_plan.h"
+#include "engine/passes/pass.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -26,12 +27,13 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
 
   BuildReport report;
   Plan plan = build(net, BuilderConfig{}, &report);
-  EXPECT_EQ(report.layers_folded, 1);
+  EXPECT_EQ(report.changes("fold_constants"), 1);
   // "unused", and the constants c1 and c2 that only fed the folded layer.
-  EXPECT_EQ(report.dead_layers_removed, 3);
-  ASSERT_EQ(report.fusions.size(), 1u) << report.to_string();
+  EXPECT_EQ(report.changes("dead_layers"), 3);
+  const auto fusions = report.lines();
+  ASSERT_EQ(fusions.size(), 1u) << report.to_string();
   // `a` feeds two layers, so it stays a layer of its own and its output stays materialized.
-  EXPECT_NE(report.fusions[0].find("b + c + d -> d"), std::string::npos) << report.fusions[0];
+  EXPECT_NE(fusions[0].find("b + c + d -> d"), std::string::npos) << fusions[0];
   int fused = 0;
   for (const Layer& l : plan.network.layers()) {
     fused += std::holds_alternative<FusedElementwiseParams>(l.params);
@@ -86,6 +88,84 @@ TEST(Builder, MatMulTakesAnAddedRowVectorAsItsBias) {
   }
 }
 
+// The passes' contract: the network is verified after each pass, and a pass that breaks it is
+// named in the error (with what broke); print_after_all dumps the network after each pass.
+TEST(Builder, TheVerifierNamesThePassThatBrokeTheNetwork) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 3});
+  auto r = net.add("r", ActivationParams{ActivationKind::kRelu}, {x});
+  net.mark_output(net.add("n", UnaryParams{UnaryOp::kNeg}, {r}), "y");
+  const Pass keeps{"keeps_it", nullptr, [](Network&, const PassContext&) { return 0; }};
+  const Pass swaps{"swaps_layers", nullptr, [](Network& n, const PassContext&) {
+                     auto layers = n.layers();
+                     std::swap(layers[0], layers[1]);  // `n` now reads `r` before it is written
+                     n.set_layers(layers);
+                     return 1;
+                   }};
+  const Pass reshapes{"wrong_reshape", nullptr, [](Network& n, const PassContext&) {
+                        ShuffleParams p;
+                        p.has_reshape = true;
+                        p.reshape = {3, 2};  // r is stored as [2, 3]
+                        n.mutable_layers()[0].params = p;
+                        return 1;
+                      }};
+  BuilderConfig config;
+  const EngineTarget target;
+  const BackendRules rules = cpu_backend_rules();
+  const auto run = [&](const std::vector<Pass>& passes, std::ostream& dump) {
+    Network copy = net;
+    BuildReport report;
+    run_passes(copy, passes, PassContext{config, target, rules, report}, dump);
+    return report;
+  };
+  std::ostringstream dump;
+  for (const auto& [broken, what] :
+       {std::pair{swaps, "reads tensor"}, std::pair{reshapes, "is stored as f32[2, 3]"}}) {
+    try {
+      run({keeps, broken}, dump);
+      ADD_FAILURE() << "no error after " << broken.name;
+    } catch (const InternalError& e) {
+      EXPECT_NE(e.message().find("after pass `" + broken.name + "`"), std::string::npos)
+          << e.message();
+      EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
+    }
+  }
+  config.verify_passes = false;  // unverified, the broken network gets through
+  EXPECT_EQ(run({keeps, swaps}, dump).changes("swaps_layers"), 1);
+  config.verify_passes = true;
+  config.print_after_all = true;
+  const BuildReport report = run({keeps}, dump);
+  ASSERT_EQ(report.passes.size(), 1u);
+  EXPECT_EQ(report.passes[0].name, "keeps_it");
+  EXPECT_NE(dump.str().find("// after keeps_it (0 rewrites)"), std::string::npos) << dump.str();
+  EXPECT_NE(dump.str().find("r = activation(%x:f32[2, 3])"), std::string::npos) << dump.str();
+}
+
+// The builder's pipeline: its passes in order, and on a CPU build only those the CPU backend
+// takes (no precision, TF32, attention decomposition or casts into shuffles).
+TEST(Builder, CpuBuildsRunTheCpuPasses) {
+  std::vector<std::string> names;
+  for (const Pass& p : builder_pipeline()) names.push_back(p.name);
+  ASSERT_GE(names.size(), 10u);
+  EXPECT_EQ(names.front(), "scale_shift");
+  EXPECT_EQ(names.back(), "fuse_elementwise");
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 3});
+  net.mark_output(net.add("r", ActivationParams{ActivationKind::kRelu}, {x}), "y");
+  BuildReport report;
+  build(net, BuilderConfig{}, &report);
+  std::vector<std::string> ran;
+  for (const PassRecord& p : report.passes) ran.push_back(p.name);
+  for (const char* cuda_only :
+       {"precision", "decompose_attention", "tf32", "cast_into_shuffle", "gelu_tanh"}) {
+    EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
+  }
+  for (const char* both :
+       {"scale_shift", "layout", "fold_constants", "dead_layers", "post_ops", "fuse_elementwise"}) {
+    EXPECT_EQ(std::count(ran.begin(), ran.end(), both), 1) << both;
+  }
+}
+
 ShuffleParams permute(std::vector<int64_t> perm) {
   ShuffleParams p;
   p.first_perm = std::move(perm);
@@ -120,7 +200,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     net.mark_output(flatten_tokens(net, net.add_input("x", DataType::kF32, {2, 4, 5, 6})), "y");
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
-    EXPECT_EQ(report.shuffle_chains_folded, 1) << report.to_string();
+    EXPECT_EQ(report.changes("shuffle_chains"), 1) << report.to_string();
     ASSERT_EQ(count_shuffles(plan), 1);
     const auto& p = std::get<ShuffleParams>(plan.network.layers().back().params);
     EXPECT_TRUE(p.first_perm.empty() && p.second_perm.empty());
@@ -128,7 +208,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     const HostTensor out = run_engine(plan.network, {in})[0];
     EXPECT_EQ(out.shape(), (Shape{2, 20, 6}));
     EXPECT_TRUE(testing::near(out, testing::to_doubles(in), 0, 0));  // the same elements in order
-    EXPECT_NE(report.to_string().find("shuffles: 1 chains"), std::string::npos);
+    EXPECT_NE(report.to_string().find("shuffle_chains 1"), std::string::npos) << report.to_string();
   }
   {
     Network net;  // to_nchw's output is used twice: nothing folds
@@ -139,7 +219,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     net.mark_output(net.add("neg", UnaryParams{UnaryOp::kNeg}, {nchw}), "z");
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
-    EXPECT_EQ(report.shuffle_chains_folded, 0);
+    EXPECT_EQ(report.changes("shuffle_chains"), 0);
     EXPECT_EQ(count_shuffles(plan), 3);
     const auto got = run_engine(plan.network, {in}), want = run_engine(net, {in});
     for (size_t i = 0; i < 2; ++i) {
@@ -153,7 +233,7 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     net.mark_output(net.add("t2", permute({0, 1, 3, 2}), {y}), "y");
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
-    EXPECT_EQ(report.shuffle_chains_folded, 0);
+    EXPECT_EQ(report.changes("shuffle_chains"), 0);
     EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
                               testing::to_doubles(run_engine(net, {in})[0]), 0, 0));
   }
@@ -230,7 +310,7 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
                         {true, SeVariant::kWeightIsAnInput, 0}};
   BuildReport cpu_default;
   build(squeeze_excitation_net(false, SeVariant::kTorch), BuilderConfig{}, &cpu_default);
-  EXPECT_EQ(cpu_default.squeeze_excitations, 0);
+  EXPECT_EQ(cpu_default.changes("squeeze_excitation"), 0);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "channels_last " << c.channels_last << ", variant "
                                       << static_cast<int>(c.variant));
@@ -240,7 +320,7 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
     config.conv_layout = ConvLayout::kChannelsFirst;  // the layout the network was built in
     BuildReport report;
     const Plan plan = build(net, config, &report);
-    EXPECT_EQ(report.squeeze_excitations, c.fused);
+    EXPECT_EQ(report.changes("squeeze_excitation"), c.fused);
     int se = 0, pools = 0;
     for (const Layer& l : plan.network.layers()) {
       se += std::holds_alternative<SqueezeExcitationParams>(l.params);

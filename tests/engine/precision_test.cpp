@@ -1,7 +1,7 @@
 // The precision pass: which layers run low, where casts go, what stays untouched (integer and
 // shape tensors, output names and dtypes), and that the rewritten network computes the same values
 // within half-precision tolerance (the CPU backend runs f16/bf16 layers too).
-#include "engine/precision.h"
+#include "engine/passes/precision.h"
 
 #include <algorithm>
 

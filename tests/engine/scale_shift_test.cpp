@@ -1,6 +1,6 @@
 // Batch norms with constant statistics become a scale and a shift: no normalization layer is
 // left, and the built network computes what the unbuilt one does.
-#include "engine/scale_shift.h"
+#include "engine/passes/scale_shift.h"
 #include "engine/builder.h"
 #include "engine_testing.h"
 

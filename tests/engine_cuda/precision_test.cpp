@@ -162,7 +162,7 @@ TEST(CudaPrecision, Tf32MarksF32ConvolutionsAndMatMuls) {
       BuildReport report;
       const Plan plan = build_cuda(c.in, c.make, config, &report);
       EXPECT_EQ(tf32_layers(plan), tf32 ? c.layers : 0);
-      EXPECT_EQ(report.tf32_layers, tf32 ? c.layers : 0);
+      EXPECT_EQ(report.changes("tf32"), tf32 ? c.layers : 0);
       const std::vector<uint8_t> bytes = serialize_plan(plan);
       EXPECT_EQ(tf32_layers(deserialize_plan(bytes.data(), bytes.size())), tf32_layers(plan));
       auto r = cuda_testing::run_both(c.in, c.make, config);
@@ -208,7 +208,7 @@ TEST(CudaPrecision, GeluTanhEpiloguesOnlyForHalfMatMuls) {
       BuildReport report;
       const Plan plan = build_cuda(in, ffn_gelu_net, config, &report);
       const bool marked = tanh_form && low != DataType::kF32;
-      EXPECT_EQ(report.gelu_tanh_layers, marked ? 1 : 0) << report.to_string();
+      EXPECT_EQ(report.changes("gelu_tanh"), marked ? 1 : 0) << report.to_string();
       EXPECT_EQ(fused_activation(plan), marked ? ActivationKind::kGeluTanh : ActivationKind::kGelu);
       auto r = cuda_testing::run_both(in, ffn_gelu_net, config);
       // f16: 2^-11 relative rounding of operands and output, plus the forms' 4.7e-4.

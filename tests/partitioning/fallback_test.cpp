@@ -2,6 +2,7 @@
 // and require_full_compilation's error.
 #include <gtest/gtest.h>
 
+#include "ir/graph_utils.h"
 #include "partition_testing.h"
 #include "util/errors.h"
 
@@ -57,7 +58,7 @@ TEST(PartitionFallback, NodesMarkedByModuleFallbackStayInTorch) {
   const Decision& d = p.decisions.at(find_node(p, "b"));
   EXPECT_EQ(d.reason, Reason::kForcedModule);
   EXPECT_NE(d.detail.find("model.Head"), std::string::npos) << d.detail;
-  EXPECT_STREQ(kTorchFallbackAttr, "kiln_torch_executed");
+  EXPECT_STREQ(ir::kTorchExecutedAttr, "kiln_torch_executed");
 }
 
 TEST(PartitionFallback, ValidatorRefusalCarriesItsMessage) {

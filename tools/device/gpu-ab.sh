@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# A/B of one build-time or run-time switch in one device call: builds kilnc and the runtime
-# library (as gpu-iterate.sh), then runs bench/gpu/bench.py's kiln backend with the arguments
-# given, alternately with AB_ENV set (A, e.g. AB_ENV="KILN_SE_PROJECTION=off") and without (B),
-# ROUNDS times each (default 2), and prints each row's medians per side and B's speedup.
-# Example: AB_ENV=KILN_SE_PROJECTION=off gpu-ab.sh --models efficientnet_b0 --batches 1,32 \
-#            --precisions fp16,fp32
+# A/B of one switch in one device call: builds kilnc and the runtime library (as gpu-iterate.sh),
+# then runs bench/gpu/bench.py's kiln backend with the arguments given, alternately with side A's
+# switch and without it (B), ROUNDS times each (default 2), and prints each row's medians per side
+# and B's speedup. Side A: AB_FLAGS, kilnc flags (a builder switch, recorded in the plan:
+# AB_FLAGS="--switch excitation_projection=off"), or AB_ENV, an environment variable (the run-time
+# switches still read from it: AB_ENV=KILN_GEMM_TIMING=off).
+# Example: AB_FLAGS="--switch excitation_projection=off" gpu-ab.sh --models efficientnet_b0 \
+#            --batches 1,32 --precisions fp16,fp32
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
@@ -12,7 +14,9 @@ build=${BUILD_DIR:-build-gpu}
 out=${OUT:-/tmp}
 logs=/tmp/kiln-ab
 mkdir -p "$logs"
-: "${AB_ENV:?AB_ENV=NAME=VALUE names the switch of side A}"
+ab_env=${AB_ENV:-}
+ab_flags=${AB_FLAGS:-}
+[ -n "$ab_env$ab_flags" ] || { echo "gpu-ab: set AB_FLAGS (kilnc flags) or AB_ENV (NAME=VALUE) for side A" >&2; exit 2; }
 source tools/device/common.sh
 configure_gpu_build "$build" "$logs/configure.log" || exit 1
 cmake --build "$build" -j "$(nproc)" --target kilnc kiln_runtime >"$logs/build.log" 2>&1 ||
@@ -23,13 +27,18 @@ rows="$out/ab_rows.jsonl"
 for round in $(seq "${ROUNDS:-2}"); do
   for side in A B; do
     mkdir -p "$logs/$side"
-    if [ "$side" = A ]; then envs=("$AB_ENV"); else envs=(); fi
+    envs=() flags=""
+    if [ "$side" = A ]; then
+      [ -n "$ab_env" ] && envs=("$ab_env")
+      flags=$ab_flags
+    fi
     env "${envs[@]}" PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --kilnc "$build/bin/kilnc" \
-      --runtime "$build/lib/libkiln_runtime.so" --out "$logs/$side" --backends kiln "$@" 2>&1 |
+      --runtime "$build/lib/libkiln_runtime.so" --out "$logs/$side" --backends kiln \
+      --kilnc-flags="$flags" "$@" 2>&1 |
       grep '^{' | sed "s/^{/{\"side\": \"$side\", \"round\": $round, /" >>"$rows"
   done
 done
-"$py" - "$rows" "$AB_ENV" <<'PY'
+"$py" - "$rows" "$ab_env $ab_flags" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = sorted({(r["model"], r["precision"], r["batch"]) for r in rows})

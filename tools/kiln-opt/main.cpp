@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "conversion/capability.h"
+#include "compiler/capability.h"
 #include "ir/graph_io.h"
 #include "kiln/logging.h"
 #include "lowering/lower.h"
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
       settings.torch_executed_modules = {torch_executed_modules.begin(),
                                          torch_executed_modules.end()};
       settings.strategy = parse_strategy(strategy);
-      const kiln::conversion::RegistryCapability capability(kiln::conversion::default_registry());
+      const kiln::compiler::RegistryCapability capability(kiln::conversion::default_registry());
       const auto partitioned = kiln::partitioning::partition(graph, capability, settings);
       if (print_partition) text << kiln::partitioning::format_segments(partitioned);
       const auto report = kiln::partitioning::coverage(partitioned);

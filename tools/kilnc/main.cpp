@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   size_t min_block_size = 3;
   std::vector<std::string> torch_ops, torch_modules;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
-       disable_tf32 = false, exact_gelu = false;
+       disable_tf32 = false, exact_gelu = false, print_after_all = false;
+  std::vector<std::string> switches;
   std::string check_method;
   std::string report_path;
   size_t workspace = size_t{1} << 30;
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
                "cuda: f32 convolutions and matmuls in full f32 math (default: TF32 tensor cores)");
   app.add_flag("--exact-gelu", exact_gelu,
                "cuda: keep erf GELU after f16/bf16 matmuls (default: tanh form in the epilogue)");
+  app.add_option("--switch", switches,
+                 "builder measurement switch NAME=VALUE (repeatable; for A/B timings): "
+                 "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
+                 "excitation_projection=on|off, cast_into_shuffle=on|off");
+  app.add_flag("--print-after-all", print_after_all,
+               "print each engine's network after every builder pass (stderr)");
   app.add_option("--check-method-support", check_method,
                  "only report whether every op of this method is supported");
   app.add_flag("--save-engine", save_engine,
@@ -137,6 +144,8 @@ int main(int argc, char** argv) {
     spec.workspace_size = workspace;
     spec.disable_tf32 = disable_tf32;
     spec.exact_gelu = exact_gelu;
+    spec.switches = switches;
+    spec.print_after_all = print_after_all;
     spec.debug = debug;
     if (!quiet) {
       spec.progress = [](kiln::Phase phase, const std::string& detail) {

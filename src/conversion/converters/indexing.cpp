@@ -149,34 +149,20 @@ ConvertFn scatter(engine::ScatterReduce reduce) {
 }  // namespace
 
 void register_indexing_converters(Registry& r) {
-  r.add_converter(
-      {{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), true, false, 0});
-  r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), true, false, 0});
-  r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), true, false, 0});
-  r.add_converter(
-      {{"aten::index_select"}, convert_index_select, static_inputs({1}), true, false, 0});
-  r.add_converter({{"aten::embedding"}, convert_embedding, {}, true, false, 0});
-  r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), 0});
+  r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
+  r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
+  r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
+  r.add_converter({{"aten::embedding"}, convert_embedding, {}, 0});
+  r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), 0});
   r.add_converter({existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}),
                    convert_index, index_capable});
-  r.add_converter({{"aten::scatter.src"},
-                   scatter(engine::ScatterReduce::kNone),
-                   static_inputs({1}),
-                   true,
-                   false,
-                   0});
-  r.add_converter({{"aten::scatter.value"},
-                   scatter(engine::ScatterReduce::kNone),
-                   static_inputs({1, 3}),
-                   true,
-                   false,
-                   0});
-  r.add_converter({{"aten::scatter_add"},
-                   scatter(engine::ScatterReduce::kAdd),
-                   static_inputs({1}),
-                   true,
-                   false,
-                   0});
+  r.add_converter(
+      {{"aten::scatter.src"}, scatter(engine::ScatterReduce::kNone), static_inputs({1}), 0});
+  r.add_converter(
+      {{"aten::scatter.value"}, scatter(engine::ScatterReduce::kNone), static_inputs({1, 3}), 0});
+  r.add_converter(
+      {{"aten::scatter_add"}, scatter(engine::ScatterReduce::kAdd), static_inputs({1}), 0});
 }
 
 }  // namespace kiln::conversion

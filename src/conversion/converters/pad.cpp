@@ -65,8 +65,7 @@ ConvertFn padding(PadMode mode) {
 }  // namespace
 
 void register_pad_converters(Registry& r) {
-  r.add_converter(
-      {{"aten::constant_pad_nd"}, convert_constant_pad, static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::constant_pad_nd"}, convert_constant_pad, static_inputs({1, 2}), 0});
   r.add_converter({existing_schemas({"aten::pad"}), convert_pad, pad_capable});
   r.add_converter({existing_schemas({"aten::reflection_pad1d", "aten::reflection_pad2d",
                                      "aten::reflection_pad3d"}),

@@ -378,24 +378,21 @@ void convert_expand_as(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_shuffle_converters(Registry& r) {
-  r.add_converter(
-      {{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), true, false, 0});
-  r.add_converter({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, true, false, 0});
-  r.add_converter(
-      {{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), 0});
+  r.add_converter({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, 0});
+  r.add_converter({{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), 0});
   r.add_converter(
       {existing_schemas({"aten::unflatten.int"}), convert_unflatten, static_inputs({1, 2})});
-  r.add_converter({{"aten::permute"}, convert_permute, static_inputs({1}), true, false, 0});
+  r.add_converter({{"aten::permute"}, convert_permute, static_inputs({1}), 0});
   r.add_converter({existing_schemas({"aten::transpose.int", "aten::swapaxes"}), convert_transpose,
-                   static_inputs({1, 2}), true, false, 0});
-  r.add_converter({{"aten::t"}, convert_t, {}, true, false, 0});
+                   static_inputs({1, 2}), 0});
+  r.add_converter({{"aten::t"}, convert_t, {}, 0});
   r.add_converter({existing_schemas({"aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims"}),
-                   convert_squeeze, static_inputs({1}), true, false, 0});
-  r.add_converter({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), true, false, 0});
-  r.add_converter({{"aten::expand"}, convert_expand, static_inputs({1}), true, false, 0});
-  r.add_converter({{"aten::expand_as"}, convert_expand_as, {}, true, false, 0});
-  r.add_converter(
-      {{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, true, false, 0});
+                   convert_squeeze, static_inputs({1}), 0});
+  r.add_converter({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), 0});
+  r.add_converter({{"aten::expand"}, convert_expand, static_inputs({1}), 0});
+  r.add_converter({{"aten::expand_as"}, convert_expand_as, {}, 0});
+  r.add_converter({{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, 0});
 }
 
 }  // namespace kiln::conversion

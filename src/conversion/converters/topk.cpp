@@ -62,10 +62,10 @@ void convert_cumsum(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_topk_converters(Registry& r) {
-  r.add_converter({{"aten::topk"}, convert_topk, static_inputs({1, 2, 3, 4}), true, false, 0});
-  r.add_converter({{"aten::sort"}, convert_sort, static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::topk"}, convert_topk, static_inputs({1, 2, 3, 4}), 0});
+  r.add_converter({{"aten::sort"}, convert_sort, static_inputs({1, 2}), 0});
   r.add_converter({existing_schemas({"aten::argsort"}), convert_sort, static_inputs({1, 2})});
-  r.add_converter({{"aten::cumsum"}, convert_cumsum, static_inputs({1, 2}), true, false, 0});
+  r.add_converter({{"aten::cumsum"}, convert_cumsum, static_inputs({1, 2}), 0});
 }
 
 }  // namespace kiln::conversion

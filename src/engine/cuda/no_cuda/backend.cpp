@@ -2,6 +2,7 @@
 // Unsupported, and queries answer "no devices".
 #include "engine/cuda/backend.h"
 
+#include "engine/passes/pass.h"
 #include "engine/runtime.h"
 #include "util/errors.h"
 
@@ -99,3 +100,13 @@ std::shared_ptr<void> allocate(ContextState&, size_t) {
 }
 
 }  // namespace kiln::engine::cuda
+
+namespace kiln::engine {
+
+BackendRules cuda_backend_rules(const EngineTarget&) {
+  KILN_THROW(Unsupported,
+             "building a cuda engine: this build of kiln has no CUDA backend (CMake found no CUDA "
+             "toolkit)");
+}
+
+}  // namespace kiln::engine

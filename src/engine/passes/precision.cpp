@@ -1,6 +1,6 @@
 // The precision pass: replays a network layer by layer into a new one, choosing per floating
 // layer between f32 and the low precision, and casting tensors where producer and consumer differ.
-#include "engine/precision.h"
+#include "engine/passes/precision.h"
 
 #include <algorithm>
 #include <map>

@@ -1,15 +1,16 @@
-// The converter registry seen through partitioning's Capability interface: the one question
-// partitioning asks of conversion ("can this node become engine layers or a static value?").
+// The converter registry seen through partitioning's Capability interface (the compiler joins the
+// two stages): the one question partitioning asks of conversion ("can this node become engine
+// layers or a static value?").
 #pragma once
 
 #include "conversion/registry.h"
 #include "partitioning/capability.h"
 
-namespace kiln::conversion {
+namespace kiln::compiler {
 
 class RegistryCapability : public partitioning::Capability {
  public:
-  explicit RegistryCapability(const Registry& registry = default_registry())
+  explicit RegistryCapability(const conversion::Registry& registry = conversion::default_registry())
       : registry_(registry) {}
 
   // kNoConverter when nothing is registered for the node's schema, kValidator with the
@@ -17,7 +18,7 @@ class RegistryCapability : public partitioning::Capability {
   partitioning::Decision query(const torch::jit::Node* node) const override;
 
  private:
-  const Registry& registry_;
+  const conversion::Registry& registry_;
 };
 
-}  // namespace kiln::conversion
+}  // namespace kiln::compiler

@@ -1,5 +1,5 @@
 // Batch norms with constant statistics as a per-channel scale and shift (scale_shift.h).
-#include "engine/scale_shift.h"
+#include "engine/passes/scale_shift.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,10 +1,12 @@
 // The head-folding pass (attention_heads.h): operands and results of attention layers traced
 // through shuffles and slices as strided views of the tensors they come from.
-#include "engine/attention_heads.h"
+#include "engine/passes/attention_heads.h"
 
 #include <algorithm>
 #include <map>
 #include <optional>
+
+#include "engine/passes/network_index.h"
 
 namespace kiln::engine {
 
@@ -81,28 +83,14 @@ bool same_layout(const Shape& shape, const Strides& st, const Strides& want) {
 
 struct Graph {
   const Network& net;
-  std::vector<Layer>& layers;
-  std::vector<bool>& removed;
-  std::map<TensorId, size_t>& producer;
+  const std::vector<Layer>& layers;
+  const NetworkIndex& index;
 
   const Layer* produced_by(TensorId id) const {
-    const auto it = producer.find(id);
-    return it == producer.end() || removed[it->second] ? nullptr : &layers[it->second];
+    const auto p = index.producer(id);
+    return p ? &layers[*p] : nullptr;
   }
-  // The only consumer of `id` (its index), if it has one and `id` is not a network output.
-  std::optional<size_t> single_consumer(TensorId id) const {
-    const auto& outs = net.outputs();
-    if (std::find(outs.begin(), outs.end(), id) != outs.end()) return std::nullopt;
-    std::optional<size_t> found;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (removed[i]) continue;
-      const auto uses = std::count(layers[i].inputs.begin(), layers[i].inputs.end(), id);
-      if (uses == 0) continue;
-      if (found || uses > 1) return std::nullopt;
-      found = i;
-    }
-    return found;
-  }
+  std::optional<size_t> single_consumer(TensorId id) const { return index.single_consumer(id); }
   const Shape& shape(TensorId id) const { return net.tensor(id).shape; }
 };
 
@@ -246,12 +234,8 @@ int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept) {
   std::vector<Layer> layers = net.layers();
-  std::vector<bool> removed(layers.size(), false);
-  std::map<TensorId, size_t> producer;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    for (TensorId id : layers[i].outputs) producer[id] = i;
-  }
-  const Graph g{net, layers, removed, producer};
+  NetworkIndex index(net, layers);
+  const Graph g{net, layers, index};
   int folded = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto* a = std::get_if<AttentionParams>(&layers[i].params);
@@ -281,15 +265,16 @@ int fold_attention_heads(
     if (sources.size() != 3) continue;
     const auto merge = trace_result(g, layers[i].outputs[0]);
     if (!merge || !accept(packed, source_descs, net.tensor(merge->result))) continue;
-    layers[i] = Layer{layers[i].name, packed, sources, {merge->result}};
-    for (size_t r : merge->layers) removed[r] = true;
-    producer[merge->result] = i;
+    for (size_t r : merge->layers) index.remove(r);
+    Layer rewritten{layers[i].name, packed, sources, {merge->result}};
+    index.replace(i, layers[i], rewritten);
+    layers[i] = std::move(rewritten);
     ++folded;
   }
   if (folded == 0) return 0;
   std::vector<Layer> kept;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (!removed[i]) kept.push_back(std::move(layers[i]));
+    if (!index.removed(i)) kept.push_back(std::move(layers[i]));
   }
   net.set_layers(std::move(kept));
   return folded;

@@ -3,7 +3,7 @@
 // transpose is moved onto the channels-last data when all its other inputs can follow (scalars,
 // constants, other channels-last data); its outputs then get the "back" transpose, and a "into"
 // transpose that reads a "back" transpose's output is replaced by the data it transposed.
-#include "engine/layout.h"
+#include "engine/passes/layout.h"
 
 #include <algorithm>
 #include <map>

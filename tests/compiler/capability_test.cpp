@@ -1,5 +1,5 @@
 // RegistryCapability: partitioning's capability question answered by the converter registry.
-#include "conversion/capability.h"
+#include "compiler/capability.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 namespace kiln::conversion {
 namespace {
 
+using compiler::RegistryCapability;
 using partitioning::Decision;
 using partitioning::Reason;
 
@@ -85,13 +86,13 @@ graph(%x : Tensor):
     return std::string("refused by the fast path");
   };
   Registry only_refusing;
-  only_refusing.add_converter({{"aten::relu"}, noop, refuse, true, false, 2});
+  only_refusing.add_converter({{"aten::relu"}, noop, refuse, 2});
   const Decision refused = RegistryCapability(only_refusing).query(output_node(g));
   EXPECT_EQ(refused.reason, Reason::kValidator);
   EXPECT_EQ(refused.detail, "refused by the fast path");
 
   Registry with_fallback = only_refusing;
-  with_fallback.add_converter({{"aten::relu"}, noop, {}, true, false, 0});
+  with_fallback.add_converter({{"aten::relu"}, noop, {}, 0});
   EXPECT_TRUE(RegistryCapability(with_fallback).query(output_node(g)).supported);
 
   const Decision empty = RegistryCapability(Registry{}).query(output_node(g));

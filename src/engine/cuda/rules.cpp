@@ -1,0 +1,43 @@
+// What the CUDA backend takes, for the builder's passes (passes/pass.h): its kernels' precisions,
+// its fused attention, cuDNN's layouts, its squeeze-excitation and GELU epilogues.
+#include "engine/cuda/backend.h"
+#include "engine/passes/pass.h"
+
+namespace kiln::engine {
+
+BackendRules cuda_backend_rules(const EngineTarget&) {
+  BackendRules r;
+  r.precision = cuda_precision_support();
+  r.fused_attention = [](const Shape& q, const Shape& k, const Shape& v, DataType t) {
+    return cuda::fused_attention_applies(q, k, v, t, false);
+  };
+  // Attention the fused kernel does not take runs as two cuBLASLt batched GEMMs on tensor cores
+  // and a softmax, where the general attention kernel is a simple one.
+  r.decompose_attention = true;
+  r.tf32 = true;
+  // The fused kernel takes packed heads in f16/bf16, with 16-byte rows and column offsets.
+  r.packed_heads = [](const AttentionParams& p, const std::vector<TensorDesc>& sources,
+                      const TensorDesc& out) {
+    const int64_t B = out.shape[0], L = out.shape[1], S = sources[1].shape[1];
+    const Shape q = {B, p.heads, L, p.head_size}, kv = {B, p.heads, S, p.head_size};
+    if (!cuda::fused_attention_applies(q, kv, kv, out.dtype, false)) return false;
+    for (size_t i = 0; i < 3; ++i) {
+      if (sources[i].shape[2] % 8 != 0 || p.columns[i] % 8 != 0) return false;
+    }
+    return true;
+  };
+  // cuDNN's tensor-core kernels want NHWC: f16/bf16 convolutions, and f32 ones in TF32.
+  r.channels_last = [](const Network& n, const Layer& conv, const BuilderConfig& config) {
+    const DataType t = n.tensor(conv.outputs[0]).dtype;
+    return t == DataType::kF16 || t == DataType::kBF16 || (t == DataType::kF32 && config.tf32);
+  };
+  r.squeeze_excitation = cuda::squeeze_excitation_applies;
+  r.squeeze_excitation_by_default = true;  // two launches per block instead of five
+  r.excitation_projection = cuda::excitation_projection_applies;
+  r.casts_into_shuffles = true;
+  r.gelu_tanh_epilogues = true;
+  r.check_supported = cuda::check_supported;
+  return r;
+}
+
+}  // namespace kiln::engine

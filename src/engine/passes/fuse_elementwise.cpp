@@ -1,0 +1,121 @@
+// Chains and trees of float elementwise layers as one FusedElementwise layer.
+#include "engine/passes/passes.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace kiln::engine {
+
+namespace {
+
+bool fusible_elementwise(const Network& net, const Layer& l) {
+  if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
+  for (TensorId id : l.inputs) {
+    if (!is_floating(net.tensor(id).dtype)) return false;
+  }
+  if (const auto* c = std::get_if<CastParams>(&l.params)) return is_floating(c->to);
+  return std::holds_alternative<ElementwiseParams>(l.params) ||
+         std::holds_alternative<UnaryParams>(l.params) ||
+         std::holds_alternative<ActivationParams>(l.params) ||
+         std::holds_alternative<FusedElementwiseParams>(l.params);
+}
+
+}  // namespace
+
+// Chains (and trees) of float elementwise layers whose intermediates have one consumer become
+// one FusedElementwise layer, placed where the chain's last layer was.
+int fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
+  const auto& layers = net.layers();
+  std::map<TensorId, size_t> producer;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (TensorId id : layers[i].outputs) producer[id] = i;
+  }
+  // root[i]: the layer whose fused group absorbs layer i.
+  std::vector<size_t> root(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) root[i] = i;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!fusible_elementwise(net, layers[i]) ||
+        std::holds_alternative<FusedElementwiseParams>(layers[i].params)) {
+      continue;
+    }
+    size_t j;
+    const Layer* next = single_consumer(net, layers[i].outputs[0], &j);
+    if (next && fusible_elementwise(net, *next) &&
+        !std::holds_alternative<FusedElementwiseParams>(next->params)) {
+      root[i] = j;
+    }
+  }
+  auto find_root = [&](size_t i) {
+    while (root[i] != i) i = root[i];
+    return i;
+  };
+  std::map<size_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < layers.size(); ++i) groups[find_root(i)].push_back(i);
+
+  std::vector<Layer> out_layers;
+  std::set<size_t> absorbed;
+  std::map<size_t, Layer> replacement;
+  for (const auto& [r, members] : groups) {
+    if (members.size() < 2) continue;
+    std::set<size_t> member_set(members.begin(), members.end());
+    FusedElementwiseParams params;
+    std::vector<TensorId> inputs;
+    std::map<TensorId, int64_t> reg;
+    std::string line;
+    std::function<int64_t(TensorId)> emit = [&](TensorId id) -> int64_t {
+      if (auto it = reg.find(id); it != reg.end()) return it->second;
+      auto p = producer.find(id);
+      if (p == producer.end() || !member_set.count(p->second)) {
+        inputs.push_back(id);  // inputs occupy the first registers; renumbered below
+        return reg[id] = -static_cast<int64_t>(inputs.size());
+      }
+      const Layer& l = layers[p->second];
+      const int64_t a = emit(l.inputs[0]);
+      const int64_t b = l.inputs.size() > 1 ? emit(l.inputs[1]) : 0;
+      int64_t kind = 0, op = 0;
+      double alpha = 0, beta = 0;
+      if (const auto* e = std::get_if<ElementwiseParams>(&l.params)) {
+        kind = 0, op = static_cast<int64_t>(e->op);
+      } else if (const auto* u = std::get_if<UnaryParams>(&l.params)) {
+        kind = 1, op = static_cast<int64_t>(u->op);
+      } else if (const auto* act = std::get_if<ActivationParams>(&l.params)) {
+        kind = 2, op = static_cast<int64_t>(act->kind), alpha = act->alpha, beta = act->beta;
+      } else {
+        kind = 3, op = static_cast<int64_t>(std::get<CastParams>(l.params).to);
+      }
+      params.program.insert(params.program.end(), {kind, op, a, b});
+      params.constants.insert(params.constants.end(), {alpha, beta});
+      params.fused_layers.push_back(l.name);
+      line += (line.empty() ? "" : " + ") + l.name;
+      return reg[id] = static_cast<int64_t>(params.fused_layers.size() - 1) + (1 << 20);
+    };
+    emit(layers[r].outputs[0]);
+    // Registers: inputs were numbered -1, -2, ...; ops 2^20 + k. Map to [inputs..., ops...].
+    const int64_t n_in = static_cast<int64_t>(inputs.size());
+    for (size_t k = 0; k < params.program.size(); k += 4) {
+      for (size_t f : {k + 2, k + 3}) {
+        int64_t& v = params.program[f];
+        if (f == k + 3 && params.program[k] != 0) {
+          v = 0;
+          continue;
+        }
+        v = v < 0 ? -v - 1 : n_in + (v - (1 << 20));
+      }
+    }
+    Layer fused{layers[r].name, params, inputs, layers[r].outputs};
+    replacement[r] = fused;
+    for (size_t m : members) {
+      if (m != r) absorbed.insert(m);
+    }
+    fusions.push_back(line + " -> " + fused.name + " (fused elementwise)");
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (absorbed.count(i)) continue;
+    out_layers.push_back(replacement.count(i) ? replacement[i] : layers[i]);
+  }
+  net.set_layers(std::move(out_layers));
+  return static_cast<int>(replacement.size());
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,54 @@
+// The builder's passes that need no header of their own (layout.h, precision.h,
+// attention_heads.h and scale_shift.h have theirs), one file each. Each takes the network and what
+// it needs to decide (a backend's answer as a function, a list for the lines it reports) and
+// returns how many rewrites it made; pipeline.cpp adapts them to PassContext. Each leaves the
+// network valid (verify.h), which the pipeline checks after every pass.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/network.h"
+#include "engine/passes/network_index.h"
+
+namespace kiln::engine {
+
+// Layers whose inputs are all constants (none of them a named weight, for refittable plans) run
+// once on the CPU backend and become constants; shape tensors whose values are known fold always.
+int fold_constants(Network& net, bool refittable);
+// A chain of shuffles whose composition keeps every element where it was is one reshape.
+int fold_shuffle_chains(Network& net);
+// Layers no network output depends on go, with the weights only they used.
+int remove_dead_layers(Network& net);
+// Unmasked, non-causal attention that `fused(q, k, v, dtype)` says the fused kernel does not take
+// becomes matmul(q * scale, k^T) -> softmax -> matmul(., v).
+int decompose_attention(
+    Network& net,
+    const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
+// f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
+int allow_tf32(Network& net);
+// f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form.
+int gelu_tanh_epilogues(Network& net);
+
+// The fusions: several layers become one whose kernel does their work in fewer passes over
+// memory. Each records a line per fusion in `fusions` ("conv1 + relu1 -> conv1").
+// Convolution/matmul followed by (a matmul's bias,) activation, residual add, activation: one
+// layer with post-ops.
+int fuse_post_ops(Network& net, std::vector<std::string>& fusions);
+// Squeeze-excitation in torch's form becomes one SqueezeExcitation layer where
+// applies(channels, squeeze width, channels_last) says the backend takes it.
+int fuse_squeeze_excitation(Network& net,
+                            const std::function<bool(int64_t, int64_t, bool)>& applies,
+                            std::vector<std::string>& fusions);
+// A squeeze-excitation layer takes the 1x1 convolution after it where applies(samples, pixels,
+// channels, out channels) says it pays (SqueezeExcitationParams::project).
+int fold_excitation_into_projection(
+    Network& net, const std::function<bool(int64_t, int64_t, int64_t, int64_t)>& applies,
+    std::vector<std::string>& fusions);
+// A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
+int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
+// Chains (and trees) of float elementwise layers become one FusedElementwise layer.
+int fuse_elementwise(Network& net, std::vector<std::string>& fusions);
+
+}  // namespace kiln::engine

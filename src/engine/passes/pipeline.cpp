@@ -1,0 +1,173 @@
+// The builder's passes in order, each with the reason it stands where it does, and the loop that
+// runs them (pass.h).
+#include <iostream>
+
+#include "engine/passes/attention_heads.h"
+#include "engine/passes/layout.h"
+#include "engine/passes/pass.h"
+#include "engine/passes/passes.h"
+#include "engine/passes/precision.h"
+#include "engine/passes/scale_shift.h"
+#include "engine/verify.h"
+#include "util/errors.h"
+#include "util/logging.h"
+
+namespace kiln::engine {
+
+void PassContext::note(std::string line) const {
+  KILN_CHECK(!report.passes.empty(), InternalError, "PassContext::note outside a pass");
+  report.passes.back().lines.push_back(std::move(line));
+}
+
+void run_passes(Network& net, const std::vector<Pass>& passes, const PassContext& ctx,
+                std::ostream& dump) {
+  for (const Pass& pass : passes) {
+    if (pass.enabled && !pass.enabled(ctx)) continue;
+    ctx.report.passes.push_back(PassRecord{pass.name, 0, {}});
+    int changes = 0;
+    try {
+      changes = pass.run(net, ctx);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      KILN_THROW(InternalError, "pass `", pass.name, "` failed: ", e.what());
+    }
+    ctx.report.passes.back().changes = changes;
+    KILN_LOG(kDebug, "engine pass ", pass.name, ": ", changes, " rewrites");
+    if (ctx.config.verify_passes) verify_network(net, "after pass `" + pass.name + "`");
+    if (ctx.config.print_after_all) {
+      dump << "// after " << pass.name << " (" << changes << " rewrites)\n" << network_to_text(net);
+    }
+  }
+}
+
+namespace {
+
+// A fusion pass: its lines go to the pass's record.
+int fusion(const PassContext& ctx, const std::function<int(std::vector<std::string>& lines)>& run) {
+  std::vector<std::string> lines;
+  const int n = run(lines);
+  for (auto& l : lines) ctx.note(std::move(l));
+  return n;
+}
+
+bool squeeze_excitation_on(const PassContext& c) {
+  return c.backend.squeeze_excitation &&
+         c.config.squeeze_excitation.value_or(c.backend.squeeze_excitation_by_default);
+}
+
+std::vector<Pass> make_pipeline() {
+  std::vector<Pass> p;
+  // First, so that every pass below (precision, layout, folding, fusion) sees a constant-stat
+  // batch norm as the elementwise scale and shift it is. Refittable plans keep their weights as
+  // named, so their batch norms stay.
+  p.push_back({"scale_shift", [](const PassContext& c) { return !c.config.refittable; },
+               [](Network& n, const PassContext&) { return batch_norm_to_scale_shift(n); }});
+  // Before folding, so that the casts of f32 weights fold into low-precision constants. Only
+  // backends that compute below f32 (cuda) have precision rules.
+  p.push_back({"precision", [](const PassContext& c) { return c.backend.precision != nullptr; },
+               [](Network& n, const PassContext& c) {
+                 const bool changed = choose_precisions(n, c.config.enabled_precisions,
+                                                        c.backend.precision, &c.report.precision);
+                 return changed ? c.report.precision.casts_inserted +
+                                      c.report.precision.count(c.report.precision.low)
+                                : 0;
+               }});
+  // After the precisions: whether the fused kernel takes an attention depends on its dtype.
+  p.push_back({"decompose_attention",
+               [](const PassContext& c) { return c.backend.decompose_attention; },
+               [](Network& n, const PassContext& c) {
+                 return decompose_attention(n, c.backend.fused_attention);
+               }});
+  // After the decomposition, whose matmuls are f32 ones too.
+  p.push_back({"tf32", [](const PassContext& c) { return c.backend.tf32 && c.config.tf32; },
+               [](Network& n, const PassContext&) { return allow_tf32(n); }});
+  // After the precisions (the cuda kernel takes packed heads in f16/bf16 only), before folding
+  // and dead-layer removal, which clear the head-split views it leaves behind.
+  p.push_back({"attention_heads",
+               [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
+               [](Network& n, const PassContext& c) {
+                 return fold_attention_heads(n, c.backend.packed_heads);
+               }});
+  // After the precisions (the choice depends on them), before folding (weight transposes fold
+  // into constants). Refittable plans stay channels-first: their weights must not be rewritten.
+  p.push_back({"layout",
+               [](const PassContext& c) {
+                 return c.config.conv_layout != ConvLayout::kChannelsFirst &&
+                        !c.config.refittable && c.backend.channels_last != nullptr;
+               },
+               [](Network& n, const PassContext& c) {
+                 const bool all = c.config.conv_layout == ConvLayout::kChannelsLast;
+                 c.report.layout = assign_channels_last(n, [&](const Network& net, const Layer& l) {
+                   return all || c.backend.channels_last(net, l, c.config);
+                 });
+                 return c.report.layout.convolutions;
+               }});
+  // Every rewrite above may leave layers of constants (casts, transposes of weights).
+  p.push_back({"fold_constants", nullptr, [](Network& n, const PassContext& c) {
+                 return fold_constants(n, c.config.refittable);
+               }});
+  // After folding and the layout pass, whose transposes meet the model's own shuffles here.
+  p.push_back({"shuffle_chains", nullptr,
+               [](Network& n, const PassContext&) { return fold_shuffle_chains(n); }});
+  // What the passes above left unread (split views, folded constants' inputs) goes before the
+  // fusions, which need single consumers.
+  p.push_back({"dead_layers", nullptr, [](Network& n, const PassContext& c) {
+                 const int removed = remove_dead_layers(n);
+                 if (c.report.layout.convolutions > 0) {
+                   c.report.layout.transposes = count_layout_transposes(n);
+                 }
+                 return removed;
+               }});
+  // Bias, activation and residual into the convolutions and matmuls before them.
+  p.push_back({"post_ops", nullptr, [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) { return fuse_post_ops(n, lines); });
+               }});
+  // After the post-ops (the activations join the 1x1 convolutions), before the elementwise
+  // fusion (which would take the multiply).
+  p.push_back({"squeeze_excitation", squeeze_excitation_on, [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) {
+                   return fuse_squeeze_excitation(n, c.backend.squeeze_excitation, lines);
+                 });
+               }});
+  // Right after: the layers it made take the projections after them.
+  p.push_back({"excitation_projection",
+               [](const PassContext& c) {
+                 return squeeze_excitation_on(c) && c.config.excitation_projection &&
+                        c.backend.excitation_projection != nullptr;
+               },
+               [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) {
+                   return fold_excitation_into_projection(n, c.backend.excitation_projection,
+                                                          lines);
+                 });
+               }});
+  // Before the elementwise fusion, which would take the cast.
+  p.push_back({"cast_into_shuffle",
+               [](const PassContext& c) {
+                 return c.backend.casts_into_shuffles && c.config.cast_into_shuffle;
+               },
+               [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) { return fuse_cast_into_shuffle(n, lines); });
+               }});
+  // After the post-ops, which fused the GELUs it rewrites into the matmuls.
+  p.push_back({"gelu_tanh",
+               [](const PassContext& c) {
+                 return c.backend.gelu_tanh_epilogues && c.config.gelu_tanh_epilogues;
+               },
+               [](Network& n, const PassContext&) { return gelu_tanh_epilogues(n); }});
+  // Last: every elementwise layer no other fusion took joins its neighbours.
+  p.push_back({"fuse_elementwise", nullptr, [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) { return fuse_elementwise(n, lines); });
+               }});
+  return p;
+}
+
+}  // namespace
+
+const std::vector<Pass>& builder_pipeline() {
+  static const std::vector<Pass> pipeline = make_pipeline();
+  return pipeline;
+}
+
+}  // namespace kiln::engine
