@@ -7,8 +7,8 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
-#include "compiler/stitch.h"
 #include "compiler/capability.h"
+#include "compiler/stitch.h"
 #include "conversion/convert.h"
 #include "conversion/dtypes.h"
 #include "engine/builder.h"

@@ -3,8 +3,8 @@
 // built plan computes what the network computes unbuilt (every view run as its own layer).
 #include <gtest/gtest.h>
 
-#include "engine/passes/attention_heads.h"
 #include "engine/builder.h"
+#include "engine/passes/attention_heads.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 

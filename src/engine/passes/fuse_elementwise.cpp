@@ -27,10 +27,7 @@ bool fusible_elementwise(const Network& net, const Layer& l) {
 // one FusedElementwise layer, placed where the chain's last layer was.
 int fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
   const auto& layers = net.layers();
-  std::map<TensorId, size_t> producer;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    for (TensorId id : layers[i].outputs) producer[id] = i;
-  }
+  const NetworkIndex index(net);
   // root[i]: the layer whose fused group absorbs layer i.
   std::vector<size_t> root(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) root[i] = i;
@@ -39,11 +36,10 @@ int fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
         std::holds_alternative<FusedElementwiseParams>(layers[i].params)) {
       continue;
     }
-    size_t j;
-    const Layer* next = single_consumer(net, layers[i].outputs[0], &j);
-    if (next && fusible_elementwise(net, *next) &&
-        !std::holds_alternative<FusedElementwiseParams>(next->params)) {
-      root[i] = j;
+    const auto j = index.single_consumer(layers[i].outputs[0]);
+    if (j && fusible_elementwise(net, layers[*j]) &&
+        !std::holds_alternative<FusedElementwiseParams>(layers[*j].params)) {
+      root[i] = *j;
     }
   }
   auto find_root = [&](size_t i) {
@@ -65,12 +61,12 @@ int fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
     std::string line;
     std::function<int64_t(TensorId)> emit = [&](TensorId id) -> int64_t {
       if (auto it = reg.find(id); it != reg.end()) return it->second;
-      auto p = producer.find(id);
-      if (p == producer.end() || !member_set.count(p->second)) {
+      const auto p = index.producer(id);
+      if (!p || !member_set.count(*p)) {
         inputs.push_back(id);  // inputs occupy the first registers; renumbered below
         return reg[id] = -static_cast<int64_t>(inputs.size());
       }
-      const Layer& l = layers[p->second];
+      const Layer& l = layers[*p];
       const int64_t a = emit(l.inputs[0]);
       const int64_t b = l.inputs.size() > 1 ? emit(l.inputs[1]) : 0;
       int64_t kind = 0, op = 0;

@@ -1,7 +1,6 @@
 // Chains of shuffles that keep every element in place as one reshape.
 #include "engine/passes/passes.h"
 
-#include <map>
 #include <optional>
 
 #include "engine/passes/attention_heads.h"
@@ -14,14 +13,11 @@ namespace kiln::engine {
 // reshape of the chain's input: the last shuffle becomes that reshape, and the rest are left
 // for dead-layer removal. Static shapes only. Returns how many chains it folded.
 int fold_shuffle_chains(Network& net) {
-  std::map<TensorId, size_t> producer;
-  for (size_t i = 0; i < net.layers().size(); ++i) {
-    for (TensorId id : net.layers()[i].outputs) producer[id] = i;
-  }
+  const NetworkIndex index(net);
   const auto shuffle_at = [&](TensorId id) -> const Layer* {
-    const auto it = producer.find(id);
-    if (it == producer.end()) return nullptr;
-    const Layer& l = net.layers()[it->second];
+    const auto p = index.producer(id);
+    if (!p) return nullptr;
+    const Layer& l = net.layers()[*p];
     return std::holds_alternative<ShuffleParams>(l.params) ? &l : nullptr;
   };
   int folded = 0;
@@ -30,10 +26,8 @@ int fold_shuffle_chains(Network& net) {
     if (!std::holds_alternative<ShuffleParams>(last.params)) continue;
     // The chain, first shuffle first.
     std::vector<const Layer*> chain = {&last};
-    size_t unused = 0;
     for (const Layer* prev = shuffle_at(last.inputs[0]);
-         prev && single_consumer(net, prev->outputs[0], &unused);
-         prev = shuffle_at(prev->inputs[0])) {
+         prev && index.single_consumer(prev->outputs[0]); prev = shuffle_at(prev->inputs[0])) {
       chain.insert(chain.begin(), prev);
     }
     if (chain.size() < 2) continue;
