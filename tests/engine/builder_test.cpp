@@ -166,6 +166,40 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   }
 }
 
+// Measurement switches: "name=value" sets the config field and is recorded in the plan (through
+// serialization) and the inspector; an unknown name or value is an error naming the switch.
+TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
+  BuilderConfig config;
+  apply_switch(config, "cast_into_shuffle=off");
+  apply_switch(config, "conv_layout=channels_first");
+  apply_switch(config, "squeeze_excitation=on");
+  EXPECT_FALSE(config.cast_into_shuffle);
+  EXPECT_EQ(config.conv_layout, ConvLayout::kChannelsFirst);
+  EXPECT_EQ(config.squeeze_excitation, std::optional<bool>(true));
+  for (const char* bad : {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on",
+                          "excitation_projection"}) {
+    try {
+      BuilderConfig c;
+      apply_switch(c, bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find(std::string("`") + bad + "`"), std::string::npos) << e.message();
+    }
+  }
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 3});
+  net.mark_output(net.add("r", ActivationParams{ActivationKind::kRelu}, {x}), "y");
+  const Plan plan = build(net, config);
+  const std::vector<std::string> want = {"cast_into_shuffle=off", "conv_layout=channels_first",
+                                         "squeeze_excitation=on"};
+  EXPECT_EQ(plan.target.switches, want);
+  const auto bytes = serialize_plan(plan);
+  const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
+  EXPECT_EQ(loaded.target.switches, want);
+  const Engine engine(loaded.network, loaded.target);
+  EXPECT_NE(engine.inspect_json().find("conv_layout=channels_first"), std::string::npos);
+}
+
 ShuffleParams permute(std::vector<int64_t> perm) {
   ShuffleParams p;
   p.first_perm = std::move(perm);
