@@ -163,7 +163,9 @@ def main():
                 if line.startswith("model name")), "unknown CPU")
     print(f"# {cpu}, torch {torch.__version__}", flush=True)
     rows = []
-    tmp = tempfile.mkdtemp(prefix="kiln_peers_")
+    # Models and plans of every row (GBs over a run); removed when the run ends, even by an error.
+    tmp_dir = tempfile.TemporaryDirectory(prefix="kiln_peers_")
+    tmp = tmp_dir.name
     for name in args.models.split(","):
         torch.manual_seed(0)
         model, make_input = make_model(name)

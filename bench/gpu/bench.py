@@ -115,7 +115,9 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"measured fp16 peak {peak:.0f} TFLOP/s", flush=True)
     rows = []
-    tmp = tempfile.mkdtemp(prefix="kiln_bench_")
+    # Models and plans of every row (GBs over a run); removed when the run ends, even by an error.
+    tmp_dir = tempfile.TemporaryDirectory(prefix="kiln_bench_")
+    tmp = tmp_dir.name
     for name in args.models.split(","):
         for prec in args.precisions.split(","):
             dtype = torch.float16 if prec == "fp16" else torch.float32

@@ -1,9 +1,11 @@
 // Process runner for tool tests: fork/exec with stdout and stderr redirected to temp files.
 #include "harness/process.h"
 
+#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,11 +16,35 @@
 namespace kiln::testing {
 namespace {
 
+// One directory per test process, removed when that process exits normally (a forked child
+// leaves through _exit and never runs this destructor). Tool tests write models and plans of
+// hundreds of MB; left behind, they filled the CI machine's disk.
+class TempDir {
+ public:
+  TempDir() : owner_(getpid()) {
+    const char* tmp = std::getenv("TMPDIR");
+    path_ = std::string(tmp ? tmp : "/tmp") + "/kiln_tests_" + std::to_string(owner_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    if (getpid() != owner_ || std::getenv("KILN_KEEP_TEST_FILES")) return;
+    // nftw, not std::filesystem::remove_all: the torch wheel's libtorch.so exports its own
+    // std::filesystem symbols, and its remove_all jumps to null when called at exit.
+    nftw(
+        path_.c_str(),
+        [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
+        FTW_DEPTH | FTW_PHYS);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  pid_t owner_;
+  std::string path_;
+};
+
 std::string temp_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/kiln_tests_" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  return dir;
+  static const TempDir dir;
+  return dir.path();
 }
 
 std::string read_file(const std::string& path) {
