@@ -71,10 +71,18 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.excitation_projection);
   } else if (name == "cast_into_shuffle") {
     on_off(&config.cast_into_shuffle);
+  } else if (name == "cuda_pointwise" || name == "cuda_depthwise") {
+    // Read by the CUDA kernels from the plan's switches (cuda::KernelOptions).
+    const char* other = name == "cuda_pointwise" ? "cudnn" : "strip";
+    KILN_CHECK(value == "auto" || value == other, InvalidArgument, "switch `", name_value,
+               "`: expected ", name, "=auto or ", name, "=", other);
+  } else if (name == "gemm_fold" || name == "gemm_timing") {
+    bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
+    on_off(&on);
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle)");
+               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, gemm_fold, gemm_timing)");
   }
   config.switches.push_back(name_value);
 }

@@ -79,8 +79,10 @@ struct BuildReport {
 
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
-// excitation_projection=on|off, cast_into_shuffle=on|off. InvalidArgument names an unknown switch
-// or value.
+// excitation_projection=on|off, cast_into_shuffle=on|off set the fields above; the CUDA kernels'
+// cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, gemm_fold=on|off and gemm_timing=on|off
+// are only recorded, and read from the plan when its engine is created (cuda::KernelOptions).
+// InvalidArgument names an unknown switch or value.
 void apply_switch(BuilderConfig& config, const std::string& name_value);
 
 // Throws InvalidArgument/Unsupported naming the layer or setting at fault.

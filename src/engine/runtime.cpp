@@ -4,53 +4,24 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <sstream>
 
-#include <unistd.h>
-
-#include "engine/cuda/backend.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
-namespace {
-
-// Physical memory of this machine; 0 where the system does not say.
-size_t physical_memory_bytes() {
-  static const size_t bytes = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
-  }();
-  return bytes;
-}
-
-std::shared_ptr<uint8_t> aligned_alloc_bytes(size_t bytes) {
-  // Where the kernel overcommits, malloc grants more than the machine has and the process is
-  // killed when the pages are touched; a request past physical memory fails here instead.
-  const size_t physical = physical_memory_bytes();
-  KILN_CHECK(physical == 0 || bytes <= physical, DeviceError, "out of host memory allocating ",
-             bytes, " bytes (the machine has ", physical, ")");
-  const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-  void* p = std::aligned_alloc(64, size);
-  KILN_CHECK(p != nullptr, DeviceError, "out of host memory allocating ", bytes, " bytes");
-  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
-}
-
-}  // namespace
 
 HostTensor::HostTensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   KILN_CHECK(is_static(shape_), InvalidArgument, "host tensor needs a static shape, got ",
              shape_to_string(shape_));
-  storage_ = aligned_alloc_bytes(nbytes());
+  storage_ = allocate_host(nbytes());
 }
 
 Engine::Engine(Network network, EngineTarget target)
     : network_(std::move(network)), target_(std::move(target)) {
   KILN_CHECK(!network_.outputs().empty(), InvalidArgument, "engine has no outputs");
-  if (target_.device == "cuda") cuda_ = cuda::create_engine_state(network_, target_);
+  backend_ = create_engine_backend(network_, target_);
 }
 
 Engine::~Engine() = default;
@@ -129,9 +100,7 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine)
   }
   bound_inputs_.assign(net.inputs().size(), nullptr);
   bound_outputs_.assign(net.outputs().size(), nullptr);
-  states_.resize(net.layers().size());
-  if (engine_->on_cuda())
-    cuda_ = cuda::create_context_state(engine_->cuda_state(), net.layers().size());
+  backend_ = engine_->backend().create_context(net.layers().size());
 }
 
 ExecutionContext::~ExecutionContext() = default;
@@ -234,10 +203,15 @@ void ExecutionContext::resolve_shapes() {
   for (size_t i = 0; i < planned.size(); ++i) {
     arena_offset_[static_cast<size_t>(planned[i])] = static_cast<int64_t>(plan_.offsets[i]);
   }
-  // A cuda context's arena is device memory, reserved when it executes.
-  if (!cuda_ && plan_.arena_bytes > arena_capacity_) {
-    arena_storage_ = aligned_alloc_bytes(plan_.arena_bytes);
-    arena_capacity_ = plan_.arena_bytes;
+  // Engine weights never change while the engine lives: kernels may key caches by address.
+  constant_.assign(net.num_tensors(), false);
+  for (const Layer& l : layers) {
+    if (std::holds_alternative<ConstantParams>(l.params)) {
+      constant_[static_cast<size_t>(l.outputs[0])] = true;
+    }
+  }
+  for (size_t t = 0; t < net.num_tensors(); ++t) {
+    if (alias_of_[t] >= 0) constant_[t] = constant_[static_cast<size_t>(alias_of_[t])];
   }
   resolved_ = true;
 }
@@ -250,34 +224,32 @@ const Shape& ExecutionContext::output_shape(size_t index) {
 
 void ExecutionContext::bind_input(size_t index, const void* data) {
   const TensorDesc& in = engine_->input(index);
-  if (cuda_ && data != nullptr && data != bound_inputs_[index]) {
-    cuda::check_device_pointer(*cuda_, data, "input `" + in.name + "`");
+  if (data != nullptr && data != bound_inputs_[index]) {
+    backend_->check_pointer(data, "input `" + in.name + "`");
   }
   bound_inputs_[index] = data;
 }
 
 void ExecutionContext::bind_output(size_t index, void* data) {
   const TensorDesc& out = engine_->output(index);
-  if (cuda_ && data != nullptr && data != bound_outputs_[index]) {
-    cuda::check_device_pointer(*cuda_, data, "output `" + out.name + "`");
+  if (data != nullptr && data != bound_outputs_[index]) {
+    backend_->check_pointer(data, "output `" + out.name + "`");
   }
   bound_outputs_[index] = data;
 }
 
 void ExecutionContext::set_stream(void* stream) {
-  KILN_CHECK(cuda_ != nullptr, InvalidArgument,
-             "set_stream: the engine runs on the CPU; streams are for cuda engines");
-  cuda::set_stream(*cuda_, stream);
+  backend_->set_stream(stream);
 }
 
 void* ExecutionContext::stream() const {
-  return cuda_ ? cuda::stream(*cuda_) : nullptr;
+  return backend_->stream();
 }
 
 void ExecutionContext::enable_cuda_graphs(bool on) {
-  KILN_CHECK(cuda_ != nullptr || !on, InvalidArgument,
+  KILN_CHECK(backend_->has_graphs() || !on, InvalidArgument,
              "enable_cuda_graphs: the engine runs on the CPU; graphs are for cuda engines");
-  cuda_graphs_ = on;
+  graphs_ = on;
 }
 
 void ExecutionContext::execute() {
@@ -296,16 +268,15 @@ void ExecutionContext::execute() {
     KILN_CHECK(bound_outputs_[i] != nullptr || out_bytes[i] == 0, InvalidArgument, "output `",
                engine_->output(i).name, "` is not bound");
   }
-  if (cuda_ && cuda_graphs_ && !profiling_) {
+  if (graphs_ && !profiling_) {
     std::vector<int64_t> key;  // one graph per set of input shapes
     for (const Shape& s : input_shapes_) {
       key.push_back(static_cast<int64_t>(s.size()));
       key.insert(key.end(), s.begin(), s.end());
     }
-    cuda::execute_graph(*cuda_, key, bound_inputs_, in_bytes, bound_outputs_, out_bytes,
-                        [this](const std::vector<const void*>& in, const std::vector<void*>& out) {
-                          enqueue(in, out);
-                        });
+    backend_->execute_graph(key, bound_inputs_, in_bytes, bound_outputs_, out_bytes,
+                            [this](const std::vector<const void*>& in,
+                                   const std::vector<void*>& out) { enqueue(in, out); });
     return;
   }
   enqueue(bound_inputs_, bound_outputs_);
@@ -318,8 +289,7 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
   for (size_t i = 0; i < net.inputs().size(); ++i) {
     where[static_cast<size_t>(net.inputs()[i])] = const_cast<void*>(inputs[i]);
   }
-  uint8_t* arena_base =
-      cuda_ ? static_cast<uint8_t*>(cuda::arena(*cuda_, plan_.arena_bytes)) : arena_storage_.get();
+  uint8_t* arena_base = static_cast<uint8_t*>(backend_->arena(plan_.arena_bytes));
   for (size_t t = 0; t < net.num_tensors(); ++t) {
     if (arena_offset_[t] >= 0) where[t] = arena_base + arena_offset_[t];
   }
@@ -328,12 +298,7 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
   for (const Layer& l : net.layers()) {
     if (std::holds_alternative<ConstantParams>(l.params)) {
       const std::string& name = std::get<ConstantParams>(l.params).weight;
-      const Weights& w = net.weight(name);
-      KILN_CHECK(w.data != nullptr, InvalidArgument, "weight `", name,
-                 "` was stripped from this plan (a weightless plan); refit it before running");
-      where[static_cast<size_t>(l.outputs[0])] = cuda_
-                                                     ? const_cast<void*>(cuda::weight(*cuda_, name))
-                                                     : const_cast<uint8_t*>(w.data->data());
+      where[static_cast<size_t>(l.outputs[0])] = const_cast<void*>(backend_->weight(name));
       continue;
     }
     for (TensorId id : l.outputs) produced[static_cast<size_t>(id)] = true;
@@ -355,11 +320,7 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
     const size_t t = static_cast<size_t>(net.outputs()[i]);
     if (produced[t] || where[t] == nullptr) continue;
     const size_t bytes = static_cast<size_t>(volume(descs_[t].shape)) * dtype_size(descs_[t].dtype);
-    if (cuda_) {
-      cuda::copy_device_to_device(*cuda_, outputs[i], where[t], bytes);
-    } else {
-      std::memcpy(outputs[i], where[t], bytes);
-    }
+    backend_->copy(outputs[i], where[t], bytes, ContextBackend::Copy::kWithin);
   }
 }
 
@@ -386,75 +347,36 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     for (size_t li = 0; li < layers.size(); ++li) {
       if (timings_[li].shapes.empty()) timings_[li].shapes = layer_shapes(layers[li], descs_);
     }
+    backend_->profile_begin();
   }
-  if (cuda_) {
-    // Profiling times each layer on the device (events), with the host's enqueue held off it.
-    if (profiling_) cuda::profile_begin(*cuda_);
-    std::vector<cuda::DeviceTensor> ins, outs;
-    for (size_t li = 0; li < layers.size(); ++li) {
-      const Layer& layer = layers[li];
-      if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
-      ins.clear();
-      outs.clear();
-      bool values_known = true;  // shape tensors: computed on the host while shapes resolved
-      for (TensorId id : layer.inputs) {
-        const TensorDesc& d = descs_[static_cast<size_t>(id)];
-        ins.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
-      }
-      for (TensorId id : layer.outputs) {
-        const TensorDesc& d = descs_[static_cast<size_t>(id)];
-        outs.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
-        values_known = values_known && d.values.has_value();
-      }
-      if (values_known) {
-        for (size_t k = 0; k < outs.size(); ++k) {
-          cuda::write_values(*cuda_, outs[k],
-                             *descs_[static_cast<size_t>(layer.outputs[k])].values);
-        }
-      } else {
-        cuda::run_layer(*cuda_, li, layer, ins, outs);
-      }
-      if (profiling_) cuda::profile_mark(*cuda_, li);
-    }
-    if (profiling_) {
-      for (const auto& [li, ms] : cuda::profile_end(*cuda_)) {
-        timings_[li].total_ms += ms;
-        ++timings_[li].runs;
-      }
-    }
-    return;
-  }
-  // Engine weights never change while the engine lives: kernels may key caches by address.
-  std::vector<bool> constant(descs_.size(), false);
-  for (const Layer& l : layers) {
-    if (std::holds_alternative<ConstantParams>(l.params)) {
-      constant[static_cast<size_t>(l.outputs[0])] = true;
-    }
-  }
-  for (size_t t = 0; t < descs_.size(); ++t) {
-    if (alias_of_[t] >= 0) constant[t] = constant[static_cast<size_t>(alias_of_[t])];
-  }
-  std::vector<cpu::TensorView> ins, outs;
+  std::vector<TensorRef> ins, outs;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
     if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
     ins.clear();
     outs.clear();
+    bool values_known = true;  // shape tensors: computed on the host while shapes resolved
     for (TensorId id : layer.inputs) {
-      const TensorDesc& d = descs_[static_cast<size_t>(id)];
-      ins.push_back(
-          {d.dtype, d.shape, where[static_cast<size_t>(id)], constant[static_cast<size_t>(id)]});
+      const size_t t = static_cast<size_t>(id);
+      ins.push_back({descs_[t].dtype, descs_[t].shape, where[t], constant_[t]});
     }
     for (TensorId id : layer.outputs) {
-      const TensorDesc& d = descs_[static_cast<size_t>(id)];
-      outs.push_back({d.dtype, d.shape, where[static_cast<size_t>(id)]});
+      const size_t t = static_cast<size_t>(id);
+      outs.push_back({descs_[t].dtype, descs_[t].shape, where[t]});
+      values_known = values_known && descs_[t].values.has_value();
     }
-    const auto start = std::chrono::steady_clock::now();
-    cpu::run_layer(layer, ins, outs, states_[li]);
-    if (profiling_) {
-      timings_[li].total_ms +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
+    if (values_known) {
+      for (size_t k = 0; k < outs.size(); ++k) {
+        backend_->write_values(outs[k], *descs_[static_cast<size_t>(layer.outputs[k])].values);
+      }
+    } else {
+      backend_->run_layer(li, layer, ins, outs);
+    }
+    if (profiling_) backend_->profile_mark(li);
+  }
+  if (profiling_) {
+    for (const auto& [li, ms] : backend_->profile_end()) {
+      timings_[li].total_ms += ms;
       ++timings_[li].runs;
     }
   }
@@ -463,53 +385,45 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
 std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inputs) {
   KILN_CHECK(inputs.size() == engine_->num_inputs(), InvalidArgument, "engine takes ",
              engine_->num_inputs(), " inputs, got ", inputs.size());
-  if (cuda_) return run_on_device(inputs);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorDesc& in = engine_->input(i);
-    KILN_CHECK(inputs[i].dtype() == in.dtype, ShapeMismatch, "input `", in.name, "`: expected ",
-               dtype_name(in.dtype), ", got ", dtype_name(inputs[i].dtype()));
-    set_input_shape(i, inputs[i].shape());
-    bind_input(i, inputs[i].data());
-  }
-  std::vector<HostTensor> outputs;
-  for (size_t i = 0; i < engine_->num_outputs(); ++i) {
-    outputs.emplace_back(engine_->output(i).dtype, output_shape(i));
-    bind_output(i, outputs.back().data());
-  }
-  execute();
-  return outputs;
-}
-
-std::vector<HostTensor> ExecutionContext::run_on_device(const std::vector<HostTensor>& inputs) {
+  // Host tensors bind directly where the backend reads host memory; elsewhere they go through
+  // buffers of the backend's, kept for the next call.
+  const bool direct = backend_->host_memory();
   const size_t n_in = inputs.size(), n_out = engine_->num_outputs();
-  device_buffers_.resize(n_in + n_out);
-  device_buffer_bytes_.resize(n_in + n_out, 0);
-  auto buffer = [&](size_t slot, size_t bytes) {
-    if (!device_buffers_[slot] || device_buffer_bytes_[slot] < bytes) {
-      device_buffers_[slot] = cuda::allocate(*cuda_, bytes);
-      device_buffer_bytes_[slot] = bytes;
+  staging_.resize(n_in + n_out);
+  staging_bytes_.resize(n_in + n_out, 0);
+  auto staged = [&](size_t slot, size_t bytes) {
+    if (!staging_[slot] || staging_bytes_[slot] < bytes) {
+      staging_[slot] = backend_->allocate(bytes);
+      staging_bytes_[slot] = bytes;
     }
-    return device_buffers_[slot].get();
+    return staging_[slot].get();
   };
   for (size_t i = 0; i < n_in; ++i) {
     const TensorDesc& in = engine_->input(i);
     KILN_CHECK(inputs[i].dtype() == in.dtype, ShapeMismatch, "input `", in.name, "`: expected ",
                dtype_name(in.dtype), ", got ", dtype_name(inputs[i].dtype()));
     set_input_shape(i, inputs[i].shape());
-    void* d = buffer(i, inputs[i].nbytes());
-    cuda::copy_host_to_device(*cuda_, d, inputs[i].data(), inputs[i].nbytes());
+    if (direct) {
+      bind_input(i, inputs[i].data());
+      continue;
+    }
+    void* d = staged(i, inputs[i].nbytes());
+    backend_->copy(d, inputs[i].data(), inputs[i].nbytes(), ContextBackend::Copy::kFromHost);
     bind_input(i, d);
   }
   std::vector<HostTensor> outputs;
   for (size_t i = 0; i < n_out; ++i) {
     outputs.emplace_back(engine_->output(i).dtype, output_shape(i));
-    bind_output(i, buffer(n_in + i, outputs.back().nbytes()));
+    bind_output(i, direct ? outputs.back().data() : staged(n_in + i, outputs.back().nbytes()));
   }
   execute();
-  for (size_t i = 0; i < n_out; ++i) {
-    cuda::copy_device_to_host(*cuda_, outputs[i].data(), bound_outputs_[i], outputs[i].nbytes());
+  if (!direct) {
+    for (size_t i = 0; i < n_out; ++i) {
+      backend_->copy(outputs[i].data(), bound_outputs_[i], outputs[i].nbytes(),
+                     ContextBackend::Copy::kToHost);
+    }
   }
-  cuda::synchronize(*cuda_);
+  backend_->synchronize();
   return outputs;
 }
 

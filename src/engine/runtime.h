@@ -1,22 +1,18 @@
 // The engine runtime: an immutable Engine (shareable between threads) and per-caller
-// ExecutionContexts that bind shapes and buffers and execute on the engine's backend: the CPU, or
-// a CUDA device (buffers are then device pointers and execute() only enqueues on a stream).
+// ExecutionContexts that bind shapes and buffers and execute on the engine's backend
+// (engine/backend.h): the CPU, or a CUDA device (buffers are then device pointers and execute()
+// only enqueues on a stream).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/cpu/kernels.h"
+#include "engine/backend.h"
 #include "engine/memory_plan.h"
 #include "engine/network.h"
 
 namespace kiln::engine {
-
-namespace cuda {
-class EngineState;
-class ContextState;
-}  // namespace cuda
 
 // A dense host tensor with 64-byte aligned storage.
 class HostTensor {
@@ -56,10 +52,12 @@ class Engine {
   // capability; Unsupported in a build without CUDA). Weights go to the device on first use.
   explicit Engine(Network network, EngineTarget target = {});
   ~Engine();
+  Engine(const Engine&) = delete;  // the backend refers to network_
+  Engine& operator=(const Engine&) = delete;
   const Network& network() const { return network_; }
   const EngineTarget& target() const { return target_; }
-  bool on_cuda() const { return cuda_ != nullptr; }
-  const std::shared_ptr<cuda::EngineState>& cuda_state() const { return cuda_; }
+  bool on_cuda() const { return target_.device == "cuda"; }
+  const EngineBackend& backend() const { return *backend_; }
 
   size_t num_inputs() const { return network_.inputs().size(); }
   size_t num_outputs() const { return network_.outputs().size(); }
@@ -75,7 +73,7 @@ class Engine {
  private:
   Network network_;
   EngineTarget target_;
-  std::shared_ptr<cuda::EngineState> cuda_;  // cuda targets only
+  std::shared_ptr<EngineBackend> backend_;
 };
 
 struct LayerTiming {
@@ -132,7 +130,6 @@ class ExecutionContext {
   // Every layer once, reading `inputs` and writing `outputs` (on the stream for cuda engines).
   void enqueue(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
   void execute_layers(const std::vector<void*>& where);
-  std::vector<HostTensor> run_on_device(const std::vector<HostTensor>& inputs);
 
   std::shared_ptr<const Engine> engine_;
   std::vector<Shape> input_shapes_;
@@ -144,18 +141,17 @@ class ExecutionContext {
   // or -1; and per layer, whether it is such a reshape and so never runs.
   std::vector<int64_t> alias_of_;
   std::vector<bool> view_layer_;
+  // Per tensor: whether its bytes are an engine weight (directly or through views).
+  std::vector<bool> constant_;
   MemoryPlan plan_;
-  std::shared_ptr<uint8_t> arena_storage_;
-  size_t arena_capacity_ = 0;
   std::vector<const void*> bound_inputs_;
   std::vector<void*> bound_outputs_;
-  std::vector<std::unique_ptr<cpu::KernelState>> states_;
   bool profiling_ = false;
   std::vector<LayerTiming> timings_;
-  std::shared_ptr<cuda::ContextState> cuda_;           // cuda engines only
-  std::vector<std::shared_ptr<void>> device_buffers_;  // run()'s device copies, reused
-  std::vector<size_t> device_buffer_bytes_;
-  bool cuda_graphs_ = false;
+  std::unique_ptr<ContextBackend> backend_;
+  std::vector<std::shared_ptr<void>> staging_;  // run()'s backend copies, reused
+  std::vector<size_t> staging_bytes_;
+  bool graphs_ = false;
 };
 
 }  // namespace kiln::engine

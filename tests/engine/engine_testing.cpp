@@ -15,11 +15,11 @@ HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, doub
   for (int64_t i = 0; i < t.numel(); ++i) {
     double v = dist(rng);
     if (dtype == DataType::kBool) {
-      cpu::store_as<int64_t>(dtype, t.data(), i, v > (lo + hi) / 2);
+      store_as<int64_t>(dtype, t.data(), i, v > (lo + hi) / 2);
     } else if (!is_floating(dtype)) {
-      cpu::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(std::llround(v)));
+      store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(std::llround(v)));
     } else {
-      cpu::store_as<float>(dtype, t.data(), i, static_cast<float>(v));
+      store_as<float>(dtype, t.data(), i, static_cast<float>(v));
     }
   }
   return t;
@@ -36,10 +36,9 @@ HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<dou
   EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
   for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(values.size()); ++i) {
     if (is_floating(dtype)) {
-      cpu::store_as<float>(dtype, t.data(), i, static_cast<float>(values[static_cast<size_t>(i)]));
+      store_as<float>(dtype, t.data(), i, static_cast<float>(values[static_cast<size_t>(i)]));
     } else {
-      cpu::store_as<int64_t>(dtype, t.data(), i,
-                             static_cast<int64_t>(values[static_cast<size_t>(i)]));
+      store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(values[static_cast<size_t>(i)]));
     }
   }
   return t;
@@ -49,8 +48,8 @@ std::vector<double> to_doubles(const HostTensor& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i) {
     out[static_cast<size_t>(i)] =
-        is_floating(t.dtype()) ? cpu::load_as<float>(t.dtype(), t.data(), i)
-                               : static_cast<double>(cpu::load_as<int64_t>(t.dtype(), t.data(), i));
+        is_floating(t.dtype()) ? load_as<float>(t.dtype(), t.data(), i)
+                               : static_cast<double>(load_as<int64_t>(t.dtype(), t.data(), i));
   }
   return out;
 }

@@ -234,7 +234,7 @@ TEST(CudaLayout, PointwiseConvolutionsMatchCpu) {
 
 // Whether pointwise.cu's kernel runs the plan's convolution: its `applies` on the layer as planned,
 // with data as aligned as the arena's (convolution.cpp adds only a pixel count over 4,096 and
-// KILN_CUDA_POINTWISE=cudnn being unset).
+// the plan's switches leaving cuda_pointwise at auto).
 bool runs_small_channel_pointwise(const Plan& plan) {
   const Network& net = plan.network;
   alignas(16) static char aligned[16];

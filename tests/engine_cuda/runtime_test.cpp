@@ -5,6 +5,7 @@
 
 #include "cuda_testing.h"
 #include "engine/cuda/backend.h"
+#include "engine/cuda/kernels.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -35,6 +36,24 @@ std::shared_ptr<const Engine> cuda_engine(const Network& net) {
   config.device = "cuda";
   Plan plan = build(net, config);
   return std::make_shared<const Engine>(plan.network, plan.target);
+}
+
+// The kernels' measurement switches come from the plan (no GPU needed): the last setting of each
+// wins, and a plan without them runs every fast path.
+TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
+  const cuda::KernelOptions fast = cuda::kernel_options({"conv_layout=auto"});
+  EXPECT_FALSE(fast.pointwise_on_cudnn);
+  EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing);
+  BuilderConfig config;
+  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "gemm_fold=off",
+                        "gemm_timing=off", "gemm_timing=on"}) {
+    apply_switch(config, s);
+  }
+  const cuda::KernelOptions o = cuda::kernel_options(config.switches);
+  EXPECT_TRUE(o.pointwise_on_cudnn);
+  EXPECT_FALSE(o.depthwise_tiled);
+  EXPECT_FALSE(o.gemm_fold);
+  EXPECT_TRUE(o.gemm_timing);
 }
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call

@@ -3,8 +3,8 @@
 # then runs bench/gpu/bench.py's kiln backend with the arguments given, alternately with side A's
 # switch and without it (B), ROUNDS times each (default 2), and prints each row's medians per side
 # and B's speedup. Side A: AB_FLAGS, kilnc flags (a builder switch, recorded in the plan:
-# AB_FLAGS="--switch excitation_projection=off"), or AB_ENV, an environment variable (the run-time
-# switches still read from it: AB_ENV=KILN_GEMM_TIMING=off), or AB_TREE, another source tree
+# AB_FLAGS="--switch gemm_timing=off"), or AB_ENV, an environment variable (AB_ENV=
+# KILN_CUDA_GRAPHS=0), or AB_TREE, another source tree
 # (a checkout of an earlier commit inside the working tree, so the call carries it: side A runs
 # its kilnc and runtime: `git worktree add ab-base COMMIT`, AB_TREE=ab-base).
 # Example: AB_FLAGS="--switch excitation_projection=off" gpu-ab.sh --models efficientnet_b0 \

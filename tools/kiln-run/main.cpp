@@ -46,10 +46,10 @@ HostTensor random_input(DataType dtype, const Shape& shape, std::mt19937_64& rng
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (is_floating(dtype)) {
-      kiln::engine::cpu::store_as<float>(dtype, t.data(), i, dist(rng));
+      kiln::engine::store_as<float>(dtype, t.data(), i, dist(rng));
     } else {
       // Integer inputs are usually indices: keep them small and non-negative.
-      kiln::engine::cpu::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(rng() % 4));
+      kiln::engine::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(rng() % 4));
     }
   }
   return t;
@@ -58,7 +58,7 @@ HostTensor random_input(DataType dtype, const Shape& shape, std::mt19937_64& rng
 void summarize(const std::string& name, const HostTensor& t) {
   double lo = INFINITY, hi = -INFINITY, sum = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
-    const double v = kiln::engine::cpu::load_as<float>(t.dtype(), t.data(), i);
+    const double v = kiln::engine::load_as<float>(t.dtype(), t.data(), i);
     lo = std::min(lo, v);
     hi = std::max(hi, v);
     sum += v;
@@ -68,7 +68,7 @@ void summarize(const std::string& name, const HostTensor& t) {
     std::cout << " min " << lo << " max " << hi << " mean " << sum / static_cast<double>(t.numel());
     std::cout << " first [";
     for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 5); ++i) {
-      std::cout << (i ? ", " : "") << kiln::engine::cpu::load_as<float>(t.dtype(), t.data(), i);
+      std::cout << (i ? ", " : "") << kiln::engine::load_as<float>(t.dtype(), t.data(), i);
     }
     std::cout << "]";
   }

@@ -1,13 +1,13 @@
 // Float elementwise ops over whole blocks: the op is dispatched once per block, then a loop with
 // the op fixed at compile time runs (so it vectorizes). Same scalar semantics as
-// elementwise_math.h, except exp/sigmoid/silu/gelu use vector_math.h's SIMD-friendly forms.
+// engine/scalar_math.h, except exp/sigmoid/silu/gelu use vector_math.h's SIMD-friendly forms.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "engine/cpu/elementwise_math.h"
 #include "engine/cpu/vector_math.h"
+#include "engine/scalar_math.h"
 
 namespace kiln::engine::cpu {
 

@@ -7,64 +7,12 @@
 #include <vector>
 
 #include "engine/cpu/kernels.h"
+#include "engine/scalar_math.h"
 
 namespace kiln::engine::cpu {
 
 // Broadcast walks keep their multi-index on the stack up to this rank (after merging dims).
 constexpr size_t kSmallRank = 16;
-
-template <class C>
-inline C load_as(DataType t, const void* base, int64_t i) {
-  switch (t) {
-    case DataType::kF32:
-      return static_cast<C>(static_cast<const float*>(base)[i]);
-    case DataType::kF16:
-      return static_cast<C>(half_to_float(static_cast<const uint16_t*>(base)[i]));
-    case DataType::kBF16:
-      return static_cast<C>(bf16_to_float(static_cast<const uint16_t*>(base)[i]));
-    case DataType::kI64:
-      return static_cast<C>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kI32:
-      return static_cast<C>(static_cast<const int32_t*>(base)[i]);
-    case DataType::kI8:
-      return static_cast<C>(static_cast<const int8_t*>(base)[i]);
-    case DataType::kU8:
-      return static_cast<C>(static_cast<const uint8_t*>(base)[i]);
-    case DataType::kBool:
-      return static_cast<C>(static_cast<const uint8_t*>(base)[i] != 0);
-  }
-  return C{};
-}
-
-template <class C>
-inline void store_as(DataType t, void* base, int64_t i, C v) {
-  switch (t) {
-    case DataType::kF32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kF16:
-      static_cast<uint16_t*>(base)[i] = float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBF16:
-      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    case DataType::kI64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kI32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kI8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kU8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kBool:
-      static_cast<uint8_t*>(base)[i] = v != C{} ? 1 : 0;
-      break;
-  }
-}
 
 // Maps linear indices of an output shape to element offsets of an input broadcast to it. Adjacent
 // dims that step through the input alike are merged, so a per-channel operand of [N, C, H, W]

@@ -6,21 +6,10 @@
 namespace kiln::engine::cpu {
 
 const KernelTable& kernel_table() {
-  static const KernelTable table = [] {
-    KernelTable t;
-    register_elementwise(t);
-    register_matmul(t);
-    register_convolution(t);
-    register_pooling(t);
-    register_reduce(t);
-    register_normalization(t);
-    register_shuffle(t);
-    register_gather(t);
-    register_fill(t);
-    register_resize(t);
-    register_attention(t);
-    return t;
-  }();
+  static const KernelTable table = KernelTable::of<KernelTable>(
+      {register_elementwise, register_matmul, register_convolution, register_pooling,
+       register_reduce, register_normalization, register_shuffle, register_gather, register_fill,
+       register_resize, register_attention});
   return table;
 }
 

@@ -1,35 +1,20 @@
 // The CPU backend's kernel interface: one kernel function per layer kind, registered per family
-// (register_<family>) into a table indexed by the LayerParams variant index.
+// (register_<family>) into its KernelTable (engine/kernel_table.h).
 #pragma once
 
-#include <array>
 #include <memory>
 #include <vector>
 
+#include "engine/backend.h"
+#include "engine/kernel_table.h"
 #include "engine/network.h"
 
 namespace kiln::engine::cpu {
 
 // A dense, row-major tensor in host memory.
-struct TensorView {
-  DataType dtype = DataType::kF32;
-  Shape shape;
-  void* data = nullptr;
-  // The runtime's promise that these bytes never change while the engine lives (an engine
-  // weight), so a kernel may cache what it derives from them keyed by `data` alone.
-  bool constant = false;
-  int64_t numel() const { return volume(shape); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data);
-  }
-};
+using TensorView = TensorRef;
 
-// State a kernel keeps between runs of one layer in one execution context (oneDNN primitives
-// for the last shape, reordered weights, ...).
-struct KernelState {
-  virtual ~KernelState() = default;
-};
+using KernelState = engine::KernelState;
 
 struct KernelArgs {
   const Layer& layer;
@@ -40,23 +25,7 @@ struct KernelArgs {
 
 using KernelFn = void (*)(KernelArgs& args);
 
-class KernelTable {
- public:
-  template <class Params>
-  void set(KernelFn fn) {
-    table_[variant_index<Params>()] = fn;
-  }
-  KernelFn get(const LayerParams& params) const { return table_[params.index()]; }
-  bool has(size_t variant_index) const { return table_[variant_index] != nullptr; }
-
-  template <class Params>
-  static constexpr size_t variant_index() {
-    return LayerParams(Params{}).index();
-  }
-
- private:
-  std::array<KernelFn, kNumLayerKinds> table_{};
-};
+using KernelTable = engine::KernelTable<KernelFn>;
 
 // Every CPU kernel, registered once.
 const KernelTable& kernel_table();

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "engine/cpu/convert.h"
-#include "engine/cpu/elementwise_math.h"
+#include "engine/scalar_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {

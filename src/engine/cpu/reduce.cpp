@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/cpu/convert.h"
+#include "engine/layers/setup.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
@@ -15,18 +16,6 @@ namespace kiln::engine::cpu {
 namespace {
 
 constexpr int64_t kParallelWork = 32 * 1024;
-
-// The input seen as [outer, n, inner] around `axis`.
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisSplit split_at(const Shape& s, int axis) {
-  AxisSplit r;
-  for (int d = 0; d < axis; ++d) r.outer *= s[static_cast<size_t>(d)];
-  r.n = s[static_cast<size_t>(axis)];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) r.inner *= s[d];
-  return r;
-}
 
 inline int64_t wrap_add(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
@@ -151,24 +140,7 @@ void argmax_typed(const TensorView& in, const TensorView& out, const AxisSplit& 
 #pragma omp parallel for if (rows * s.n > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
-    C best = load_as<C>(in.dtype, in.data, base);
-    int64_t best_i = 0;
-    for (int64_t i = 1; i < s.n; ++i) {
-      const C v = load_as<C>(in.dtype, in.data, base + i * s.inner);
-      if constexpr (std::is_same_v<C, float>) {
-        if (std::isnan(best)) break;  // the first NaN wins for both argmax and argmin
-        if (std::isnan(v)) {
-          best = v;
-          best_i = i;
-          continue;
-        }
-      }
-      if (is_min ? v < best : v > best) {
-        best = v;
-        best_i = i;
-      }
-    }
-    out.as<int64_t>()[r] = best_i;
+    out.as<int64_t>()[r] = arg_best<C>(in.dtype, in.data, base, s.n, s.inner, is_min);
   }
 }
 
@@ -230,9 +202,7 @@ void topk_typed(const TopKParams& p, const TensorView& in, const TensorView& val
 void topk_kernel(KernelArgs& args) {
   const auto& p = std::get<TopKParams>(args.layer.params);
   const TensorView& in = args.inputs[0];
-  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "topk"));
-  KILN_CHECK(p.k >= 0 && p.k <= s.n, InvalidArgument, "layer `", args.layer.name, "`: k = ", p.k,
-             " exceeds the dim size ", s.n);
+  const AxisSplit s = topk_split(args.layer.name, p, in.shape);
   if (is_floating(in.dtype)) {
     topk_typed<float>(p, in, args.outputs[0], args.outputs[1], s);
   } else {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/cpu/convert.h"
+#include "engine/layers/setup.h"
 #include "util/errors.h"
 
 namespace kiln::engine::cpu {
@@ -185,31 +186,17 @@ void shuffle_kernel(KernelArgs& args) {
 void concat_kernel(KernelArgs& args) {
   const auto& p = std::get<ConcatParams>(args.layer.params);
   const TensorView& out = args.outputs[0];
-  const size_t es = dtype_size(out.dtype);
-  const Shape& s0 = args.inputs[0].shape;
-  const int axis = normalize_axis(p.axis, p.stack ? s0.size() + 1 : s0.size(), args.layer.name);
-  int64_t outer = 1;
-  for (int d = 0; d < axis; ++d) outer *= s0[static_cast<size_t>(d)];
-  // Bytes each input contributes per outer index, and where it starts in an output row.
-  std::vector<size_t> chunk, at;
-  size_t row = 0;
-  for (const TensorView& in : args.inputs) {
-    int64_t n = 1;
-    for (size_t d = static_cast<size_t>(axis); d < in.shape.size(); ++d) n *= in.shape[d];
-    chunk.push_back(static_cast<size_t>(n) * es);
-    at.push_back(row);
-    row += chunk.back();
-  }
-  if (row == 0) return;
+  const ConcatRows r = concat_rows(args.layer.name, p, args.inputs);
+  if (r.row == 0) return;
   uint8_t* dst = static_cast<uint8_t*>(out.data);
 #pragma omp parallel for if (out.numel() > kParallelElements)
-  for (int64_t o = 0; o < outer; ++o) {
+  for (int64_t o = 0; o < r.outer; ++o) {
     for (size_t k = 0; k < args.inputs.size(); ++k) {
-      if (chunk[k] == 0) continue;
+      if (r.chunk[k] == 0) continue;
       std::memcpy(
-          dst + static_cast<size_t>(o) * row + at[k],
-          static_cast<const uint8_t*>(args.inputs[k].data) + static_cast<size_t>(o) * chunk[k],
-          chunk[k]);
+          dst + static_cast<size_t>(o) * r.row + r.at[k],
+          static_cast<const uint8_t*>(args.inputs[k].data) + static_cast<size_t>(o) * r.chunk[k],
+          r.chunk[k]);
     }
   }
 }
@@ -218,22 +205,10 @@ void slice_kernel(KernelArgs& args) {
   const auto& p = std::get<SliceParams>(args.layer.params);
   const TensorView &in = args.inputs[0], &out = args.outputs[0];
   if (out.numel() == 0) return;
-  const auto strides = contiguous_strides(in.shape);
-  std::vector<int64_t> src_strides = strides;
-  int64_t offset = 0;
-  for (size_t i = 0; i < p.axes.size(); ++i) {
-    const size_t a =
-        static_cast<size_t>(normalize_axis(p.axes[i], in.shape.size(), args.layer.name));
-    const int64_t d = in.shape[a], step = p.steps.empty() ? 1 : p.steps[i];
-    int64_t start = p.starts[i];
-    if (start < 0) start += d;
-    start = std::clamp<int64_t>(start, 0, d);
-    offset += start * strides[a];
-    src_strides[a] = strides[a] * step;
-  }
+  const SliceView view = slice_view(args.layer.name, p, in.shape);
   const size_t es = dtype_size(in.dtype);
-  strided_copy(es, static_cast<const uint8_t*>(in.data) + offset * static_cast<int64_t>(es),
-               src_strides, out.shape, out.data);
+  strided_copy(es, static_cast<const uint8_t*>(in.data) + view.offset * static_cast<int64_t>(es),
+               view.strides, out.shape, out.data);
 }
 
 // Source index along one dim for each output index, or -1 for the constant fill.

@@ -2,6 +2,8 @@
 // per-context streams, arenas, handles and the layer dispatch.
 #include "engine/cuda/backend.h"
 
+#include "engine/backend.h"
+
 #include <cublasLt.h>
 #include <cudnn.h>
 
@@ -69,7 +71,8 @@ struct GrowingBuffer {
 
 class EngineState {
  public:
-  EngineState(const Network& net, int device) : weight_data_(net.weights()), device_(device) {}
+  EngineState(const Network& net, int device, KernelOptions options)
+      : weight_data_(net.weights()), device_(device), options_(options) {}
   ~EngineState() {
     if (weights_) {
       DeviceGuard guard(device_);
@@ -78,6 +81,7 @@ class EngineState {
     }
   }
   int device() const { return device_; }
+  const KernelOptions& options() const { return options_; }
 
   // Uploads every weight on the first call (on `stream`); later callers on other streams wait
   // for that upload through an event.
@@ -121,6 +125,7 @@ class EngineState {
 
   const std::map<std::string, Weights> weight_data_;  // host copies share the network's bytes
   const int device_;
+  const KernelOptions options_;
   std::mutex mutex_;
   void* weights_ = nullptr;
   std::map<std::string, size_t> offsets_;
@@ -144,6 +149,7 @@ class ContextState : public Resources {
     if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
   }
 
+  const KernelOptions& options() const override { return engine_->options(); }
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return engine_->device(); }
   void* workspace(size_t bytes) override { return workspace_.reserve(bytes, stream_, "workspace"); }
@@ -259,6 +265,19 @@ class ContextState : public Resources {
   std::vector<size_t> marks_;
 };
 
+KernelOptions kernel_options(const std::vector<std::string>& switches) {
+  KernelOptions o;
+  for (const std::string& s : switches) {  // validated by the builder's apply_switch
+    if (s == "cuda_pointwise=cudnn") o.pointwise_on_cudnn = true;
+    if (s == "cuda_pointwise=auto") o.pointwise_on_cudnn = false;
+    if (s == "cuda_depthwise=strip") o.depthwise_tiled = false;
+    if (s == "cuda_depthwise=auto") o.depthwise_tiled = true;
+    if (s == "gemm_fold=off" || s == "gemm_fold=on") o.gemm_fold = s == "gemm_fold=on";
+    if (s == "gemm_timing=off" || s == "gemm_timing=on") o.gemm_timing = s == "gemm_timing=on";
+  }
+  return o;
+}
+
 bool built() {
   return true;
 }
@@ -314,147 +333,6 @@ void check_supported(const Network& net) {
   }
 }
 
-std::shared_ptr<EngineState> create_engine_state(const Network& net, const EngineTarget& target) {
-  const int n = device_count();
-  KILN_CHECK(target.device_index >= 0 && target.device_index < n, DeviceError,
-             "engine built for cuda (sm_", target.compute_capability, ") is bound to CUDA device ",
-             target.device_index, ", but this machine has ",
-             n == 0 ? std::string("no CUDA device") : std::to_string(n) + " CUDA device(s)");
-  const int cc = compute_capability(target.device_index);
-  KILN_CHECK(target.compute_capability == 0 || cc == target.compute_capability, DeviceError,
-             "engine built for compute capability ", target.compute_capability,
-             " cannot run on CUDA device ", target.device_index, " (compute capability ", cc,
-             "): rebuild the engine on this GPU");
-  return std::make_shared<EngineState>(net, target.device_index);
-}
-
-int device_index(const EngineState& engine) {
-  return engine.device();
-}
-
-std::shared_ptr<ContextState> create_context_state(std::shared_ptr<EngineState> engine,
-                                                   size_t num_layers) {
-  return std::make_shared<ContextState>(std::move(engine), num_layers);
-}
-
-void set_stream(ContextState& ctx, void* stream) {
-  ctx.set_stream(static_cast<cudaStream_t>(stream));
-}
-
-void* stream(const ContextState& ctx) {
-  return ctx.stream();
-}
-
-const void* weight(ContextState& ctx, const std::string& name) {
-  DeviceGuard guard(ctx.device());
-  return ctx.engine().weight(name, ctx.stream(), &ctx.waited_for_weights);
-}
-
-void* arena(ContextState& ctx, size_t bytes) {
-  DeviceGuard guard(ctx.device());
-  return ctx.arena_buffer().reserve(bytes, ctx.stream(), "activation arena");
-}
-
-void check_device_pointer(const ContextState& ctx, const void* ptr, const std::string& what) {
-  cudaPointerAttributes attr{};
-  const cudaError_t status = cudaPointerGetAttributes(&attr, ptr);
-  if (status != cudaSuccess) cudaGetLastError();
-  KILN_CHECK(status == cudaSuccess &&
-                 (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
-             InvalidArgument, what, ": expected device memory of CUDA device ", ctx.device(),
-             ", got a host pointer");
-  KILN_CHECK(attr.type == cudaMemoryTypeManaged || attr.device == ctx.device(), DeviceError, what,
-             ": memory of CUDA device ", attr.device, ", but the engine is bound to device ",
-             ctx.device());
-}
-
-void run_layer(ContextState& ctx, size_t index, const Layer& layer,
-               const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs) {
-  bool empty = true;
-  for (const auto& o : outputs) empty = empty && o.numel() == 0;
-  if (empty) return;
-  const KernelEntry& entry = kernel_table().get(layer.params);
-  KILN_CHECK(entry.fn != nullptr, Unsupported, "layer `", layer.name, "` (",
-             layer_kind_name(layer.params), "): the CUDA backend has no kernel for this kind");
-  DeviceGuard guard(ctx.device());
-  KernelArgs args{layer, inputs, outputs, ctx.state(index), ctx};
-  entry.fn(args);
-}
-
-void execute_graph(ContextState& ctx, const std::vector<int64_t>& key,
-                   const std::vector<const void*>& inputs, const std::vector<size_t>& input_bytes,
-                   const std::vector<void*>& outputs, const std::vector<size_t>& output_bytes,
-                   const EnqueueFn& enqueue) {
-  DeviceGuard guard(ctx.device());
-  ctx.graphs.execute(ctx.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue);
-}
-
-void write_values(ContextState& ctx, const DeviceTensor& dst, const std::vector<int64_t>& values) {
-  {
-    DeviceGuard guard(ctx.device());
-    if (launch_write_values(ctx.stream(), dst, values)) return;
-  }
-  const size_t es = dtype_size(dst.dtype);
-  std::vector<uint8_t> bytes(values.size() * es);
-  for (size_t i = 0; i < values.size(); ++i) {
-    const int64_t v = values[i];
-    uint8_t* p = bytes.data() + i * es;
-    switch (dst.dtype) {
-      case DataType::kF32: {
-        const float f = static_cast<float>(v);
-        std::memcpy(p, &f, 4);
-        break;
-      }
-      case DataType::kF16: {
-        const uint16_t h = float_to_half(static_cast<float>(v));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kBF16: {
-        const uint16_t h = float_to_bf16(static_cast<float>(v));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kI32: {
-        const int32_t x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kBool:
-        *p = v != 0;
-        break;
-      default:  // i64, i8, u8: the low bytes, little endian
-        std::memcpy(p, &v, es);
-        break;
-    }
-  }
-  // A pageable source: the copy is staged before cudaMemcpyAsync returns.
-  copy_host_to_device(ctx, dst.data, bytes.data(), bytes.size());
-}
-
-void copy_device_to_device(ContextState& ctx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0 || dst == src) return;
-  DeviceGuard guard(ctx.device());
-  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
-}
-
-void copy_host_to_device(ContextState& ctx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  DeviceGuard guard(ctx.device());
-  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
-}
-
-void copy_device_to_host(ContextState& ctx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  DeviceGuard guard(ctx.device());
-  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream()));
-}
-
-void synchronize(ContextState& ctx) {
-  DeviceGuard guard(ctx.device());
-  KILN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-}
-
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype,
                              bool has_mask) {
   if (has_mask || (dtype != DataType::kF16 && dtype != DataType::kBF16)) return false;
@@ -468,47 +346,138 @@ bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, Dat
   return true;
 }
 
-void profile_begin(ContextState& ctx) {
-  ctx.profile_begin();
-}
-void profile_mark(ContextState& ctx, size_t layer) {
-  DeviceGuard guard(ctx.device());
-  ctx.profile_mark(layer);
-}
-std::vector<std::pair<size_t, double>> profile_end(ContextState& ctx) {
-  return ctx.profile_end();
-}
+namespace {
 
-std::shared_ptr<void> allocate(ContextState& ctx, size_t bytes) {
-  DeviceGuard guard(ctx.device());
-  void* p = nullptr;
-  const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 256));
-  KILN_CHECK(status == cudaSuccess, DeviceError, "cudaMalloc of ", bytes,
-             " bytes failed: ", cudaGetErrorString(status));
-  const int device = ctx.device();
-  return std::shared_ptr<void>(p, [device](void* q) {
-    DeviceGuard g(device);
-    cudaFree(q);
-  });
+// The runtime's view of a ContextState (engine/backend.h); every call runs with the engine's
+// device current.
+class CudaContext final : public ContextBackend {
+ public:
+  CudaContext(std::shared_ptr<EngineState> engine, size_t num_layers)
+      : ctx_(std::move(engine), num_layers) {}
+
+  bool host_memory() const override { return false; }
+  void check_pointer(const void* ptr, const std::string& what) const override {
+    cudaPointerAttributes attr{};
+    const cudaError_t status = cudaPointerGetAttributes(&attr, ptr);
+    if (status != cudaSuccess) cudaGetLastError();
+    KILN_CHECK(status == cudaSuccess &&
+                   (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+               InvalidArgument, what, ": expected device memory of CUDA device ", ctx_.device(),
+               ", got a host pointer");
+    KILN_CHECK(attr.type == cudaMemoryTypeManaged || attr.device == ctx_.device(), DeviceError,
+               what, ": memory of CUDA device ", attr.device,
+               ", but the engine is bound to device ", ctx_.device());
+  }
+  void* arena(size_t bytes) override {
+    DeviceGuard guard(ctx_.device());
+    return ctx_.arena_buffer().reserve(bytes, ctx_.stream(), "activation arena");
+  }
+  const void* weight(const std::string& name) override {
+    DeviceGuard guard(ctx_.device());
+    return ctx_.engine().weight(name, ctx_.stream(), &ctx_.waited_for_weights);
+  }
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    DeviceGuard guard(ctx_.device());
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    KILN_CHECK(status == cudaSuccess, DeviceError, "cudaMalloc of ", bytes,
+               " bytes failed: ", cudaGetErrorString(status));
+    const int device = ctx_.device();
+    return std::shared_ptr<void>(p, [device](void* q) {
+      DeviceGuard g(device);
+      cudaFree(q);
+    });
+  }
+  void copy(void* dst, const void* src, size_t bytes, Copy direction) override {
+    if (bytes == 0 || (direction == Copy::kWithin && dst == src)) return;
+    const cudaMemcpyKind kind = direction == Copy::kWithin     ? cudaMemcpyDeviceToDevice
+                                : direction == Copy::kFromHost ? cudaMemcpyHostToDevice
+                                                               : cudaMemcpyDeviceToHost;
+    DeviceGuard guard(ctx_.device());
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, ctx_.stream()));
+  }
+  void write_values(const TensorRef& dst, const std::vector<int64_t>& values) override {
+    {
+      DeviceGuard guard(ctx_.device());
+      if (launch_write_values(ctx_.stream(), dst, values)) return;
+    }
+    // A pageable source: the copy is staged before cudaMemcpyAsync returns.
+    const std::vector<uint8_t> bytes = encode_values(dst.dtype, values);
+    copy(dst.data, bytes.data(), bytes.size(), Copy::kFromHost);
+  }
+
+  void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
+                 const std::vector<TensorRef>& outputs) override {
+    bool empty = true;
+    for (const auto& o : outputs) empty = empty && o.numel() == 0;
+    if (empty) return;
+    const KernelEntry& entry = kernel_table().get(layer.params);
+    KILN_CHECK(entry.fn != nullptr, Unsupported, "layer `", layer.name, "` (",
+               layer_kind_name(layer.params), "): the CUDA backend has no kernel for this kind");
+    DeviceGuard guard(ctx_.device());
+    KernelArgs args{layer, inputs, outputs, ctx_.state(index), ctx_};
+    entry.fn(args);
+  }
+  void synchronize() override {
+    DeviceGuard guard(ctx_.device());
+    KILN_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
+
+  void set_stream(void* stream) override { ctx_.set_stream(static_cast<cudaStream_t>(stream)); }
+  void* stream() const override { return ctx_.stream(); }
+  bool has_graphs() const override { return true; }
+  void execute_graph(const std::vector<int64_t>& key, const std::vector<const void*>& inputs,
+                     const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
+                     const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) override {
+    DeviceGuard guard(ctx_.device());
+    ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue);
+  }
+
+  void profile_begin() override { ctx_.profile_begin(); }
+  void profile_mark(size_t layer) override {
+    DeviceGuard guard(ctx_.device());
+    ctx_.profile_mark(layer);
+  }
+  std::vector<std::pair<size_t, double>> profile_end() override { return ctx_.profile_end(); }
+
+ private:
+  ContextState ctx_;
+};
+
+class CudaEngine final : public EngineBackend {
+ public:
+  explicit CudaEngine(std::shared_ptr<EngineState> state) : state_(std::move(state)) {}
+  std::unique_ptr<ContextBackend> create_context(size_t num_layers) const override {
+    return std::make_unique<CudaContext>(state_, num_layers);
+  }
+
+ private:
+  std::shared_ptr<EngineState> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<EngineBackend> create_engine_backend(const Network& net,
+                                                     const EngineTarget& target) {
+  const int n = device_count();
+  KILN_CHECK(target.device_index >= 0 && target.device_index < n, DeviceError,
+             "engine built for cuda (sm_", target.compute_capability, ") is bound to CUDA device ",
+             target.device_index, ", but this machine has ",
+             n == 0 ? std::string("no CUDA device") : std::to_string(n) + " CUDA device(s)");
+  const int cc = compute_capability(target.device_index);
+  KILN_CHECK(target.compute_capability == 0 || cc == target.compute_capability, DeviceError,
+             "engine built for compute capability ", target.compute_capability,
+             " cannot run on CUDA device ", target.device_index, " (compute capability ", cc,
+             "): rebuild the engine on this GPU");
+  return std::make_shared<CudaEngine>(
+      std::make_shared<EngineState>(net, target.device_index, kernel_options(target.switches)));
 }
 
 const KernelTable& kernel_table() {
-  static const KernelTable table = [] {
-    KernelTable t;
-    register_elementwise(t);
-    register_matmul(t);
-    register_convolution(t);
-    register_pooling(t);
-    register_reduce(t);
-    register_normalization(t);
-    register_shuffle(t);
-    register_gather(t);
-    register_fill(t);
-    register_resize(t);
-    register_attention(t);
-    register_squeeze_excitation(t);
-    return t;
-  }();
+  static const KernelTable table = KernelTable::of<KernelTable>(
+      {register_elementwise, register_matmul, register_convolution, register_pooling,
+       register_reduce, register_normalization, register_shuffle, register_gather, register_fill,
+       register_resize, register_attention, register_squeeze_excitation});
   return table;
 }
 

@@ -113,16 +113,6 @@ std::vector<int64_t> lift_param(const std::vector<int64_t>& v, size_t spatial, i
 // (squeeze-excitation's 20 -> 480 on 1x1 maps: 0.020 ms on cuDNN, 0.009 as a GEMM).
 constexpr int64_t kPointwiseGemmMinChannels = 32, kPointwiseGemmMaxRows = 4096;
 
-// KILN_CUDA_POINTWISE=cudnn keeps 1x1 convolutions on cuDNN, off the GEMM and pointwise.cu (for
-// measurements: bench/NOTES.md G15 compares the paths).
-bool pointwise_on_cudnn() {
-  static const bool cudnn = [] {
-    const char* env = std::getenv("KILN_CUDA_POINTWISE");
-    return env && std::string(env) == "cudnn";
-  }();
-  return cudnn;
-}
-
 // The GEMM path: kernel == stride, no padding, dilation or groups, channels-last 2-d (1x1/1
 // convolutions, ViT's 16x16/16 patch embedding). Each output pixel's receptive field is then its
 // own [kh, kw, C] block of x, so the convolution is patches [N * OH * OW, kh * kw * C] times the
@@ -131,9 +121,10 @@ bool pointwise_on_cudnn() {
 // [N * OH * OW, Cout]). Where cuDNN was faster (bench/NOTES.md G15) it keeps the convolution:
 // 1x1 ones of fewer than 32 input channels over many pixels (efficientnet's 16 -> 96 expansion at
 // 112x112, unless pointwise.cu takes it first) and strided 1x1 ones (gathering their pixels first
-// cost more than it saved).
+// cost more than it saved). The switch cuda_pointwise=cudnn keeps every 1x1 one on cuDNN.
 bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
-                        const TensorView* residual, const TensorView& out) {
+                        const TensorView* residual, const TensorView& out,
+                        const KernelOptions& options) {
   const auto all = [](const std::vector<int64_t>& v, int64_t value) {
     return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == value; });
   };
@@ -145,7 +136,7 @@ bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const T
   }
   if (w.shape[1] * w.shape[2] > 1) return true;  // a patch embedding
   const int64_t pixels = x.shape[0] * x.shape[1] * x.shape[2];
-  return !pointwise_on_cudnn() &&
+  return !options.pointwise_on_cudnn &&
          (x.shape[3] >= kPointwiseGemmMinChannels || pixels <= kPointwiseGemmMaxRows);
 }
 
@@ -203,18 +194,19 @@ void convolution_kernel(KernelArgs& args) {
   const TensorView* bias = p.post.has_bias ? &args.inputs[in_idx++] : nullptr;
   const TensorView* residual = p.post.has_residual ? &args.inputs[in_idx++] : nullptr;
   if (depthwise_nhwc_applies(p, x, w, residual, out)) {
-    launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out);
+    launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out,
+                          args.res.options().depthwise_tiled);
     return;
   }
   // Few input channels over many pixels: our kernel (cuBLASLt's tiles are poor at K <= 32);
   // few pixels stay on the GEMM.
-  if (!pointwise_on_cudnn() && x.shape.size() == 4 &&
+  if (!args.res.options().pointwise_on_cudnn && x.shape.size() == 4 &&
       x.shape[0] * x.shape[1] * x.shape[2] > kPointwiseGemmMaxRows &&
       pointwise_nhwc_applies(p, x, w, bias, residual, out)) {
     launch_pointwise_nhwc(args.stream(), name, p, x, w, bias, out);
     return;
   }
-  if (patch_gemm_applies(p, x, w, residual, out)) {
+  if (patch_gemm_applies(p, x, w, residual, out, args.res.options())) {
     patch_gemm(args, p, x, w, bias, residual, out);
     return;
   }

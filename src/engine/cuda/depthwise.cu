@@ -23,6 +23,7 @@ struct DepthwiseArgs {
   int kh, kw, sh, sw, ph, pw, dh, dw;
   ActivationKind act, act2;
   float alpha, beta, alpha2, beta2;
+  bool tiled;  // whether the tiled kernels may run (host side only)
 };
 
 template <class T>
@@ -350,15 +351,6 @@ void launch_tiled(cudaStream_t stream, const DepthwiseArgs& a, int n) {
   depthwise_nhwc_tiled<T, K, S><<<grid, kVecThreads, smem, stream>>>(a);
 }
 
-// KILN_CUDA_DEPTHWISE=strip keeps the strip kernel for every 3x3/5x5 filter (for comparisons).
-bool tiled_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("KILN_CUDA_DEPTHWISE");
-    return !(env && std::string(env) == "strip");
-  }();
-  return enabled;
-}
-
 // Channel tiles of at most 32 V-groups, as even as the group count allows (84 -> 3 x 28).
 int channel_tile(int groups) {
   const int tiles = (groups + 31) / 32;
@@ -390,8 +382,8 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   // strips, which were as fast or faster there (efficientnet_b0 b32: 112x112x32 0.048 vs 0.066
   // ms, 56x56x144 0.057 vs 0.069), and so do narrower outputs, most of whose 16-wide tile would
   // be idle (7x7x1152 5x5: 0.022 vs 0.029 ms; bench/NOTES.md G25).
-  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && a.ow >= 14 &&
-      tiled_enabled() && n <= 65535 && groups / TileShape<1>::G < 65535) {
+  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && a.ow >= 14 && a.tiled &&
+      n <= 65535 && groups / TileShape<1>::G < 65535) {
     const auto kernel = k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
                                : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
     kernel(stream, a, static_cast<int>(n));
@@ -432,8 +424,9 @@ bool depthwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, con
 void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
                            const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                            const TensorView* bias, const TensorView* residual,
-                           const TensorView& out) {
+                           const TensorView& out, bool tiled) {
   DepthwiseArgs a{};
+  a.tiled = tiled;
   a.x = x.data, a.w = w.data, a.y = out.data;
   a.bias = bias ? bias->data : nullptr;
   a.residual = residual ? residual->data : nullptr;

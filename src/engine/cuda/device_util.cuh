@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/scalar_math.h"
 #include "engine/types.h"
 
 namespace kiln::engine::cuda {
@@ -44,59 +45,6 @@ __device__ __forceinline__ int64_t offset_of(const Dims& d, int64_t i) {
     }
   }
   return off;
-}
-
-template <class C>
-__device__ __forceinline__ C load_as(DataType t, const void* base, int64_t i) {
-  switch (t) {
-    case DataType::kF32:
-      return static_cast<C>(static_cast<const float*>(base)[i]);
-    case DataType::kF16:
-      return static_cast<C>(__half2float(static_cast<const __half*>(base)[i]));
-    case DataType::kBF16:
-      return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
-    case DataType::kI64:
-      return static_cast<C>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kI32:
-      return static_cast<C>(static_cast<const int32_t*>(base)[i]);
-    case DataType::kI8:
-      return static_cast<C>(static_cast<const int8_t*>(base)[i]);
-    case DataType::kU8:
-      return static_cast<C>(static_cast<const uint8_t*>(base)[i]);
-    case DataType::kBool:
-      return static_cast<C>(static_cast<const uint8_t*>(base)[i] != 0);
-  }
-  return C{};
-}
-
-template <class C>
-__device__ __forceinline__ void store_as(DataType t, void* base, int64_t i, C v) {
-  switch (t) {
-    case DataType::kF32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kF16:
-      static_cast<__half*>(base)[i] = __float2half_rn(static_cast<float>(v));
-      break;
-    case DataType::kBF16:
-      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(static_cast<float>(v));
-      break;
-    case DataType::kI64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kI32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kI8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kU8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kBool:
-      static_cast<uint8_t*>(base)[i] = v != C{} ? 1 : 0;
-      break;
-  }
 }
 
 // 16 bytes of T (8 halves or 4 floats): one vector load or store where the address is aligned.

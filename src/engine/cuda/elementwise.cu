@@ -45,8 +45,10 @@ __device__ __forceinline__ C apply(const Op& op, C a, C b) {
     }
   } else {
     switch (op.kind) {
-      case 0:
-        return binary_int(static_cast<BinaryOp>(op.op), a, b);
+      case 0: {
+        MathError ignored = MathError::kNone;  // the device writes 0 where the CPU would throw
+        return binary_int(static_cast<BinaryOp>(op.op), a, b, ignored);
+      }
       case 1:
         return unary_int(static_cast<UnaryOp>(op.op), a);
       case 2:

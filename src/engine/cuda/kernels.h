@@ -5,13 +5,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/cuda/backend.h"
+#include "engine/kernel_table.h"
 #include "engine/network.h"
 #include "util/errors.h"
 
@@ -19,16 +19,23 @@ namespace kiln::engine::cuda {
 
 using TensorView = DeviceTensor;
 
-// State a kernel keeps between runs of one layer in one context (descriptors and algorithms
-// chosen for the last shapes, ...).
-struct KernelState {
-  virtual ~KernelState() = default;
+using KernelState = engine::KernelState;
+
+// What the kernels read of the plan's measurement switches (EngineTarget::switches, set through
+// the builder's apply_switch): each on the fast path unless switched for a comparison.
+struct KernelOptions {
+  bool pointwise_on_cudnn = false;  // cuda_pointwise=cudnn: 1x1 convolutions stay on cuDNN (G15)
+  bool depthwise_tiled = true;      // cuda_depthwise=strip: strips for every filter (G25)
+  bool gemm_fold = true;            // gemm_fold=off: batched matmuls stay batched (G33)
+  bool gemm_timing = true;          // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
 };
+KernelOptions kernel_options(const std::vector<std::string>& switches);
 
 // Per-context resources a kernel may use. Handles are created on first use.
 class Resources {
  public:
   virtual ~Resources() = default;
+  virtual const KernelOptions& options() const = 0;
   virtual cudaStream_t stream() const = 0;
   virtual int device() const = 0;
   // Scratch device memory valid until the next layer runs (stream-ordered growth).
@@ -44,6 +51,7 @@ class WorkspaceAfter : public Resources {
  public:
   WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
       : base_(base), offset_(offset), base_ws_(base_ws) {}
+  const KernelOptions& options() const override { return base_.options(); }
   cudaStream_t stream() const override { return base_.stream(); }
   int device() const override { return base_.device(); }
   void* workspace(size_t bytes) override {
@@ -89,16 +97,12 @@ struct KernelEntry {
   SupportFn support = nullptr;  // further checks (optional)
 };
 
-class KernelTable {
+class KernelTable : public engine::KernelTable<KernelEntry> {
  public:
   template <class Params>
   void set(KernelFn fn, uint32_t output_dtypes, SupportFn support = nullptr) {
-    table_[LayerParams(Params{}).index()] = KernelEntry{fn, output_dtypes, support};
+    engine::KernelTable<KernelEntry>::set<Params>(KernelEntry{fn, output_dtypes, support});
   }
-  const KernelEntry& get(const LayerParams& params) const { return table_[params.index()]; }
-
- private:
-  std::array<KernelEntry, kNumLayerKinds> table_{};
 };
 
 // Every CUDA kernel, registered once.
@@ -140,10 +144,11 @@ void run_matmul(KernelArgs& args);
 // post-op fused; `applies` says whether a convolution layer is one it runs.
 bool depthwise_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                             const TensorView* residual, const TensorView& out);
+// `tiled` false keeps the strip kernel for every filter (cuda_depthwise=strip).
 void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
                            const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                            const TensorView* bias, const TensorView* residual,
-                           const TensorView& out);
+                           const TensorView& out, bool tiled);
 // pointwise.cu: channels-last 1x1 convolution (stride 1, no padding, groups 1) of 8, 16, 24 or
 // 32 input channels with bias and activation (none, ReLU, clamp, SiLU) fused, in fp32 FMAs; x,
 // weights, bias and output of one float dtype, 16-byte aligned. `applies` says whether a

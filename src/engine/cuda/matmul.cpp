@@ -11,7 +11,6 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
-#include "util/env.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -53,17 +52,12 @@ struct TimingRun {
   cudaStream_t stream;
 };
 
-bool folding_enabled() {
-  static const bool enabled = !switched_off("KILN_GEMM_FOLD");
-  return enabled;
-}
-
 // Whether the first run of a GEMM this large times the heuristic's candidates: at 2 GFLOP or
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
-// timing costs; smaller ones are latency-bound, where the candidates differ little.
-bool worth_timing(int64_t m, int64_t n, int64_t k, int64_t batches) {
-  static const bool enabled = !switched_off("KILN_GEMM_TIMING");
-  return enabled && 2.0 * static_cast<double>(m) * n * k * batches >= 2e9;
+// timing costs; smaller ones are latency-bound, where the candidates differ little. The switch
+// gemm_timing=off keeps the heuristic's first.
+bool worth_timing(const KernelOptions& options, int64_t m, int64_t n, int64_t k, int64_t batches) {
+  return options.gemm_timing && 2.0 * static_cast<double>(m) * n * k * batches >= 2e9;
 }
 
 // The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, timed
@@ -234,9 +228,10 @@ void matmul_kernel(KernelArgs& args) {
     const int64_t b_stride = volume(b_batch) == 1 && !expand_b ? 0 : b_mat;
     // Row-major A matrices one after another against one shared B (a linear layer over a
     // batch of sequences) are one GEMM of batches * m rows: cuBLASLt then tiles the rows
-    // across the batch instead of padding each matrix's last tile (ViT's 197 tokens).
+    // across the batch instead of padding each matrix's last tile (ViT's 197 tokens); the switch
+    // gemm_fold=off keeps them batched.
     const bool fold = batches > 1 && !ta && b_stride == 0 && (volume(a_batch) != 1 || expand_a) &&
-                      folding_enabled();
+                      args.res.options().gemm_fold;
     const int64_t rows = fold ? batches * m : m, mats = fold ? 1 : batches;
     const int64_t a_stride = fold || (volume(a_batch) == 1 && !expand_a) ? 0 : a_mat;
     const bool bias_epilogue = bias && bias->numel() == n && bias->dtype == out.dtype;
@@ -319,7 +314,7 @@ void matmul_kernel(KernelArgs& args) {
                                            &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
-      const bool timed = worth_timing(rows, n, k, mats);
+      const bool timed = worth_timing(args.res.options(), rows, n, k, mats);
       cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());

@@ -8,6 +8,7 @@
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/layers/setup.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -300,42 +301,13 @@ void reduce_kernel(KernelArgs& args) {
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisSplit split_at(const Shape& s, int axis) {
-  AxisSplit r;
-  for (int d = 0; d < axis; ++d) r.outer *= s[static_cast<size_t>(d)];
-  r.n = s[static_cast<size_t>(axis)];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) r.inner *= s[d];
-  return r;
-}
-
 template <class C>
 __global__ void argmax_kernel_t(const void* x, DataType xt, int64_t* y, AxisSplit s, bool is_min) {
   const int64_t rows = s.outer * s.inner;
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
        r += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
-    C best = load_as<C>(xt, x, base);
-    int64_t best_i = 0;
-    for (int64_t i = 1; i < s.n; ++i) {
-      const C v = load_as<C>(xt, x, base + i * s.inner);
-      if constexpr (std::is_same_v<C, float>) {
-        if (isnan(best)) break;  // the first NaN wins for both argmax and argmin
-        if (isnan(v)) {
-          best = v;
-          best_i = i;
-          continue;
-        }
-      }
-      if (is_min ? v < best : v > best) {
-        best = v;
-        best_i = i;
-      }
-    }
-    y[r] = best_i;
+    y[r] = arg_best<C>(xt, x, base, s.n, s.inner, is_min);
   }
 }
 
@@ -390,9 +362,7 @@ __global__ void topk_kernel_t(const void* x, DataType xt, void* values, DataType
 void topk_kernel(KernelArgs& args) {
   const auto& p = std::get<TopKParams>(args.layer.params);
   const TensorView& in = args.inputs[0];
-  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "topk"));
-  KILN_CHECK(p.k >= 0 && p.k <= s.n, InvalidArgument, "layer `", args.layer.name, "`: k = ", p.k,
-             " exceeds the dim size ", s.n);
+  const AxisSplit s = topk_split(args.layer.name, p, in.shape);
   const TensorView &values = args.outputs[0], &indices = args.outputs[1];
   auto* idx = static_cast<int64_t*>(indices.data);
   const unsigned grid = grid_for(in.numel());

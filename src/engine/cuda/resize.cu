@@ -1,78 +1,17 @@
 // CUDA kernel of resize (nearest, linear, cubic over 1-3 trailing spatial dims). The per-dim
-// source indices and weights are built on the host with the CPU kernel's rules (so both backends
-// read the same taps), uploaded once per shape, and each thread sums its output's taps.
+// source indices and weights are built on the host by layers/setup.h (so both backends read the
+// same taps), uploaded once per shape, and each thread sums its output's taps.
 #include <algorithm>
 #include <cmath>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/layers/setup.h"
 
 namespace kiln::engine::cuda {
 namespace {
 
 constexpr int kMaxSpatial = 3;
-
-struct Taps {
-  int taps = 1;
-  std::vector<int64_t> index;
-  std::vector<float> weight;
-};
-
-// As cpu/resize.cpp: torch's area_pixel_compute_scale and interpolate's index rules.
-float coordinate_scale(const ResizeParams& p, size_t d, int64_t in, int64_t out) {
-  if (p.align_corners && p.mode != ResizeMode::kNearest) {
-    return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
-  }
-  if (!p.scales.empty() && p.scales[d] > 0) return static_cast<float>(1.0 / p.scales[d]);
-  return static_cast<float>(in) / static_cast<float>(out);
-}
-
-float cubic1(float x, float a) {
-  return ((a + 2) * x - (a + 3)) * x * x + 1;
-}
-float cubic2(float x, float a) {
-  return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
-}
-
-Taps make_taps(const ResizeParams& p, size_t d, int64_t in, int64_t out) {
-  Taps t;
-  const float scale = coordinate_scale(p, d, in, out);
-  auto source = [&](int64_t o, bool cubic) {
-    if (p.align_corners) return scale * static_cast<float>(o);
-    const float s = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
-    return !cubic && s < 0 ? 0.f : s;
-  };
-  for (int64_t o = 0; o < out; ++o) {
-    if (p.mode == ResizeMode::kNearest) {
-      int64_t i = o;
-      if (out == 2 * in) {
-        i = o >> 1;
-      } else if (out != in) {
-        i = std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
-      }
-      t.index.push_back(i);
-      t.weight.push_back(1.f);
-    } else if (p.mode == ResizeMode::kLinear) {
-      t.taps = 2;
-      const float s = source(o, false);
-      const int64_t i0 = std::min(static_cast<int64_t>(std::floor(s)), in - 1);
-      const float l1 = std::min(std::max(s - static_cast<float>(i0), 0.f), 1.f);
-      t.index.insert(t.index.end(), {i0, i0 + (i0 < in - 1 ? 1 : 0)});
-      t.weight.insert(t.weight.end(), {1.f - l1, l1});
-    } else {
-      t.taps = 4;
-      const float s = source(o, true);
-      const float f = std::floor(s), x = s - f;
-      constexpr float a = -0.75f;
-      const float w[4] = {cubic2(x + 1, a), cubic1(x, a), cubic1(1 - x, a), cubic2(2 - x, a)};
-      for (int k = 0; k < 4; ++k) {
-        t.index.push_back(std::clamp<int64_t>(static_cast<int64_t>(f) - 1 + k, 0, in - 1));
-        t.weight.push_back(w[k]);
-      }
-    }
-  }
-  return t;
-}
 
 struct ResizeDims {
   int spatial = 0;
@@ -154,7 +93,7 @@ void resize_kernel(KernelArgs& args) {
     for (size_t k = 0; k < spatial; ++k) {
       KILN_CHECK(in.shape[k + 2] > 0, InvalidArgument, "layer `", args.layer.name,
                  "`: cannot resize an empty spatial dim");
-      Taps t = make_taps(p, k, in.shape[k + 2], out.shape[k + 2]);
+      ResizeTaps t = resize_taps(p, k, in.shape[k + 2], out.shape[k + 2]);
       d.taps[k] = t.taps;
       d.out[k] = out.shape[k + 2];
       d.in_stride[k] = in_strides[k];

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "engine/cpu/convert.h"
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/layers/setup.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -301,49 +301,22 @@ void shuffle_kernel(KernelArgs& args) {
 void concat_kernel(KernelArgs& args) {
   const auto& p = std::get<ConcatParams>(args.layer.params);
   const TensorView& out = args.outputs[0];
-  const size_t es = dtype_size(out.dtype);
-  const Shape& s0 = args.inputs[0].shape;
-  const int axis = normalize_axis(p.axis, p.stack ? s0.size() + 1 : s0.size(), args.layer.name);
-  int64_t outer = 1;
-  for (int d = 0; d < axis; ++d) outer *= s0[static_cast<size_t>(d)];
-  std::vector<size_t> chunk;
-  size_t row = 0;
-  for (const TensorView& in : args.inputs) {
-    int64_t n = 1;
-    for (size_t d = static_cast<size_t>(axis); d < in.shape.size(); ++d) n *= in.shape[d];
-    chunk.push_back(static_cast<size_t>(n) * es);
-    row += chunk.back();
-  }
-  size_t at = 0;
+  const ConcatRows r = concat_rows(args.layer.name, p, args.inputs);
   for (size_t k = 0; k < args.inputs.size(); ++k) {
-    if (chunk[k] > 0 && outer > 0) {
-      // One 2-D copy per input: `outer` rows of its chunk into the output's rows.
-      KILN_CUDA_CHECK(cudaMemcpy2DAsync(
-          static_cast<uint8_t*>(out.data) + at, row, args.inputs[k].data, chunk[k], chunk[k],
-          static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, args.stream()));
-    }
-    at += chunk[k];
+    if (r.chunk[k] == 0 || r.outer == 0) continue;
+    // One 2-D copy per input: `outer` rows of its chunk into the output's rows.
+    KILN_CUDA_CHECK(cudaMemcpy2DAsync(
+        static_cast<uint8_t*>(out.data) + r.at[k], r.row, args.inputs[k].data, r.chunk[k],
+        r.chunk[k], static_cast<size_t>(r.outer), cudaMemcpyDeviceToDevice, args.stream()));
   }
 }
 
 void slice_kernel(KernelArgs& args) {
   const auto& p = std::get<SliceParams>(args.layer.params);
   const TensorView &in = args.inputs[0], &out = args.outputs[0];
-  const auto strides = contiguous_strides(in.shape);
-  std::vector<int64_t> src_strides = strides;
-  int64_t offset = 0;
-  for (size_t i = 0; i < p.axes.size(); ++i) {
-    const size_t a =
-        static_cast<size_t>(normalize_axis(p.axes[i], in.shape.size(), args.layer.name));
-    const int64_t d = in.shape[a], step = p.steps.empty() ? 1 : p.steps[i];
-    int64_t start = p.starts[i];
-    if (start < 0) start += d;
-    start = std::clamp<int64_t>(start, 0, d);
-    offset += start * strides[a];
-    src_strides[a] = strides[a] * step;
-  }
-  launch_strided_copy(args.stream(), args.layer.name, dtype_size(in.dtype), in.data, offset,
-                      src_strides, out.shape, out.data);
+  const SliceView view = slice_view(args.layer.name, p, in.shape);
+  launch_strided_copy(args.stream(), args.layer.name, dtype_size(in.dtype), in.data, view.offset,
+                      view.strides, out.shape, out.data);
 }
 
 void pad_kernel(KernelArgs& args) {
@@ -438,7 +411,7 @@ void launch_pad(cudaStream_t stream, const std::string& layer, const TensorView&
     }
   }
   uint64_t fill = 0;  // the pad value's bytes in the tensor's dtype
-  cpu::store_as<double>(in.dtype, &fill, 0, value);
+  store_as<double>(in.dtype, &fill, 0, value);
   switch (dtype_size(in.dtype)) {
     case 1:
       launch_pad_t<uint8_t>(stream, in.data, d, mode, fill, out.data, n);

@@ -1,7 +1,9 @@
-// Shape inference of the reduce family: reduce, argmax/argmin, topk, cumsum.
+// The reduce family (reduce, argmax/argmin, topk, cumsum): shape inference and the axis split
+// both backends' kernels use.
 #include <algorithm>
 
 #include "engine/layers/infer.h"
+#include "engine/layers/setup.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -117,6 +119,21 @@ std::vector<InferOutput> infer(const std::string& layer, const CumSumParams& p,
   normalize_axis(p.axis, in[0].shape.size(), "layer `" + layer + "` (cumsum)");
   // As torch: integer and bool prefix sums are int64.
   return {{is_floating(in[0].dtype) ? in[0].dtype : DataType::kI64, in[0].shape}};
+}
+
+AxisSplit split_at(const Shape& s, int axis) {
+  AxisSplit r;
+  for (int d = 0; d < axis; ++d) r.outer *= s[static_cast<size_t>(d)];
+  r.n = s[static_cast<size_t>(axis)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) r.inner *= s[d];
+  return r;
+}
+
+AxisSplit topk_split(const std::string& layer, const TopKParams& p, const Shape& in) {
+  const AxisSplit s = split_at(in, normalize_axis(p.axis, in.size(), "topk"));
+  KILN_CHECK(p.k >= 0 && p.k <= s.n, InvalidArgument, "layer `", layer, "`: k = ", p.k,
+             " exceeds the dim size ", s.n);
+  return s;
 }
 
 }  // namespace kiln::engine

@@ -1,9 +1,10 @@
-// Shape inference of the shuffle family: shuffle (transpose/reshape), concat, slice, pad, gather,
-// scatter.
+// The shuffle family (shuffle: transpose/reshape, concat, slice, pad, gather, scatter): shape
+// inference and the slice view both backends' kernels use.
 #include <algorithm>
 #include <sstream>
 
 #include "engine/layers/infer.h"
+#include "engine/layers/setup.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -263,6 +264,37 @@ std::vector<InferOutput> infer(const std::string& layer, const ScatterParams& p,
                shape_to_string(upd), " and data ", shape_to_string(data), " at dim ", d);
   }
   return {{in[0].dtype, data}};
+}
+
+SliceView slice_view(const std::string& layer, const SliceParams& p, const Shape& in) {
+  const std::vector<int64_t> strides = contiguous_strides(in);
+  SliceView view{0, strides};
+  for (size_t i = 0; i < p.axes.size(); ++i) {
+    const size_t a = static_cast<size_t>(normalize_axis(p.axes[i], in.size(), layer));
+    const int64_t d = in[a], step = p.steps.empty() ? 1 : p.steps[i];
+    const int64_t start =
+        std::clamp<int64_t>(p.starts[i] < 0 ? p.starts[i] + d : p.starts[i], 0, d);
+    view.offset += start * strides[a];
+    view.strides[a] = strides[a] * step;
+  }
+  return view;
+}
+
+ConcatRows concat_rows(const std::string& layer, const ConcatParams& p,
+                       const std::vector<TensorRef>& inputs) {
+  const Shape& s0 = inputs.at(0).shape;
+  const size_t elem_bytes = dtype_size(inputs[0].dtype);
+  const int axis = normalize_axis(p.axis, p.stack ? s0.size() + 1 : s0.size(), layer);
+  ConcatRows r;
+  for (int d = 0; d < axis; ++d) r.outer *= s0[static_cast<size_t>(d)];
+  for (const TensorRef& in : inputs) {
+    int64_t n = 1;
+    for (size_t d = static_cast<size_t>(axis); d < in.shape.size(); ++d) n *= in.shape[d];
+    r.chunk.push_back(static_cast<size_t>(n) * elem_bytes);
+    r.at.push_back(r.row);
+    r.row += r.chunk.back();
+  }
+  return r;
 }
 
 }  // namespace kiln::engine

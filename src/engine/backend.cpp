@@ -1,0 +1,86 @@
+// What both backends share: host allocation, host-computed values as bytes, and the choice of
+// backend for a target.
+#include "engine/backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/runtime.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+// Physical memory of this machine; 0 where the system does not say.
+size_t physical_memory_bytes() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+std::shared_ptr<uint8_t> allocate_host(size_t bytes) {
+  // Where the kernel overcommits, malloc grants more than the machine has and the process is
+  // killed when the pages are touched; a request past physical memory fails here instead.
+  const size_t physical = physical_memory_bytes();
+  KILN_CHECK(physical == 0 || bytes <= physical, DeviceError, "out of host memory allocating ",
+             bytes, " bytes (the machine has ", physical, ")");
+  const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+  void* p = std::aligned_alloc(64, size);
+  KILN_CHECK(p != nullptr, DeviceError, "out of host memory allocating ", bytes, " bytes");
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values) {
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> bytes(values.size() * es);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    uint8_t* p = bytes.data() + i * es;
+    switch (dtype) {
+      case DataType::kF32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DataType::kF16: {
+        const uint16_t h = float_to_half(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kBF16: {
+        const uint16_t h = float_to_bf16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kI32: {
+        const int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kBool:
+        *p = v != 0;
+        break;
+      default:  // i64, i8, u8: the low bytes, little endian
+        std::memcpy(p, &v, es);
+        break;
+    }
+  }
+  return bytes;
+}
+
+std::shared_ptr<EngineBackend> create_engine_backend(const Network& net,
+                                                     const EngineTarget& target) {
+  if (target.device == "cuda") return cuda::create_engine_backend(net, target);
+  KILN_CHECK(target.device == "cpu", InvalidArgument, "engine target `", target.device,
+             "` is not cpu or cuda");
+  return cpu::create_engine_backend(net);
+}
+
+}  // namespace kiln::engine
