@@ -2,6 +2,7 @@
 #include "engine/builder.h"
 #include "engine/cuda/backend.h"
 
+#include "engine/layer_kinds.h"
 #include "engine/memory_plan.h"
 #include "engine/passes/pass.h"
 #include "engine_testing.h"
@@ -200,6 +201,28 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   EXPECT_EQ(loaded.target.switches, want);
   const Engine engine(loaded.network, loaded.target);
   EXPECT_NE(engine.inspect_json().find("conv_layout=channels_first"), std::string::npos);
+}
+
+// The kinds' traits the passes ask instead of testing kinds one by one: pointwise kinds are
+// layout-agnostic, the fusible ones a subset of them, and a shape layer reads no values.
+TEST(LayerKinds, TraitsAreAttributesOfTheKind) {
+  for (const LayerParams& p :
+       std::vector<LayerParams>{ElementwiseParams{BinaryOp::kAdd}, UnaryParams{UnaryOp::kExp},
+                                ActivationParams{ActivationKind::kRelu}, CastParams{DataType::kF16},
+                                FusedElementwiseParams{}}) {
+    const LayerKindTraits t = layer_kind_traits(p);
+    EXPECT_TRUE(t.pointwise && t.fusible && t.reads_values) << layer_kind_name(p);
+  }
+  const LayerKindTraits select = layer_kind_traits(SelectParams{});
+  EXPECT_TRUE(select.pointwise);
+  EXPECT_FALSE(select.fusible);
+  for (const LayerParams& p : std::vector<LayerParams>{ConvolutionParams{}, MatMulParams{},
+                                                       SoftmaxParams{}, ShuffleParams{}}) {
+    const LayerKindTraits t = layer_kind_traits(p);
+    EXPECT_FALSE(t.pointwise || t.fusible) << layer_kind_name(p);
+    EXPECT_TRUE(t.reads_values) << layer_kind_name(p);
+  }
+  EXPECT_FALSE(layer_kind_traits(ShapeParams{}).reads_values);
 }
 
 ShuffleParams permute(std::vector<int64_t> perm) {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "engine/layer_kinds.h"
+
 namespace kiln::engine {
 
 namespace {
@@ -15,10 +17,7 @@ bool fusible_elementwise(const Network& net, const Layer& l) {
     if (!is_floating(net.tensor(id).dtype)) return false;
   }
   if (const auto* c = std::get_if<CastParams>(&l.params)) return is_floating(c->to);
-  return std::holds_alternative<ElementwiseParams>(l.params) ||
-         std::holds_alternative<UnaryParams>(l.params) ||
-         std::holds_alternative<ActivationParams>(l.params) ||
-         std::holds_alternative<FusedElementwiseParams>(l.params);
+  return layer_kind_traits(l.params).fusible;
 }
 
 }  // namespace

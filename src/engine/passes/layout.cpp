@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "engine/layer_kinds.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -174,11 +175,7 @@ class Pass {
     }
     bool transpose_output = true;
     std::vector<size_t> followed;  // inputs that must follow
-    if (std::holds_alternative<ElementwiseParams>(m.params) ||
-        std::holds_alternative<UnaryParams>(m.params) ||
-        std::holds_alternative<ActivationParams>(m.params) ||
-        std::holds_alternative<CastParams>(m.params) ||
-        std::holds_alternative<SelectParams>(m.params)) {
+    if (layer_kind_traits(m.params).pointwise) {
       // Not where broadcasting makes the output larger than the channels-last operand.
       bool same = false;
       for (TensorId id : m.inputs) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/cuda/backend.h"
+#include "engine/layer_kinds.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -160,8 +161,8 @@ class PrecisionRewriter {
       floating = floating || before.back() == DataType::kF32;
     }
     for (TensorId id : l.outputs) floating = floating || old_.tensor(id).dtype == DataType::kF32;
-    if (std::holds_alternative<ShapeParams>(l.params)) {
-      // Reads only the shape: any precision will do, so no cast is made for it.
+    if (!layer_kind_traits(l.params).reads_values) {
+      // Reads only the shapes: any precision will do, so no cast is made for it.
       std::vector<DataType> current;
       for (TensorId id : l.inputs) current.push_back(net_.tensor(mapped(id)).dtype);
       replay(l, l.params, current);
