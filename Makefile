@@ -45,7 +45,7 @@ ASAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-na
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DKILN_SANITIZE=address,undefined \
-		-DKILN_BUILD_BENCH=OFF -DKILN_ENABLE_CUDA=OFF $(CMAKE_ARGS)
+		-DKILN_BUILD_BENCH=OFF -DKILN_ENABLE_CUDA=OFF -DKILN_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
@@ -63,7 +63,8 @@ FUZZ_SMOKE_SECONDS ?= 30
 FUZZ_TARGETS ?= plan engine_state ir spec
 fuzz-build: deps
 	cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DKILN_FUZZ=ON \
-		-DKILN_WERROR=OFF -DBUILD_TESTING=OFF -DKILN_BUILD_BENCH=OFF -DKILN_ENABLE_CUDA=OFF
+		-DKILN_WERROR=OFF -DBUILD_TESTING=OFF -DKILN_BUILD_BENCH=OFF -DKILN_ENABLE_CUDA=OFF \
+		-DKILN_BUILD_PYTHON=OFF
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target $(FUZZ_TARGETS:%=%_fuzz)
 
 fuzz: fuzz-build

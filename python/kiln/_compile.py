@@ -1,0 +1,303 @@
+"""kiln.compile and its companions: specs in, TorchScript bytes through the C++ compiler, a
+loaded module out."""
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+from . import _kiln
+from ._logging import logger
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+           torch.int64: "i64", torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8",
+           torch.bool: "bool"}
+
+
+def _dtype_name(dtype, what):
+    if isinstance(dtype, str):
+        return dtype  # the C++ parser names what it does not know
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise _kiln.InvalidArgument(
+        f"{what}: dtype {dtype} is not one kiln runs (float32, float16, bfloat16, int64, int32, "
+        f"int8, uint8, bool)")
+
+
+class Input:
+    """One forward argument: Input(shape=...) for a static shape, or Input(min_shape=...,
+    opt_shape=..., max_shape=...) for dynamic dims (the engine is built for the range and tuned
+    at opt), with its dtype and memory format (torch.contiguous_format or torch.channels_last)."""
+
+    def __init__(self, shape=None, min_shape=None, opt_shape=None, max_shape=None,
+                 dtype=torch.float32, format=torch.contiguous_format):
+        ranged = [s is not None for s in (min_shape, opt_shape, max_shape)]
+        if shape is not None and any(ranged):
+            raise _kiln.InvalidArgument("Input: give shape or min_shape/opt_shape/max_shape, "
+                                        "not both")
+        if shape is not None:
+            min_shape = opt_shape = max_shape = shape
+        elif not all(ranged):
+            raise _kiln.InvalidArgument(
+                "Input: give shape, or all of min_shape, opt_shape and max_shape")
+        self.min_shape, self.opt_shape, self.max_shape = (
+            tuple(int(d) for d in s) for s in (min_shape, opt_shape, max_shape))
+        if not len(self.min_shape) == len(self.opt_shape) == len(self.max_shape):
+            raise _kiln.InvalidArgument(
+                f"Input: min_shape {self.min_shape}, opt_shape {self.opt_shape} and max_shape "
+                f"{self.max_shape} have different ranks")
+        for lo, opt, hi in zip(self.min_shape, self.opt_shape, self.max_shape):
+            if not 0 <= lo <= opt <= hi:
+                raise _kiln.InvalidArgument(
+                    f"Input: need 0 <= min <= opt <= max in every dim, got min_shape "
+                    f"{self.min_shape}, opt_shape {self.opt_shape}, max_shape {self.max_shape}")
+        if format not in (torch.contiguous_format, torch.channels_last):
+            raise _kiln.InvalidArgument(f"Input: format {format} is not torch.contiguous_format "
+                                        f"or torch.channels_last")
+        self.dtype, self.format = dtype, format
+
+    @classmethod
+    def from_tensor(cls, t):
+        fmt = (torch.channels_last if t.dim() == 4 and not t.is_contiguous()
+               and t.is_contiguous(memory_format=torch.channels_last)
+               else torch.contiguous_format)
+        return cls(shape=tuple(t.shape), dtype=t.dtype, format=fmt)
+
+    def example(self, device="cpu"):
+        """A tensor of opt_shape to trace with."""
+        if self.dtype in (torch.float32, torch.float16, torch.bfloat16):
+            return torch.randn(self.opt_shape, device=device).to(self.dtype)
+        if self.dtype == torch.bool:
+            return torch.zeros(self.opt_shape, dtype=torch.bool, device=device)
+        return torch.ones(self.opt_shape, dtype=self.dtype, device=device)
+
+    def _spec(self):
+        return {"min_shape": list(self.min_shape), "opt_shape": list(self.opt_shape),
+                "max_shape": list(self.max_shape), "dtype": _dtype_name(self.dtype, "Input"),
+                "format": "channels_last" if self.format == torch.channels_last
+                else "contiguous"}
+
+    def __repr__(self):
+        if self.min_shape == self.max_shape:
+            return f"Input(shape={self.opt_shape}, dtype={self.dtype})"
+        return (f"Input(min_shape={self.min_shape}, opt_shape={self.opt_shape}, "
+                f"max_shape={self.max_shape}, dtype={self.dtype})")
+
+
+def _inputs(inputs):
+    if inputs is None:
+        return None, None
+    if isinstance(inputs, (torch.Tensor, Input)):
+        inputs = [inputs]
+    specs, examples = [], []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            specs.append(Input.from_tensor(x))
+            examples.append(x)
+        elif isinstance(x, Input):
+            specs.append(x)
+            examples.append(None)
+        else:
+            raise _kiln.InvalidArgument(
+                f"inputs[{i}]: expected a torch.Tensor or kiln.Input, got {type(x).__name__}")
+    return specs, examples
+
+
+def _device(device, examples):
+    if device is None:
+        for x in examples or []:
+            if x is not None and x.is_cuda:
+                return f"cuda:{x.device.index or 0}"
+        return "cpu"
+    return str(device)
+
+
+def _script(module, specs, examples, device):
+    """The module as TorchScript bytes: a ScriptModule as it is, an nn.Module traced."""
+    if isinstance(module, torch.jit.ScriptModule):
+        scripted = module
+    elif isinstance(module, torch.nn.Module):
+        if module.training:
+            raise _kiln.InvalidArgument(
+                "the module is in training mode; call .eval() on it before compiling "
+                "(dropout and batch norm statistics would be traced as in training)")
+        if specs is None:
+            raise _kiln.InvalidArgument(
+                "inputs: an nn.Module needs example tensors or kiln.Input specs to be traced")
+        traced_with = tuple(x if x is not None else s.example("cpu" if device == "cpu"
+                                                              else device)
+                            for s, x in zip(specs, examples))
+        try:
+            with torch.no_grad():
+                scripted = torch.jit.trace(module, traced_with, check_trace=False)
+        except Exception as e:  # noqa: BLE001 (any tracing failure, named)
+            raise _kiln.Unsupported(
+                f"could not trace {type(module).__name__} with inputs "
+                f"{[tuple(t.shape) for t in traced_with]}: {str(e).strip().splitlines()[0]} "
+                f"(script it with torch.jit.script and pass the ScriptModule)") from e
+    else:
+        raise _kiln.InvalidArgument(
+            f"expected a torch.nn.Module or torch.jit.ScriptModule, got {type(module).__name__}")
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    return buffer.getvalue()
+
+
+class _Progress:
+    """Phases and engines on one updating line of stderr, when it is a terminal."""
+
+    def __init__(self, enabled):
+        self.enabled = sys.stderr.isatty() if enabled is None else bool(enabled)
+        self.start = time.monotonic()
+
+    def __call__(self, phase, detail):
+        if self.enabled:
+            text = f"[kiln {time.monotonic() - self.start:6.1f}s] {phase}: {detail}"
+            sys.stderr.write("\r" + text[:120].ljust(120))
+            sys.stderr.flush()
+
+    def done(self):
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 120 + "\r")
+            sys.stderr.flush()
+
+
+_SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
+              "require_full_compilation", "workspace_size", "truncate_long_and_double",
+              "disable_tf32", "exact_gelu", "switches", "print_after_all"}
+
+
+def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisions=None,
+            device=None, debug=False, progress=None, **options):
+    """Compiles `module` (an nn.Module in eval mode, traced with `inputs`, or a ScriptModule) and
+    returns a ScriptModule that runs it: supported segments in kiln's engine, the rest in
+    PyTorch. `inputs`: example tensors or kiln.Input specs, one per forward argument.
+    `enabled_precisions`: the dtypes layers may run in ({torch.float32} by default; float32 is
+    always allowed). `device`: "cpu" (default unless the inputs are on a GPU), "cuda" or
+    "cuda:N". Further options, as torch_tensorrt names them: min_block_size,
+    torch_executed_ops, torch_executed_modules, require_full_compilation, workspace_size,
+    truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches and
+    print_after_all. debug=True logs every graph after each phase (logger "kiln").
+    The result carries `kiln_report` (a dict: segments, op counts, time per phase) and
+    `kiln_summary` (the same as text); progress=True/False forces the progress line on stderr
+    (default: on when stderr is a terminal)."""
+    if ir not in ("default", "ts", "torchscript"):
+        if ir in ("dynamo", "torch_compile", "exported_program"):
+            raise _kiln.Unsupported(
+                f"ir={ir!r}: kiln compiles TorchScript for now (ir='ts'); for Dynamo graphs use "
+                f"torch.compile(model, backend='kiln')")
+        raise _kiln.InvalidArgument(f"ir={ir!r}: expected 'default', 'ts' or 'dynamo'")
+    unknown = sorted(set(options) - _SPEC_KEYS)
+    if unknown:
+        raise _kiln.InvalidArgument(
+            f"unknown option(s) {', '.join(unknown)} (kiln.compile takes inputs, "
+            f"enabled_precisions, device, debug, progress, {', '.join(sorted(_SPEC_KEYS))})")
+    if arg_inputs is not None:
+        if inputs is not None:
+            raise _kiln.InvalidArgument("give inputs or arg_inputs, not both")
+        inputs = arg_inputs
+    specs, examples = _inputs(inputs)
+    device = _device(device, examples)
+    precisions = {_dtype_name(p, "enabled_precisions")
+                  for p in (enabled_precisions or {torch.float32})}
+    precisions.add("f32")
+    data = _script(module, specs, examples, device)
+    if specs is None:  # a ScriptModule without inputs: the C++ compiler says what is missing
+        specs = []
+    spec = {"inputs": [s._spec() for s in specs], "device": device,
+            "enabled_precisions": sorted(precisions), "debug": bool(debug)}
+    for key in ("torch_executed_ops", "torch_executed_modules", "switches"):
+        if key in options:
+            spec[key] = [str(v) for v in options.pop(key)]
+    spec.update(options)
+    bar = _Progress(progress)
+    previous_level, handler = _kiln.log_level(), None
+    if debug:
+        # The graphs after each phase are debug messages: let them through, and show them on
+        # stderr unless the application has configured the "kiln" logger itself.
+        _kiln.set_log_level("debug")
+        if not logger.hasHandlers():
+            handler = logging.StreamHandler()
+            logger.addHandler(handler)
+        previous_logger_level = logger.level
+        logger.setLevel(logging.DEBUG)
+    try:
+        out, report_json, summary = _kiln.compile(data, json.dumps(spec), bar)
+    finally:
+        bar.done()
+        if debug:
+            _kiln.set_log_level(previous_level)
+            logger.setLevel(previous_logger_level)
+            if handler is not None:
+                logger.removeHandler(handler)
+    logger.info("%s", summary)
+    compiled = torch.jit.load(io.BytesIO(out))
+    # What compile did: segments, ops in engines and in PyTorch, time per phase.
+    # (object.__setattr__: a ScriptModule's own would try to make them TorchScript attributes)
+    object.__setattr__(compiled, "kiln_report", json.loads(report_json))
+    object.__setattr__(compiled, "kiln_summary", summary)
+    return compiled
+
+
+def save(module, path):
+    """Saves a compiled module (any ScriptModule) to `path`, written whole or not at all."""
+    if not isinstance(module, torch.jit.ScriptModule):
+        raise _kiln.InvalidArgument(
+            f"kiln.save: expected a compiled module (a torch.jit.ScriptModule), got "
+            f"{type(module).__name__}")
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix="kiln-", suffix=".part",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        torch.jit.save(module, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load(path, map_location=None):
+    """Loads a module saved by kiln.save (or torch.jit.save)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"kiln.load: no file {path}")
+    try:
+        return torch.jit.load(path, map_location=map_location)
+    except RuntimeError as e:
+        raise _kiln.CorruptInput(
+            f"kiln.load: {path} is not a saved TorchScript module: "
+            f"{str(e).strip().splitlines()[0]}") from e
+
+
+class SupportReport:
+    """Which ops of a module's method kiln's engine runs: `supported` (all of them), `unsupported`
+    (one line per op it does not, with why) and the report's `text`."""
+
+    def __init__(self, supported, text):
+        self.supported = bool(supported)
+        self.text = text
+        self.unsupported = [line.strip() for line in text.splitlines() if line.strip()]
+
+    def as_dict(self):
+        return {"supported": self.supported, "unsupported": list(self.unsupported)}
+
+    def __str__(self):
+        if self.supported:
+            return "every op is supported by kiln's engine"
+        return "ops kiln's engine does not run:\n" + "\n".join(
+            "  " + line for line in self.unsupported)
+
+    __repr__ = __str__
+
+
+def support_report(module, inputs=None, method="forward"):
+    """The coverage report: which ops of `module` would stay in PyTorch, and why."""
+    specs, examples = _inputs(inputs)
+    data = _script(module, specs, examples, _device(None, examples))
+    ok, text = _kiln.check_method_op_support(data, method)
+    return SupportReport(ok, text)

@@ -1,0 +1,184 @@
+// _kiln: the compiler's C++ API for the Python package (python/kiln). Modules cross as the bytes
+// of torch.jit.save, and specs as JSON, so that the module needs no libtorch_python and no torch
+// type casters: kiln/__init__.py serializes and loads around these calls. kiln's errors become
+// the package's exception classes, with the C++ message.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "kiln/kiln.h"
+#include "kiln/logging.h"
+#include "util/errors.h"
+
+namespace py = pybind11;
+
+namespace {
+
+torch::jit::Module load_module(const py::bytes& data) {
+  std::istringstream in(std::string(data), std::ios::binary);
+  try {
+    return torch::jit::load(in);
+  } catch (const c10::Error& e) {
+    KILN_THROW(InvalidArgument, "not a TorchScript module: ", e.what_without_backtrace());
+  }
+}
+
+py::bytes save_module(const torch::jit::Module& module) {
+  std::ostringstream out(std::ios::binary);
+  module.save(out);
+  return py::bytes(out.str());
+}
+
+std::vector<int64_t> ints(const nlohmann::json& j, const char* what) {
+  KILN_CHECK(j.is_array(), InvalidArgument, what, ": expected a list of ints, got ", j.dump());
+  std::vector<int64_t> v;
+  for (const auto& e : j) {
+    KILN_CHECK(e.is_number_integer(), InvalidArgument, what, ": expected ints, got ", j.dump());
+    v.push_back(e.get<int64_t>());
+  }
+  return v;
+}
+
+std::vector<std::string> strings(const nlohmann::json& j, const char* what) {
+  std::vector<std::string> v;
+  for (const auto& e : j) {
+    KILN_CHECK(e.is_string(), InvalidArgument, what, ": expected strings, got ", j.dump());
+    v.push_back(e.get<std::string>());
+  }
+  return v;
+}
+
+// The spec as kiln/__init__.py writes it (names as in kiln::CompileSpec).
+kiln::CompileSpec parse_spec(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  kiln::CompileSpec spec;
+  for (const auto& in : j.at("inputs")) {
+    kiln::Input input(ints(in.at("min_shape"), "min_shape"), ints(in.at("opt_shape"), "opt_shape"),
+                      ints(in.at("max_shape"), "max_shape"),
+                      kiln::parse_dtype(in.at("dtype").get<std::string>()));
+    if (in.value("format", "contiguous") == "channels_last") {
+      input.format = kiln::TensorFormat::kChannelsLast;
+    }
+    spec.inputs.push_back(std::move(input));
+  }
+  spec.device = kiln::parse_device(j.value("device", "cpu"));
+  spec.enabled_precisions.clear();
+  for (const auto& p : strings(j.at("enabled_precisions"), "enabled_precisions")) {
+    spec.enabled_precisions.push_back(kiln::parse_dtype(p));
+  }
+  spec.min_block_size = j.value("min_block_size", spec.min_block_size);
+  spec.torch_executed_ops =
+      strings(j.value("torch_executed_ops", nlohmann::json::array()), "torch_executed_ops");
+  spec.torch_executed_modules =
+      strings(j.value("torch_executed_modules", nlohmann::json::array()), "torch_executed_modules");
+  spec.require_full_compilation = j.value("require_full_compilation", false);
+  spec.truncate_long_and_double = j.value("truncate_long_and_double", false);
+  spec.workspace_size = j.value("workspace_size", spec.workspace_size);
+  spec.disable_tf32 = j.value("disable_tf32", false);
+  spec.exact_gelu = j.value("exact_gelu", false);
+  spec.switches = strings(j.value("switches", nlohmann::json::array()), "switches");
+  spec.print_after_all = j.value("print_after_all", false);
+  spec.debug = j.value("debug", false);
+  return spec;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kiln, m) {
+  m.doc() = "kiln's compiler (C++); use the kiln package, not this module";
+
+  py::object base = py::module_::import("builtins").attr("RuntimeError");
+  py::object value_error = py::module_::import("builtins").attr("ValueError");
+  static py::exception<kiln::Error> error(m, "Error", base.ptr());
+  // InvalidArgument is a ValueError too, as Python code expects of bad arguments.
+  py::object invalid_bases = py::make_tuple(error, value_error);
+  static py::object invalid = py::reinterpret_steal<py::object>(
+      PyErr_NewException("_kiln.InvalidArgument", invalid_bases.ptr(), nullptr));
+  m.attr("InvalidArgument") = invalid;
+  static py::exception<kiln::Unsupported> unsupported(m, "Unsupported", error.ptr());
+  static py::exception<kiln::CorruptInput> corrupt(m, "CorruptInput", error.ptr());
+  static py::exception<kiln::ShapeMismatch> shape(m, "ShapeMismatch", error.ptr());
+  static py::exception<kiln::DeviceError> device(m, "DeviceError", error.ptr());
+  static py::exception<kiln::InternalError> internal(m, "InternalError", error.ptr());
+  // Module-local: torch shares pybind11 internals, and its own c10::Errors must stay its own.
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kiln::InvalidArgument& e) {
+      PyErr_SetString(invalid.ptr(), e.message().c_str());
+    } catch (const kiln::Unsupported& e) {
+      PyErr_SetString(unsupported.ptr(), e.message().c_str());
+    } catch (const kiln::CorruptInput& e) {
+      PyErr_SetString(corrupt.ptr(), e.message().c_str());
+    } catch (const kiln::ShapeMismatch& e) {
+      PyErr_SetString(shape.ptr(), e.message().c_str());
+    } catch (const kiln::DeviceError& e) {
+      PyErr_SetString(device.ptr(), e.message().c_str());
+    } catch (const kiln::Error& e) {
+      PyErr_SetString(internal.ptr(), e.message().c_str());
+    } catch (const c10::Error& e) {
+      PyErr_SetString(error.ptr(), e.what_without_backtrace());
+    } catch (const nlohmann::json::exception& e) {
+      PyErr_SetString(invalid.ptr(), (std::string("compile spec: ") + e.what()).c_str());
+    }
+  });
+
+  m.def(
+      "compile",
+      [](const py::bytes& module, const std::string& spec_json,
+         const std::function<void(const std::string&, const std::string&)>& progress) {
+        kiln::CompileSpec spec = parse_spec(spec_json);
+        const torch::jit::Module input = load_module(module);
+        if (progress) {
+          spec.progress = [&progress](kiln::Phase phase, const std::string& detail) {
+            py::gil_scoped_acquire gil;
+            progress(kiln::phase_name(phase), detail);
+          };
+        }
+        kiln::CompileReport report;
+        torch::jit::Module out;
+        {
+          py::gil_scoped_release release;
+          out = kiln::compile(input, spec, &report);
+        }
+        return py::make_tuple(save_module(out), report.to_json(), report.summary());
+      },
+      py::arg("module"), py::arg("spec"), py::arg("progress") = nullptr,
+      "compiles TorchScript module bytes; returns (module bytes, report JSON, summary)");
+  m.def(
+      "check_method_op_support",
+      [](const py::bytes& module, const std::string& method) {
+        std::string report;
+        const bool ok = kiln::check_method_op_support(load_module(module), method, &report);
+        return py::make_tuple(ok, report);
+      },
+      py::arg("module"), py::arg("method") = "forward");
+  m.def("set_log_level", [](const std::string& level) {
+    const auto parsed = kiln::parse_log_level(level);
+    KILN_CHECK(parsed.has_value(), InvalidArgument, "log level `", level,
+               "` is not error, warning, info, debug or graph");
+    kiln::set_log_level(*parsed);
+  });
+  m.def("log_level", [] { return std::string(kiln::log_level_name(kiln::log_level())); });
+  // Messages go to `sink(level name, message)` (Python's logging); None restores stderr.
+  m.def("set_log_sink",
+        [](const std::function<void(const std::string&, const std::string&)>& sink) {
+          if (!sink) {
+            kiln::set_log_sink({});
+            return;
+          }
+          kiln::set_log_sink([sink](kiln::LogLevel level, const std::string& message) {
+            if (!Py_IsInitialized()) return;
+            py::gil_scoped_acquire gil;
+            try {
+              sink(kiln::log_level_name(level), message);
+            } catch (const py::error_already_set&) {
+              // a failing log handler must not throw into the compiler
+            }
+          });
+        });
+}

@@ -1,0 +1,213 @@
+"""The kiln package as a user meets it: compile, Input specs, save and load (in a fresh process
+too), the support report, torch.compile's backend, and the errors for bad input. Run by ctest
+(`python_package`) against the package the build assembles in build/python."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kiln
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+def conv_net():
+    torch.manual_seed(0)
+    return ConvNet().eval()
+
+
+def test_compile_matches_eager_and_reports():
+    m = conv_net()
+    x = torch.randn(2, 3, 16, 16)
+    c = kiln.compile(m, inputs=[x])
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), atol=1e-4, rtol=1e-4)
+    assert isinstance(c, torch.jit.ScriptModule)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report
+    assert "aten::_convolution" in engines[0]["ops"] or "aten::conv2d" in engines[0]["ops"]
+
+
+def test_debug_logs_the_graph_after_each_phase(caplog):
+    with caplog.at_level("DEBUG", logger="kiln"):
+        kiln.compile(conv_net(), inputs=[torch.randn(1, 3, 8, 8)], debug=True)
+    text = caplog.text
+    assert "graph(" in text and "aten::" in text, text[:2000]
+    assert kiln._kiln.log_level().lower() == "warning"  # restored
+
+
+def test_dynamic_batch_from_an_input_range():
+    m = conv_net()
+    spec = kiln.Input(min_shape=(1, 3, 16, 16), opt_shape=(4, 3, 16, 16),
+                      max_shape=(8, 3, 16, 16))
+    c = kiln.compile(m, inputs=[spec])
+    for batch in (1, 3, 8):
+        x = torch.randn(batch, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), m(x), atol=1e-4, rtol=1e-4)
+    with pytest.raises(Exception, match="profile|outside|shape"):
+        c(torch.randn(9, 3, 16, 16))
+
+
+def test_script_module_and_precisions_accepted():
+    m = torch.jit.script(conv_net())
+    x = torch.randn(1, 3, 8, 8)
+    c = kiln.compile(m, inputs=[kiln.Input(shape=(1, 3, 8, 8))],
+                     enabled_precisions={torch.float32}, min_block_size=1)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), atol=1e-4, rtol=1e-4)
+
+
+def test_save_and_load_in_a_fresh_process(tmp_path):
+    m = conv_net()
+    x = torch.randn(1, 3, 8, 8)
+    c = kiln.compile(m, inputs=[x])
+    path = tmp_path / "net.ts"
+    kiln.save(c, path)
+    torch.save(x, tmp_path / "x.pt")
+    with torch.no_grad():
+        torch.save(m(x), tmp_path / "y.pt")
+    script = (
+        "import sys, torch, kiln\n"
+        f"m = kiln.load({str(path)!r})\n"
+        f"x = torch.load({str(tmp_path / 'x.pt')!r}); y = torch.load({str(tmp_path / 'y.pt')!r})\n"
+        "torch.testing.assert_close(m(x), y, atol=1e-4, rtol=1e-4)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_support_report_names_what_stays_in_pytorch():
+    class Lgamma(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(x) + 1
+
+    report = kiln.support_report(Lgamma().eval(), inputs=[torch.rand(2, 3) + 1])
+    assert not report.supported
+    assert any("lgamma" in line for line in report.unsupported), report.text
+    assert report.as_dict()["supported"] is False
+    assert kiln.support_report(conv_net(), inputs=[torch.randn(1, 3, 8, 8)]).supported
+
+
+def test_fallback_ops_run_in_pytorch():
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(torch.relu(x) + 1) * 2 + x
+
+    m = Mixed().eval()
+    x = torch.randn(4, 5)
+    c = kiln.compile(m, inputs=[x], min_block_size=1)
+    torch.testing.assert_close(c(x), m(x), atol=1e-5, rtol=1e-5)
+    assert c.kiln_report["torch_ops"] >= 1
+
+
+def compiled_by_dynamo(model, *args):
+    """model(*args) through torch.compile(backend="kiln"), with how many graphs kiln compiled and
+    how many it left to PyTorch."""
+    torch._dynamo.reset()
+    before = dict(kiln.dynamo.stats)
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        out = compiled(*args)
+    return out, {k: kiln.dynamo.stats[k] - before[k] for k in before}
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_torch_compile_backend_runs_the_zoo(name):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)().eval()
+    x = torch.randn(2, 3, 64, 64)
+    out, counts = compiled_by_dynamo(m, x)
+    with torch.no_grad():
+        torch.testing.assert_close(out, m(x), atol=1e-4, rtol=1e-4)
+    assert counts == {"compiled": 1, "in_pytorch": 0}
+
+
+def test_torch_compile_backend_runs_bert():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=100)
+    m = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 16))
+    out, counts = compiled_by_dynamo(m, ids)
+    with torch.no_grad():
+        torch.testing.assert_close(out.last_hidden_state, m(ids).last_hidden_state, atol=1e-4,
+                                   rtol=1e-4)
+    assert counts["compiled"] >= 1 and counts["in_pytorch"] == 0, counts
+
+
+def test_bad_input_is_a_clear_exception(tmp_path):
+    m = conv_net()
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.raises(kiln.InvalidArgument, match="float64"):
+        kiln.compile(m, inputs=[x], enabled_precisions={torch.float64})
+    with pytest.raises(kiln.InvalidArgument, match="f7"):
+        kiln.compile(m, inputs=[x], enabled_precisions={"f7"})
+    with pytest.raises(ValueError, match="min <= opt <= max"):
+        kiln.Input(min_shape=(2, 3), opt_shape=(1, 3), max_shape=(4, 3))
+    with pytest.raises(kiln.InvalidArgument, match="unknown option.*no_such_flag"):
+        kiln.compile(m, inputs=[x], no_such_flag=True)
+    with pytest.raises(kiln.InvalidArgument, match="training mode"):
+        kiln.compile(ConvNet().train(), inputs=[x])
+    with pytest.raises(kiln.Error, match="cuda:7|device"):
+        kiln.compile(m, inputs=[x], device="cuda:7")
+    with pytest.raises(kiln.Error, match="npu|device"):
+        kiln.compile(m, inputs=[x], device="npu")
+
+    class Untraceable(torch.nn.Module):  # a traced forward must return tensors
+        def forward(self, x):
+            return int(x.shape[0])
+
+    with pytest.raises(kiln.Unsupported, match="could not trace Untraceable"):
+        kiln.compile(Untraceable().eval(), inputs=[x])
+    with pytest.raises(kiln.Error):  # a wrong number of inputs for the module
+        kiln.compile(torch.jit.script(m), inputs=[x, x])
+    # Nothing half-written: a failed save leaves no file behind.
+    before = set(os.listdir(tmp_path))
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.save(m, tmp_path / "not_compiled.ts")
+    assert set(os.listdir(tmp_path)) == before
+    bad = tmp_path / "corrupt.ts"
+    bad.write_bytes(b"not a module")
+    with pytest.raises(kiln.CorruptInput, match="corrupt.ts"):
+        kiln.load(bad)
+
+
+@pytest.mark.parametrize("script,args", [
+    ("resnet50.py", ["--size", "64", "--runs", "3"]),
+    ("bert.py", ["--layers", "2", "--hidden", "64", "--seq", "16", "--runs", "3"]),
+])
+def test_examples_run_on_small_inputs(script, args):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-W", "ignore", os.path.join(root, "examples", script),
+                          *args], capture_output=True, text=True, env=dict(os.environ),
+                         timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "max |kiln - eager|" in out.stdout and "median ms" in out.stdout, out.stdout
+
+
+def test_compiler_warnings_reach_pythons_logging(caplog):
+    # At level info the compiler logs its phases; they arrive as records of the "kiln" logger.
+    with caplog.at_level("INFO", logger="kiln"):
+        kiln.set_log_level("info")
+        try:
+            kiln.compile(conv_net(), inputs=[torch.randn(1, 3, 8, 8)])
+        finally:
+            kiln.set_log_level("warning")
+    assert any(r.name == "kiln" and r.levelname == "INFO" for r in caplog.records), caplog.text
