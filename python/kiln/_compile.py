@@ -171,6 +171,16 @@ _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
               "disable_tf32", "exact_gelu", "switches", "print_after_all"}
 
 
+def _check_options(options):
+    """InvalidArgument naming every option kiln.compile does not take."""
+    known = _SPEC_KEYS | {"enabled_precisions", "device", "debug", "progress"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise _kiln.InvalidArgument(
+            f"unknown option(s) {', '.join(unknown)} (kiln.compile takes inputs, "
+            f"{', '.join(sorted(known))})")
+
+
 def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisions=None,
             device=None, debug=False, progress=None, **options):
     """Compiles `module` (an nn.Module in eval mode, traced with `inputs`, or a ScriptModule) and
@@ -191,11 +201,7 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
                 f"ir={ir!r}: kiln compiles TorchScript for now (ir='ts'); for Dynamo graphs use "
                 f"torch.compile(model, backend='kiln')")
         raise _kiln.InvalidArgument(f"ir={ir!r}: expected 'default', 'ts' or 'dynamo'")
-    unknown = sorted(set(options) - _SPEC_KEYS)
-    if unknown:
-        raise _kiln.InvalidArgument(
-            f"unknown option(s) {', '.join(unknown)} (kiln.compile takes inputs, "
-            f"enabled_precisions, device, debug, progress, {', '.join(sorted(_SPEC_KEYS))})")
+    _check_options(options)
     if arg_inputs is not None:
         if inputs is not None:
             raise _kiln.InvalidArgument("give inputs or arg_inputs, not both")

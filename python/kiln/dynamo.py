@@ -10,18 +10,30 @@ from ._logging import logger
 stats = {"compiled": 0, "in_pytorch": 0}
 
 
-def backend(gm, example_inputs, **options):
+def backend(gm, example_inputs, options=None, mode=None):
     """A Dynamo backend: returns a callable running `gm` on kiln, or `gm` itself (with a warning)
-    where a graph cannot be compiled; Dynamo's graph breaks and guards are its own business."""
-    from ._compile import compile as kiln_compile
-    from . import Error
+    where a graph cannot be compiled; Dynamo's graph breaks and guards are its own business.
+    torch.compile(..., options={...}) gives kiln.compile's options (enabled_precisions,
+    min_block_size, ...); a bad option is an error there, not a silent fallback."""
+    from ._compile import compile as kiln_compile, _check_options
+    from . import Error, InvalidArgument
 
     if not all(isinstance(x, torch.Tensor) for x in example_inputs):
         logger.warning("kiln: a graph with non-tensor inputs (symbolic sizes) runs in PyTorch")
         stats["in_pytorch"] += 1
         return gm
+    options = dict(options or {})
+    if mode is not None:
+        raise InvalidArgument(f"torch.compile(mode={mode!r}): the kiln backend takes options, "
+                              f"not modes")
+    for key in ("inputs", "arg_inputs"):
+        if key in options:
+            raise InvalidArgument(f"torch.compile options: {key} come from Dynamo's graph")
+    _check_options(options)
     try:
         compiled = kiln_compile(gm.eval(), inputs=list(example_inputs), **options)
+    except InvalidArgument:
+        raise
     except Error as e:
         logger.warning("kiln: a graph of %d nodes runs in PyTorch: %s", len(gm.graph.nodes), e)
         stats["in_pytorch"] += 1

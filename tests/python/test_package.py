@@ -138,6 +138,22 @@ def test_torch_compile_backend_runs_the_zoo(name):
     assert counts == {"compiled": 1, "in_pytorch": 0}
 
 
+def test_torch_compile_options_reach_kiln():
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(torch.relu(x) + 1) * 2 + x
+
+    m, x = Mixed().eval(), torch.randn(3, 4)
+    torch._dynamo.reset()
+    fast = torch.compile(m, backend="kiln", options={"min_block_size": 1,
+                                                     "torch_executed_ops": ["aten::mul"]})
+    torch.testing.assert_close(fast(x), m(x), atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    bad = torch.compile(m, backend="kiln", options={"min_blok_size": 1})
+    with pytest.raises(Exception, match="min_blok_size"):
+        bad(x)
+
+
 def test_torch_compile_backend_runs_bert():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
