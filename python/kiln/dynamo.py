@@ -10,6 +10,24 @@ from ._logging import logger
 stats = {"compiled": 0, "in_pytorch": 0}
 
 
+class _WithWeights(torch.nn.Module):
+    """Dynamo's graph with the module's parameters and buffers bound: Dynamo passes them as graph
+    inputs (marked static), kiln wants them as constants, to fold batch norms, pre-pack weights
+    and build engines around them. Traced, they become constants of the TorchScript graph; like
+    any compiled engine, the result keeps the weights it was compiled with."""
+
+    def __init__(self, gm, example_inputs, static):
+        super().__init__()
+        self.gm = gm
+        self.count = len(example_inputs)
+        self.bound = {i: example_inputs[i].detach() for i in static}
+
+    def forward(self, *args):
+        rest = iter(args)
+        return self.gm(*[self.bound[i] if i in self.bound else next(rest)
+                         for i in range(self.count)])
+
+
 def backend(gm, example_inputs, options=None, mode=None):
     """A Dynamo backend: returns a callable running `gm` on kiln, or `gm` itself (with a warning)
     where a graph cannot be compiled; Dynamo's graph breaks and guards are its own business.
@@ -30,8 +48,12 @@ def backend(gm, example_inputs, options=None, mode=None):
         if key in options:
             raise InvalidArgument(f"torch.compile options: {key} come from Dynamo's graph")
     _check_options(options)
+    static = {i for i, x in enumerate(example_inputs)
+              if getattr(x, "_dynamo_static_input_type", None) is not None}
+    dynamic = [x for i, x in enumerate(example_inputs) if i not in static]
     try:
-        compiled = kiln_compile(gm.eval(), inputs=list(example_inputs), **options)
+        compiled = kiln_compile(_WithWeights(gm, example_inputs, static).eval(), inputs=dynamic,
+                                **options)
     except InvalidArgument:
         raise
     except Error as e:
@@ -39,16 +61,16 @@ def backend(gm, example_inputs, options=None, mode=None):
         stats["in_pytorch"] += 1
         return gm
     stats["compiled"] += 1
+    with torch.no_grad():
+        returns_tuple = isinstance(gm(*example_inputs), (tuple, list))
 
     def run(*args):
-        out = compiled(*args)
-        return out if isinstance(out, (tuple, list)) else (out,)
+        # Dynamo passes every graph input; the parameters and buffers are bound in the engine.
+        out = compiled(*[a for i, a in enumerate(args) if i not in static])
+        # fx graphs from Dynamo return tuples; a traced one-output module returns the tensor.
+        return (out,) if returns_tuple and not isinstance(out, (tuple, list)) else out
 
-    # fx graphs from Dynamo return tuples; the traced module returns what they return.
-    probe = gm(*example_inputs)
-    if isinstance(probe, (tuple, list)):
-        return run
-    return compiled
+    return run
 
 
 def _register():

@@ -138,6 +138,32 @@ def test_torch_compile_backend_runs_the_zoo(name):
     assert counts == {"compiled": 1, "in_pytorch": 0}
 
 
+def test_torch_compile_binds_the_weights_as_constants():
+    # Dynamo passes parameters and buffers as graph inputs; kiln binds them, so the batch norm
+    # folds into the convolution and the engine's only input is the image.
+    m = conv_net()
+    x = torch.randn(2, 3, 16, 16)
+    torch._dynamo.reset()
+    seen = []
+    real = kiln._compile.compile
+
+    def spy(module, **kw):
+        out = real(module, **kw)
+        seen.append(out.kiln_report)
+        return out
+
+    kiln._compile.compile = spy
+    try:
+        out, counts = compiled_by_dynamo(m, x)
+    finally:
+        kiln._compile.compile = real
+    torch.testing.assert_close(out, m(x), atol=1e-4, rtol=1e-4)
+    assert counts == {"compiled": 1, "in_pytorch": 0}
+    engines = [s for s in seen[0]["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and len(engines[0]["input_shapes"]) == 1, seen[0]
+    assert not any("batch_norm" in op for op in engines[0]["ops"]), engines[0]["ops"]
+
+
 def test_torch_compile_options_reach_kiln():
     class Mixed(torch.nn.Module):
         def forward(self, x):
