@@ -20,3 +20,17 @@ function(kiln_torch_target target)
     target_precompile_headers(${target} REUSE_FROM kiln_ir)
   endif()
 endfunction()
+
+# For libraries Python loads next to torch, which uses the shared libstdc++: a copy linked in
+# statically (some toolchains, the GPU machines' among them, put a libstdc++.a first on the
+# search path) crashes at its first stream use there. Name the shared one explicitly, so the
+# link never reaches the archive.
+function(kiln_link_shared_libstdcxx target)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
+                    OUTPUT_VARIABLE _libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(IS_ABSOLUTE "${_libstdcxx}" AND EXISTS "${_libstdcxx}")
+      target_link_libraries(${target} PRIVATE -Wl,--no-as-needed "${_libstdcxx}" -Wl,--as-needed)
+    endif()
+  endif()
+endfunction()

@@ -2,15 +2,18 @@
 """kiln against PyTorch on one GPU, side by side in one process run (issue #8).
 
 For each model, batch and precision it times eager PyTorch, TorchScript (frozen +
-optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln (kilnc with
---device cuda), by CUDA events after warm-up, and prints a markdown table; JSON goes to --out.
+optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln (kiln.compile of
+the Python package with device cuda, as a user would; --via kilnc runs the kilnc program instead,
+for trees without the package), by CUDA events after warm-up, and prints a markdown table; JSON
+goes to --out.
 Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
 compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
 left in PyTorch, and the largest difference from eager's output. Backend kiln-notf32 is kiln with
 --disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32), kiln-exactgelu
 kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form).
 
-Needs build/bin/kilnc and build/lib/libkiln_runtime.so built with CUDA (tools/device/gpu-bench.sh).
+Needs the package assembled in build/python (or, --via kilnc, build/bin/kilnc and
+build/lib/libkiln_runtime.so) built with CUDA (tools/device/gpu-bench.sh).
 """
 import argparse
 import copy
@@ -68,6 +71,28 @@ def model_flops(model, x):
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
                  "kiln-exactgelu": ["--exact-gelu"]}
+# The same as kiln.compile options.
+KILN_OPTIONS = {"kiln": {}, "kiln-notf32": {"disable_tf32": True},
+                "kiln-exactgelu": {"exact_gelu": True}}
+
+
+def kiln_compile_package(args, model, x, dtype, backend):
+    """kiln.compile as a user would call it: traced on the CPU in fp32 (shape analysis runs
+    there), compiled for cuda with f16 allowed for fp16 rows."""
+    import kiln
+    with torch.no_grad():
+        traced = torch.jit.trace(model, x.cpu(), check_trace=False)
+    precisions = {torch.float16, torch.float32} if dtype == torch.float16 else {torch.float32}
+    switches = [s for s in args.switches.split(",") if s]
+    start = time.time()
+    compiled = kiln.compile(traced, inputs=[kiln.Input(shape=tuple(x.shape), dtype=x.dtype)],
+                            device="cuda", enabled_precisions=precisions, switches=switches,
+                            progress=False, **KILN_OPTIONS[backend])
+    seconds = time.time() - start
+    rep = compiled.kiln_report
+    info = {"engines": sum(s["target"] == "engine" for s in rep["segments"]),
+            "torch_ops": rep["torch_ops"]}
+    return compiled, seconds, info
 
 
 def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
@@ -98,8 +123,16 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert")
+    p.add_argument("--via", choices=["package", "kilnc"], default="package",
+                   help="compile through the Python package (default) or the kilnc program")
+    p.add_argument("--package-dir", default="build/python",
+                   help="where the kiln package was assembled (--via package)")
+    p.add_argument("--switches", default="",
+                   help="builder switches for every kiln backend, comma-separated "
+                        "(--via package), e.g. gemm_timing=off")
     p.add_argument("--kilnc-flags", default="",
-                   help="more kilnc flags for every kiln backend, e.g. '--switch conv_layout=auto'")
+                   help="more kilnc flags for every kiln backend (--via kilnc), e.g. "
+                        "'--switch conv_layout=auto'")
     p.add_argument("--batches", default="1,32")
     p.add_argument("--precisions", default="fp16,fp32")
     p.add_argument("--backends", default="eager,torchscript,reduce-overhead,max-autotune,kiln")
@@ -109,7 +142,11 @@ def main():
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
-    torch.ops.load_library(args.runtime)
+    if args.via == "package":
+        sys.path.insert(0, os.path.abspath(args.package_dir))
+        import kiln  # noqa: F401 (loads its own copy of the runtime library)
+    else:
+        torch.ops.load_library(args.runtime)
     torch.backends.cudnn.benchmark = True
     peak = measured_peak_tflops()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
@@ -152,9 +189,13 @@ def main():
                                 fn(x)
                                 fn(x)
                             elif backend in KILN_BACKENDS:
-                                flags = KILN_BACKENDS[backend]
-                                fn, _, info = kiln_compile(args, model, x_cpu, dtype, tmp,
-                                                           f"{name}_{prec}_{batch}", flags)
+                                if args.via == "package":
+                                    fn, _, info = kiln_compile_package(args, model, x_cpu, dtype,
+                                                                       backend)
+                                else:
+                                    fn, _, info = kiln_compile(args, model, x_cpu, dtype, tmp,
+                                                               f"{name}_{prec}_{batch}",
+                                                               KILN_BACKENDS[backend])
                                 if fn is None:
                                     raise RuntimeError(info["error"])
                                 # The traced module takes f32; with -p f16 the engine casts

@@ -46,7 +46,7 @@ for round in $(seq "${ROUNDS:-2}"); do
       flags=$ab_flags
       bin=$a_build
     fi
-    env "${envs[@]}" PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --kilnc "$bin/bin/kilnc" \
+    env "${envs[@]}" PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --via kilnc --kilnc "$bin/bin/kilnc" \
       --runtime "$bin/lib/libkiln_runtime.so" --out "$logs/$side" --backends kiln \
       --kilnc-flags="$flags" "$@" 2>&1 |
       grep '^{' | sed "s/^{/{\"side\": \"$side\", \"round\": $round, /" >>"$rows"
