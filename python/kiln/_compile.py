@@ -218,7 +218,10 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
             "enabled_precisions": sorted(precisions), "debug": bool(debug)}
     for key in ("torch_executed_ops", "torch_executed_modules", "switches"):
         if key in options:
-            spec[key] = [str(v) for v in options.pop(key)]
+            value = options.pop(key)
+            if isinstance(value, str) or not hasattr(value, "__iter__"):
+                raise _kiln.InvalidArgument(f"{key}: expected a list of names, got {value!r}")
+            spec[key] = [str(v) for v in value]
     spec.update(options)
     bar = _Progress(progress)
     previous_level, handler = _kiln.log_level(), None

@@ -52,7 +52,21 @@ std::vector<std::string> strings(const nlohmann::json& j, const char* what) {
   return v;
 }
 
-// The spec as kiln/__init__.py writes it (names as in kiln::CompileSpec).
+bool flag(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return false;
+  KILN_CHECK(j[key].is_boolean(), InvalidArgument, key, ": expected True or False, got ",
+             j[key].dump());
+  return j[key].get<bool>();
+}
+
+size_t count(const nlohmann::json& j, const char* key, size_t fallback, size_t min) {
+  if (!j.contains(key)) return fallback;
+  KILN_CHECK(j[key].is_number_unsigned() && j[key].get<size_t>() >= min, InvalidArgument, key,
+             ": expected an integer of at least ", min, ", got ", j[key].dump());
+  return j[key].get<size_t>();
+}
+
+// The spec as kiln/_compile.py writes it (names as in kiln::CompileSpec).
 kiln::CompileSpec parse_spec(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text);
   kiln::CompileSpec spec;
@@ -70,19 +84,19 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   for (const auto& p : strings(j.at("enabled_precisions"), "enabled_precisions")) {
     spec.enabled_precisions.push_back(kiln::parse_dtype(p));
   }
-  spec.min_block_size = j.value("min_block_size", spec.min_block_size);
+  spec.min_block_size = count(j, "min_block_size", spec.min_block_size, 1);
   spec.torch_executed_ops =
       strings(j.value("torch_executed_ops", nlohmann::json::array()), "torch_executed_ops");
   spec.torch_executed_modules =
       strings(j.value("torch_executed_modules", nlohmann::json::array()), "torch_executed_modules");
-  spec.require_full_compilation = j.value("require_full_compilation", false);
-  spec.truncate_long_and_double = j.value("truncate_long_and_double", false);
-  spec.workspace_size = j.value("workspace_size", spec.workspace_size);
-  spec.disable_tf32 = j.value("disable_tf32", false);
-  spec.exact_gelu = j.value("exact_gelu", false);
+  spec.require_full_compilation = flag(j, "require_full_compilation");
+  spec.truncate_long_and_double = flag(j, "truncate_long_and_double");
+  spec.workspace_size = count(j, "workspace_size", spec.workspace_size, 0);
+  spec.disable_tf32 = flag(j, "disable_tf32");
+  spec.exact_gelu = flag(j, "exact_gelu");
   spec.switches = strings(j.value("switches", nlohmann::json::array()), "switches");
-  spec.print_after_all = j.value("print_after_all", false);
-  spec.debug = j.value("debug", false);
+  spec.print_after_all = flag(j, "print_after_all");
+  spec.debug = flag(j, "debug");
   return spec;
 }
 

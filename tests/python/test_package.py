@@ -205,6 +205,14 @@ def test_bad_input_is_a_clear_exception(tmp_path):
         kiln.Input(min_shape=(2, 3), opt_shape=(1, 3), max_shape=(4, 3))
     with pytest.raises(kiln.InvalidArgument, match="unknown option.*no_such_flag"):
         kiln.compile(m, inputs=[x], no_such_flag=True)
+    with pytest.raises(kiln.InvalidArgument, match="min_block_size: expected an integer of at least 1"):
+        kiln.compile(m, inputs=[x], min_block_size=-2)
+    with pytest.raises(kiln.InvalidArgument, match="require_full_compilation: expected True"):
+        kiln.compile(m, inputs=[x], require_full_compilation="yes")
+    with pytest.raises(kiln.InvalidArgument, match="torch_executed_ops: expected a list"):
+        kiln.compile(m, inputs=[x], torch_executed_ops="aten::relu")
+    with pytest.raises(kiln.InvalidArgument, match="switch `gemm_fold=maybe`"):
+        kiln.compile(m, inputs=[x], switches=["gemm_fold=maybe"])
     with pytest.raises(kiln.InvalidArgument, match="training mode"):
         kiln.compile(ConvNet().train(), inputs=[x])
     with pytest.raises(kiln.Error, match="cuda:7|device"):
