@@ -10,14 +10,19 @@ import. Arguments are checked by the C++ compiler and its errors raised here wit
 kiln.InvalidArgument (also a ValueError), kiln.Unsupported, kiln.ShapeMismatch,
 kiln.DeviceError, kiln.CorruptInput, all subclasses of kiln.Error (a RuntimeError).
 """
+import importlib.util as _util
 import os as _os
 
 import torch as _torch
 
 # The runtime library (the kiln.Engine torch class and kiln::execute_engine op) before _kiln,
-# which links it: compiled modules need it loaded to deserialize and run.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-RUNTIME_LIBRARY = _os.path.join(_HERE, "libkiln_runtime.so")
+# which links it: compiled modules need it loaded to deserialize and run. It lies beside _kiln,
+# which an editable install keeps apart from these sources.
+_EXTENSION = _util.find_spec("kiln._kiln")
+if _EXTENSION is None or not _EXTENSION.origin:
+    raise ImportError("kiln: the extension module _kiln is missing; build the project (make) or "
+                      "install the package (pip install --no-build-isolation .)")
+RUNTIME_LIBRARY = _os.path.join(_os.path.dirname(_EXTENSION.origin), "libkiln_runtime.so")
 _torch.ops.load_library(RUNTIME_LIBRARY)
 
 from . import _kiln  # noqa: E402
