@@ -18,7 +18,7 @@ mkdir -p "$logs"
 source tools/device/common.sh
 start=$(date +%s)
 configure_gpu_build "$build" "$logs/configure.log" || exit 1
-cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_engine_cuda_tests \
+cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_python_package kiln_engine_cuda_tests \
   >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 
@@ -47,6 +47,6 @@ done
 
 if [ $# -gt 0 ]; then
   check_runtime_libstdcxx "$build/lib/libkiln_runtime.so" || exit 1
-  PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --kilnc "$build/bin/kilnc" \
+  PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --package-dir "$build/python" --kilnc "$build/bin/kilnc" \
     --runtime "$build/lib/libkiln_runtime.so" --out "$out" "$@" 2>&1 | tail -40
 fi
