@@ -116,7 +116,7 @@ def _device(device, examples):
     return str(device)
 
 
-def _script(module, specs, examples, device):
+def _script(module, specs, examples):
     """The module as TorchScript bytes: a ScriptModule as it is, an nn.Module traced."""
     if isinstance(module, torch.jit.ScriptModule):
         scripted = module
@@ -128,8 +128,10 @@ def _script(module, specs, examples, device):
         if specs is None:
             raise _kiln.InvalidArgument(
                 "inputs: an nn.Module needs example tensors or kiln.Input specs to be traced")
-        traced_with = tuple(x if x is not None else s.example("cpu" if device == "cpu"
-                                                              else device)
+        # Specs without a tensor are traced with one where the module's weights are.
+        weight = next(module.parameters(), None)
+        where = weight.device if weight is not None else "cpu"
+        traced_with = tuple(x if x is not None else s.example(where)
                             for s, x in zip(specs, examples))
         try:
             with torch.no_grad():
@@ -211,7 +213,7 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     precisions = {_dtype_name(p, "enabled_precisions")
                   for p in (enabled_precisions or {torch.float32})}
     precisions.add("f32")
-    data = _script(module, specs, examples, device)
+    data = _script(module, specs, examples)
     if specs is None:  # a ScriptModule without inputs: the C++ compiler says what is missing
         specs = []
     spec = {"inputs": [s._spec() for s in specs], "device": device,
@@ -307,6 +309,6 @@ class SupportReport:
 def support_report(module, inputs=None, method="forward"):
     """The coverage report: which ops of `module` would stay in PyTorch, and why."""
     specs, examples = _inputs(inputs)
-    data = _script(module, specs, examples, _device(None, examples))
+    data = _script(module, specs, examples)
     ok, text = _kiln.check_method_op_support(data, method)
     return SupportReport(ok, text)

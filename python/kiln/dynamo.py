@@ -61,8 +61,9 @@ def backend(gm, example_inputs, options=None, mode=None):
         stats["in_pytorch"] += 1
         return gm
     stats["compiled"] += 1
-    with torch.no_grad():
-        returns_tuple = isinstance(gm(*example_inputs), (tuple, list))
+    # What the graph returns, read off its output node (not by running it once more).
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    returns_tuple = isinstance(output.args[0], (tuple, list))
 
     def run(*args):
         # Dynamo passes every graph input; the parameters and buffers are bound in the engine.

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "engine/runtime.h"
+#include "engine/scalar_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -38,39 +38,9 @@ std::shared_ptr<uint8_t> allocate_host(size_t bytes) {
 }
 
 std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values) {
-  const size_t es = dtype_size(dtype);
-  std::vector<uint8_t> bytes(values.size() * es);
+  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
-    const int64_t v = values[i];
-    uint8_t* p = bytes.data() + i * es;
-    switch (dtype) {
-      case DataType::kF32: {
-        const float f = static_cast<float>(v);
-        std::memcpy(p, &f, 4);
-        break;
-      }
-      case DataType::kF16: {
-        const uint16_t h = float_to_half(static_cast<float>(v));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kBF16: {
-        const uint16_t h = float_to_bf16(static_cast<float>(v));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kI32: {
-        const int32_t x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kBool:
-        *p = v != 0;
-        break;
-      default:  // i64, i8, u8: the low bytes, little endian
-        std::memcpy(p, &v, es);
-        break;
-    }
+    store_as<int64_t>(dtype, bytes.data(), static_cast<int64_t>(i), values[i]);
   }
   return bytes;
 }
