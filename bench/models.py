@@ -2,8 +2,13 @@
 
 make_model(name) returns (module in eval mode, make_input(batch)). Names: any torchvision
 classification constructor (224x224 images), "bert" (a BERT-base-sized nn.TransformerEncoder),
-"hf_bert" and "hf_gpt2" (transformers' BertModel and GPT2Model at base size, random weights from
-their configs; sequence length 128; the module returns the last hidden state).
+"hf_bert", "hf_gpt2" and "hf_distilbert" (transformers' BertModel, GPT2Model and
+DistilBertModel at base size, random weights from their configs; sequence length 128; the module
+returns the last hidden state), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
+"out" map) and "r3d_18" (torchvision video, 16 frames of 112x112).
+
+SUITE is the broad GPU suite of issue #28: every torchvision classification family, a
+segmentation and a video model, and the transformers models, each compiled as a user would.
 """
 import torch
 import torch.nn as nn
@@ -39,11 +44,37 @@ class LastHiddenState(nn.Module):
         return self.model(input_ids=ids, return_dict=False)[0]
 
 
+SUITE = [
+    "resnet18", "resnet50", "resnet101", "resnext50_32x4d", "wide_resnet50_2",
+    "densenet121", "vgg16", "googlenet", "inception_v3",
+    "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "shufflenet_v2_x1_0", "squeezenet1_1",
+    "efficientnet_b0", "efficientnet_b3", "efficientnet_v2_s",
+    "regnet_y_1_6gf", "regnet_x_3_2gf", "convnext_tiny", "vit_b_16", "swin_t", "maxvit_t",
+    "fcn_resnet50", "r3d_18",
+    "mobilenet_v3_small", "convnext_small",
+    "bert", "hf_bert", "hf_gpt2", "hf_distilbert",
+]
+
+
+class MainOutput(nn.Module):
+    """A torchvision segmentation model returning its "out" map (a plain tensor, not a dict)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
 def transformers_model(name):
     import transformers
     if name == "hf_bert":
         config = transformers.BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
         model = transformers.BertModel(config, add_pooling_layer=False)
+    elif name == "hf_distilbert":
+        config = transformers.DistilBertConfig()  # 6 layers, hidden 768, 12 heads
+        model = transformers.DistilBertModel(config)
     else:
         config = transformers.GPT2Config()  # gpt2 (124M): 12 layers, hidden 768, 12 heads
         model = transformers.GPT2Model(config)
@@ -54,12 +85,23 @@ def transformers_model(name):
 def make_model(name):
     if name == "bert":
         model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
-    elif name in ("hf_bert", "hf_gpt2"):
+    elif name in ("hf_bert", "hf_gpt2", "hf_distilbert"):
         model, make_input = transformers_model(name)
     else:
         import torchvision
-        ctor = getattr(torchvision.models, name)
-        model, make_input = ctor(), lambda b: torch.randn(b, 3, 224, 224)
+        if name == "fcn_resnet50":
+            model = MainOutput(torchvision.models.segmentation.fcn_resnet50(weights_backbone=None))
+            make_input = lambda b: torch.randn(b, 3, 224, 224)  # noqa: E731
+        elif name == "r3d_18":
+            model = torchvision.models.video.r3d_18()
+            make_input = lambda b: torch.randn(b, 3, 16, 112, 112)  # noqa: E731
+        else:
+            kwargs = {"init_weights": True} if name in ("googlenet", "inception_v3") else {}
+            if name in ("googlenet", "inception_v3"):
+                kwargs["aux_logits"] = False
+            model = getattr(torchvision.models, name)(**kwargs)
+            size = 299 if name == "inception_v3" else 224
+            make_input = lambda b: torch.randn(b, 3, size, size)  # noqa: E731
         realistic_(model, make_input)
     return model.eval(), make_input
 

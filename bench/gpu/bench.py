@@ -8,9 +8,14 @@ for trees without the package), by CUDA events after warm-up, and prints a markd
 goes to --out.
 Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
 compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
-left in PyTorch, and the largest difference from eager's output. Backend kiln-notf32 is kiln with
+left in PyTorch, the largest difference from eager's output in the same precision, and the error
+against an fp32 reference (eager fp32 with TF32 off: max |out - ref| / max |ref|). `--models
+suite` runs bench/models.py's SUITE; the summary gives, per precision and batch, the geometric
+mean over models of kiln's speed-up against the best torch.compile mode of the same run. Backend kiln-notf32 is kiln with
 --disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32), kiln-exactgelu
-kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form).
+kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form),
+kiln-interp kiln with pointwise layers on the interpreter kernel instead of generated kernels
+(the switch cuda_codegen=off).
 
 Needs the package assembled in build/python (or, --via kilnc, build/bin/kilnc and
 build/lib/libkiln_runtime.so) built with CUDA (tools/device/gpu-bench.sh).
@@ -28,7 +33,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from models import input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
+from models import SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
 
 
 def time_cuda(fn, x, warmup, iters):
@@ -70,10 +75,12 @@ def model_flops(model, x):
 # kiln's backends and their kilnc flags: kiln's defaults run fp32 convolutions and matmuls in
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
-                 "kiln-exactgelu": ["--exact-gelu"]}
-# The same as kiln.compile options.
+                 "kiln-exactgelu": ["--exact-gelu"],
+                 "kiln-interp": ["--switch", "cuda_codegen=off"]}
+# The same as kiln.compile options, and builder switches.
 KILN_OPTIONS = {"kiln": {}, "kiln-notf32": {"disable_tf32": True},
-                "kiln-exactgelu": {"exact_gelu": True}}
+                "kiln-exactgelu": {"exact_gelu": True}, "kiln-interp": {}}
+KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"]}
 
 
 def kiln_compile_package(args, model, x, dtype, backend):
@@ -83,7 +90,7 @@ def kiln_compile_package(args, model, x, dtype, backend):
     with torch.no_grad():
         traced = torch.jit.trace(model, x.cpu(), check_trace=False)
     precisions = {torch.float16, torch.float32} if dtype == torch.float16 else {torch.float32}
-    switches = [s for s in args.switches.split(",") if s]
+    switches = [s for s in args.switches.split(",") if s] + KILN_SWITCHES.get(backend, [])
     start = time.time()
     compiled = kiln.compile(traced, inputs=[kiln.Input(shape=tuple(x.shape), dtype=x.dtype)],
                             device="cuda", enabled_precisions=precisions, switches=switches,
@@ -120,9 +127,57 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     return compiled, seconds, info
 
 
+def fp32_reference(model, x_cpu):
+    """The model's output in fp32 with TF32 off, on the GPU: the reference of the error column."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            m = copy.deepcopy(model).to("cuda", torch.float32)
+            out = m(x_cpu.cuda())
+            del m
+            return out.float() if not isinstance(out, (tuple, list)) else [o.float() for o in out]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def relative_error(out, ref):
+    """max |out - ref| / max |ref| over every output."""
+    if isinstance(out, (tuple, list)):
+        return max(relative_error(o, r) for o, r in zip(out, ref))
+    ref = ref.double()
+    return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def geomean_lines(rows):
+    """Per precision and batch: the geometric mean over models of best torch.compile median /
+    kiln median (pairs from this run), with the rows where kiln loses named."""
+    import math
+    out = ["| prec | batch | models | geomean kiln speed-up vs best torch.compile | kiln behind on |",
+           "|---|---|---|---|---|"]
+    keys = sorted({(r["precision"], r["batch"]) for r in rows})
+    for prec, batch in keys:
+        ratios, behind = [], []
+        for model in dict.fromkeys(r["model"] for r in rows):
+            here = {r["backend"]: r for r in rows if (r["model"], r["precision"], r["batch"]) ==
+                    (model, prec, batch) and "median" in r}
+            peers = [here[b]["median"] for b in ("reduce-overhead", "max-autotune") if b in here]
+            if "kiln" not in here or not peers:
+                continue
+            ratio = min(peers) / here["kiln"]["median"]
+            ratios.append(ratio)
+            if ratio < 1:
+                behind.append(f"{model} {ratio:.2f}x")
+        if ratios:
+            g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            out.append(f"| {prec} | {batch} | {len(ratios)} | {g:.2f}x | {', '.join(behind)} |")
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert")
+    p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert",
+                   help="comma-separated bench/models.py names, or `suite` (SUITE)")
     p.add_argument("--via", choices=["package", "kilnc"], default="package",
                    help="compile through the Python package (default) or the kilnc program")
     p.add_argument("--package-dir", default="build/python",
@@ -155,7 +210,8 @@ def main():
     # Models and plans of every row (GBs over a run); removed when the run ends, even by an error.
     tmp_dir = tempfile.TemporaryDirectory(prefix="kiln_bench_")
     tmp = tmp_dir.name
-    for name in args.models.split(","):
+    models = SUITE if args.models == "suite" else args.models.split(",")
+    for name in models:
         for prec in args.precisions.split(","):
             dtype = torch.float16 if prec == "fp16" else torch.float32
             for batch in [int(b) for b in args.batches.split(",")]:
@@ -170,6 +226,7 @@ def main():
                 with torch.no_grad():
                     reference = gpu_model(x)
                     flops = model_flops(gpu_model, x)
+                    reference32 = fp32_reference(model, x_cpu)
                 for backend in args.backends.split(","):
                     row = {"model": name, "batch": batch, "precision": prec, "backend": backend}
                     try:
@@ -207,6 +264,7 @@ def main():
                             row.update(info)
                             out = fn(inp)
                             row["max_diff"] = max_diff(out, reference)
+                            row["err_fp32"] = relative_error(out, reference32)
                             row.update(time_cuda(fn, inp, args.warmup, args.iters))
                     except Exception as e:  # a backend that fails is a row that says so
                         row["error"] = str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e)
@@ -222,17 +280,18 @@ def main():
         json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
                   indent=1)
     lines = ["| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | "
-             "% peak | engines | torch ops | max diff |", "|" + "---|" * 13]
+             "% peak | engines | torch ops | max diff | err vs fp32 |", "|" + "---|" * 14]
     for r in rows:
         if "median" not in r:
             lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
-                         f"failed: {r.get('error', '')[:80]} |" + " |" * 8)
+                         f"failed: {r.get('error', '')[:80]} |" + " |" * 9)
             continue
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
             f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
             f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
-            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} |")
+            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | {r.get('err_fp32', float('nan')):.2e} |")
+    lines += [""] + geomean_lines(rows)
     table = "\n".join(lines)
     with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
         f.write(table + "\n")

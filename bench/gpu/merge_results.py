@@ -9,14 +9,15 @@ Speed-ups compare kiln with a torch.compile mode only within one run (pairs from
 run), and say so when a run has no such pair. Needs only the standard library.
 """
 import json
+import math
 import sys
 
 MODELS = ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "bert"]
 PEERS = ["reduce-overhead", "max-autotune"]
 BACKENDS = ["eager", "torchscript", "reduce-overhead", "max-autotune", "kiln", "kiln-notf32",
-            "kiln-exactgelu"]
+            "kiln-exactgelu", "kiln-interp"]
 COLUMNS = ("| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | % peak | "
-           "engines | torch ops | max diff | run |")
+           "engines | torch ops | max diff | err vs fp32 | run |")
 
 
 def load(args):
@@ -48,7 +49,8 @@ def row_line(r):
     return (f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
             f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
             f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
-            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | {r['run']} |")
+            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | "
+            f"{'%.2e' % r['err_fp32'] if 'err_fp32' in r else ''} | {r['run']} |")
 
 
 def speedup(rows, model, batch, prec, peer):
@@ -70,7 +72,7 @@ def main():
     batches = sorted({k[1] for k in rows})
     out = []
     for prec in precisions:
-        out += ["", f"## {prec}", "", COLUMNS, "|" + "---|" * 14]
+        out += ["", f"## {prec}", "", COLUMNS, "|" + "---|" * 15]
         for m in models:
             for b in batches:
                 here = [r for k, r in rows.items() if k[:3] == (m, b, prec)]
@@ -88,6 +90,24 @@ def main():
         for m in models:
             out.append(f"| {m} | " + " | ".join(speedup(rows, m, b, p, peer) for p, b in cols) +
                        " |")
+    out += ["", "## Geometric mean of kiln's speed-up against the best torch.compile mode (same run)",
+            "", "| prec | batch | models | geomean | kiln behind on |", "|---|---|---|---|---|"]
+    for p in precisions:
+        for b in batches:
+            ratios, behind = [], []
+            for m in models:
+                kiln = rows.get((m, b, p, "kiln"))
+                peers = [rows[(m, b, p, peer)] for peer in PEERS if (m, b, p, peer) in rows]
+                peers = [r for r in peers if kiln and r["run"] == kiln["run"]]
+                if not kiln or not peers:
+                    continue
+                ratio = min(r["median"] for r in peers) / kiln["median"]
+                ratios.append(ratio)
+                if ratio < 1:
+                    behind.append(f"{m} {ratio:.2f}x")
+            if ratios:
+                g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                out.append(f"| {p} | {b} | {len(ratios)} | {g:.2f}x | {', '.join(behind)} |")
     print("\n".join(out).lstrip("\n"))
     return 0
 

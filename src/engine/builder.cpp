@@ -76,13 +76,14 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     const char* other = name == "cuda_pointwise" ? "cudnn" : "strip";
     KILN_CHECK(value == "auto" || value == other, InvalidArgument, "switch `", name_value,
                "`: expected ", name, "=auto or ", name, "=", other);
-  } else if (name == "gemm_fold" || name == "gemm_timing") {
+  } else if (name == "gemm_fold" || name == "gemm_timing" || name == "cuda_codegen") {
     bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
     on_off(&on);
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, gemm_fold, gemm_timing)");
+               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, gemm_fold, gemm_timing, "
+               "cuda_codegen)");
   }
   config.switches.push_back(name_value);
 }
@@ -117,6 +118,11 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   run_passes(net, builder_pipeline(), PassContext{config, target, rules, r}, std::cerr);
   r.layers_after = static_cast<int>(net.layers().size());
   if (rules.check_supported) rules.check_supported(net);
+  if (rules.generate_kernels) {
+    const size_t before = plan.target.kernels.size();
+    r.generated_layers = rules.generate_kernels(net, plan.target);
+    r.generated_kernels = static_cast<int>(plan.target.kernels.size() - before);
+  }
 
   // Memory at the opt shapes (planning needs no device: a CPU engine of the same network).
   auto engine = std::make_shared<const Engine>(net, EngineTarget{});

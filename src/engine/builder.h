@@ -70,6 +70,8 @@ struct BuildReport {
   LayoutReport layout;             // what the channels-last pass did
   size_t arena_bytes = 0;          // activations at the opt shapes, planned by liveness
   size_t activation_bytes = 0;     // the same activations allocated separately
+  int generated_layers = 0;        // cuda: layers that run a generated kernel (cuda/codegen.h)
+  int generated_kernels = 0;       // cuda: the distinct kernels they run, stored in the plan
   // Rewrites by the pass `name`; 0 when it did not run.
   int changes(const std::string& name) const;
   // The lines of every pass, in order (the fusions').
@@ -81,7 +83,8 @@ struct BuildReport {
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
 // excitation_projection=on|off, cast_into_shuffle=on|off set the fields above; the CUDA kernels'
 // cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, gemm_fold=on|off and gemm_timing=on|off
-// are only recorded, and read from the plan when its engine is created (cuda::KernelOptions).
+// are only recorded, and read from the plan when its engine is created (cuda::KernelOptions);
+// cuda_codegen=off builds no generated kernels (pointwise layers run on the interpreter kernel).
 // InvalidArgument names an unknown switch or value.
 void apply_switch(BuilderConfig& config, const std::string& name_value);
 

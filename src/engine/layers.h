@@ -8,75 +8,11 @@
 #include <variant>
 #include <vector>
 
+#include "engine/op_kinds.h"
 #include "engine/types.h"
 
 namespace kiln::engine {
 
-enum class BinaryOp : uint8_t {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMax,
-  kMin,
-  kFloorDiv,
-  kMod,  // arithmetic (kMod: Python remainder)
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,  // comparisons -> bool
-  kAnd,
-  kOr,
-  kXor,  // logical (bool) / bitwise (int)
-};
-enum class UnaryOp : uint8_t {
-  kNeg,
-  kAbs,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kReciprocal,
-  kSin,
-  kCos,
-  kTan,
-  kAsin,
-  kAcos,
-  kAtan,
-  kSinh,
-  kCosh,
-  kErf,
-  kFloor,
-  kCeil,
-  kRound,
-  kTrunc,
-  kSign,
-  kNot,
-  kLog2,
-  kLog1p,
-  kExpm1,
-  kIsNan,
-};
-enum class ActivationKind : uint8_t {
-  kNone,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kGelu,
-  kGeluTanh,
-  kSilu,
-  kLeakyRelu /*alpha*/,
-  kElu /*alpha*/,
-  kHardSwish,
-  kHardSigmoid,
-  kSoftplus /*alpha=beta, beta=threshold*/,
-  kClamp /*alpha=min,beta=max*/,
-  kMish,
-  kSelu,
-};
 enum class PoolingKind : uint8_t { kMax, kAverage };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
 enum class NormalizationKind : uint8_t { kBatch, kLayer, kGroup, kInstance };

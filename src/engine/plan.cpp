@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "engine/bytes.h"
 #include "engine/serialize_fields.h"
@@ -67,6 +68,13 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   w.put<int32_t>(plan.target.compute_capability);
   w.put<uint64_t>(plan.target.switches.size());
   for (const std::string& sw : plan.target.switches) w.put_string(sw);
+  w.put<uint64_t>(plan.target.kernels.size());
+  for (const GeneratedKernel& k : plan.target.kernels) {
+    w.put_string(k.key);
+    w.put_string(k.source);
+    w.put<uint64_t>(k.image.size());
+    w.put_bytes(k.image.data(), k.image.size());
+  }
 
   w.put<uint64_t>(net.num_tensors());
   for (size_t i = 0; i < net.num_tensors(); ++i) {
@@ -145,6 +153,22 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   const uint64_t num_switches = r.get_count("switch", 8);
   for (uint64_t i = 0; i < num_switches; ++i) {
     plan.target.switches.push_back(r.get_string("target switch"));
+  }
+  const uint64_t num_kernels = r.get_count("generated kernel", 8 + 8 + 8);
+  KILN_CHECK(num_kernels == 0 || plan.target.device == "cuda", CorruptInput, "plan: ", num_kernels,
+             " generated kernels in a plan for ", plan.target.device);
+  std::set<std::string> kernel_keys;
+  for (uint64_t i = 0; i < num_kernels; ++i) {
+    GeneratedKernel k;
+    k.key = r.get_string("generated kernel key");
+    k.source = r.get_string("generated kernel source");
+    const uint64_t bytes = r.get_count("generated kernel image", 1);
+    KILN_CHECK(bytes > 0, CorruptInput, "plan: generated kernel `", k.key, "` has no image");
+    const uint8_t* p = r.get_bytes(static_cast<size_t>(bytes), "generated kernel image");
+    k.image.assign(p, p + bytes);
+    KILN_CHECK(kernel_keys.insert(k.key).second, CorruptInput, "plan: generated kernel `", k.key,
+               "` appears twice");
+    plan.target.kernels.push_back(std::move(k));
   }
 
   Network& net = plan.network;

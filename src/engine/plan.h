@@ -15,8 +15,9 @@ constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
 // 2: channels_last in convolution and pooling parameters. 3: packed heads in attention
 // parameters. 4: tf32 in convolution and matmul parameters. 5: the projection of
 // squeeze-excitation parameters, the cast of shuffle parameters. 6: the target's measurement
-// switches. Plans of older versions are refused (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 6;
+// switches. 7: the target's generated kernels. Plans of older versions are refused (rebuilding them
+// is the supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 7;
 
 struct Plan {
   Network network;

@@ -35,6 +35,15 @@ class HostTensor {
   std::shared_ptr<uint8_t> storage_;
 };
 
+// A kernel the builder generated for this plan (cuda: NVRTC-compiled machine code for the plan's
+// compute capability), so that loading the plan compiles nothing. `key` names the computation
+// (cuda/codegen.h: layers find their kernel by it), `source` is kept for inspection.
+struct GeneratedKernel {
+  std::string key;
+  std::string source;
+  std::vector<uint8_t> image;
+};
+
 struct EngineTarget {
   std::string device = "cpu";  // "cpu" or "cuda"
   int compute_capability = 0;  // cuda only, e.g. 90
@@ -44,6 +53,8 @@ struct EngineTarget {
   // The measurement switches the plan was built with ("cast_into_shuffle=off"; BuilderConfig), in
   // the order given: stored in the plan and shown by the inspector, so a timing says what it ran.
   std::vector<std::string> switches;
+  // cuda only: the generated kernels of the plan's layers, keys unique.
+  std::vector<GeneratedKernel> kernels;
 };
 
 class Engine {

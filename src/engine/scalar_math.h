@@ -1,10 +1,8 @@
-// Scalar semantics of binary, unary and activation ops (matching PyTorch), written once for both
-// backends: the CPU kernels compile it as inline C++, the CUDA kernels as __host__ __device__
-// functions. Only what C++ and CUDA both have is used here (the float functions of <math.h>, no
-// std::numeric_limits or isnan macros).
+// Scalar semantics shared by both backends beyond scalar_ops.h's float ops: dtype loads and
+// stores, the integer ops (with their errors) and arg_best. The CPU kernels compile it as inline
+// C++, the CUDA kernels as __host__ __device__ functions. Only what C++ and CUDA both have is used
+// here (no std::numeric_limits or isnan macros).
 #pragma once
-
-#include <math.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -15,21 +13,15 @@
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#define KILN_SCALAR __host__ __device__ __forceinline__
-#else
-#define KILN_SCALAR inline
 #endif
+
+#include "engine/scalar_ops.h"
 
 namespace kiln::engine {
 
 // Errors of integer ops, recorded by the CPU kernels (inside parallel loops, thrown afterwards);
 // the CUDA kernels ignore them and write 0.
 enum class MathError : int { kNone = 0, kIntegerDivisionByZero, kNegativeIntegerPower };
-
-KILN_SCALAR bool is_nan(float x) {
-  return x != x;
-}
 
 // Element i of `base`, of dtype `t`, as the compute type C (float or int64_t), and back. The 16-bit
 // floats convert with the device's intrinsics there, types.h's conversions on the host (both
@@ -103,99 +95,6 @@ KILN_SCALAR void store_as(DataType t, void* base, int64_t i, C v) {
   }
 }
 
-// min(max(x, lo), hi) that keeps NaN, as torch's clamp, hardtanh and hard{sigmoid,swish} do.
-// Written as selects, not fminf/fmaxf calls, so loops over it vectorize.
-KILN_SCALAR float clamp_nan(float x, float lo, float hi) {
-  const float y = x < lo ? lo : x;
-  return y > hi ? hi : y;
-}
-
-KILN_SCALAR float activate(ActivationKind k, float x, float alpha, float beta) {
-  switch (k) {
-    case ActivationKind::kNone:
-      return x;
-    case ActivationKind::kRelu:
-      return x > 0.f ? x : (is_nan(x) ? x : 0.f);
-    case ActivationKind::kSigmoid:
-      return 1.f / (1.f + expf(-x));
-    case ActivationKind::kTanh:
-      return tanhf(x);
-    case ActivationKind::kGelu:
-      return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case ActivationKind::kGeluTanh: {
-      const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.f + tanhf(inner));
-    }
-    case ActivationKind::kSilu:
-      return x / (1.f + expf(-x));
-    case ActivationKind::kLeakyRelu:
-      return x > 0.f ? x : alpha * x;
-    case ActivationKind::kElu:
-      return x > 0.f ? x : alpha * (expf(x) - 1.f);
-    case ActivationKind::kHardSwish:
-      return x * clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
-    case ActivationKind::kHardSigmoid:
-      return clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
-    case ActivationKind::kSoftplus: {
-      return x * alpha > beta ? x : log1pf(expf(alpha * x)) / alpha;
-    }
-    case ActivationKind::kClamp:
-      return clamp_nan(x, alpha, beta);
-    case ActivationKind::kMish:
-      return x * tanhf(log1pf(expf(x)));
-    case ActivationKind::kSelu: {
-      constexpr float kScale = 1.0507009873554804934f, kAlpha = 1.6732632423543772848f;
-      return kScale * (x > 0.f ? x : kAlpha * (expf(x) - 1.f));
-    }
-  }
-  return x;
-}
-
-KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return a + b;
-    case BinaryOp::kSub:
-      return a - b;
-    case BinaryOp::kMul:
-      return a * b;
-    case BinaryOp::kDiv:
-      return a / b;
-    case BinaryOp::kPow:
-      return powf(a, b);
-    case BinaryOp::kMax:  // NaN if either is (a + b then is)
-      return (is_nan(a) || is_nan(b)) ? a + b : (a > b ? a : b);
-    case BinaryOp::kMin:
-      return (is_nan(a) || is_nan(b)) ? a + b : (a < b ? a : b);
-    case BinaryOp::kFloorDiv:
-      return floorf(a / b);
-    case BinaryOp::kMod: {
-      float r = fmodf(a, b);
-      if (r != 0.f && ((r < 0.f) != (b < 0.f))) r += b;
-      return r;
-    }
-    case BinaryOp::kEq:
-      return a == b;
-    case BinaryOp::kNe:
-      return a != b;
-    case BinaryOp::kLt:
-      return a < b;
-    case BinaryOp::kLe:
-      return a <= b;
-    case BinaryOp::kGt:
-      return a > b;
-    case BinaryOp::kGe:
-      return a >= b;
-    case BinaryOp::kAnd:
-      return (a != 0.f) && (b != 0.f);
-    case BinaryOp::kOr:
-      return (a != 0.f) || (b != 0.f);
-    case BinaryOp::kXor:
-      return (a != 0.f) != (b != 0.f);
-  }
-  return 0.f;
-}
-
 KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err) {
   switch (op) {
     case BinaryOp::kAdd:
@@ -263,64 +162,6 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
       return a ^ b;
   }
   return 0;
-}
-
-KILN_SCALAR float unary_float(UnaryOp op, float x) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return -x;
-    case UnaryOp::kAbs:
-      return fabsf(x);
-    case UnaryOp::kExp:
-      return expf(x);
-    case UnaryOp::kLog:
-      return logf(x);
-    case UnaryOp::kSqrt:
-      return sqrtf(x);
-    case UnaryOp::kRsqrt:
-      return 1.f / sqrtf(x);
-    case UnaryOp::kReciprocal:
-      return 1.f / x;
-    case UnaryOp::kSin:
-      return sinf(x);
-    case UnaryOp::kCos:
-      return cosf(x);
-    case UnaryOp::kTan:
-      return tanf(x);
-    case UnaryOp::kAsin:
-      return asinf(x);
-    case UnaryOp::kAcos:
-      return acosf(x);
-    case UnaryOp::kAtan:
-      return atanf(x);
-    case UnaryOp::kSinh:
-      return sinhf(x);
-    case UnaryOp::kCosh:
-      return coshf(x);
-    case UnaryOp::kErf:
-      return erff(x);
-    case UnaryOp::kFloor:
-      return floorf(x);
-    case UnaryOp::kCeil:
-      return ceilf(x);
-    case UnaryOp::kRound:
-      return rintf(x);  // half to even, as torch.round
-    case UnaryOp::kTrunc:
-      return truncf(x);
-    case UnaryOp::kSign:
-      return is_nan(x) ? x : static_cast<float>((x > 0.f) - (x < 0.f));
-    case UnaryOp::kNot:
-      return x == 0.f;
-    case UnaryOp::kLog2:
-      return log2f(x);
-    case UnaryOp::kLog1p:
-      return log1pf(x);
-    case UnaryOp::kExpm1:
-      return expm1f(x);
-    case UnaryOp::kIsNan:
-      return is_nan(x);
-  }
-  return x;
 }
 
 KILN_SCALAR int64_t unary_int(UnaryOp op, int64_t x) {

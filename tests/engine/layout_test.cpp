@@ -163,6 +163,39 @@ TEST(Layout, DynamicBatch) {
   }
 }
 
+// A densenet block in a low-precision build: concat -> per-channel scale and shift -> ReLU ->
+// convolution, where the scale and shift reach the layout pass as casts of f32 constants (the
+// precision pass's, folded only after layout). They are permuted with the data, so the only
+// transposes left are those of the network's input and output.
+TEST(Layout, ValuesComputedFromConstantsFollowTheData) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 4, 6, 6});
+  const TensorId ca = net.add("conv_a", conv(1), {x, constant(net, "wa", {4, 4, 3, 3}, 40)});
+  const TensorId cb = net.add("conv_b", conv(0), {x, constant(net, "wb", {4, 4, 1, 1}, 41)});
+  TensorId t = net.add("cat", ConcatParams{1, false}, {ca, cb});
+  const TensorId scale =
+      net.add("scale_cast", CastParams{DataType::kF32}, {constant(net, "s", {8, 1, 1}, 42)});
+  const TensorId shift =
+      net.add("shift_sum", ElementwiseParams{BinaryOp::kAdd},
+              {constant(net, "h1", {8, 1, 1}, 43), constant(net, "h2", {1}, 44)});
+  t = net.add("mul", ElementwiseParams{BinaryOp::kMul}, {t, scale});
+  t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, shift});
+  t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
+  t = net.add("conv_c", conv(1), {t, constant(net, "wc", {4, 8, 3, 3}, 45)});
+  net.mark_output(t, "y");
+  BuilderConfig first, last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  BuildReport report;
+  const Plan b = build(net, last, &report);
+  // x into channels-last (once for each convolution reading it) and y back.
+  EXPECT_EQ(report.layout.transposes, 3) << report.to_string();
+  EXPECT_EQ(report.layout.layers_moved, 4) << report.to_string();  // cat, mul, add, relu
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 4, 6, 6}, 46)};
+  EXPECT_TRUE(
+      testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]), 1e-5, 1e-6));
+}
+
 // Layers the pass cannot move (here a softmax over a reshaped tensor) keep their inputs
 // channels-first: the transpose stays in front of them.
 TEST(Layout, UnmovableLayersReadChannelsFirstData) {

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 
 #include "engine/cuda/cuda_check.h"
@@ -71,9 +72,15 @@ struct GrowingBuffer {
 
 class EngineState {
  public:
-  EngineState(const Network& net, int device, KernelOptions options)
-      : weight_data_(net.weights()), device_(device), options_(options) {}
+  EngineState(const Network& net, int device, KernelOptions options,
+              const std::vector<GeneratedKernel>& kernels)
+      : weight_data_(net.weights()), device_(device), options_(options) {
+    for (const GeneratedKernel& k : kernels) kernels_.emplace(k.key, Library{k.image, nullptr, {}});
+  }
   ~EngineState() {
+    for (auto& [key, lib] : kernels_) {
+      if (lib.library) cudaLibraryUnload(lib.library);
+    }
     if (weights_) {
       DeviceGuard guard(device_);
       cudaFree(weights_);
@@ -82,6 +89,31 @@ class EngineState {
   }
   int device() const { return device_; }
   const KernelOptions& options() const { return options_; }
+
+  // Entry point `entry` of the plan's generated kernel `key`, loaded on first use; nullptr when
+  // the plan has no such kernel.
+  const void* generated_kernel(const std::string& key, const char* entry) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = kernels_.find(key);
+    if (it == kernels_.end()) return nullptr;
+    Library& lib = it->second;
+    if (!lib.library) {
+      DeviceGuard guard(device_);
+      const cudaError_t status = cudaLibraryLoadData(&lib.library, lib.image.data(), nullptr,
+                                                     nullptr, 0, nullptr, nullptr, 0);
+      KILN_CHECK(status == cudaSuccess, DeviceError, "loading the generated kernel `", key,
+                 "`: ", cudaGetErrorString(status));
+    }
+    auto e = lib.entries.find(entry);
+    if (e == lib.entries.end()) {
+      cudaKernel_t kernel = nullptr;
+      const cudaError_t status = cudaLibraryGetKernel(&kernel, lib.library, entry);
+      KILN_CHECK(status == cudaSuccess, DeviceError, "the generated kernel `", key,
+                 "` has no entry `", entry, "`: ", cudaGetErrorString(status));
+      e = lib.entries.emplace(entry, reinterpret_cast<const void*>(kernel)).first;
+    }
+    return e->second;
+  }
 
   // Uploads every weight on the first call (on `stream`); later callers on other streams wait
   // for that upload through an event.
@@ -123,6 +155,12 @@ class EngineState {
     weights_ = ptr;
   }
 
+  struct Library {
+    std::vector<uint8_t> image;
+    cudaLibrary_t library;
+    std::map<std::string, const void*> entries;
+  };
+  std::map<std::string, Library> kernels_;
   const std::map<std::string, Weights> weight_data_;  // host copies share the network's bytes
   const int device_;
   const KernelOptions options_;
@@ -150,6 +188,9 @@ class ContextState : public Resources {
   }
 
   const KernelOptions& options() const override { return engine_->options(); }
+  const void* generated_kernel(const std::string& key, const char* entry) override {
+    return engine_->generated_kernel(key, entry);
+  }
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return engine_->device(); }
   void* workspace(size_t bytes) override { return workspace_.reserve(bytes, stream_, "workspace"); }
@@ -274,6 +315,7 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "cuda_depthwise=auto") o.depthwise_tiled = true;
     if (s == "gemm_fold=off" || s == "gemm_fold=on") o.gemm_fold = s == "gemm_fold=on";
     if (s == "gemm_timing=off" || s == "gemm_timing=on") o.gemm_timing = s == "gemm_timing=on";
+    if (s == "cuda_codegen=off" || s == "cuda_codegen=on") o.codegen = s == "cuda_codegen=on";
   }
   return o;
 }
@@ -469,8 +511,8 @@ std::shared_ptr<EngineBackend> create_engine_backend(const Network& net,
              "engine built for compute capability ", target.compute_capability,
              " cannot run on CUDA device ", target.device_index, " (compute capability ", cc,
              "): rebuild the engine on this GPU");
-  return std::make_shared<CudaEngine>(
-      std::make_shared<EngineState>(net, target.device_index, kernel_options(target.switches)));
+  return std::make_shared<CudaEngine>(std::make_shared<EngineState>(
+      net, target.device_index, kernel_options(target.switches), target.kernels));
 }
 
 const KernelTable& kernel_table() {

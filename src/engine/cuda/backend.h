@@ -55,6 +55,10 @@ inline bool excitation_projection_applies(int64_t samples, int64_t pixels, int64
          (samples == 1 || pixels >= 512);
 }
 
+// Generates and compiles (NVRTC) a kernel for every layer of `net` that takes one into
+// target.kernels, for target.compute_capability; returns how many layers run one (codegen.h).
+int generate_kernels(const Network& net, EngineTarget& target);
+
 // A tensor in device memory of the engine's device.
 using DeviceTensor = TensorRef;
 

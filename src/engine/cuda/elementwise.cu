@@ -2,6 +2,7 @@
 // programs of the interpreter kernel that also runs the builder's fused elementwise chains: each
 // thread loads its element of every (broadcast) input into registers, runs the program and
 // stores the last register. Also cast, select and the conv/matmul post-op epilogue.
+#include "engine/cuda/codegen.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -227,6 +228,86 @@ bool run_vec_op(KernelArgs& args, const std::vector<Dims>& dims, const Op& op) {
   }
 }
 
+// The layer's generated kernel (codegen.h), resolved from the plan on the layer's first run.
+struct GeneratedPointwise : KernelState {
+  const void* vec = nullptr;
+  const void* nd32 = nullptr;
+  const void* nd64 = nullptr;
+  int width = 0;
+};
+
+GeneratedPointwise* generated_for(KernelArgs& args) {
+  if (!args.res.options().codegen) return nullptr;
+  if (!args.state) {
+    auto g = std::make_unique<GeneratedPointwise>();
+    std::vector<DataType> in;
+    for (const auto& t : args.inputs) in.push_back(t.dtype);
+    if (const auto spec = pointwise_spec(args.layer, in, args.outputs[0].dtype)) {
+      const std::string key = pointwise_key(*spec);
+      g->nd64 = args.res.generated_kernel(key, "kiln_pw_nd64");
+      if (g->nd64) {
+        g->nd32 = args.res.generated_kernel(key, "kiln_pw_nd32");
+        g->vec = args.res.generated_kernel(key, "kiln_pw_vec");
+        g->width = pointwise_vector_width(*spec);
+      }
+    }
+    args.state = std::move(g);
+  }
+  auto* g = static_cast<GeneratedPointwise*>(args.state.get());
+  return g->nd64 ? g : nullptr;
+}
+
+bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Runs the layer on its generated kernel: V elements per thread where the innermost dim is a
+// multiple of V and every input is contiguous or broadcast along it, else one per thread.
+bool run_generated(KernelArgs& args, const std::vector<Dims>& dims) {
+  GeneratedPointwise* g = generated_for(args);
+  if (!g) return false;
+  const TensorView& out = args.outputs[0];
+  const int rank = dims[0].rank;
+  KILN_CHECK(rank <= kPointwiseMaxRank, InternalError, "layer `", args.layer.name, "`: ", rank,
+             " dims after merging");
+  PointwiseArgs p;
+  p.n = out.numel();
+  p.rank = rank;
+  for (int k = 0; k < rank; ++k) p.size[k] = dims[0].size[k];
+  p.out = out.data;
+  const int V = g->width;
+  constexpr int64_t kInt32 = int64_t{1} << 31;
+  bool vec = rank > 0 && dims[0].size[rank - 1] % V == 0 && p.n < kInt32 &&
+             aligned_to(out.data, static_cast<size_t>(V) * dtype_size(out.dtype));
+  int64_t max_offset = 0;
+  for (size_t j = 0; j < args.inputs.size(); ++j) {
+    const Dims& d = dims[j + 1];
+    const TensorView& in = args.inputs[j];
+    p.in[j] = in.data;
+    for (int k = 0; k < rank; ++k) {
+      p.stride[j][k] = d.stride[k];
+      max_offset = std::max(max_offset, (d.size[k] - 1) * d.stride[k]);
+    }
+    const int64_t inner = rank > 0 ? d.stride[rank - 1] : 0;
+    p.contiguous[j] = inner == 1;
+    vec = vec && (inner == 0 || (inner == 1 && aligned_to(in.data, V * dtype_size(in.dtype))));
+  }
+  const void* fn = g->nd64;
+  int64_t work = p.n;
+  if (vec && max_offset < kInt32) {
+    fn = g->vec;
+    p.nvec = static_cast<int32_t>(p.n / V);
+    work = p.nvec;
+  } else if (p.n < kInt32 && max_offset < kInt32) {
+    fn = g->nd32;
+  }
+  if (work == 0) return true;
+  void* params[] = {&p};
+  KILN_CUDA_CHECK(
+      cudaLaunchKernel(fn, dim3(grid_for(work)), dim3(kThreads), params, 0, args.stream()));
+  return true;
+}
+
 void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
   const std::string& layer = args.layer.name;
   const TensorView& out = args.outputs[0];
@@ -257,6 +338,10 @@ void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
     p.ops[k] = Op{static_cast<int>(ops[k].kind),    static_cast<int>(ops[k].op),
                   static_cast<int>(ops[k].a),       static_cast<int>(ops[k].b),
                   static_cast<float>(ops[k].alpha), static_cast<float>(ops[k].beta)};
+  }
+  if (floating && is_floating(out.dtype) && run_generated(args, dims)) {
+    KILN_CUDA_CHECK_LAUNCH(layer);
+    return;
   }
   if (p.num_ops == 1 && run_vec_op(args, dims, p.ops[0])) {
     KILN_CUDA_CHECK_LAUNCH(layer);

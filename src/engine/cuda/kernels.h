@@ -28,6 +28,7 @@ struct KernelOptions {
   bool depthwise_tiled = true;      // cuda_depthwise=strip: strips for every filter (G25)
   bool gemm_fold = true;            // gemm_fold=off: batched matmuls stay batched (G33)
   bool gemm_timing = true;          // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
+  bool codegen = true;              // cuda_codegen=off: pointwise layers on the interpreter kernel
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 
@@ -36,6 +37,9 @@ class Resources {
  public:
   virtual ~Resources() = default;
   virtual const KernelOptions& options() const = 0;
+  // Entry `entry` of the plan's generated kernel `key` (codegen.h) as a cudaKernel_t for
+  // cudaLaunchKernel; nullptr when the plan has none of that key.
+  virtual const void* generated_kernel(const std::string& key, const char* entry) = 0;
   virtual cudaStream_t stream() const = 0;
   virtual int device() const = 0;
   // Scratch device memory valid until the next layer runs (stream-ordered growth).
@@ -52,6 +56,9 @@ class WorkspaceAfter : public Resources {
   WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
       : base_(base), offset_(offset), base_ws_(base_ws) {}
   const KernelOptions& options() const override { return base_.options(); }
+  const void* generated_kernel(const std::string& key, const char* entry) override {
+    return base_.generated_kernel(key, entry);
+  }
   cudaStream_t stream() const override { return base_.stream(); }
   int device() const override { return base_.device(); }
   void* workspace(size_t bytes) override {

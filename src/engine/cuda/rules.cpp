@@ -1,11 +1,14 @@
 // What the CUDA backend takes, for the builder's passes (passes/pass.h): its kernels' precisions,
 // its fused attention, cuDNN's layouts, its squeeze-excitation and GELU epilogues.
 #include "engine/cuda/backend.h"
+
+#include <algorithm>
+
 #include "engine/passes/pass.h"
 
 namespace kiln::engine {
 
-BackendRules cuda_backend_rules(const EngineTarget&) {
+BackendRules cuda_backend_rules(const EngineTarget& target) {
   BackendRules r;
   r.precision = cuda_precision_support();
   r.fused_attention = [](const Shape& q, const Shape& k, const Shape& v, DataType t) {
@@ -37,6 +40,10 @@ BackendRules cuda_backend_rules(const EngineTarget&) {
   r.casts_into_shuffles = true;
   r.gelu_tanh_epilogues = true;
   r.check_supported = cuda::check_supported;
+  if (std::find(target.switches.begin(), target.switches.end(), "cuda_codegen=off") ==
+      target.switches.end()) {
+    r.generate_kernels = cuda::generate_kernels;
+  }
   return r;
 }
 

@@ -106,9 +106,17 @@ class Pass {
     return it == producer_.end() ? nullptr : &net_.layers()[it->second];
   }
 
-  bool is_constant(TensorId id) const {
+  // A constant, or computed from constants only (the casts the precision pass put on f32
+  // weights, which fold_constants folds after this pass): a permutation of it folds too.
+  bool is_constant(TensorId id, int depth = 0) const {
     const Layer* p = producer(id);
-    return p && std::holds_alternative<ConstantParams>(p->params);
+    if (!p || depth > 16) return false;
+    if (std::holds_alternative<ConstantParams>(p->params)) return true;
+    if (p->inputs.empty() || !layer_kind_traits(p->params).reads_values) return false;
+    for (TensorId in : p->inputs) {
+      if (!is_constant(in, depth + 1)) return false;
+    }
+    return true;
   }
 
   // The channels-last tensor `id` is the "back" transpose of, or -1.

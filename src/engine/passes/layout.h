@@ -2,7 +2,8 @@
 // ([N, H, W, C]) become channels-last layers, with a transpose on each side; the transposes are
 // then pushed through the layers between convolutions (elementwise, pooling, reductions, concat)
 // until they meet and cancel, so that a chain of convolutions keeps its data channels-last and
-// transposes only where the chain begins and ends. Weight transposes fold into constants.
+// transposes only where the chain begins and ends. Weight transposes fold into constants, and so
+// do those of values computed from constants only (a batch norm's scale cast to f16).
 #pragma once
 
 #include <functional>

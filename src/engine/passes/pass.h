@@ -43,6 +43,9 @@ struct BackendRules {
   bool gelu_tanh_epilogues = false;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
+  // Generates and compiles kernels for the built network into the target (cuda/codegen.h);
+  // returns how many layers run one. Null: the backend generates none.
+  std::function<int(const Network&, EngineTarget&)> generate_kernels;
 };
 
 // The rules of the CPU backend and of the CUDA backend for `target` (cuda/rules.cpp; Unsupported

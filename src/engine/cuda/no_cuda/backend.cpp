@@ -36,6 +36,9 @@ bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType,
 void check_supported(const Network&) {
   no_cuda("building a cuda engine");
 }
+int generate_kernels(const Network&, EngineTarget&) {
+  no_cuda("generating kernels");
+}
 std::shared_ptr<EngineBackend> create_engine_backend(const Network&, const EngineTarget&) {
   no_cuda("creating a cuda engine");
 }

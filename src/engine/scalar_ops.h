@@ -1,0 +1,179 @@
+// The float semantics of the binary, unary and activation ops (matching PyTorch), written once
+// for every place that computes them: the CPU kernels compile it as inline C++, the CUDA kernels
+// as __host__ __device__ functions, and the CUDA code generator (cuda/codegen.cpp) hands it to
+// NVRTC with the generated kernels, which call these functions with constant ops. So it includes
+// nothing NVRTC lacks: the float functions of <math.h> (built into NVRTC) and op_kinds.h.
+#pragma once
+
+#if !defined(__CUDACC_RTC__)
+#include <math.h>
+#endif
+
+#include "engine/op_kinds.h"
+
+#if defined(__CUDACC_RTC__)
+#define KILN_SCALAR __device__ __forceinline__
+#elif defined(__CUDACC__)
+#define KILN_SCALAR __host__ __device__ __forceinline__
+#else
+#define KILN_SCALAR inline
+#endif
+
+namespace kiln::engine {
+
+KILN_SCALAR bool is_nan(float x) {
+  return x != x;
+}
+
+// min(max(x, lo), hi) that keeps NaN, as torch's clamp, hardtanh and hard{sigmoid,swish} do.
+// Written as selects, not fminf/fmaxf calls, so loops over it vectorize.
+KILN_SCALAR float clamp_nan(float x, float lo, float hi) {
+  const float y = x < lo ? lo : x;
+  return y > hi ? hi : y;
+}
+
+KILN_SCALAR float activate(ActivationKind k, float x, float alpha, float beta) {
+  switch (k) {
+    case ActivationKind::kNone:
+      return x;
+    case ActivationKind::kRelu:
+      return x > 0.f ? x : (is_nan(x) ? x : 0.f);
+    case ActivationKind::kSigmoid:
+      return 1.f / (1.f + expf(-x));
+    case ActivationKind::kTanh:
+      return tanhf(x);
+    case ActivationKind::kGelu:
+      return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case ActivationKind::kGeluTanh: {
+      const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + tanhf(inner));
+    }
+    case ActivationKind::kSilu:
+      return x / (1.f + expf(-x));
+    case ActivationKind::kLeakyRelu:
+      return x > 0.f ? x : alpha * x;
+    case ActivationKind::kElu:
+      return x > 0.f ? x : alpha * (expf(x) - 1.f);
+    case ActivationKind::kHardSwish:
+      return x * clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
+    case ActivationKind::kHardSigmoid:
+      return clamp_nan(x + 3.f, 0.f, 6.f) / 6.f;
+    case ActivationKind::kSoftplus: {
+      return x * alpha > beta ? x : log1pf(expf(alpha * x)) / alpha;
+    }
+    case ActivationKind::kClamp:
+      return clamp_nan(x, alpha, beta);
+    case ActivationKind::kMish:
+      return x * tanhf(log1pf(expf(x)));
+    case ActivationKind::kSelu: {
+      constexpr float kScale = 1.0507009873554804934f, kAlpha = 1.6732632423543772848f;
+      return kScale * (x > 0.f ? x : kAlpha * (expf(x) - 1.f));
+    }
+  }
+  return x;
+}
+
+KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return a + b;
+    case BinaryOp::kSub:
+      return a - b;
+    case BinaryOp::kMul:
+      return a * b;
+    case BinaryOp::kDiv:
+      return a / b;
+    case BinaryOp::kPow:
+      return powf(a, b);
+    case BinaryOp::kMax:  // NaN if either is (a + b then is)
+      return (is_nan(a) || is_nan(b)) ? a + b : (a > b ? a : b);
+    case BinaryOp::kMin:
+      return (is_nan(a) || is_nan(b)) ? a + b : (a < b ? a : b);
+    case BinaryOp::kFloorDiv:
+      return floorf(a / b);
+    case BinaryOp::kMod: {
+      float r = fmodf(a, b);
+      if (r != 0.f && ((r < 0.f) != (b < 0.f))) r += b;
+      return r;
+    }
+    case BinaryOp::kEq:
+      return a == b;
+    case BinaryOp::kNe:
+      return a != b;
+    case BinaryOp::kLt:
+      return a < b;
+    case BinaryOp::kLe:
+      return a <= b;
+    case BinaryOp::kGt:
+      return a > b;
+    case BinaryOp::kGe:
+      return a >= b;
+    case BinaryOp::kAnd:
+      return (a != 0.f) && (b != 0.f);
+    case BinaryOp::kOr:
+      return (a != 0.f) || (b != 0.f);
+    case BinaryOp::kXor:
+      return (a != 0.f) != (b != 0.f);
+  }
+  return 0.f;
+}
+
+KILN_SCALAR float unary_float(UnaryOp op, float x) {
+  switch (op) {
+    case UnaryOp::kNeg:
+      return -x;
+    case UnaryOp::kAbs:
+      return fabsf(x);
+    case UnaryOp::kExp:
+      return expf(x);
+    case UnaryOp::kLog:
+      return logf(x);
+    case UnaryOp::kSqrt:
+      return sqrtf(x);
+    case UnaryOp::kRsqrt:
+      return 1.f / sqrtf(x);
+    case UnaryOp::kReciprocal:
+      return 1.f / x;
+    case UnaryOp::kSin:
+      return sinf(x);
+    case UnaryOp::kCos:
+      return cosf(x);
+    case UnaryOp::kTan:
+      return tanf(x);
+    case UnaryOp::kAsin:
+      return asinf(x);
+    case UnaryOp::kAcos:
+      return acosf(x);
+    case UnaryOp::kAtan:
+      return atanf(x);
+    case UnaryOp::kSinh:
+      return sinhf(x);
+    case UnaryOp::kCosh:
+      return coshf(x);
+    case UnaryOp::kErf:
+      return erff(x);
+    case UnaryOp::kFloor:
+      return floorf(x);
+    case UnaryOp::kCeil:
+      return ceilf(x);
+    case UnaryOp::kRound:
+      return rintf(x);  // half to even, as torch.round
+    case UnaryOp::kTrunc:
+      return truncf(x);
+    case UnaryOp::kSign:
+      return is_nan(x) ? x : static_cast<float>((x > 0.f) - (x < 0.f));
+    case UnaryOp::kNot:
+      return x == 0.f;
+    case UnaryOp::kLog2:
+      return log2f(x);
+    case UnaryOp::kLog1p:
+      return log1pf(x);
+    case UnaryOp::kExpm1:
+      return expm1f(x);
+    case UnaryOp::kIsNan:
+      return is_nan(x);
+  }
+  return x;
+}
+
+}  // namespace kiln::engine
