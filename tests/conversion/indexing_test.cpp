@@ -53,6 +53,30 @@ TEST(ConvertIndexing, SelectAndNarrowWithNegativeIndices) {
   }
 }
 
+// An int[] value %name of `values`, as a list of constants.
+std::string int_list(const std::string& name, const std::vector<int64_t>& values) {
+  std::string ir, items;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string v = name + std::to_string(i);
+    ir += c(v, values[i]);
+    items += (i ? ", %" : "%") + v;
+  }
+  return ir + "  %" + name + " : int[] = prim::ListConstruct(" + items + ")\n";
+}
+
+// swin's shifted windows: roll over two dims, negative and oversized shifts, a zero shift, and
+// the flat form without dims.
+TEST(ConvertIndexing, RollAlongDimsAndFlat) {
+  const auto x = torch::randn({2, 5, 6, 3});
+  using Ints = std::vector<int64_t>;
+  for (const auto& [shifts, dims] : std::vector<std::pair<Ints, Ints>>{
+           {{-2, -3}, {1, 2}}, {{3, 13}, {1, -2}}, {{0}, {0}}, {{7}, {}}}) {
+    const std::string ir = "graph(%x : Tensor):\n" + int_list("s", shifts) + int_list("d", dims) +
+                           "  %y : Tensor = aten::roll(%x, %s, %d)\n  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x}, 0, 0)) << ir;
+  }
+}
+
 TEST(ConvertIndexing, IndexSelectGatherEmbedding) {
   const auto x = torch::randn({4, 5, 6});
   const auto idx = torch::tensor({3, 0, 3, 1}, torch::kLong);

@@ -65,6 +65,29 @@ TEST(CudaShuffle, ConcatSlicePad) {
   compare_layer(PadParams{{0, -2, 1}, {0, 1, -3}, PadMode::kConstant, 0}, {x});
 }
 
+// The concat kernel copies in the largest unit every chunk allows (16 bytes down to 1) and takes
+// 64 inputs per launch: a densenet-like channels-last concat of many narrow inputs, 70 inputs
+// with empty ones among them (two launches), odd byte widths, and a concat along the first axis.
+TEST(CudaShuffle, ConcatOfManyInputsInEveryUnit) {
+  KILN_REQUIRE_GPU();
+  std::vector<HostTensor> dense = {random_tensor(DataType::kF16, {2, 5, 5, 64}, 40)};
+  for (int k = 0; k < 12; ++k)
+    dense.push_back(random_tensor(DataType::kF16, {2, 5, 5, 32}, 41 + k));
+  compare_layer(ConcatParams{3, false}, dense);
+  std::vector<HostTensor> many;
+  for (int k = 0; k < 70; ++k) {
+    many.push_back(random_tensor(DataType::kF32, {3, k % 7 == 0 ? 0 : 1 + k % 3, 2}, 60 + k));
+  }
+  compare_layer(ConcatParams{1, false}, many);
+  for (DataType t : {DataType::kU8, DataType::kF16, DataType::kF32, DataType::kI64}) {
+    SCOPED_TRACE(dtype_name(t));
+    compare_layer(ConcatParams{1, false},
+                  {random_tensor(t, {4, 3, 1}, 140, 0, 9), random_tensor(t, {4, 5, 1}, 141, 0, 9)});
+    compare_layer(ConcatParams{0, false},
+                  {random_tensor(t, {1, 8}, 142, 0, 9), random_tensor(t, {3, 8}, 143, 0, 9)});
+  }
+}
+
 TEST(CudaGather, GatherAndScatter) {
   KILN_REQUIRE_GPU();
   const HostTensor data = random_tensor(DataType::kF32, {5, 6, 7}, 12);

@@ -1,5 +1,6 @@
-// Converters of indexing ops: slice, select, narrow to slice layers; index_select, embedding,
-// gather and single-tensor advanced indexing to gather layers; scatter to scatter layers.
+// Converters of indexing ops: slice, select, narrow to slice layers; roll to slices and a concat;
+// index_select, embedding, gather and single-tensor advanced indexing to gather layers; scatter to
+// scatter layers.
 #include "conversion/converters/operands.h"
 #include "conversion/converters/shuffle_helpers.h"
 #include "util/errors.h"
@@ -58,6 +59,47 @@ void convert_narrow(ConversionContext& ctx, const Node* n) {
              InvalidArgument, "narrow(", start, ", ", length, ") out of range for dim ", axis,
              " of size ", size);
   ctx.set_tensor(n->output(), slice(ctx, n, x, axis, start, start + length, 1));
+}
+
+// roll(x, shifts, dims): along each dim in turn, the last `shift` elements (mod the dim's size)
+// come first: a concat of two slices. No dims: x is rolled flat and keeps its shape.
+void convert_roll(ConversionContext& ctx, const Node* n) {
+  TensorId x = ctx.tensor(n->input(0));
+  const engine::Shape shape = ctx.desc(x).shape;
+  const std::vector<int64_t> shifts = static_ints(ctx, n->input(1));
+  std::vector<int64_t> dims = static_ints(ctx, n->input(2));
+  const bool flat = dims.empty();
+  KILN_CHECK(flat ? shifts.size() == 1 : shifts.size() == dims.size(), InvalidArgument,
+             "roll: ", shifts.size(), " shifts for ", dims.size(), " dims");
+  if (flat) {
+    KILN_CHECK(engine::is_static(shape), Unsupported, "roll without dims of a dynamic shape ",
+               engine::shape_to_string(shape));
+    engine::ShuffleParams p;
+    p.has_reshape = true;
+    p.reshape = {engine::volume(shape)};
+    x = ctx.add(n, p, {x}, "flatten");
+    dims = {0};
+  }
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const engine::Shape& s = ctx.desc(x).shape;
+    const int64_t axis = axis_of(dims[k], s.size(), n);
+    const int64_t size = s[static_cast<size_t>(axis)];
+    KILN_CHECK(size != kDynamic, Unsupported, "roll along dynamic dim ", axis);
+    if (size == 0) continue;
+    const int64_t shift = ((shifts[k] % size) + size) % size;
+    if (shift == 0) continue;
+    const std::string tag = std::to_string(k);
+    const TensorId tail = slice(ctx, n, x, axis, size - shift, kSliceEnd, 1, "tail" + tag);
+    const TensorId head = slice(ctx, n, x, axis, 0, size - shift, 1, "head" + tag);
+    x = ctx.add(n, engine::ConcatParams{axis, false}, {tail, head}, "cat" + tag);
+  }
+  if (flat) {
+    engine::ShuffleParams p;
+    p.has_reshape = true;
+    p.reshape = shape;
+    x = ctx.add(n, p, {x}, "unflatten");
+  }
+  ctx.set_tensor(n->output(), x);
 }
 
 // Index tensors must be integers for gathers; bool masks give data-dependent shapes.
@@ -152,6 +194,7 @@ void register_indexing_converters(Registry& r) {
   r.add_converter({{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), 0});
   r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
   r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
+  r.add_converter({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0});
   r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
   r.add_converter({{"aten::embedding"}, convert_embedding, {}, 0});
   r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), 0});

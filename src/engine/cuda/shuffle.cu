@@ -298,16 +298,93 @@ void shuffle_kernel(KernelArgs& args) {
   }
 }
 
+// Up to kConcatInputs inputs of a concat per launch, copied in units U (16, 8, 4, 2 or 1 bytes:
+// the largest that divides every chunk, offset and row and aligns every pointer). blockIdx.y
+// picks the input; its `outer` rows of chunk_units units go to their place in each output row.
+constexpr int kConcatInputs = 64;
+struct ConcatArgs {
+  int64_t outer = 0, row_units = 0;
+  const void* in[kConcatInputs] = {};
+  int64_t chunk_units[kConcatInputs] = {};
+  int64_t at_units[kConcatInputs] = {};
+  void* out = nullptr;
+};
+
+template <class U, class I>
+__global__ void concat_units(const ConcatArgs a) {
+  const int k = blockIdx.y;
+  const I chunk = static_cast<I>(a.chunk_units[k]);
+  const I n = static_cast<I>(a.outer) * chunk;
+  const U* src = static_cast<const U*>(a.in[k]);
+  U* dst = static_cast<U*>(a.out) + a.at_units[k];
+  for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const I row = i / chunk;
+    dst[row * static_cast<I>(a.row_units) + (i - row * chunk)] = src[i];
+  }
+}
+
+template <class U>
+void launch_concat_units(cudaStream_t stream, const ConcatArgs& a, int inputs, int64_t max_units,
+                         bool small) {
+  const dim3 grid(std::min<unsigned>(grid_for(max_units), 65535u), static_cast<unsigned>(inputs));
+  if (small) {
+    concat_units<U, int32_t><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    concat_units<U, int64_t><<<grid, kThreads, 0, stream>>>(a);
+  }
+}
+
+// One launch per kConcatInputs inputs (a densenet block's concat of 25 inputs is one launch,
+// where a 2-D copy per input took 10x the bandwidth's time: bench/NOTES.md G35).
 void concat_kernel(KernelArgs& args) {
   const auto& p = std::get<ConcatParams>(args.layer.params);
   const TensorView& out = args.outputs[0];
   const ConcatRows r = concat_rows(args.layer.name, p, args.inputs);
-  for (size_t k = 0; k < args.inputs.size(); ++k) {
-    if (r.chunk[k] == 0 || r.outer == 0) continue;
-    // One 2-D copy per input: `outer` rows of its chunk into the output's rows.
-    KILN_CUDA_CHECK(cudaMemcpy2DAsync(
-        static_cast<uint8_t*>(out.data) + r.at[k], r.row, args.inputs[k].data, r.chunk[k],
-        r.chunk[k], static_cast<size_t>(r.outer), cudaMemcpyDeviceToDevice, args.stream()));
+  if (r.outer == 0 || r.row == 0) return;
+  size_t unit = 16;
+  auto fits = [&](size_t v) { return v % unit == 0; };
+  for (; unit > 1; unit /= 2) {
+    bool ok = fits(r.row) && fits(reinterpret_cast<uintptr_t>(out.data));
+    for (size_t k = 0; ok && k < args.inputs.size(); ++k) {
+      ok = fits(r.chunk[k]) && fits(r.at[k]) &&
+           fits(reinterpret_cast<uintptr_t>(args.inputs[k].data));
+    }
+    if (ok) break;
+  }
+  const bool small = static_cast<uint64_t>(r.outer) * (r.row / unit) < (uint64_t{1} << 31);
+  for (size_t k = 0; k < args.inputs.size();) {
+    ConcatArgs a;
+    a.outer = r.outer;
+    a.row_units = static_cast<int64_t>(r.row / unit);
+    a.out = out.data;
+    int n = 0;
+    int64_t max_units = 0;
+    for (; k < args.inputs.size() && n < kConcatInputs; ++k) {
+      if (r.chunk[k] == 0) continue;
+      a.in[n] = args.inputs[k].data;
+      a.chunk_units[n] = static_cast<int64_t>(r.chunk[k] / unit);
+      a.at_units[n] = static_cast<int64_t>(r.at[k] / unit);
+      max_units = std::max(max_units, r.outer * a.chunk_units[n]);
+      ++n;
+    }
+    if (n == 0) continue;
+    switch (unit) {
+      case 16:
+        launch_concat_units<uint4>(args.stream(), a, n, max_units, small);
+        break;
+      case 8:
+        launch_concat_units<uint2>(args.stream(), a, n, max_units, small);
+        break;
+      case 4:
+        launch_concat_units<uint32_t>(args.stream(), a, n, max_units, small);
+        break;
+      case 2:
+        launch_concat_units<uint16_t>(args.stream(), a, n, max_units, small);
+        break;
+      default:
+        launch_concat_units<uint8_t>(args.stream(), a, n, max_units, small);
+    }
+    KILN_CUDA_CHECK_LAUNCH(args.layer.name);
   }
 }
 
