@@ -121,14 +121,14 @@ TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
 TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   KILN_REQUIRE_GPU();
   // 15x13 outputs take the strip kernel (tiles want 14 columns or more); 37x35 and 29x30 the
-  // tiled one for 5x5 and strided filters, three and two 8x16 tiles across.
+  // tiled one for 5x5, 7x7 and strided filters, three and two 8x16 tiles across.
   struct Map {
     int64_t c, h, w;
   };
   for (const Map& m : {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{264, 15, 13},
                        Map{40, 37, 35}, Map{264, 29, 30}}) {
     const int64_t c = m.c, hw[2] = {m.h, m.w};
-    for (int64_t k : {3, 5}) {
+    for (int64_t k : {3, 5, 7}) {
       for (int64_t stride : {1, 2}) {
         for (DataType low : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
           SCOPED_TRACE("C=" + std::to_string(c) + " " + std::to_string(hw[0]) + "x" +

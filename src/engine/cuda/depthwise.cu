@@ -165,7 +165,7 @@ __device__ __forceinline__ void store_strip(const DepthwiseArgs& a, const float 
   }
 }
 
-// The register-tiled kernel for the common filters (K x K, K = 3 or 5, stride S = 1 or 2, no
+// The register-tiled kernel for the common filters (K x K, K = 3, 5 or 7, stride S = 1 or 2, no
 // dilation): each thread computes V channels of kStrip consecutive output pixels of one row, so
 // an input vector loaded once serves every output of the strip it falls under ((kStrip - 1) * S + K
 // loads per filter row instead of kStrip * K), and a filter row's K weight vectors come from shared
@@ -382,10 +382,13 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   // strips, which were as fast or faster there (efficientnet_b0 b32: 112x112x32 0.048 vs 0.066
   // ms, 56x56x144 0.057 vs 0.069), and so do narrower outputs, most of whose 16-wide tile would
   // be idle (7x7x1152 5x5: 0.022 vs 0.029 ms; bench/NOTES.md G25).
-  if (square && (k == 5 || (k == 3 && s == 2)) && (s == 1 || s == 2) && a.ow >= 14 && a.tiled &&
-      n <= 65535 && groups / TileShape<1>::G < 65535) {
-    const auto kernel = k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
-                               : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
+  // 7x7 stride 1 (convnext's) too: its tile (14 x 22 words of 16 bytes per channel word, 46 KB
+  // with the taps) fits the default shared memory; strided 7x7 would not.
+  if (square && (k == 5 || (k == 3 && s == 2) || (k == 7 && s == 1)) && (s == 1 || s == 2) &&
+      a.ow >= 14 && a.tiled && n <= 65535 && groups / TileShape<1>::G < 65535) {
+    const auto kernel = k == 7   ? launch_tiled<T, 7, 1>
+                        : k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
+                                 : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
     kernel(stream, a, static_cast<int>(n));
     return true;
   }
@@ -393,7 +396,7 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   const int strip_groups = static_cast<int>(a.c / kStripV);
   const int strip_tile = channel_tile(strip_groups);
   const int strip_tiles = (strip_groups + strip_tile - 1) / strip_tile;
-  if (square && (k == 3 || k == 5) && (s == 1 || s == 2) && strip_tiles <= 65535) {
+  if (square && (k == 3 || k == 5 || k == 7) && (s == 1 || s == 2) && strip_tiles <= 65535) {
     const int strip_per_block = kVecThreads / strip_tile;
     const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(
@@ -401,8 +404,9 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
                     static_cast<unsigned>(strip_tiles));
     const size_t strip_smem = static_cast<size_t>(strip_tile) * kStripV * k * k * sizeof(T);
     const auto kernel =
-        k == 3 ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)
-               : (s == 1 ? depthwise_nhwc_strip<T, 5, 1> : depthwise_nhwc_strip<T, 5, 2>);
+        k == 3   ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)
+        : k == 5 ? (s == 1 ? depthwise_nhwc_strip<T, 5, 1> : depthwise_nhwc_strip<T, 5, 2>)
+                 : (s == 1 ? depthwise_nhwc_strip<T, 7, 1> : depthwise_nhwc_strip<T, 7, 2>);
     kernel<<<grid, kVecThreads, strip_smem, stream>>>(a, strip_tile, static_cast<int>(nstrips));
     return true;
   }
