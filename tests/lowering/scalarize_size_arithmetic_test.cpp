@@ -37,6 +37,34 @@ graph(%x : Tensor):
   EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({4, 6})}));
 }
 
+// swin's window padding: pad = (7 - W % 7) % 7, traced as rsub and remainder of 0-d tensors.
+TEST(ScalarizeSizeArithmetic, ReversedSubtractionAndRemainder) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %seven : int = prim::Constant[value=7]()
+  %w : int = aten::size(%x, %one)
+  %wt : Tensor = prim::NumToTensor(%w)
+  %m : Tensor = aten::remainder(%wt, %seven)
+  %r : Tensor = aten::rsub(%m, %seven, %one)
+  %p : Tensor = aten::remainder(%r, %seven)
+  %pad : int = aten::Int(%p)
+  %zero : int = prim::Constant[value=0]()
+  %pads : int[] = prim::ListConstruct(%zero, %pad)
+  %fill : float = prim::Constant[value=0.]()
+  %mode : str = prim::Constant[value="constant"]()
+  %y : Tensor = aten::pad(%x, %pads, %mode, %fill)
+  return (%y))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(scalarize_size_arithmetic(g));
+  torch::jit::EliminateDeadCode(g);
+  EXPECT_TRUE(
+      testing::file_check("CHECK: aten::sub(%seven\nCHECK-NOT: aten::Int\nCHECK: aten::pad", *g));
+  for (int64_t w : {5, 7, 12, 14}) {
+    EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({2, w})})) << w;
+  }
+}
+
 TEST(ScalarizeSizeArithmetic, LeavesTensorArithmeticAlone) {
   auto g = testing::parse(R"IR(
 graph(%x : Tensor, %y : Tensor):

@@ -31,10 +31,11 @@ std::optional<c10::Symbol> int_op(const Node* n) {
     }
     return std::nullopt;
   }
-  // add/sub take an alpha; only alpha 1 is plain int arithmetic.
-  if (k == c10::aten::add || k == c10::aten::sub) {
+  // add/sub take an alpha; only alpha 1 is plain int arithmetic. rsub(a, b) is b - a (Python's
+  // `7 - size % 7`, swin's padding), swapped by the caller.
+  if (k == c10::aten::add || k == c10::aten::sub || k == c10::aten::rsub) {
     if (n->inputs().size() == 3 && !is_constant_one(n->input(2))) return std::nullopt;
-    return k;
+    return k == c10::aten::rsub ? c10::aten::sub : k;
   }
   return std::nullopt;
 }
@@ -95,13 +96,14 @@ bool scalarize_size_arithmetic(GraphPtr& graph) {
     if (n->kind() == c10::aten::div && !both_non_negative) return;  // trunc != floor below 0
     torch::jit::WithInsertPoint guard(n);
     auto* g = n->owningGraph();
-    Value* r = g->insert(*op, {a, b});
+    const bool swapped = n->kind() == c10::aten::rsub;
+    Value* r = swapped ? g->insert(*op, {b, a}) : g->insert(*op, {a, b});
     Node* t = g->insertNode(g->create(c10::prim::NumToTensor, {r}, 1));
     t->output()->setType(n->output()->type());
     inherit_fallback_mark(n, r->node());
     inherit_fallback_mark(n, t);
     int_of[t->output()] = r;
-    if (both_non_negative && n->kind() != c10::aten::sub) non_negative.insert(r);
+    if (both_non_negative && *op != c10::aten::sub) non_negative.insert(r);
     replace_and_destroy(n, t->output());
     changed = true;
   });
