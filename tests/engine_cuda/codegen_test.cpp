@@ -4,6 +4,8 @@
 // and one element per thread), and a loaded plan that runs without compiling anything.
 #include "engine/cuda/codegen.h"
 
+#include "engine/cuda/backend.h"
+
 #include <random>
 
 #include "cuda_testing.h"
@@ -147,6 +149,26 @@ Plan plan_with_kernels() {
   plan.target.kernels.push_back(
       {cuda::pointwise_key(*spec), source, cuda::compile_kernel("relu", source, 90)});
   return plan;
+}
+
+// One kernel per distinct computation; a kernel NVRTC cannot compile leaves its layers on the
+// interpreter (a warning, not a failed build).
+TEST(CudaCodegen, GeneratesOneKernelPerComputationAndSurvivesNvrtcFailures) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {4, 8});
+  auto a = net.add("relu_a", ActivationParams{ActivationKind::kRelu}, {x});
+  auto b = net.add("relu_b", ActivationParams{ActivationKind::kRelu}, {a});  // the same kernel
+  net.mark_output(net.add("neg", UnaryParams{UnaryOp::kNeg}, {b}), "y");
+  EngineTarget target;
+  target.device = "cuda";
+  target.compute_capability = 90;
+  EXPECT_EQ(cuda::generate_kernels(net, target), 3);
+  EXPECT_EQ(target.kernels.size(), 2u);
+  EngineTarget old;
+  old.device = "cuda";
+  old.compute_capability = 10;  // no NVRTC compiles for it
+  EXPECT_EQ(cuda::generate_kernels(net, old), 0);
+  EXPECT_TRUE(old.kernels.empty());
 }
 
 TEST(CudaCodegen, PlanKeepsItsKernels) {

@@ -56,7 +56,8 @@ inline bool excitation_projection_applies(int64_t samples, int64_t pixels, int64
 }
 
 // Generates and compiles (NVRTC) a kernel for every layer of `net` that takes one into
-// target.kernels, for target.compute_capability; returns how many layers run one (codegen.h).
+// target.kernels, for target.compute_capability; returns how many layers run one (codegen.h). A
+// kernel NVRTC fails to compile is a warning: its layers run on the interpreter kernel.
 int generate_kernels(const Network& net, EngineTarget& target);
 
 // A tensor in device memory of the engine's device.
