@@ -284,10 +284,12 @@ bool run_generated(KernelArgs& args, const std::vector<Dims>& dims) {
     const Dims& d = dims[j + 1];
     const TensorView& in = args.inputs[j];
     p.in[j] = in.data;
+    int64_t last = 0;  // the offset of this input's last element read
     for (int k = 0; k < rank; ++k) {
       p.stride[j][k] = d.stride[k];
-      max_offset = std::max(max_offset, (d.size[k] - 1) * d.stride[k]);
+      last += (d.size[k] - 1) * d.stride[k];
     }
+    max_offset = std::max(max_offset, last);
     const int64_t inner = rank > 0 ? d.stride[rank - 1] : 0;
     p.contiguous[j] = inner == 1;
     vec = vec && (inner == 0 || (inner == 1 && aligned_to(in.data, V * dtype_size(in.dtype))));
