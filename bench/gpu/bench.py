@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from models import SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
+from merge_results import geomean_lines  # noqa: E402 (beside this file)
 
 
 def time_cuda(fn, x, warmup, iters):
@@ -147,31 +148,6 @@ def relative_error(out, ref):
         return max(relative_error(o, r) for o, r in zip(out, ref))
     ref = ref.double()
     return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-
-
-def geomean_lines(rows):
-    """Per precision and batch: the geometric mean over models of best torch.compile median /
-    kiln median (pairs from this run), with the rows where kiln loses named."""
-    import math
-    out = ["| prec | batch | models | geomean kiln speed-up vs best torch.compile | kiln behind on |",
-           "|---|---|---|---|---|"]
-    keys = sorted({(r["precision"], r["batch"]) for r in rows})
-    for prec, batch in keys:
-        ratios, behind = [], []
-        for model in dict.fromkeys(r["model"] for r in rows):
-            here = {r["backend"]: r for r in rows if (r["model"], r["precision"], r["batch"]) ==
-                    (model, prec, batch) and "median" in r}
-            peers = [here[b]["median"] for b in ("reduce-overhead", "max-autotune") if b in here]
-            if "kiln" not in here or not peers:
-                continue
-            ratio = min(peers) / here["kiln"]["median"]
-            ratios.append(ratio)
-            if ratio < 1:
-                behind.append(f"{model} {ratio:.2f}x")
-        if ratios:
-            g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            out.append(f"| {prec} | {batch} | {len(ratios)} | {g:.2f}x | {', '.join(behind)} |")
-    return out
 
 
 def main():
@@ -291,7 +267,10 @@ def main():
             f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
             f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
             f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | {r.get('err_fp32', float('nan')):.2e} |")
-    lines += [""] + geomean_lines(rows)
+    # The same summary merge_results.py gives, over this run's rows.
+    timed = {(r["model"], r["batch"], r["precision"], r["backend"]): dict(r, run="this")
+             for r in rows if "median" in r}
+    lines += [""] + geomean_lines(timed)
     table = "\n".join(lines)
     with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
         f.write(table + "\n")

@@ -63,6 +63,29 @@ def speedup(rows, model, batch, prec, peer):
     return f"{kiln['median']:.3f} / {other['median']:.3f} ({other['median'] / kiln['median']:.2f}x)"
 
 
+def geomean_lines(rows):
+    """A markdown table: per precision and batch, the geometric mean over models of the best
+    torch.compile median / kiln's median (pairs from one run), naming the rows where kiln loses."""
+    out = ["| prec | batch | models | geomean | kiln behind on |", "|---|---|---|---|---|"]
+    for p in [p for p in ("fp16", "fp32") if any(k[2] == p for k in rows)]:
+        for b in sorted({k[1] for k in rows}):
+            ratios, behind = [], []
+            for m in order(rows):
+                kiln = rows.get((m, b, p, "kiln"))
+                peers = [rows[(m, b, p, peer)] for peer in PEERS if (m, b, p, peer) in rows]
+                peers = [r for r in peers if kiln and r["run"] == kiln["run"]]
+                if not kiln or not peers:
+                    continue
+                ratio = min(r["median"] for r in peers) / kiln["median"]
+                ratios.append(ratio)
+                if ratio < 1:
+                    behind.append(f"{m} {ratio:.2f}x")
+            if ratios:
+                g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                out.append(f"| {p} | {b} | {len(ratios)} | {g:.2f}x | {', '.join(behind)} |")
+    return out
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -91,23 +114,7 @@ def main():
             out.append(f"| {m} | " + " | ".join(speedup(rows, m, b, p, peer) for p, b in cols) +
                        " |")
     out += ["", "## Geometric mean of kiln's speed-up against the best torch.compile mode (same run)",
-            "", "| prec | batch | models | geomean | kiln behind on |", "|---|---|---|---|---|"]
-    for p in precisions:
-        for b in batches:
-            ratios, behind = [], []
-            for m in models:
-                kiln = rows.get((m, b, p, "kiln"))
-                peers = [rows[(m, b, p, peer)] for peer in PEERS if (m, b, p, peer) in rows]
-                peers = [r for r in peers if kiln and r["run"] == kiln["run"]]
-                if not kiln or not peers:
-                    continue
-                ratio = min(r["median"] for r in peers) / kiln["median"]
-                ratios.append(ratio)
-                if ratio < 1:
-                    behind.append(f"{m} {ratio:.2f}x")
-            if ratios:
-                g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-                out.append(f"| {p} | {b} | {len(ratios)} | {g:.2f}x | {', '.join(behind)} |")
+            ""] + geomean_lines(rows)
     print("\n".join(out).lstrip("\n"))
     return 0
 

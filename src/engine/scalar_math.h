@@ -143,17 +143,12 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
     case BinaryOp::kMin:
       return a < b ? a : b;
     case BinaryOp::kEq:
-      return a == b;
     case BinaryOp::kNe:
-      return a != b;
     case BinaryOp::kLt:
-      return a < b;
     case BinaryOp::kLe:
-      return a <= b;
     case BinaryOp::kGt:
-      return a > b;
     case BinaryOp::kGe:
-      return a >= b;
+      return compare(op, a, b);
     case BinaryOp::kAnd:
       return a & b;
     case BinaryOp::kOr:

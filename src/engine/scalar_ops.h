@@ -32,6 +32,27 @@ KILN_SCALAR float clamp_nan(float x, float lo, float hi) {
   return y > hi ? hi : y;
 }
 
+// The comparisons, for floats and integers alike (false for any other op).
+template <class T>
+KILN_SCALAR bool compare(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::kEq:
+      return a == b;
+    case BinaryOp::kNe:
+      return a != b;
+    case BinaryOp::kLt:
+      return a < b;
+    case BinaryOp::kLe:
+      return a <= b;
+    case BinaryOp::kGt:
+      return a > b;
+    case BinaryOp::kGe:
+      return a >= b;
+    default:
+      return false;
+  }
+}
+
 KILN_SCALAR float activate(ActivationKind k, float x, float alpha, float beta) {
   switch (k) {
     case ActivationKind::kNone:
@@ -97,17 +118,12 @@ KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
       return r;
     }
     case BinaryOp::kEq:
-      return a == b;
     case BinaryOp::kNe:
-      return a != b;
     case BinaryOp::kLt:
-      return a < b;
     case BinaryOp::kLe:
-      return a <= b;
     case BinaryOp::kGt:
-      return a > b;
     case BinaryOp::kGe:
-      return a >= b;
+      return compare(op, a, b);
     case BinaryOp::kAnd:
       return (a != 0.f) && (b != 0.f);
     case BinaryOp::kOr:

@@ -67,6 +67,19 @@ std::vector<HostTensor> run(const Plan& plan, const std::vector<HostTensor>& in)
   return ctx.run(in);
 }
 
+// Builds the one-input, one-output `net` channels-last and channels-first, checks that both give
+// the same output on `x` (rtol 1e-5), and returns the channels-last build's report.
+BuildReport expect_channels_last_matches(const Network& net, const HostTensor& x, double atol) {
+  BuilderConfig first, last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  BuildReport report;
+  const Plan b = build(net, last, &report);
+  EXPECT_TRUE(testing::near(run(b, {x})[0], testing::to_doubles(run(build(net, first), {x})[0]),
+                            1e-5, atol));
+  return report;
+}
+
 int channels_last_layers(const Plan& plan) {
   int n = 0;
   for (const Layer& l : plan.network.layers()) {
@@ -183,17 +196,11 @@ TEST(Layout, ValuesComputedFromConstantsFollowTheData) {
   t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
   t = net.add("conv_c", conv(1), {t, constant(net, "wc", {4, 8, 3, 3}, 45)});
   net.mark_output(t, "y");
-  BuilderConfig first, last;
-  first.conv_layout = ConvLayout::kChannelsFirst;
-  last.conv_layout = ConvLayout::kChannelsLast;
-  BuildReport report;
-  const Plan b = build(net, last, &report);
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 46), 1e-6);
   // x into channels-last (once for each convolution reading it) and y back.
   EXPECT_EQ(report.layout.transposes, 3) << report.to_string();
   EXPECT_EQ(report.layout.layers_moved, 4) << report.to_string();  // cat, mul, add, relu
-  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 4, 6, 6}, 46)};
-  EXPECT_TRUE(
-      testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]), 1e-5, 1e-6));
 }
 
 // Layers the pass cannot move (here a softmax over a reshaped tensor) keep their inputs
@@ -208,15 +215,9 @@ TEST(Layout, UnmovableLayersReadChannelsFirstData) {
   t = net.add("flatten", flat, {t});
   t = net.add("softmax", SoftmaxParams{-1, false}, {t});
   net.mark_output(t, "y");
-  BuilderConfig first, last;
-  first.conv_layout = ConvLayout::kChannelsFirst;
-  last.conv_layout = ConvLayout::kChannelsLast;
-  BuildReport report;
-  const Plan b = build(net, last, &report);
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 3, 8, 8}, 30), 1e-7);
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
-  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 3, 8, 8}, 30)};
-  EXPECT_TRUE(
-      testing::near(run(b, in)[0], testing::to_doubles(run(build(net, first), in)[0]), 1e-5, 1e-7));
 }
 
 // Channels-last parameters a plan or caller may hold that no layer can run are errors naming it.

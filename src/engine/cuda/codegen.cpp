@@ -30,19 +30,10 @@ bool is_generated_float(DataType t) {
   return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
 }
 
-// The C type a dtype is stored as in generated code, and its conversions to and from float.
+// The C type a dtype is stored as in generated code; its conversions to and from float are the
+// prelude's ld_<dtype_name> and st_<dtype_name>.
 const char* storage_type(DataType t) {
   return t == DataType::kF32 ? "float" : "unsigned short";
-}
-const char* dtype_tag(DataType t) {
-  switch (t) {
-    case DataType::kF16:
-      return "f16";
-    case DataType::kBF16:
-      return "bf16";
-    default:
-      return "f32";
-  }
 }
 
 // A float as an exact C++ literal (hexadecimal; NaN and infinities by expression).
@@ -120,13 +111,39 @@ std::string program_body(const PointwiseSpec& spec) {
         const auto to = static_cast<DataType>(op.op);
         s << (to == DataType::kF32
                   ? a
-                  : std::string("ld_") + dtype_tag(to) + "(st_" + dtype_tag(to) + "(" + a + "))");
+                  : std::string("ld_") + dtype_name(to) + "(st_" + dtype_name(to) + "(" + a + "))");
       }
     }
     s << ";\n";
   }
   s << "  return r" << n_in + spec.ops.size() - 1 << ";\n}\n";
   return s.str();
+}
+
+// The loop that turns the flat output index `index` into each input's offset o<j>, over the
+// merged dims in index type `I`. `vectors`: the index counts vectors of V along the innermost dim.
+void emit_offsets(std::ostringstream& s, size_t n_in, const char* I, const char* index,
+                  bool vectors) {
+  const std::string t = I;
+  s << "    " << t << " rem = " << index << ";\n"
+    << "#pragma unroll\n"
+    << "    for (int k = KILN_MAX_RANK - 1; k >= 0; --k) {\n"
+    << "      if (k >= p.rank) continue;\n";
+  if (vectors) {
+    s << "      const bool inner = k == p.rank - 1;\n"
+      << "      const " << t << " size = inner ? (" << t << ")p.size[k] / V : (" << t
+      << ")p.size[k];\n";
+  } else {
+    s << "      const " << t << " size = (" << t << ")p.size[k];\n";
+  }
+  s << "      const " << t << " idx = rem % size;\n"
+    << "      rem /= size;\n";
+  const std::string at = vectors ? "at" : "idx";
+  if (vectors) s << "      const " << t << " at = inner ? idx * V : idx;\n";
+  for (size_t j = 0; j < n_in; ++j) {
+    s << "      o" << j << " += " << at << " * (" << t << ")p.stride[" << j << "][k];\n";
+  }
+  s << "    }\n";
 }
 
 std::string vec_entry(const PointwiseSpec& spec, int V) {
@@ -137,18 +154,7 @@ std::string vec_entry(const PointwiseSpec& spec, int V) {
     << "  for (int iv = blockIdx.x * blockDim.x + threadIdx.x; iv < p.nvec;"
     << " iv += gridDim.x * blockDim.x) {\n";
   for (size_t j = 0; j < n_in; ++j) s << "    int o" << j << " = 0;\n";
-  s << "    int rem = iv;\n"
-    << "#pragma unroll\n"
-    << "    for (int k = KILN_MAX_RANK - 1; k >= 0; --k) {\n"
-    << "      if (k >= p.rank) continue;\n"
-    << "      const bool inner = k == p.rank - 1;\n"
-    << "      const int size = inner ? (int)p.size[k] / V : (int)p.size[k];\n"
-    << "      const int idx = rem % size;\n"
-    << "      rem /= size;\n"
-    << "      const int at = inner ? idx * V : idx;\n";
-  for (size_t j = 0; j < n_in; ++j)
-    s << "      o" << j << " += at * (int)p.stride[" << j << "][k];\n";
-  s << "    }\n";
+  emit_offsets(s, n_in, "int", "iv", true);
   for (size_t j = 0; j < n_in; ++j) {
     const DataType t = spec.inputs[j];
     s << "    float x" << j << "[V];\n"
@@ -157,9 +163,9 @@ std::string vec_entry(const PointwiseSpec& spec, int V) {
       << storage_type(t) << ", V>*>(static_cast<const " << storage_type(t) << "*>(p.in[" << j
       << "]) + o" << j << ");\n"
       << "#pragma unroll\n"
-      << "      for (int e = 0; e < V; ++e) x" << j << "[e] = ld_" << dtype_tag(t) << "(v.v[e]);\n"
+      << "      for (int e = 0; e < V; ++e) x" << j << "[e] = ld_" << dtype_name(t) << "(v.v[e]);\n"
       << "    } else {\n"
-      << "      const float one = ld_" << dtype_tag(t) << "(static_cast<const " << storage_type(t)
+      << "      const float one = ld_" << dtype_name(t) << "(static_cast<const " << storage_type(t)
       << "*>(p.in[" << j << "])[o" << j << "]);\n"
       << "#pragma unroll\n"
       << "      for (int e = 0; e < V; ++e) x" << j << "[e] = one;\n"
@@ -167,7 +173,7 @@ std::string vec_entry(const PointwiseSpec& spec, int V) {
   }
   s << "    Pack<" << storage_type(spec.output) << ", V> y;\n"
     << "#pragma unroll\n"
-    << "    for (int e = 0; e < V; ++e) y.v[e] = st_" << dtype_tag(spec.output) << "(compute(";
+    << "    for (int e = 0; e < V; ++e) y.v[e] = st_" << dtype_name(spec.output) << "(compute(";
   for (size_t j = 0; j < n_in; ++j) s << (j ? ", " : "") << "x" << j << "[e]";
   s << "));\n"
     << "    reinterpret_cast<Pack<" << storage_type(spec.output) << ", V>*>(p.out)[iv] = y;\n"
@@ -183,25 +189,16 @@ std::string nd_entries(const PointwiseSpec& spec) {
     << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;"
     << " i += (long long)gridDim.x * blockDim.x) {\n";
   for (size_t j = 0; j < n_in; ++j) s << "    I o" << j << " = 0;\n";
-  s << "    I rem = (I)i;\n"
-    << "#pragma unroll\n"
-    << "    for (int k = KILN_MAX_RANK - 1; k >= 0; --k) {\n"
-    << "      if (k >= p.rank) continue;\n"
-    << "      const I size = (I)p.size[k];\n"
-    << "      const I idx = rem % size;\n"
-    << "      rem /= size;\n";
-  for (size_t j = 0; j < n_in; ++j)
-    s << "      o" << j << " += idx * (I)p.stride[" << j << "][k];\n";
-  s << "    }\n";
+  emit_offsets(s, n_in, "I", "(I)i", false);
   s << "    const float y = compute(";
   for (size_t j = 0; j < n_in; ++j) {
     const DataType t = spec.inputs[j];
-    s << (j ? ", " : "") << "ld_" << dtype_tag(t) << "(static_cast<const " << storage_type(t)
+    s << (j ? ", " : "") << "ld_" << dtype_name(t) << "(static_cast<const " << storage_type(t)
       << "*>(p.in[" << j << "])[o" << j << "])";
   }
   s << ");\n"
     << "    static_cast<" << storage_type(spec.output) << "*>(p.out)[i] = st_"
-    << dtype_tag(spec.output) << "(y);\n"
+    << dtype_name(spec.output) << "(y);\n"
     << "  }\n}\n"
     << "extern \"C\" __global__ void __launch_bounds__(256) kiln_pw_nd32(const Args p) {\n"
     << "  pointwise_nd<int>(p);\n}\n"
@@ -267,8 +264,8 @@ std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vecto
 std::string pointwise_key(const PointwiseSpec& spec) {
   std::ostringstream s;
   s << "pointwise ";
-  for (size_t j = 0; j < spec.inputs.size(); ++j) s << (j ? "," : "") << dtype_tag(spec.inputs[j]);
-  s << "->" << dtype_tag(spec.output) << ":";
+  for (size_t j = 0; j < spec.inputs.size(); ++j) s << (j ? "," : "") << dtype_name(spec.inputs[j]);
+  s << "->" << dtype_name(spec.output) << ":";
   for (const FusedOp& op : spec.ops) {
     s << " " << op.kind << "." << op.op << "(" << op.a;
     if (op.kind == 0) s << "," << op.b;
@@ -339,6 +336,7 @@ int kernels_compiled() {
 
 int generate_kernels(const Network& net, EngineTarget& target) {
   std::map<std::string, std::string> sources;  // key -> source, for keys not yet in the plan
+  std::map<std::string, int> users;            // key -> layers running it
   std::set<std::string> have;
   for (const GeneratedKernel& k : target.kernels) have.insert(k.key);
   int layers = 0;
@@ -347,6 +345,7 @@ int generate_kernels(const Network& net, EngineTarget& target) {
     if (!spec) continue;
     ++layers;
     std::string key = pointwise_key(*spec);
+    ++users[key];
     if (!have.count(key) && !sources.count(key)) sources.emplace(key, pointwise_source(*spec));
   }
   std::vector<std::pair<std::string, std::string>> work(sources.begin(), sources.end());
@@ -374,13 +373,8 @@ int generate_kernels(const Network& net, EngineTarget& target) {
   int compiled_layers = layers;
   for (size_t i = 0; i < work.size(); ++i) {
     if (!errors[i].empty()) {
-      int users = 0;
-      for (const Layer& l : net.layers()) {
-        const auto spec = pointwise_spec(net, l);
-        users += spec && pointwise_key(*spec) == work[i].first;
-      }
-      compiled_layers -= users;
-      KILN_LOG(kWarning, "generated kernel not compiled (", users,
+      compiled_layers -= users[work[i].first];
+      KILN_LOG(kWarning, "generated kernel not compiled (", users[work[i].first],
                " layers run on the interpreter kernel instead): ", errors[i]);
       continue;
     }
