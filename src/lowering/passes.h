@@ -31,6 +31,9 @@ bool fold_conv_batch_norm(GraphPtr& graph);
 bool remove_dropout(GraphPtr& graph);
 // In-place tensor and list ops become functional where no alias observes the write.
 bool remove_mutation(GraphPtr& graph);
+// fill_/copy_ through slice and select views of a tensor the graph creates -> slice_scatter and
+// select_scatter into a new value of it, where no alias observes the difference.
+bool functionalize_view_writes(GraphPtr& graph);
 // Traced size arithmetic on 0-d tensors (NumToTensor -> mul/floor_divide/... -> Int) -> int ops.
 bool scalarize_size_arithmetic(GraphPtr& graph);
 // Removes detach, alias, x.t().t(), x.*_as(x) and expand(x, x.size()).

@@ -24,6 +24,9 @@ const ir::PassPipeline& lowering_pipeline() {
     // In-place ops of traced models (relu_, add_) become pure ops the engine can take; after
     // dropout so dropout_ goes first, before the peepholes that match functional forms.
     p.add("remove_mutation", remove_mutation);
+  // Writes through views it leaves (masks built by filling slices of zeros) become scatters of
+  // the written region, so the engine can take the mask and fold it when its shape is static.
+  p.add("functionalize_view_writes", functionalize_view_writes);
     // Traced shape arithmetic (size -> NumToTensor -> mul -> Int) back to ints, so reshape sizes
     // are static metadata for conversion; the orphaned tensor ops go with the final DCE.
     p.add("scalarize_size_arithmetic", scalarize_size_arithmetic);

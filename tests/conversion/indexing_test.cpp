@@ -1,4 +1,5 @@
-// Indexing converters (slice, select, narrow, index_select, gather, embedding, index, scatter)
+// Indexing converters (slice, select, narrow, index_select, gather, embedding, index, scatter,
+// slice_scatter, select_scatter)
 // against libtorch on the CPU backend.
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
@@ -182,6 +183,59 @@ graph(%x : Tensor, %t : Tensor):
   const Support s2 = default_registry().supports(g2->outputs()[0]->node());
   EXPECT_FALSE(s2.supported);
   EXPECT_NE(s2.reason.find("graph input"), std::string::npos) << s2.reason;
+}
+
+// slice_scatter over every kind of bound (negative, past the end, None, empty region, the
+// whole dim) and step; select_scatter at negative and last indices; a source that does not fit
+// the region is an error that says so.
+TEST(ConvertIndexing, SliceAndSelectScatterWriteTheirRegion) {
+  const auto x = torch::randn({5, 8, 3});
+  struct Case {
+    int64_t dim, start, end, step;
+  };
+  for (const Case& k : std::vector<Case>{{1, 1, 3, 1},
+                                         {1, -3, 100, 1},
+                                         {0, 0, -1, 2},
+                                         {-1, 1, 9223372036854775807, 1},
+                                         {1, 6, 2, 1},
+                                         {1, 0, 8, 1},
+                                         {1, -100, 7, 3}}) {
+    const auto region = x.slice(k.dim, k.start, k.end, k.step);
+    const std::string ir = "graph(%x : Tensor, %src : Tensor):\n" + c("d", k.dim) +
+                           c("s", k.start) + c("e", k.end) + c("t", k.step) +
+                           "  %y : Tensor = aten::slice_scatter(%x, %src, %d, %s, %e, %t)\n"
+                           "  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x, torch::randn(region.sizes())}, 0, 0))
+        << k.dim << " " << k.start << ":" << k.end << ":" << k.step;
+  }
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %src : Tensor):
+  %none : NoneType = prim::Constant()
+  %c0 : int = prim::Constant[value=0]()
+  %c1 : int = prim::Constant[value=1]()
+  %y : Tensor = aten::slice_scatter(%x, %src, %c0, %c1, %none, %c1)
+  return (%y))IR",
+                            {torch::randn({4, 3}), torch::randn({3, 3})}, 0, 0));
+  for (int64_t index : {-1, 0, 2, -5}) {
+    const std::string ir = "graph(%x : Tensor, %src : Tensor):\n" + c("d", 1) + c("i", index) +
+                           "  %y : Tensor = aten::select_scatter(%x, %src, %d, %i)\n"
+                           "  return (%y)";
+    EXPECT_TRUE(matches_torch(ir, {x, torch::randn({5, 3})}, 0, 0)) << index;
+  }
+  try {
+    testing::run_converted(R"IR(
+graph(%x : Tensor, %src : Tensor):
+  %c0 : int = prim::Constant[value=0]()
+  %c1 : int = prim::Constant[value=1]()
+  %c3 : int = prim::Constant[value=3]()
+  %y : Tensor = aten::slice_scatter(%x, %src, %c0, %c1, %c3, %c1)
+  return (%y))IR",
+                           {torch::randn({4, 3}), torch::randn({3, 3})});
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ConvertIndexing, BooleanMaskIndexIsUnsupported) {

@@ -1,5 +1,8 @@
 // Builder: constant folding, dead layers, fusions, memory planning; outputs never change.
 #include "engine/builder.h"
+
+#include <algorithm>
+
 #include "engine/cuda/backend.h"
 
 #include "engine/layer_kinds.h"
@@ -45,6 +48,60 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
                             testing::to_doubles(run_engine(net, {in})[0]), 1e-6, 1e-7));
   EXPECT_NE(report.to_string().find("arena"), std::string::npos);
+}
+
+// A mask built from fills (zeros, regions of it replaced by other fills: swin's shifted-window
+// masks) folds into one constant; a large fill that only feeds run-time layers stays a fill.
+TEST(Builder, MasksBuiltFromSmallFillsFoldWhole) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {6, 8});
+  auto zeros = net.add("zeros", FillParams{FillMode::kConstant, DataType::kF32, {6, 8}, 0.0}, {});
+  auto ones = net.add("ones", FillParams{FillMode::kConstant, DataType::kF32, {6, 3}, 1.0}, {});
+  auto head = net.add("head", SliceParams{{1}, {0}, {5}, {1}}, {zeros});
+  auto mask = net.add("mask", ConcatParams{1, false}, {head, ones});
+  auto y = net.add("y", ElementwiseParams{BinaryOp::kAdd}, {x, mask});
+  net.mark_output(y, "y");
+  auto big_x = net.add_input("big_x", DataType::kF32, {512, 1024});
+  auto big = net.add("big", FillParams{FillMode::kConstant, DataType::kF32, {512, 1024}, 2.0}, {});
+  net.mark_output(net.add("big_y", ElementwiseParams{BinaryOp::kMul}, {big_x, big}), "big_y");
+
+  BuildReport report;
+  Plan plan = build(net, BuilderConfig{}, &report);
+  std::vector<std::string> kinds;
+  for (const Layer& l : plan.network.layers()) kinds.emplace_back(layer_kind_name(l.params));
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "fill"), 1) << report.to_string();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "slice"), 0) << report.to_string();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "concat"), 0) << report.to_string();
+  auto in = testing::random_tensor(DataType::kF32, {6, 8}, 3);
+  auto big_in = testing::random_tensor(DataType::kF32, {512, 1024}, 4);
+  const auto built = run_engine(plan.network, {in, big_in});
+  const auto unbuilt = run_engine(net, {in, big_in});
+  EXPECT_TRUE(testing::near(built[0], testing::to_doubles(unbuilt[0]), 0, 0));
+  EXPECT_TRUE(testing::near(built[1], testing::to_doubles(unbuilt[1]), 0, 0));
+}
+
+// A slice that keeps every element, a pad of zeros and a concat of one input move nothing: they
+// become reshapes, which run as views; a slice that drops elements stays.
+TEST(Builder, LayersThatMoveNothingBecomeViews) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {4, 6});
+  auto all = net.add("all", SliceParams{{0, 1}, {0, -6}, {4, kSliceEnd}, {1, 1}}, {x});
+  auto pad = net.add("pad", PadParams{{0, 0}, {0, 0}, PadMode::kConstant, 1.0}, {all});
+  auto cat = net.add("cat", ConcatParams{1, false}, {pad});
+  auto part = net.add("part", SliceParams{{1}, {1}, {kSliceEnd}, {1}}, {cat});
+  net.mark_output(net.add("y", UnaryParams{UnaryOp::kExp}, {part}), "y");
+
+  BuildReport report;
+  Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("identity_layers"), 3) << report.to_string();
+  std::vector<std::string> kinds;
+  for (const Layer& l : plan.network.layers()) kinds.emplace_back(layer_kind_name(l.params));
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "slice"), 1) << report.to_string();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "pad"), 0) << report.to_string();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "concat"), 0) << report.to_string();
+  auto in = testing::random_tensor(DataType::kF32, {4, 6}, 5);
+  EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                            testing::to_doubles(run_engine(net, {in})[0]), 0, 0));
 }
 
 // A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,

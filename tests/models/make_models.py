@@ -126,6 +126,11 @@ def zoo():
     yield "zoo_shufflenet_v2", torchvision.models.shufflenet_v2_x0_5(num_classes=10), (
         img,), "trace"
     yield "zoo_mnasnet", torchvision.models.mnasnet0_5(num_classes=10), (img,), "trace"
+    # Two stages of 8x8 and 4x4 tokens in 4x4 windows: the first stage's second block shifts its
+    # windows, with the attention mask built by filling slices of zeros.
+    yield "zoo_swin", torchvision.models.SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+        num_classes=10), (small,), "trace"
     yield "zoo_googlenet", torchvision.models.googlenet(num_classes=10, aux_logits=False,
                                                         init_weights=True), (img,), "trace"
 

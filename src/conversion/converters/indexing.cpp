@@ -1,6 +1,9 @@
 // Converters of indexing ops: slice, select, narrow to slice layers; roll to slices and a concat;
+// slice_scatter and select_scatter to slices and a concat (a scatter for strided slices);
 // index_select, embedding, gather and single-tensor advanced indexing to gather layers; scatter to
 // scatter layers.
+#include <algorithm>
+
 #include "conversion/converters/operands.h"
 #include "conversion/converters/shuffle_helpers.h"
 #include "util/errors.h"
@@ -102,6 +105,85 @@ void convert_roll(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), x);
 }
 
+// `src` written over x[start:end:step] along `axis` (slice_scatter; select_scatter passes src with
+// the axis put back and end = start + 1). A unit step is the concat of what is left of x before
+// and after the region around src; other steps scatter src by a constant index.
+TensorId scatter_slice(ConversionContext& ctx, const Node* n, TensorId x, TensorId src,
+                       int64_t axis, int64_t start, int64_t end, int64_t step) {
+  const engine::Shape shape = ctx.desc(x).shape;
+  const engine::Shape& src_shape = ctx.desc(src).shape;
+  KILN_CHECK(step > 0, InvalidArgument, "slice step ", step, " must be positive");
+  KILN_CHECK(src_shape.size() == shape.size(), InvalidArgument, "scatter of a rank-",
+             src_shape.size(), " source into a rank-", shape.size(), " tensor");
+  const int64_t size = shape[static_cast<size_t>(axis)];
+  if (size == kDynamic) {
+    KILN_CHECK(start >= 0 && end == kSliceEnd && step == 1, Unsupported,
+               "scatter into dynamic dim ", axis, " needs a start >= 0, no end and step 1");
+  } else {
+    // Python slicing: negative bounds count from the end, then both clamp to [0, size].
+    if (start < 0) start += size;
+    if (end != kSliceEnd && end < 0) end += size;
+    start = std::clamp<int64_t>(start, 0, size);
+    end = std::clamp<int64_t>(end == kSliceEnd ? size : end, start, size);
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t want = static_cast<int64_t>(d) != axis ? shape[d]
+                         : size == kDynamic            ? kDynamic
+                                                       : (end - start + step - 1) / step;
+    KILN_CHECK(want == kDynamic || src_shape[d] == kDynamic || src_shape[d] == want,
+               InvalidArgument, "scatter source of shape ", engine::shape_to_string(src_shape),
+               " does not fit the region (", want, " along dim ", d, ") of ",
+               engine::shape_to_string(shape));
+  }
+  src = ctx.cast(n, src, ctx.desc(x).dtype);
+  if (step == 1) {
+    std::vector<TensorId> parts;
+    if (start > 0) parts.push_back(slice(ctx, n, x, axis, 0, start, 1, "before"));
+    parts.push_back(src);
+    if (size != kDynamic && end < size) {
+      parts.push_back(slice(ctx, n, x, axis, end, kSliceEnd, 1, "after"));
+    }
+    return parts.size() == 1 ? src : ctx.add(n, engine::ConcatParams{axis, false}, parts, "cat");
+  }
+  KILN_CHECK(engine::is_static(src_shape), Unsupported, "strided scatter of dynamic shape ",
+             engine::shape_to_string(src_shape));
+  std::vector<int64_t> view(shape.size(), 1);
+  view[static_cast<size_t>(axis)] = src_shape[static_cast<size_t>(axis)];
+  const at::Tensor index =
+      (at::arange(src_shape[static_cast<size_t>(axis)], at::kLong) * step + start)
+          .view(view)
+          .expand(src_shape)
+          .contiguous();
+  const TensorId idx = ctx.constant(index, n->output()->debugName() + ":index");
+  return ctx.add(n, engine::ScatterParams{axis, engine::ScatterReduce::kNone}, {x, idx, src});
+}
+
+// slice_scatter(self, src, dim, start, end, step): self with self[start:end:step] along dim = src.
+void convert_slice_scatter(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const int64_t axis = axis_of(static_int(ctx, n->input(2)), ctx.desc(x).shape.size(), n);
+  const int64_t start = is_none(n->input(3)) ? 0 : static_int(ctx, n->input(3));
+  const int64_t end = is_none(n->input(4)) ? kSliceEnd : static_int(ctx, n->input(4));
+  ctx.set_tensor(n->output(), scatter_slice(ctx, n, x, ctx.tensor(n->input(1)), axis, start, end,
+                                            static_int(ctx, n->input(5))));
+}
+
+// select_scatter(self, src, dim, index): self with self.select(dim, index) = src.
+void convert_select_scatter(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const engine::Shape shape = ctx.desc(x).shape;
+  const int64_t axis = axis_of(static_int(ctx, n->input(2)), shape.size(), n);
+  int64_t index = static_int(ctx, n->input(3));
+  const int64_t size = shape[static_cast<size_t>(axis)];
+  KILN_CHECK(size != kDynamic || index >= 0, Unsupported, "select_scatter at index ", index,
+             " of dynamic dim ", axis);
+  KILN_CHECK(size == kDynamic || (index >= -size && index < size), InvalidArgument, "index ",
+             index, " out of range for dim ", axis, " of size ", size);
+  if (index < 0) index += size;
+  const TensorId src = insert_dim(ctx, n, ctx.tensor(n->input(1)), axis, "src");
+  ctx.set_tensor(n->output(), scatter_slice(ctx, n, x, src, axis, index, index + 1, 1));
+}
+
 // Index tensors must be integers for gathers; bool masks give data-dependent shapes.
 TensorId integer_index(ConversionContext& ctx, const Node* n, const Value* v) {
   const TensorId idx = ctx.tensor(v);
@@ -195,6 +277,9 @@ void register_indexing_converters(Registry& r) {
   r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
   r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
   r.add_converter({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0});
+  r.add_converter(
+      {{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0});
+  r.add_converter({{"aten::select_scatter"}, convert_select_scatter, static_inputs({2, 3}), 0});
   r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
   r.add_converter({{"aten::embedding"}, convert_embedding, {}, 0});
   r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), 0});

@@ -13,6 +13,10 @@ namespace {
 
 // Folding makes weights; past this size a folded result costs more plan bytes than it saves.
 constexpr int64_t kMaxFoldedBytes = 64 << 20;
+// A fill of a static shape (zeros, arange, ...) is a constant too, but one that costs a few bytes
+// of plan instead of many: only small ones fold, so that masks built from them fold as a whole
+// while a large zeros only feeding run-time layers stays a fill.
+constexpr int64_t kMaxFoldedFillBytes = 1 << 20;
 
 }  // namespace
 
@@ -46,15 +50,18 @@ int fold_constants(Network& net, bool refittable) {
       ++folded;
       continue;
     }
-    bool all_constant = !layer.inputs.empty() && !refittable;
+    // Fills take no weights, so refitting cannot change them.
+    const bool fill = std::holds_alternative<FillParams>(layer.params) && layer.inputs.empty();
+    bool all_constant = fill || (!layer.inputs.empty() && !refittable);
     for (TensorId id : layer.inputs) all_constant = all_constant && constant.count(id);
+    const int64_t max_bytes = fill ? kMaxFoldedFillBytes : kMaxFoldedBytes;
     int64_t out_bytes = 0;
     for (TensorId id : layer.outputs) {
       const TensorDesc& t = net.tensor(id);
       out_bytes += is_static(t.shape) ? volume(t.shape) * static_cast<int64_t>(dtype_size(t.dtype))
-                                      : kMaxFoldedBytes + 1;
+                                      : max_bytes + 1;
     }
-    if (!all_constant || out_bytes > kMaxFoldedBytes) {
+    if (!all_constant || out_bytes > max_bytes) {
       layers.push_back(layer);
       continue;
     }

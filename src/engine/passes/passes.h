@@ -17,6 +17,8 @@ namespace kiln::engine {
 // Layers whose inputs are all constants (none of them a named weight, for refittable plans) run
 // once on the CPU backend and become constants; shape tensors whose values are known fold always.
 int fold_constants(Network& net, bool refittable);
+// Slices that keep every element, zero pads and one-input concats become reshapes (views).
+int reshape_identity_layers(Network& net);
 // A chain of shuffles whose composition keeps every element where it was is one reshape.
 int fold_shuffle_chains(Network& net);
 // Layers no network output depends on go, with the weights only they used.

@@ -107,6 +107,10 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"fold_constants", nullptr, [](Network& n, const PassContext& c) {
                  return fold_constants(n, c.config.refittable);
                }});
+  // After folding (a crop of a folded constant is folded instead); the reshapes it makes join
+  // the shuffle chains below.
+  p.push_back({"identity_layers", nullptr,
+               [](Network& n, const PassContext&) { return reshape_identity_layers(n); }});
   // After folding and the layout pass, whose transposes meet the model's own shuffles here.
   p.push_back({"shuffle_chains", nullptr,
                [](Network& n, const PassContext&) { return fold_shuffle_chains(n); }});
