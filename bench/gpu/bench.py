@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from models import SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
-from merge_results import geomean_lines  # noqa: E402 (beside this file)
+from merge_results import COLUMNS, geomean_lines, row_line  # noqa: E402 (beside this file)
 
 
 def time_cuda(fn, x, warmup, iters):
@@ -98,9 +98,15 @@ def kiln_compile_package(args, model, x, dtype, backend):
                             progress=False, **KILN_OPTIONS[backend])
     seconds = time.time() - start
     rep = compiled.kiln_report
-    info = {"engines": sum(s["target"] == "engine" for s in rep["segments"]),
-            "torch_ops": rep["torch_ops"]}
-    return compiled, seconds, info
+    return compiled, seconds, report_info(rep)
+
+
+def report_info(rep):
+    """The bench columns a kiln compile report gives: engines, ops left in PyTorch, and the
+    shuffles that move data (transposes and layout changes) summed over the engines."""
+    engines = [s for s in rep["segments"] if s["target"] == "engine"]
+    return {"engines": len(engines), "torch_ops": rep["torch_ops"],
+            "shuffles": sum(s.get("shuffles", 0) for s in engines)}
 
 
 def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
@@ -123,9 +129,7 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     with open(report) as f:
         rep = json.load(f)
     compiled = torch.jit.load(out)
-    info = {"engines": sum(s["target"] == "engine" for s in rep["segments"]),
-            "torch_ops": rep["torch_ops"]}
-    return compiled, seconds, info
+    return compiled, seconds, report_info(rep)
 
 
 def fp32_reference(model, x_cpu):
@@ -255,18 +259,14 @@ def main():
     with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
                   indent=1)
-    lines = ["| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | "
-             "% peak | engines | torch ops | max diff | err vs fp32 |", "|" + "---|" * 14]
+    ncols = COLUMNS.count("|") - 1
+    lines = [COLUMNS, "|" + "---|" * ncols]
     for r in rows:
         if "median" not in r:
             lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
-                         f"failed: {r.get('error', '')[:80]} |" + " |" * 9)
+                         f"failed: {r.get('error', '')[:80]} |" + " |" * (ncols - 5))
             continue
-        lines.append(
-            f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
-            f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
-            f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
-            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | {r.get('err_fp32', float('nan')):.2e} |")
+        lines.append(row_line(dict(r, run="this")))
     # The same summary merge_results.py gives, over this run's rows.
     timed = {(r["model"], r["batch"], r["precision"], r["backend"]): dict(r, run="this")
              for r in rows if "median" in r}

@@ -17,7 +17,7 @@ PEERS = ["reduce-overhead", "max-autotune"]
 BACKENDS = ["eager", "torchscript", "reduce-overhead", "max-autotune", "kiln", "kiln-notf32",
             "kiln-exactgelu", "kiln-interp"]
 COLUMNS = ("| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | % peak | "
-           "engines | torch ops | max diff | err vs fp32 | run |")
+           "engines | torch ops | shuffles | max diff | err vs fp32 | run |")
 
 
 def load(args):
@@ -49,7 +49,7 @@ def row_line(r):
     return (f"| {r['model']} | {r['batch']} | {r['precision']} | {r['backend']} | "
             f"{r['median']:.3f} | {r['p90']:.3f} | {r['p99']:.3f} | {r['throughput']:.0f} | "
             f"{r.get('compile_s', 0):.1f} | {r.get('peak_pct', 0):.1f} | {r.get('engines', '')} | "
-            f"{r.get('torch_ops', '')} | {r['max_diff']:.2e} | "
+            f"{r.get('torch_ops', '')} | {r.get('shuffles', '')} | {r['max_diff']:.2e} | "
             f"{'%.2e' % r['err_fp32'] if 'err_fp32' in r else ''} | {r['run']} |")
 
 
@@ -95,7 +95,7 @@ def main():
     batches = sorted({k[1] for k in rows})
     out = []
     for prec in precisions:
-        out += ["", f"## {prec}", "", COLUMNS, "|" + "---|" * 15]
+        out += ["", f"## {prec}", "", COLUMNS, "|" + "---|" * (COLUMNS.count("|") - 1)]
         for m in models:
             for b in batches:
                 here = [r for k, r in rows.items() if k[:3] == (m, b, prec)]

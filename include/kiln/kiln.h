@@ -82,6 +82,9 @@ struct SegmentReport {
   std::vector<std::string> input_shapes_opt, output_shapes_opt;
   std::string fallback_reason;  // torch segments: the reasons of their nodes
   double build_ms = 0;
+  // Engines: the built plan's layers, the shuffles among them that move data (transposes and
+  // layout changes; reshapes are views), and the generated kernels it carries (cuda).
+  int layers = 0, shuffles = 0, generated_kernels = 0;
 };
 
 struct CompileReport {

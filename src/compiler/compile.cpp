@@ -162,7 +162,8 @@ struct Pipeline {
   }
 
   // Converts and builds one engine segment; returns the serialized plan.
-  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name) {
+  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name,
+                                    SegmentReport& sr) {
     KILN_CHECK(s.has_shapes, InternalError, "compile: engine segment `", name,
                "` has no analyzed shapes");
     auto graph = partitioning::segment_graph(s);
@@ -190,6 +191,9 @@ struct Pipeline {
     engine::BuildReport build_report;
     engine::Plan plan = engine::build(converted.network, builder_config(), &build_report);
     KILN_LOG(kInfo, "engine `", name, "`: ", build_report.to_string());
+    sr.layers = build_report.layers_after;
+    sr.shuffles = build_report.shuffles;
+    sr.generated_kernels = build_report.generated_kernels;
     return engine::serialize_plan(plan);
   }
 };
@@ -249,7 +253,7 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
                                               std::to_string(total) + " (" + sr.engine_name + ", " +
                                               std::to_string(sr.ops.size()) + " ops)");
       }
-      auto bytes = pipe.build_engine(s, sr.engine_name);
+      auto bytes = pipe.build_engine(s, sr.engine_name, sr);
       engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes),
                                                                pipe.spec.device.str());
       sr.build_ms = ms_since(start);
@@ -399,7 +403,8 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
   KILN_CHECK(only != nullptr, Unsupported, "convert_method_to_engine: nothing to convert");
   KILN_CHECK(only->inputs.size() + 1 == graph->inputs().size(), Unsupported,
              "convert_method_to_engine: the engine does not take the method's arguments directly");
-  return pipe.build_engine(*only, engine_name("0", *only));
+  SegmentReport unused;
+  return pipe.build_engine(*only, engine_name("0", *only), unused);
 }
 
 }  // namespace kiln

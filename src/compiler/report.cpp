@@ -24,6 +24,9 @@ std::string CompileReport::to_json() const {
     if (!s.engine_name.empty()) {
       js["engine"] = s.engine_name;
       js["build_ms"] = s.build_ms;
+      js["layers"] = s.layers;
+      js["shuffles"] = s.shuffles;
+      js["generated_kernels"] = s.generated_kernels;
     }
     if (!s.fallback_reason.empty()) js["fallback_reason"] = s.fallback_reason;
     segs.push_back(js);
@@ -52,7 +55,8 @@ std::string CompileReport::summary() const {
        << s.ops.size() << " ops";
     if (!s.engine_name.empty()) {
       os << "  " << s.engine_name << "  built in " << std::fixed << std::setprecision(0)
-         << s.build_ms << " ms";
+         << s.build_ms << " ms: " << s.layers << " layers, " << s.shuffles << " shuffles";
+      if (s.generated_kernels) os << ", " << s.generated_kernels << " generated kernels";
     }
     if (!s.fallback_reason.empty()) os << "  (" << s.fallback_reason << ")";
     os << "\n";

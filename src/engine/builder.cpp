@@ -29,7 +29,8 @@ std::vector<std::string> BuildReport::lines() const {
 
 std::string BuildReport::to_string() const {
   std::ostringstream os;
-  os << "layers: " << layers_before << " -> " << layers_after << "\n";
+  os << "layers: " << layers_before << " -> " << layers_after << " (" << shuffles
+     << " shuffles that move data)\n";
   if (precision.low != DataType::kF32) os << precision.summary() << "\n";
   if (layout.convolutions > 0) {
     os << "layout: " << layout.convolutions << " convolutions channels-last, "
@@ -117,6 +118,7 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
       target.device == "cuda" ? cuda_backend_rules(target) : cpu_backend_rules();
   run_passes(net, builder_pipeline(), PassContext{config, target, rules, r}, std::cerr);
   r.layers_after = static_cast<int>(net.layers().size());
+  r.shuffles = count_moving_shuffles(net.layers());
   if (rules.check_supported) rules.check_supported(net);
   if (rules.generate_kernels) {
     const size_t before = plan.target.kernels.size();

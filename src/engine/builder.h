@@ -72,6 +72,7 @@ struct BuildReport {
   size_t activation_bytes = 0;     // the same activations allocated separately
   int generated_layers = 0;        // cuda: layers that run a generated kernel (cuda/codegen.h)
   int generated_kernels = 0;       // cuda: the distinct kernels they run, stored in the plan
+  int shuffles = 0;                // shuffle layers left that move data (count_moving_shuffles)
   // Rewrites by the pass `name`; 0 when it did not run.
   int changes(const std::string& name) const;
   // The lines of every pass, in order (the fusions').

@@ -39,6 +39,16 @@ const char* layer_kind_name(const LayerParams& params) {
   return layer_kind_name(params.index());
 }
 
+bool shuffle_moves_data(const ShuffleParams& params) {
+  const auto moves = [](const std::vector<int64_t>& perm) {
+    for (size_t d = 0; d < perm.size(); ++d) {
+      if (perm[d] != static_cast<int64_t>(d)) return true;
+    }
+    return false;
+  };
+  return params.cast || moves(params.first_perm) || moves(params.second_perm);
+}
+
 const char* binary_op_name(BinaryOp op) {
   static const char* const kNames[] = {"add", "sub",       "mul", "div", "pow", "max",
                                        "min", "floor_div", "mod", "eq",  "ne",  "lt",

@@ -449,4 +449,8 @@ const char* layer_kind_name(const LayerParams& params);
 const char* layer_kind_name(size_t variant_index);
 constexpr size_t kNumLayerKinds = std::variant_size_v<LayerParams>;
 
+// Whether a shuffle moves elements (a permutation or a cast); one that only reshapes dense data
+// is a view, which the runtime never runs.
+bool shuffle_moves_data(const ShuffleParams& params);
+
 }  // namespace kiln::engine

@@ -8,6 +8,16 @@
 #include "util/errors.h"
 
 namespace kiln::engine {
+
+int count_moving_shuffles(const std::vector<Layer>& layers) {
+  int n = 0;
+  for (const Layer& l : layers) {
+    const auto* p = std::get_if<ShuffleParams>(&l.params);
+    n += p != nullptr && shuffle_moves_data(*p);
+  }
+  return n;
+}
+
 namespace {
 
 // Shape tensors: integer tensors small enough that their values are worth tracking at build time.

@@ -46,6 +46,10 @@ struct Layer {
   std::vector<TensorId> outputs;
 };
 
+// The layers of `layers` that are shuffles moving elements (shuffle_moves_data): the transposes
+// and layout changes a plan still runs.
+int count_moving_shuffles(const std::vector<Layer>& layers);
+
 class Network {
  public:
   // A dynamic dim is kDynamic in `shape`; its range comes from `profile` (required then).

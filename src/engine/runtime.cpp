@@ -5,12 +5,53 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
+
+namespace {
+
+// Where a slice's output starts in its (dense) input, in bytes, when the output is one
+// contiguous range of it: unit steps, and at most one axis keeping part of its range, with only
+// size-1 axes before it and whole axes after it. nullopt otherwise, and for empty outputs.
+std::optional<int64_t> contiguous_slice_offset(const SliceParams& p, const TensorDesc& in) {
+  const Shape& shape = in.shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (!is_static(shape) || volume(shape) == 0) return std::nullopt;
+  Shape start(shape.size(), 0), end = shape;
+  for (size_t i = 0; i < p.axes.size(); ++i) {
+    const int64_t axis = p.axes[i] < 0 ? p.axes[i] + rank : p.axes[i];
+    if (p.steps[i] != 1 || axis < 0 || axis >= rank) return std::nullopt;
+    const size_t a = static_cast<size_t>(axis);
+    const int64_t size = shape[a];
+    int64_t s = p.starts[i], e = p.ends[i];
+    if (s < 0) s += size;
+    if (e != kSliceEnd && e < 0) e += size;
+    start[a] = std::clamp<int64_t>(s, 0, size);
+    end[a] = e == kSliceEnd ? size : std::clamp<int64_t>(e, start[a], size);
+  }
+  size_t partial = shape.size();
+  for (size_t d = 0; d < shape.size() && partial == shape.size(); ++d) {
+    if (start[d] != 0 || end[d] != shape[d]) partial = d;
+  }
+  if (partial == shape.size()) return 0;
+  if (end[partial] == start[partial]) return std::nullopt;
+  for (size_t d = 0; d < partial; ++d) {
+    if (shape[d] != 1) return std::nullopt;
+  }
+  int64_t stride = static_cast<int64_t>(dtype_size(in.dtype));
+  for (size_t d = partial + 1; d < shape.size(); ++d) {
+    if (start[d] != 0 || end[d] != shape[d]) return std::nullopt;
+    stride *= shape[d];
+  }
+  return start[partial] * stride;
+}
+
+}  // namespace
 
 HostTensor::HostTensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   KILN_CHECK(is_static(shape_), InvalidArgument, "host tensor needs a static shape, got ",
@@ -80,8 +121,19 @@ std::string Engine::inspect_json() const {
     io["inputs"].push_back(in);
   }
   for (TensorId id : network_.outputs()) io["outputs"].push_back(tensor_json(id));
-  return json{
-      {"target", target_.device}, {"switches", target_.switches}, {"io", io}, {"layers", layers}}
+  json kinds = json::object();
+  for (const Layer& l : network_.layers()) {
+    const char* kind = layer_kind_name(l.params);
+    kinds[kind] = kinds.value(kind, 0) + 1;
+  }
+  const json summary{{"layers", network_.layers().size()},
+                     {"shuffles", count_moving_shuffles(network_.layers())},
+                     {"kinds", kinds}};
+  return json{{"target", target_.device},
+              {"switches", target_.switches},
+              {"summary", summary},
+              {"io", io},
+              {"layers", layers}}
       .dump(1);
 }
 
@@ -157,8 +209,12 @@ void ExecutionContext::resolve_shapes() {
   for (TensorId id : net.outputs()) is_output[static_cast<size_t>(id)] = true;
   // A reshape of dense data (a shuffle without permutations or cast) is a view: its output shares
   // its input's bytes (or, through a chain of views, the first one's), and the layer never runs.
-  // Not for network outputs (written to the caller's buffer) or values known while resolving.
+  // So is a slice that keeps one contiguous range of its input (q, k and v taken from a packed
+  // [3, ...] projection), where the range starts at the arena's alignment, which kernels may
+  // rely on. Not for network outputs (written to the caller's buffer) or values known while
+  // resolving.
   alias_of_.assign(net.num_tensors(), -1);
+  alias_offset_.assign(net.num_tensors(), 0);
   view_layer_.assign(layers.size(), false);
   const auto root = [&](TensorId id) {
     const int64_t a = alias_of_[static_cast<size_t>(id)];
@@ -166,17 +222,19 @@ void ExecutionContext::resolve_shapes() {
   };
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    const auto* sh = std::get_if<ShuffleParams>(&layer.params);
-    const auto moves = [](const std::vector<int64_t>& perm) {
-      for (size_t d = 0; d < perm.size(); ++d) {
-        if (perm[d] != static_cast<int64_t>(d)) return true;
-      }
-      return false;
-    };
-    if (!sh || sh->cast || moves(sh->first_perm) || moves(sh->second_perm)) continue;
+    std::optional<int64_t> offset;
+    if (const auto* sh = std::get_if<ShuffleParams>(&layer.params)) {
+      if (!shuffle_moves_data(*sh)) offset = 0;
+    } else if (const auto* sl = std::get_if<SliceParams>(&layer.params)) {
+      offset = contiguous_slice_offset(*sl, descs_[static_cast<size_t>(layer.inputs[0])]);
+      if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
+    }
+    if (!offset || layer.inputs.size() != 1) continue;
     const size_t out = static_cast<size_t>(layer.outputs[0]);
     if (is_output[out] || descs_[out].values.has_value()) continue;
+    const size_t in = static_cast<size_t>(layer.inputs[0]);
     alias_of_[out] = static_cast<int64_t>(root(layer.inputs[0]));
+    alias_offset_[out] = alias_offset_[in] + *offset;
     view_layer_[li] = true;
   }
   std::vector<int> first(net.num_tensors(), -1), last(net.num_tensors(), -1);
@@ -308,7 +366,9 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
     if (produced[t]) where[t] = outputs[i];
   }
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (alias_of_[t] >= 0) where[t] = where[static_cast<size_t>(alias_of_[t])];
+    if (alias_of_[t] < 0) continue;
+    uint8_t* base = static_cast<uint8_t*>(where[static_cast<size_t>(alias_of_[t])]);
+    where[t] = base == nullptr ? nullptr : base + alias_offset_[t];
   }
 
   if (profiling_ && timings_.empty()) {

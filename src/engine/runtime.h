@@ -148,9 +148,11 @@ class ExecutionContext {
   bool resolved_ = false;
   std::vector<TensorDesc> descs_;      // concrete, per tensor
   std::vector<int64_t> arena_offset_;  // per tensor, -1 when not in the arena
-  // Per tensor: the tensor whose bytes it shares (the output of a reshape, which moves no data),
-  // or -1; and per layer, whether it is such a reshape and so never runs.
+  // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that
+  // keeps a contiguous range, which move no data), or -1, and where in those bytes it starts;
+  // and per layer, whether it is such a view and so never runs.
   std::vector<int64_t> alias_of_;
+  std::vector<int64_t> alias_offset_;
   std::vector<bool> view_layer_;
   // Per tensor: whether its bytes are an engine weight (directly or through views).
   std::vector<bool> constant_;

@@ -104,6 +104,39 @@ TEST(Builder, LayersThatMoveNothingBecomeViews) {
                             testing::to_doubles(run_engine(net, {in})[0]), 0, 0));
 }
 
+// Transposes of the last two dims before a matmul become its transpose flags (either operand,
+// twice over for a transposed transpose); a transpose with another reader still runs for it.
+TEST(Builder, MatMulReadsItsOperandsTransposed) {
+  Network net;
+  auto a = net.add_input("a", DataType::kF32, {2, 3, 5, 4});
+  auto b = net.add_input("b", DataType::kF32, {2, 3, 6, 5});
+  ShuffleParams swap;
+  swap.first_perm = {0, 1, 3, 2};
+  auto at = net.add("at", swap, {a});   // [2, 3, 4, 5]
+  auto bt = net.add("bt", swap, {b});   // [2, 3, 5, 6]
+  MatMulParams ta;
+  ta.transpose_a = true;
+  auto y = net.add("y", MatMulParams{}, {at, bt});  // [2, 3, 4, 6]
+  auto z = net.add("z", ta, {at, at});              // at^T @ at = a @ a^T: [2, 3, 5, 5]
+  net.mark_output(y, "y");
+  net.mark_output(net.add("zr", UnaryParams{UnaryOp::kNeg}, {z}), "z");
+  net.mark_output(net.add("bt_out", UnaryParams{UnaryOp::kExp}, {bt}), "bt");
+
+  BuildReport report;
+  Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("matmul_transposes"), 4) << report.to_string();
+  int shuffles = 0;
+  for (const Layer& l : plan.network.layers()) shuffles += l.name == "at" || l.name == "bt";
+  EXPECT_EQ(shuffles, 1) << report.to_string();  // bt, for bt_out
+  auto ia = testing::random_tensor(DataType::kF32, {2, 3, 5, 4}, 6);
+  auto ib = testing::random_tensor(DataType::kF32, {2, 3, 6, 5}, 7);
+  const auto built = run_engine(plan.network, {ia, ib});
+  const auto unbuilt = run_engine(net, {ia, ib});
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(testing::near(built[i], testing::to_doubles(unbuilt[i]), 1e-5, 1e-6)) << i;
+  }
+}
+
 // A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,
 // takes it as its bias, and the activation after it too; an add that broadcasts another way, or a
 // convolution's add of [C], stays a layer. Values match the unbuilt network.

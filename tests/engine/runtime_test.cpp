@@ -147,5 +147,50 @@ TEST(Runtime, ReshapesAreViewsThatKeepTheirBytesAlive) {
   }
 }
 
+// A slice that keeps one contiguous range of its input at an aligned offset (q, k and v of a
+// packed [3, ...] projection) is a view too, also of a view; unaligned or strided ranges run.
+TEST(Runtime, ContiguousAlignedSlicesAreViews) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {3, 4, 16});  // one [4, 16] block is 256 bytes
+  auto a = net.add("a", ActivationParams{ActivationKind::kRelu}, {x});
+  auto k = net.add("k", SliceParams{{0}, {1}, {2}, {1}}, {a});
+  auto v = net.add("v", SliceParams{{0}, {-1}, {kSliceEnd}, {1}}, {a});
+  auto row = net.add("row", SliceParams{{0, 1}, {0, 1}, {1, 2}, {1, 1}}, {v});  // 64 bytes in
+  auto odd = net.add("odd", SliceParams{{2}, {0}, {15}, {1}}, {k});    // not contiguous
+  auto half = net.add("half", SliceParams{{1}, {0}, {4}, {2}}, {k});   // strided
+  auto b = net.add("b", ElementwiseParams{BinaryOp::kAdd}, {k, v});
+  auto c = net.add("c", ElementwiseParams{BinaryOp::kMul}, {row, row});
+  net.mark_output(b, "b");
+  net.mark_output(c, "c");
+  net.mark_output(net.add("odd_neg", UnaryParams{UnaryOp::kNeg}, {odd}), "odd");
+  net.mark_output(net.add("half_neg", UnaryParams{UnaryOp::kNeg}, {half}), "half");
+  auto engine = std::make_shared<const Engine>(net);
+  ExecutionContext ctx(engine);
+  ctx.enable_profiling(true);
+  const auto in = testing::random_tensor(DataType::kF32, {3, 4, 16}, 11);
+  const auto xs = testing::to_doubles(in);
+  const auto relu = [&](size_t i) { return std::max(xs[i], 0.0); };
+  std::vector<double> want_b, want_c, want_odd, want_half;
+  for (size_t i = 0; i < 64; ++i) want_b.push_back(relu(64 + i) + relu(128 + i));
+  for (size_t i = 0; i < 16; ++i) want_c.push_back(relu(128 + 16 + i) * relu(128 + 16 + i));
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t i = 0; i < 15; ++i) want_odd.push_back(-relu(64 + r * 16 + i));
+  }
+  for (size_t r = 0; r < 4; r += 2) {
+    for (size_t i = 0; i < 16; ++i) want_half.push_back(-relu(64 + r * 16 + i));
+  }
+  for (int run = 0; run < 2; ++run) {
+    const auto out = ctx.run({in});
+    EXPECT_TRUE(testing::near(out[0], want_b, 1e-6, 1e-7));  // f32 sums against doubles
+    EXPECT_TRUE(testing::near(out[1], want_c, 1e-6, 1e-7));
+    EXPECT_TRUE(testing::near(out[2], want_odd, 0, 0));
+    EXPECT_TRUE(testing::near(out[3], want_half, 0, 0));
+  }
+  for (const auto& t : ctx.profile()) {
+    const bool view = t.name == "k" || t.name == "v" || t.name == "row";
+    EXPECT_EQ(t.runs, view ? 0 : 2) << t.name;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

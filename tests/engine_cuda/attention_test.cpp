@@ -1,6 +1,7 @@
 // The CUDA resize and attention kernels against the CPU backend: nearest/linear/cubic over 1-3
 // spatial dims (sizes, scales, align_corners), attention with causal, bool and float masks and
 // broadcast batches, and the flash attention kernel (f16/bf16) with its fallbacks.
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -100,15 +101,56 @@ TEST(CudaAttention, FlashF16AndBf16) {
     compare_layer(AttentionParams{false, false, 0},
                   {make({2, 2, 197, 64}), make({2, 2, 197, 64}), make({2, 2, 197, 64})}, c.rtol,
                   c.atol);
-    // Fallbacks (the simple kernel, in double): a mask; E = 40 (causal, else the builder turns
-    // the layer into two matmuls and a softmax).
-    compare_layer(AttentionParams{false, true, 0},
-                  {make({1, 2, 70, 64}), make({1, 2, 70, 64}), make({1, 2, 70, 64}),
-                   random_tensor(DataType::kBool, {70, 70}, seed++, 0, 1)},
-                  c.rtol, c.atol);
+    // The fallback (the simple kernel, in double): E = 40 (causal, else the builder turns the
+    // layer into two matmuls and a softmax).
     compare_layer(AttentionParams{true, false, 0},
                   {make({1, 2, 33, 40}), make({1, 2, 33, 40}), make({1, 2, 33, 40})}, c.rtol,
                   c.atol);
+  }
+}
+
+// The flash kernel with every form of mask users write, against the CPU kernel: bool masks of
+// [L, S], key padding [B, 1, 1, S] (one batch wholly masked: zeros, as on the CPU) and causal on
+// top of one; additive masks of [B, 1, L, S] in f32, per-head biases [H, L, S] in the layer's
+// dtype with -inf entries, and a [1, H, L, S] bias with a causal mask; shapes off the tiles
+// (swin's 49 keys, E = 32), and 300 keys on the streaming kernel.
+TEST(CudaAttention, FlashTakesEveryMask) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 80;
+  for (const auto& [dtype, rtol, atol] :
+       {std::tuple{DataType::kF16, 1e-2, 2e-3}, std::tuple{DataType::kBF16, 3e-2, 1e-2}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto make = [&, dt = dtype](const Shape& shape) {
+      return random_tensor(dt, shape, seed++);
+    };
+    for (const auto& [l, s, e] : {std::tuple<int64_t, int64_t, int64_t>{49, 49, 32},
+                                  {128, 128, 64}, {70, 300, 64}, {130, 77, 128}}) {
+      SCOPED_TRACE("L=" + std::to_string(l) + " S=" + std::to_string(s) + " E=" +
+                   std::to_string(e));
+      const HostTensor q = make({2, 3, l, e}), k = make({2, 3, s, e}), v = make({2, 3, s, e});
+      compare_layer(AttentionParams{false, true, 0},
+                    {q, k, v, random_tensor(DataType::kBool, {l, s}, seed++, 0, 1)}, rtol, atol);
+      HostTensor padding = random_tensor(DataType::kBool, {2, 1, 1, s}, seed++, 0, 1);
+      for (int64_t j = 0; j < s; ++j) static_cast<uint8_t*>(padding.data())[j] = 0;
+      compare_layer(AttentionParams{false, true, 0}, {q, k, v, padding}, rtol, atol);
+      compare_layer(AttentionParams{true, true, 0},
+                    {q, k, v, random_tensor(DataType::kBool, {2, 1, l, s}, seed++, 0, 1)}, rtol,
+                    atol);
+      compare_layer(AttentionParams{false, true, 0},
+                    {q, k, v, random_tensor(DataType::kF32, {2, 1, l, s}, seed++)}, rtol, atol);
+      compare_layer(AttentionParams{false, true, 0.2},
+                    {q, k, v, random_tensor(dtype, {3, l, s}, seed++)}, rtol, atol);
+      compare_layer(AttentionParams{true, true, 0},
+                    {q, k, v, random_tensor(dtype, {1, 3, l, s}, seed++)}, rtol, atol);
+    }
+    // -inf in an additive mask: those keys get no weight.
+    HostTensor minus_inf = random_tensor(DataType::kF32, {49, 49}, seed++);
+    for (int64_t i = 0; i < 49 * 49; i += 3) {
+      static_cast<float*>(minus_inf.data())[i] = -std::numeric_limits<float>::infinity();
+    }
+    compare_layer(AttentionParams{false, true, 0},
+                  {make({2, 3, 49, 32}), make({2, 3, 49, 32}), make({2, 3, 49, 32}), minus_inf},
+                  rtol, atol);
   }
 }
 

@@ -1,7 +1,8 @@
 // CUDA kernels of scaled dot-product attention, with the CPU kernel's semantics. Two paths:
-// - flash: q, k, v and out all f16 or all bf16, no mask (causal or not), E == Ev a multiple of 16
-//   up to 128, equal batch dims (fused_attention_applies, which the builder asks too) and 16-byte
-//   aligned data. It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
+// - flash: q, k, v and out all f16 or all bf16, E == Ev a multiple of 16 up to 128, equal batch
+//   dims (fused_attention_applies, which the builder asks too) and 16-byte aligned data; causal or
+//   not, with or without a mask of any broadcast over [batch..., L, S] (bool: keep where true;
+//   f16, bf16 or f32: added to the scaled scores). It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
 //   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. 16 query
 //   rows a warp; q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
 //   accumulation) around an online softmax in float held in registers, with p rounded to the
@@ -179,6 +180,13 @@ struct FlashArgs {
   int L, S;              // (run_flash checks they fit)
   float scale_log2;      // scale * log2(e): the softmax works in base 2
   bool causal;
+  // The mask, if any: element (bh, r, j) at offset_of(md, bh * L * S) + r * mask_row + j * mask_col
+  // (a stride is 0 where the mask broadcasts).
+  const void* mask;
+  DataType mt;
+  bool bool_mask;
+  Dims md;
+  int64_t mask_row, mask_col;
 };
 
 // Tensor-core primitives (PTX, sm_80+): D += A B for a 16x16 A (row-major, four 32-bit registers
@@ -276,15 +284,17 @@ struct FlashRows {
 // registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max is a reduction
 // over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A fragment of
 // p v without a trip through shared memory. `row` holds the lane's two query indices (for the
-// causal mask). The softmax works in base 2 on raw scores: p = 2^(s * scale_log2 - max *
+// causal mask and the mask, whose elements for the matrix start at `mask_base`). The softmax works in base 2 on raw scores: p = 2^(s * scale_log2 - max *
 // scale_log2), one FFMA and one ex2 a weight; a negative scale (max and min trade places)
 // multiplies the scores first and then uses 1. kMasked: the tile has keys past S (valid < 64) or
-// past a row (causal); without it all 64 keys count and the code has no branches around the mma
-// (each would cost a warp synchronization before the next ldmatrix).
+// past a row (causal), or the layer has a mask; without it all 64 keys count and the code has no
+// branches around the mma (each would cost a warp synchronization before the next ldmatrix).
 template <class T, int E, bool kMasked>
 __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                             const T* vt, int j0, int valid, const int (&row)[2],
-                                            float scale_log2, bool causal) {
+                                            const FlashArgs& a, int64_t mask_base) {
+  const float scale_log2 = a.scale_log2;
+  const bool causal = a.causal;
   constexpr int kLd = FlashSmem<E>::kLd;
   constexpr int kKSteps = E / 16;          // k-steps of q k^T
   constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
@@ -313,9 +323,11 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
     }
   }
 
-  // Keys >= S (and > the row, if causal) are out.
+  // Keys >= S (and > the row, if causal, and where a bool mask is false) are out.
   const bool prescale = scale_log2 < 0;
   const float scale = prescale ? 1.0f : scale_log2;
+  // A float mask is in the units of the scaled scores; the weights are 2^(v * scale - base).
+  const float mask_scale = 1.4426950408889634f / scale;
   float tile_max[2] = {-INFINITY, -INFINITY};
   if (!kMasked) {
     if (prescale) {
@@ -337,8 +349,18 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
       for (int e = 0; e < 4; ++e) {
         const int rr = e / 2;
         const int jj = n * 8 + 2 * quad + e % 2;
-        const bool kept = jj < valid && (!causal || j0 + jj <= row[rr]);
-        const float v = prescale ? s[n][e] * scale_log2 : s[n][e];
+        bool kept = jj < valid && (!causal || j0 + jj <= row[rr]);
+        float v = prescale ? s[n][e] * scale_log2 : s[n][e];
+        if (kept && a.mask) {
+          // Rows past L (computed, never stored) read the last row's mask.
+          const int r = row[rr] < a.L ? row[rr] : a.L - 1;
+          const int64_t off = mask_base + r * a.mask_row + (j0 + jj) * a.mask_col;
+          if (a.bool_mask) {
+            kept = load_as<int64_t>(a.mt, a.mask, off) != 0;
+          } else {
+            v += load_as<float>(a.mt, a.mask, off) * mask_scale;
+          }
+        }
         s[n][e] = kept ? v : -INFINITY;
         tile_max[rr] = fmaxf(tile_max[rr], s[n][e]);
       }
@@ -387,19 +409,24 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
   }
 }
 
-// attend_tile for the key tile at j0 of a layer, masked only where some key is out: past S, or
-// (causal) past the warp's first row, row[0] of lane 0.
+// attend_tile for the key tile at j0 of a layer, masked only where some key may be out: past S,
+// (causal) past the warp's first row, row[0] of lane 0, or anywhere when the layer has a mask.
 template <class T, int E>
 __device__ __forceinline__ void attend_key_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                                 const T* vt, int j0, const FlashArgs& a,
-                                                const int (&row)[2]) {
+                                                const int (&row)[2], int64_t mask_base) {
   const int valid = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
   const int warp_row0 = row[0] - static_cast<int>(threadIdx.x) % kWarp / 4;
-  if (valid < kKeyTile || (a.causal && j0 + kKeyTile - 1 > warp_row0)) {
-    attend_tile<T, E, true>(st, q_rows, kt, vt, j0, valid, row, a.scale_log2, a.causal);
+  if (a.mask || valid < kKeyTile || (a.causal && j0 + kKeyTile - 1 > warp_row0)) {
+    attend_tile<T, E, true>(st, q_rows, kt, vt, j0, valid, row, a, mask_base);
   } else {
-    attend_tile<T, E, false>(st, q_rows, kt, vt, j0, valid, row, a.scale_log2, a.causal);
+    attend_tile<T, E, false>(st, q_rows, kt, vt, j0, valid, row, a, mask_base);
   }
+}
+
+// Where the mask's elements for matrix pair bh start (0 without a mask).
+__device__ __forceinline__ int64_t mask_base_of(const FlashArgs& a, int64_t bh) {
+  return a.mask ? offset_of(a.md, bh * a.L * a.S) : 0;
 }
 
 // o / l into rows `row` of the output matrix `om` (rows `ld` apart); l == 0 only when S == 0
@@ -462,6 +489,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
     const T *qm, *km, *vm;
     T* om;
     matrices_of(a, bh, qm, km, vm, om);
+    const int64_t mask_base = mask_base_of(a, bh);
     __syncthreads();  // no warp still reads the previous matrix's tiles
     if (tiles > 0) {  // (else nothing is read: the rows are zeros)
       load_tile_async<E>(q_tile, qm, q0, a.L, a.qo.ld);
@@ -483,7 +511,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
       const T* const kt = kv + (t % 2) * 2 * Smem::kTile;
       if (!active) continue;  // (after the barrier and the next tile's copy, which it shares)
       const int j0 = static_cast<int>(t) * kKeyTile;
-      attend_key_tile<T, E>(st, q_rows, kt, kt + Smem::kTile, j0, a, row);
+      attend_key_tile<T, E>(st, q_rows, kt, kt + Smem::kTile, j0, a, row, mask_base);
     }
     store_rows<T, E>(st, om, row, a.L, a.oo.ld);
   }
@@ -522,6 +550,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
     const T *qm, *km, *vm;
     T* om;
     matrices_of(a, bh, qm, km, vm, om);
+    const int64_t mask_base = mask_base_of(a, bh);
     // Copies the warp's query tile `rt` (rows past L zero-filled) into its stage.
     const auto load_query = [&](int rt) {
       const int64_t r0 = q0 + static_cast<int64_t>(rt) * kMma;
@@ -590,7 +619,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
         }
         if (!active || t >= tiles) continue;
         const int j0 = t * kKeyTile;
-        attend_key_tile<T, E>(st, q_rows, ks + j0 * kLd, vs + j0 * kLd, j0, a, row);
+        attend_key_tile<T, E>(st, q_rows, ks + j0 * kLd, vs + j0 * kLd, j0, a, row, mask_base);
       }
       if (active) store_rows<T, E>(st, om, row, a.L, a.oo.ld);
     }
@@ -703,10 +732,19 @@ bool rows_fit(int64_t L, int64_t S) {
 }
 
 // Whether the flash kernel runs this layer: what the builder asks too (fused_attention_applies),
-// one dtype throughout, out shaped as q (no broadcast batch), and data aligned for 16-byte access.
-bool flash_applies(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                   const TensorView& v, const TensorView& out) {
-  return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype, p.has_mask) &&
+// one dtype throughout, out shaped as q (no broadcast batch), data aligned for 16-byte access, and
+// a mask (if any) of bool or a float type.
+bool flash_applies(const AttentionParams& p, const std::vector<TensorView>& in,
+                   const TensorView& out) {
+  const TensorView &q = in[0], &k = in[1], &v = in[2];
+  if (p.has_mask) {
+    const DataType mt = in[3].dtype;
+    if (mt != DataType::kBool && mt != DataType::kF16 && mt != DataType::kBF16 &&
+        mt != DataType::kF32) {
+      return false;
+    }
+  }
+  return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype) &&
          rows_fit(q.shape[q.shape.size() - 2], k.shape[k.shape.size() - 2]) && k.dtype == q.dtype &&
          v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape && aligned16(q.data) &&
          aligned16(k.data) && aligned16(v.data) && aligned16(out.data);
@@ -719,7 +757,7 @@ bool flash_applies_packed(const AttentionParams& p, const std::vector<TensorView
   const int64_t B = out.shape[0], L = out.shape[1], S = in[1].shape[1];
   if (!rows_fit(L, S) ||
       !fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
-                               {B, p.heads, S, p.head_size}, out.dtype, false)) {
+                               {B, p.heads, S, p.head_size}, out.dtype)) {
     return false;
   }
   for (size_t i = 0; i < 3; ++i) {
@@ -754,6 +792,19 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   const int64_t E = q.shape.back();
   a.qo = a.oo = FlashOperand{a.L * E, 0, E};
   a.ko = a.vo = FlashOperand{a.S * E, 0, E};
+  if (p.has_mask) {
+    const TensorView& m = args.inputs[3];
+    Shape weights = batch_of(out.shape);
+    weights.push_back(a.L);
+    weights.push_back(a.S);
+    a.md = broadcast_dims(args.layer.name, weights, {m.shape})[1];
+    // The mask's strides along L and S: its last two dims (absent or 1: broadcast).
+    const size_t r = m.shape.size();
+    const int64_t mask_l = r >= 2 ? m.shape[r - 2] : 1, mask_s = r >= 1 ? m.shape[r - 1] : 1;
+    a.mask_col = mask_s == 1 ? 0 : 1;
+    a.mask_row = mask_l == 1 ? 0 : mask_s;
+    a.mask = m.data, a.mt = m.dtype, a.bool_mask = m.dtype == DataType::kBool;
+  }
   run_flash(args, a, p, q.dtype, E);
 }
 
@@ -791,7 +842,7 @@ void attention_kernel(KernelArgs& args) {
     flash_attention_packed(args, p);
     return;
   }
-  if (flash_applies(p, q, k, v, out)) {
+  if (flash_applies(p, args.inputs, out)) {
     flash_attention(args, p);
     return;
   }

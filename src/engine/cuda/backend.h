@@ -30,10 +30,10 @@ int compute_capability(int index);
 void check_supported(const Network& net);
 
 // Whether attention over q [B..., L, E], k [B..., S, E], v [B..., S, Ev] of `dtype` runs as the
-// fused (flash) kernel: f16/bf16, no mask, E == Ev a multiple of 16 up to 128, equal batch dims.
-// The builder keeps such layers; other unmasked, non-causal ones become two GEMMs + softmax.
-bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype,
-                             bool has_mask);
+// fused (flash) kernel: f16/bf16, E == Ev a multiple of 16 up to 128, equal batch dims (with or
+// without a mask: bool or float, any broadcast). The builder keeps such layers; other unmasked,
+// non-causal ones become two GEMMs + softmax.
+bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype);
 
 // Whether the CUDA kernel takes a squeeze-excitation layer of `channels` channels squeezed to
 // `squeeze`: channels-last data, both at most 4096 (the means and hidden values stay in shared

@@ -12,7 +12,7 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   BackendRules r;
   r.precision = cuda_precision_support();
   r.fused_attention = [](const Shape& q, const Shape& k, const Shape& v, DataType t) {
-    return cuda::fused_attention_applies(q, k, v, t, false);
+    return cuda::fused_attention_applies(q, k, v, t);
   };
   // Attention the fused kernel does not take runs as two cuBLASLt batched GEMMs on tensor cores
   // and a softmax, where the general attention kernel is a simple one.
@@ -23,7 +23,7 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
                       const TensorDesc& out) {
     const int64_t B = out.shape[0], L = out.shape[1], S = sources[1].shape[1];
     const Shape q = {B, p.heads, L, p.head_size}, kv = {B, p.heads, S, p.head_size};
-    if (!cuda::fused_attention_applies(q, kv, kv, out.dtype, false)) return false;
+    if (!cuda::fused_attention_applies(q, kv, kv, out.dtype)) return false;
     for (size_t i = 0; i < 3; ++i) {
       if (sources[i].shape[2] % 8 != 0 || p.columns[i] % 8 != 0) return false;
     }

@@ -17,6 +17,8 @@ namespace kiln::engine {
 // Layers whose inputs are all constants (none of them a named weight, for refittable plans) run
 // once on the CPU backend and become constants; shape tensors whose values are known fold always.
 int fold_constants(Network& net, bool refittable);
+// A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.
+int fold_matmul_transposes(Network& net);
 // Slices that keep every element, zero pads and one-input concats become reshapes (views).
 int reshape_identity_layers(Network& net);
 // A chain of shuffles whose composition keeps every element where it was is one reshape.

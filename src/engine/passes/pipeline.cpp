@@ -114,6 +114,10 @@ std::vector<Pass> make_pipeline() {
   // After folding and the layout pass, whose transposes meet the model's own shuffles here.
   p.push_back({"shuffle_chains", nullptr,
                [](Network& n, const PassContext&) { return fold_shuffle_chains(n); }});
+  // After the shuffle chains (a chain that ends in a transpose is one shuffle by then), before
+  // the post-ops, which fuse into the matmuls whatever their operands.
+  p.push_back({"matmul_transposes", nullptr,
+               [](Network& n, const PassContext&) { return fold_matmul_transposes(n); }});
   // What the passes above left unread (split views, folded constants' inputs) goes before the
   // fusions, which need single consumers.
   p.push_back({"dead_layers", nullptr, [](Network& n, const PassContext& c) {

@@ -30,7 +30,7 @@ int parse_device(const std::string& device) {
 int compute_capability(int) {
   no_cuda("compute capability");
 }
-bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType, bool) {
+bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType) {
   return false;
 }
 void check_supported(const Network&) {
