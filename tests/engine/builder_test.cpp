@@ -2,6 +2,7 @@
 #include "engine/builder.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/cuda/backend.h"
 
@@ -31,7 +32,7 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
 
   BuildReport report;
   Plan plan = build(net, BuilderConfig{}, &report);
-  EXPECT_EQ(report.changes("fold_constants"), 1);
+  EXPECT_EQ(report.changes("fold_constants_early") + report.changes("fold_constants"), 1);
   // "unused", and the constants c1 and c2 that only fed the folded layer.
   EXPECT_EQ(report.changes("dead_layers"), 3);
   const auto fusions = report.lines();
@@ -134,6 +135,53 @@ TEST(Builder, MatMulReadsItsOperandsTransposed) {
   const auto unbuilt = run_engine(net, {ia, ib});
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(testing::near(built[i], testing::to_doubles(unbuilt[i]), 1e-5, 1e-6)) << i;
+  }
+}
+
+// Constant masks that say no more than a flag: all-true goes, the causal triangle (bool, or
+// additive 0/-inf) becomes causal; any other mask stays. Values match the unbuilt network.
+TEST(Builder, ConstantAttentionMasksBecomeFlags) {
+  const int64_t L = 5, S = 5;
+  std::vector<uint8_t> causal(L * S), all(L * S, 1), other(L * S, 1);
+  std::vector<float> additive(L * S);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < S; ++j) {
+      causal[i * S + j] = j <= i;
+      additive[i * S + j] = j <= i ? 0.0f : -std::numeric_limits<float>::infinity();
+    }
+  }
+  other[3] = 0;
+  struct Case {
+    Weights mask;
+    bool dropped, causal;
+  };
+  for (const Case& c :
+       {Case{Weights::from_bytes(DataType::kBool, {1, 1, L, S}, causal), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {2, 1, L, S}, std::vector<uint8_t>(2 * L * S, 1)),
+             true, false},
+        Case{Weights::from_floats({L, S}, additive), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {L, S}, other), false, false}}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {2, 3, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {2, 3, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {2, 3, S, 8});
+    auto m = net.add_constant("mask", c.mask);
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, m}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_masks"), c.dropped ? 1 : 0) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        EXPECT_EQ(a->has_mask, !c.dropped);
+        EXPECT_EQ(a->causal, c.causal);
+      }
+    }
+    std::vector<HostTensor> in;
+    for (uint64_t seed : {21, 22, 23}) {
+      in.push_back(testing::random_tensor(DataType::kF32, {2, 3, L, 8}, seed));
+    }
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
   }
 }
 

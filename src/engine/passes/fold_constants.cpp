@@ -1,6 +1,7 @@
 // Layers whose inputs are all constants run once, at build time, and become constants.
 #include "engine/passes/passes.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -11,7 +12,9 @@ namespace kiln::engine {
 
 namespace {
 
-// Folding makes weights; past this size a folded result costs more plan bytes than it saves.
+// Folding makes weights; past this size a folded result costs more plan bytes than it saves,
+// unless it is no larger than the constants it is computed from (a cast of a large embedding
+// table to f16 replaces the f32 table, which then goes unused).
 constexpr int64_t kMaxFoldedBytes = 64 << 20;
 // A fill of a static shape (zeros, arange, ...) is a constant too, but one that costs a few bytes
 // of plan instead of many: only small ones fold, so that masks built from them fold as a whole
@@ -54,7 +57,12 @@ int fold_constants(Network& net, bool refittable) {
     const bool fill = std::holds_alternative<FillParams>(layer.params) && layer.inputs.empty();
     bool all_constant = fill || (!layer.inputs.empty() && !refittable);
     for (TensorId id : layer.inputs) all_constant = all_constant && constant.count(id);
-    const int64_t max_bytes = fill ? kMaxFoldedFillBytes : kMaxFoldedBytes;
+    int64_t in_bytes = 0;
+    for (TensorId id : layer.inputs) {
+      const TensorDesc& t = net.tensor(id);
+      if (is_static(t.shape)) in_bytes += volume(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
+    }
+    const int64_t max_bytes = fill ? kMaxFoldedFillBytes : std::max(kMaxFoldedBytes, in_bytes);
     int64_t out_bytes = 0;
     for (TensorId id : layer.outputs) {
       const TensorDesc& t = net.tensor(id);

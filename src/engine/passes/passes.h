@@ -17,6 +17,8 @@ namespace kiln::engine {
 // Layers whose inputs are all constants (none of them a named weight, for refittable plans) run
 // once on the CPU backend and become constants; shape tensors whose values are known fold always.
 int fold_constants(Network& net, bool refittable);
+// Constant attention masks that keep every key go; causal-triangle ones become the causal flag.
+int simplify_attention_masks(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.
 int fold_matmul_transposes(Network& net);
 // Slices that keep every element, zero pads and one-input concats become reshapes (views).

@@ -73,6 +73,15 @@ std::vector<Pass> make_pipeline() {
                                       c.report.precision.count(c.report.precision.low)
                                 : 0;
                }});
+  // Masks built from shapes (causal triangles, all-true padding) become constants here, and
+  // those that say no more than a flag become it, before the attention passes below, which take
+  // only unmasked attention (the folding of the weight casts the precisions inserted is a side
+  // effect; fold_constants below takes what later passes leave).
+  p.push_back({"fold_constants_early", nullptr, [](Network& n, const PassContext& c) {
+                 return fold_constants(n, c.config.refittable);
+               }});
+  p.push_back({"attention_masks", nullptr,
+               [](Network& n, const PassContext&) { return simplify_attention_masks(n); }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
                [](const PassContext& c) { return c.backend.decompose_attention; },
