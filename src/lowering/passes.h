@@ -58,6 +58,8 @@ bool unpack_log_softmax(GraphPtr& graph);
 // (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention) without a mask into
 // linear, attention, layer_norm and activation ops.
 bool decompose_transformer_fast_paths(GraphPtr& graph);
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3)))) -> aten::gelu(x, "tanh").
+bool fuse_gelu_tanh(GraphPtr& graph);
 // Rewrites composite ops (var, std, type_as, square, hardtanh, relu6) into engine ops.
 bool decompose_ops(GraphPtr& graph);
 // Removes aten::to that changes neither dtype nor device (casts that change them stay).

@@ -51,7 +51,9 @@ const ir::PassPipeline& lowering_pipeline() {
     // attention, layer norms. Flags and sizes are constants by now; the linears it writes need
     // none of the fusions above, and CSE below merges the constants it inserts.
     p.add("decompose_transformer_fast_paths", decompose_transformer_fast_paths);
-    // Composite ops into engine ops; may insert casts that the next step inspects.
+    // The tanh GELU written out (GPT-2's gelu_new) is one op, before the composite ops are split.
+  p.add("fuse_gelu_tanh", fuse_gelu_tanh);
+  // Composite ops into engine ops; may insert casts that the next step inspects.
     p.add("decompose_ops", decompose_ops);
     // Late, per seed 001: earlier rewrites may have made casts redundant.
     p.add("remove_noop_to", remove_noop_to);
