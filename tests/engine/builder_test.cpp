@@ -185,6 +185,40 @@ TEST(Builder, ConstantAttentionMasksBecomeFlags) {
   }
 }
 
+// matmul + bias add, then a reshape, then the activation (GPT-2's MLP): the activation moves
+// before the reshape and joins the matmul with its bias; values match the unbuilt network.
+TEST(Builder, ActivationBehindAReshapeJoinsTheMatMul) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {6, 8});
+  auto w = testing::random_constant(net, "w", {8, 10}, 3);
+  auto b = testing::random_constant(net, "b", {10}, 4);
+  auto mm = net.add("mm", MatMulParams{}, {x, w});
+  auto biased = net.add("bias", ElementwiseParams{BinaryOp::kAdd}, {mm, b});
+  ShuffleParams view;
+  view.has_reshape = true;
+  view.reshape = {2, 3, 10};
+  auto r = net.add("view", view, {biased});
+  auto g = net.add("gelu", ActivationParams{ActivationKind::kGeluTanh}, {r});
+  net.mark_output(g, "y");
+
+  BuildReport report;
+  Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("activations_before_reshapes"), 1) << report.to_string();
+  int activations = 0;
+  for (const Layer& l : plan.network.layers()) {
+    activations += std::holds_alternative<ActivationParams>(l.params);
+    if (const auto* m = std::get_if<MatMulParams>(&l.params)) {
+      EXPECT_TRUE(m->post.has_bias);
+      EXPECT_EQ(m->post.activation, ActivationKind::kGeluTanh);
+    }
+  }
+  EXPECT_EQ(activations, 0) << report.to_string();
+  EXPECT_EQ(plan.network.tensor(plan.network.outputs()[0]).shape, (Shape{2, 3, 10}));
+  auto in = testing::random_tensor(DataType::kF32, {6, 8}, 5);
+  EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                            testing::to_doubles(run_engine(net, {in})[0]), 1e-5, 1e-6));
+}
+
 // A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,
 // takes it as its bias, and the activation after it too; an add that broadcasts another way, or a
 // convolution's add of [C], stays a layer. Values match the unbuilt network.

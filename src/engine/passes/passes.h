@@ -19,6 +19,8 @@ namespace kiln::engine {
 int fold_constants(Network& net, bool refittable);
 // Constant attention masks that keep every key go; causal-triangle ones become the causal flag.
 int simplify_attention_masks(Network& net);
+// An activation after a reshape (each the other's only link) runs before it.
+int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.
 int fold_matmul_transposes(Network& net);
 // Slices that keep every element, zero pads and one-input concats become reshapes (views).

@@ -136,6 +136,9 @@ std::vector<Pass> make_pipeline() {
                  }
                  return removed;
                }});
+  // So that an activation behind a reshape meets the GEMM before it in post_ops.
+  p.push_back({"activations_before_reshapes", nullptr,
+               [](Network& n, const PassContext&) { return activations_before_reshapes(n); }});
   // Bias, activation and residual into the convolutions and matmuls before them.
   p.push_back({"post_ops", nullptr, [](Network& n, const PassContext& c) {
                  return fusion(c, [&](auto& lines) { return fuse_post_ops(n, lines); });
