@@ -162,8 +162,7 @@ struct Pipeline {
   }
 
   // Converts and builds one engine segment; returns the serialized plan.
-  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name,
-                                    SegmentReport& sr) {
+  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name, SegmentReport& sr) {
     KILN_CHECK(s.has_shapes, InternalError, "compile: engine segment `", name,
                "` has no analyzed shapes");
     auto graph = partitioning::segment_graph(s);

@@ -24,9 +24,9 @@ const ir::PassPipeline& lowering_pipeline() {
     // In-place ops of traced models (relu_, add_) become pure ops the engine can take; after
     // dropout so dropout_ goes first, before the peepholes that match functional forms.
     p.add("remove_mutation", remove_mutation);
-  // Writes through views it leaves (masks built by filling slices of zeros) become scatters of
-  // the written region, so the engine can take the mask and fold it when its shape is static.
-  p.add("functionalize_view_writes", functionalize_view_writes);
+    // Writes through views it leaves (masks built by filling slices of zeros) become scatters of
+    // the written region, so the engine can take the mask and fold it when its shape is static.
+    p.add("functionalize_view_writes", functionalize_view_writes);
     // Traced shape arithmetic (size -> NumToTensor -> mul -> Int) back to ints, so reshape sizes
     // are static metadata for conversion; the orphaned tensor ops go with the final DCE.
     p.add("scalarize_size_arithmetic", scalarize_size_arithmetic);
@@ -52,8 +52,8 @@ const ir::PassPipeline& lowering_pipeline() {
     // none of the fusions above, and CSE below merges the constants it inserts.
     p.add("decompose_transformer_fast_paths", decompose_transformer_fast_paths);
     // The tanh GELU written out (GPT-2's gelu_new) is one op, before the composite ops are split.
-  p.add("fuse_gelu_tanh", fuse_gelu_tanh);
-  // Composite ops into engine ops; may insert casts that the next step inspects.
+    p.add("fuse_gelu_tanh", fuse_gelu_tanh);
+    // Composite ops into engine ops; may insert casts that the next step inspects.
     p.add("decompose_ops", decompose_ops);
     // Late, per seed 001: earlier rewrites may have made casts redundant.
     p.add("remove_noop_to", remove_noop_to);

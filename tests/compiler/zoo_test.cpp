@@ -84,8 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ZooModel{"zoo_regnet_y_400mf"}, ZooModel{"zoo_convnext"},
                       ZooModel{"zoo_densenet"}, ZooModel{"zoo_squeezenet1_1"},
                       ZooModel{"zoo_shufflenet_v2", false}, ZooModel{"zoo_mnasnet"},
-                      ZooModel{"zoo_googlenet"}, ZooModel{"zoo_swin"}, ZooModel{"transformer_fast_path"},
-                      ZooModel{"vit_tiny_fast_path", false}),
+                      ZooModel{"zoo_googlenet"}, ZooModel{"zoo_swin"},
+                      ZooModel{"transformer_fast_path"}, ZooModel{"vit_tiny_fast_path", false}),
     [](const ::testing::TestParamInfo<ZooModel>& info) { return info.param.name; });
 
 }  // namespace

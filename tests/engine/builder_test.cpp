@@ -113,8 +113,8 @@ TEST(Builder, MatMulReadsItsOperandsTransposed) {
   auto b = net.add_input("b", DataType::kF32, {2, 3, 6, 5});
   ShuffleParams swap;
   swap.first_perm = {0, 1, 3, 2};
-  auto at = net.add("at", swap, {a});   // [2, 3, 4, 5]
-  auto bt = net.add("bt", swap, {b});   // [2, 3, 5, 6]
+  auto at = net.add("at", swap, {a});  // [2, 3, 4, 5]
+  auto bt = net.add("bt", swap, {b});  // [2, 3, 5, 6]
   MatMulParams ta;
   ta.transpose_a = true;
   auto y = net.add("y", MatMulParams{}, {at, bt});  // [2, 3, 4, 6]

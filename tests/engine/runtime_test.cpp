@@ -156,8 +156,8 @@ TEST(Runtime, ContiguousAlignedSlicesAreViews) {
   auto k = net.add("k", SliceParams{{0}, {1}, {2}, {1}}, {a});
   auto v = net.add("v", SliceParams{{0}, {-1}, {kSliceEnd}, {1}}, {a});
   auto row = net.add("row", SliceParams{{0, 1}, {0, 1}, {1, 2}, {1, 1}}, {v});  // 64 bytes in
-  auto odd = net.add("odd", SliceParams{{2}, {0}, {15}, {1}}, {k});    // not contiguous
-  auto half = net.add("half", SliceParams{{1}, {0}, {4}, {2}}, {k});   // strided
+  auto odd = net.add("odd", SliceParams{{2}, {0}, {15}, {1}}, {k});             // not contiguous
+  auto half = net.add("half", SliceParams{{1}, {0}, {4}, {2}}, {k});            // strided
   auto b = net.add("b", ElementwiseParams{BinaryOp::kAdd}, {k, v});
   auto c = net.add("c", ElementwiseParams{BinaryOp::kMul}, {row, row});
   net.mark_output(b, "b");

@@ -124,9 +124,11 @@ TEST(CudaAttention, FlashTakesEveryMask) {
       return random_tensor(dt, shape, seed++);
     };
     for (const auto& [l, s, e] : {std::tuple<int64_t, int64_t, int64_t>{49, 49, 32},
-                                  {128, 128, 64}, {70, 300, 64}, {130, 77, 128}}) {
-      SCOPED_TRACE("L=" + std::to_string(l) + " S=" + std::to_string(s) + " E=" +
-                   std::to_string(e));
+                                  {128, 128, 64},
+                                  {70, 300, 64},
+                                  {130, 77, 128}}) {
+      SCOPED_TRACE("L=" + std::to_string(l) + " S=" + std::to_string(s) +
+                   " E=" + std::to_string(e));
       const HostTensor q = make({2, 3, l, e}), k = make({2, 3, s, e}), v = make({2, 3, s, e});
       compare_layer(AttentionParams{false, true, 0},
                     {q, k, v, random_tensor(DataType::kBool, {l, s}, seed++, 0, 1)}, rtol, atol);

@@ -63,8 +63,8 @@ graph(%x : Tensor, %src : Tensor):
   auto before = g->copy();
   EXPECT_TRUE(functionalize_view_writes(g));
   EXPECT_TRUE(testing::file_check("CHECK: aten::select_scatter\nCHECK-NOT: aten::copy_", *g));
-  EXPECT_TRUE(testing::same_values(*before, *g,
-                                   {torch::randn({3, 4}), torch::randn({1}, torch::kDouble)}));
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, {torch::randn({3, 4}), torch::randn({1}, torch::kDouble)}));
 }
 
 TEST(FunctionalizeViewWrites, KeepsWritesAnAliasCouldObserve) {

@@ -128,8 +128,8 @@ TensorId scatter_slice(ConversionContext& ctx, const Node* n, TensorId x, Tensor
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     const int64_t want = static_cast<int64_t>(d) != axis ? shape[d]
-                         : size == kDynamic            ? kDynamic
-                                                       : (end - start + step - 1) / step;
+                         : size == kDynamic              ? kDynamic
+                                                         : (end - start + step - 1) / step;
     KILN_CHECK(want == kDynamic || src_shape[d] == kDynamic || src_shape[d] == want,
                InvalidArgument, "scatter source of shape ", engine::shape_to_string(src_shape),
                " does not fit the region (", want, " along dim ", d, ") of ",
@@ -177,8 +177,8 @@ void convert_select_scatter(ConversionContext& ctx, const Node* n) {
   const int64_t size = shape[static_cast<size_t>(axis)];
   KILN_CHECK(size != kDynamic || index >= 0, Unsupported, "select_scatter at index ", index,
              " of dynamic dim ", axis);
-  KILN_CHECK(size == kDynamic || (index >= -size && index < size), InvalidArgument, "index ",
-             index, " out of range for dim ", axis, " of size ", size);
+  KILN_CHECK(size == kDynamic || (index >= -size && index < size), InvalidArgument, "index ", index,
+             " out of range for dim ", axis, " of size ", size);
   if (index < 0) index += size;
   const TensorId src = insert_dim(ctx, n, ctx.tensor(n->input(1)), axis, "src");
   ctx.set_tensor(n->output(), scatter_slice(ctx, n, x, src, axis, index, index + 1, 1));
@@ -277,8 +277,7 @@ void register_indexing_converters(Registry& r) {
   r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
   r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
   r.add_converter({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0});
-  r.add_converter(
-      {{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0});
+  r.add_converter({{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0});
   r.add_converter({{"aten::select_scatter"}, convert_select_scatter, static_inputs({2, 3}), 0});
   r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
   r.add_converter({{"aten::embedding"}, convert_embedding, {}, 0});

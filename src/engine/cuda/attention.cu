@@ -2,12 +2,12 @@
 // - flash: q, k, v and out all f16 or all bf16, E == Ev a multiple of 16 up to 128, equal batch
 //   dims (fused_attention_applies, which the builder asks too) and 16-byte aligned data; causal or
 //   not, with or without a mask of any broadcast over [batch..., L, S] (bool: keep where true;
-//   f16, bf16 or f32: added to the scaled scores). It also reads packed heads (AttentionParams::heads: q, k, v as column ranges
-//   of [B, rows, width] tensors, the output [B, L, heads * E]) through row strides. 16 query
-//   rows a warp; q k^T and p v run on tensor cores (mma.sync on ldmatrix fragments, float
-//   accumulation) around an online softmax in float held in registers, with p rounded to the
-//   input dtype for p v, one 64-key tile at a time (attend_tile). Key fragments past S, and warps
-//   whose 16 rows are all past L, skip their math. Two kernels:
+//   f16, bf16 or f32: added to the scaled scores). It also reads packed heads
+//   (AttentionParams::heads: q, k, v as column ranges of [B, rows, width] tensors, the output [B,
+//   L, heads * E]) through row strides. 16 query rows a warp; q k^T and p v run on tensor cores
+//   (mma.sync on ldmatrix fragments, float accumulation) around an online softmax in float held in
+//   registers, with p rounded to the input dtype for p v, one 64-key tile at a time (attend_tile).
+//   Key fragments past S, and warps whose 16 rows are all past L, skip their math. Two kernels:
 //   - resident (S <= 256, and at least two blocks an SM): a block copies all of a matrix's keys
 //     and values into shared memory once (cp.async, one group per 64-key tile, the first round
 //     starting on tile 0 while the rest land) and its 4 to 8 warps walk its query rows, 16 at a
@@ -284,11 +284,12 @@ struct FlashRows {
 // registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max is a reduction
 // over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A fragment of
 // p v without a trip through shared memory. `row` holds the lane's two query indices (for the
-// causal mask and the mask, whose elements for the matrix start at `mask_base`). The softmax works in base 2 on raw scores: p = 2^(s * scale_log2 - max *
-// scale_log2), one FFMA and one ex2 a weight; a negative scale (max and min trade places)
-// multiplies the scores first and then uses 1. kMasked: the tile has keys past S (valid < 64) or
-// past a row (causal), or the layer has a mask; without it all 64 keys count and the code has no
-// branches around the mma (each would cost a warp synchronization before the next ldmatrix).
+// causal mask and the mask, whose elements for the matrix start at `mask_base`). The softmax works
+// in base 2 on raw scores: p = 2^(s * scale_log2 - max * scale_log2), one FFMA and one ex2 a
+// weight; a negative scale (max and min trade places) multiplies the scores first and then uses 1.
+// kMasked: the tile has keys past S (valid < 64) or past a row (causal), or the layer has a mask;
+// without it all 64 keys count and the code has no branches around the mma (each would cost a warp
+// synchronization before the next ldmatrix).
 template <class T, int E, bool kMasked>
 __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                             const T* vt, int j0, int valid, const int (&row)[2],

@@ -25,9 +25,10 @@ int activations_before_reshapes(Network& net) {
       continue;
     }
     const TensorDesc& in = net.tensor(x);
-    const TensorId activated =
-        net.add_tensor(TensorDesc{layers[*a].name + ":before_reshape",
-                                  net.tensor(layers[*a].outputs[0]).dtype, in.shape, {}});
+    const TensorId activated = net.add_tensor(TensorDesc{layers[*a].name + ":before_reshape",
+                                                         net.tensor(layers[*a].outputs[0]).dtype,
+                                                         in.shape,
+                                                         {}});
     Layer act = layers[*a];
     Layer reshape = layers[r];
     act.inputs = {x};

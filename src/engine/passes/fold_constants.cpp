@@ -60,7 +60,8 @@ int fold_constants(Network& net, bool refittable) {
     int64_t in_bytes = 0;
     for (TensorId id : layer.inputs) {
       const TensorDesc& t = net.tensor(id);
-      if (is_static(t.shape)) in_bytes += volume(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
+      if (is_static(t.shape))
+        in_bytes += volume(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
     }
     const int64_t max_bytes = fill ? kMaxFoldedFillBytes : std::max(kMaxFoldedBytes, in_bytes);
     int64_t out_bytes = 0;

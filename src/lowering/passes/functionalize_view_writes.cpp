@@ -29,7 +29,9 @@ namespace {
 using torch::jit::Node;
 using torch::jit::Value;
 
-bool is_tensor(const Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
+bool is_tensor(const Value* v) {
+  return v->type()->kind() == c10::TypeKind::TensorType;
+}
 
 bool is_slice(const Node* n) {
   return n->kind() == c10::aten::slice && n->inputs().size() == 5 && is_tensor(n->input(0));
@@ -84,7 +86,8 @@ std::optional<std::vector<Node*>> view_chain(Node* write) {
     if (user->owningBlock() != write->owningBlock()) {
       // A reader in a nested block: refuse unless it is wholly after the write.
       const Node* outer = user;
-      while (outer->owningBlock() != write->owningBlock()) outer = outer->owningBlock()->owningNode();
+      while (outer->owningBlock() != write->owningBlock())
+        outer = outer->owningBlock()->owningNode();
       if (!outer->isAfter(write)) return std::nullopt;
       continue;
     }
@@ -125,13 +128,11 @@ bool functionalize_block(torch::jit::Block* block) {
     Value* value = written_value(g, n);
     for (Node* view : *chain) {
       Value* parent = view->input(0);
-      Node* scatter =
-          is_slice(view)
-              ? g.create(c10::aten::slice_scatter,
-                         {parent, value, view->input(1), view->input(2), view->input(3),
-                          view->input(4)})
-              : g.create(c10::aten::select_scatter,
-                         {parent, value, view->input(1), view->input(2)});
+      Node* scatter = is_slice(view) ? g.create(c10::aten::slice_scatter,
+                                                {parent, value, view->input(1), view->input(2),
+                                                 view->input(3), view->input(4)})
+                                     : g.create(c10::aten::select_scatter,
+                                                {parent, value, view->input(1), view->input(2)});
       value = g.insertNode(scatter)->output()->setType(parent->type());
     }
     Value* base = chain->empty() ? n->input(0) : chain->back()->input(0);
@@ -144,6 +145,8 @@ bool functionalize_block(torch::jit::Block* block) {
 
 }  // namespace
 
-bool functionalize_view_writes(GraphPtr& graph) { return functionalize_block(graph->block()); }
+bool functionalize_view_writes(GraphPtr& graph) {
+  return functionalize_block(graph->block());
+}
 
 }  // namespace kiln::lowering

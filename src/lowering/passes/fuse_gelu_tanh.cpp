@@ -95,6 +95,8 @@ bool fuse_block(torch::jit::Block* block) {
 
 }  // namespace
 
-bool fuse_gelu_tanh(GraphPtr& graph) { return fuse_block(graph->block()); }
+bool fuse_gelu_tanh(GraphPtr& graph) {
+  return fuse_block(graph->block());
+}
 
 }  // namespace kiln::lowering
