@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "harness/ir_testing.h"
 #include "lowering/passes.h"
@@ -69,32 +70,16 @@ graph(%x : Tensor):
   EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({3, 5}) * 3}, 1e-6, 1e-6));
 }
 
-TEST(FuseGeluTanh, KeepsOtherConstantsAndOtherInputs) {
-  // 0.05 instead of 0.044715.
-  auto other_constant = testing::parse(R"IR(
-graph(%x : Tensor):
-  %one : int = prim::Constant[value=1]()
-  %three : int = prim::Constant[value=3]()
-  %half : float = prim::Constant[value=0.5]()
-  %k : float = prim::Constant[value=0.05]()
-  %s : float = prim::Constant[value=0.79788456080286541]()
-  %p : Tensor = aten::pow(%x, %three)
-  %b : Tensor = aten::mul(%p, %k)
-  %c : Tensor = aten::add(%x, %b, %one)
-  %d : Tensor = aten::mul(%c, %s)
-  %t : Tensor = aten::tanh(%d)
-  %e : Tensor = aten::add(%t, %one, %one)
-  %a : Tensor = aten::mul(%x, %half)
-  %y : Tensor = aten::mul(%a, %e)
-  return (%y))IR");
-  EXPECT_FALSE(fuse_gelu_tanh(other_constant));
-  // The half taken of another tensor than the one in the tanh.
-  auto other_input = testing::parse(R"IR(
+// gelu_new with scalar constants, its cubic coefficient `k` and the tensor `half_of` whose half
+// multiplies the tanh factor given.
+std::string gelu_new_with(const std::string& k, const std::string& half_of) {
+  return R"IR(
 graph(%x : Tensor, %z : Tensor):
   %one : int = prim::Constant[value=1]()
   %three : int = prim::Constant[value=3]()
   %half : float = prim::Constant[value=0.5]()
-  %k : float = prim::Constant[value=0.044715]()
+  %k : float = prim::Constant[value=)IR" +
+         k + R"IR(]()
   %s : float = prim::Constant[value=0.79788456080286541]()
   %p : Tensor = aten::pow(%x, %three)
   %b : Tensor = aten::mul(%p, %k)
@@ -102,9 +87,20 @@ graph(%x : Tensor, %z : Tensor):
   %d : Tensor = aten::mul(%c, %s)
   %t : Tensor = aten::tanh(%d)
   %e : Tensor = aten::add(%t, %one, %one)
-  %a : Tensor = aten::mul(%z, %half)
+  %a : Tensor = aten::mul()IR" +
+         half_of + R"IR(, %half)
   %y : Tensor = aten::mul(%a, %e)
-  return (%y))IR");
+  return (%y))IR";
+}
+
+TEST(FuseGeluTanh, KeepsOtherConstantsAndOtherInputs) {
+  auto same = testing::parse(gelu_new_with("0.044715", "%x"));
+  EXPECT_TRUE(fuse_gelu_tanh(same));  // the template itself is gelu_new
+  // 0.05 instead of 0.044715.
+  auto other_constant = testing::parse(gelu_new_with("0.05", "%x"));
+  EXPECT_FALSE(fuse_gelu_tanh(other_constant));
+  // The half taken of another tensor than the one in the tanh.
+  auto other_input = testing::parse(gelu_new_with("0.044715", "%z"));
   EXPECT_FALSE(fuse_gelu_tanh(other_input));
 }
 
