@@ -55,7 +55,9 @@ struct CompileSpec {
   std::vector<std::string> torch_executed_modules;  // qualified module type names
   bool require_full_compilation = false;
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
-  size_t workspace_size = size_t{1} << 30;
+  // The most bytes an engine's activations (its memory arena at the opt shapes) may take; a build
+  // over it fails with InvalidArgument. 0, the default, sets no limit (as Torch-TensorRT's 0).
+  size_t workspace_size = 0;
   // cuda engines: f32 convolutions and matmuls run TF32 tensor-core math (10-bit mantissa,
   // f32 accumulation) unless this is set, as in Torch-TensorRT (disable_tf32) and TensorRT
   // (kTF32 on by default). PyTorch's own fp32 cuDNN convolutions use TF32 by default too.
@@ -114,6 +116,33 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
 // A module whose forward runs the given plan: forward(*inputs) -> output, or a tuple of outputs.
 torch::jit::Module embed_engine_in_new_module(const std::vector<uint8_t>& plan,
                                               const Device& device = {});
+
+// The ATen frontend (the seeds' primary path): a .pt2 archive of `torch.export.save` read in C++
+// into a module compile() takes: forward(self, *user inputs), with the program's parameters,
+// buffers and constants folded in as constants. `inputs` are the input specs the export's example
+// shapes and range constraints give: static dims as they are, a symbolic dim from its range's
+// min to max with the example's size as opt. Dims tied by one symbol share that range.
+struct ExportedInput {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> min, opt, max;  // max -1: the export left the symbol unbounded
+  std::vector<std::string> symbols;    // per dim: the symbol, or "" for a static dim
+  // As a compile() input; InvalidArgument naming the dim when a symbol has no upper bound.
+  Input spec() const;
+};
+struct ExportedModule {
+  torch::jit::Module module;
+  std::vector<ExportedInput> inputs;
+  std::string torch_version;         // of the torch that saved the program
+  std::string schema_version;        // of its serialized graph, "8.17"
+  std::vector<Input> specs() const;  // every input's spec()
+};
+// Throws CorruptInput (not a readable archive, bad JSON, weights missing or short), Unsupported
+// (another format or schema version, an op or argument this libtorch lacks, state mutation left
+// in the program) or InvalidArgument (no such file), each naming what is wrong.
+ExportedModule load_exported_program(const std::string& path);
+// Whether `path` is a .pt2 archive (a zip with an `archive_format` record).
+bool is_exported_program(const std::string& path);
 
 // Parsing of the spellings kilnc and the report use: "f32", "(1,3,224,224)@f16",
 // "[(1,3,224,224);(4,3,224,224);(8,3,224,224)]", "cuda:0". Throw InvalidArgument naming the text.

@@ -84,6 +84,7 @@ const Registry& default_registry() {
     register_elementwise_converters(r);
     register_convolution_converters(r);
     register_linear_converters(r);
+    register_einsum_converters(r);
     register_normalization_converters(r);
     register_pooling_converters(r);
     register_reduce_converters(r);

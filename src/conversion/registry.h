@@ -68,6 +68,7 @@ void register_activation_converters(Registry& r);
 void register_elementwise_converters(Registry& r);
 void register_convolution_converters(Registry& r);
 void register_linear_converters(Registry& r);
+void register_einsum_converters(Registry& r);
 void register_normalization_converters(Registry& r);
 void register_pooling_converters(Registry& r);
 void register_reduce_converters(Registry& r);

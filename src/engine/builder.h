@@ -24,7 +24,7 @@ struct BuilderConfig {
   // (DeviceError without it) and holds only layers the CUDA backend can run (Unsupported).
   std::string device = "cpu";
   std::vector<DataType> enabled_precisions = {DataType::kF32};
-  size_t workspace_bytes = size_t{1} << 30;
+  size_t workspace_bytes = 0;  // the most activation-arena bytes at the opt shapes; 0: no limit
   int timing_iterations = 0;   // 0: choose kernels by heuristics, no timing
   bool refittable = false;     // keep named weights out of constant folding
   bool strip_weights = false;  // serialize plans without weight data

@@ -54,6 +54,9 @@ bool remove_flatten_before_linear(GraphPtr& graph);
 bool unpack_addmm(GraphPtr& graph);
 // Unpacks aten::log_softmax into log(softmax).
 bool unpack_log_softmax(GraphPtr& graph);
+// Rewrites core ATen forms (torch.export run_decompositions) whose extra results are unused into
+// the ops the other passes and converters take (batch_norm, layer_norm, max_pool, attention, ...).
+bool lower_core_aten(GraphPtr& graph);
 // Rewrites the fused fast paths of nn.TransformerEncoderLayer and nn.MultiheadAttention
 // (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention) without a mask into
 // linear, attention, layer_norm and activation ops.

@@ -10,6 +10,10 @@ const ir::PassPipeline& lowering_pipeline() {
     ir::PassPipeline p;
     // Drop unused values first so later passes see only live nodes.
     p.add("eliminate_dead_code", eliminate_dead_code);
+    // Core ATen of torch.export (run_decompositions) into the forms every pass below matches:
+    // batch_norm for the conv fold, layer_norm, max_pool2d, attention; after DCE, so the unused
+    // statistics and indices those ops also return are known to be unused.
+    p.add("lower_core_aten", lower_core_aten);
     // Fold what freezing made static (training flags, attribute checks) before matching on it.
     p.add("propagate_constants", propagate_constants);
     // Input checks `if cond: raise` go; their conditions are now dead.

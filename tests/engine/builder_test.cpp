@@ -629,6 +629,18 @@ TEST(Builder, BadConfigurationsAreRejected) {
   auto i = big.add("i", CastParams{DataType::kI64}, {a});
   big.mark_output(big.add("b", UnaryParams{UnaryOp::kNeg}, {i}));
   EXPECT_THROW(build(big, tiny), InvalidArgument);
+  // No limit by default: activations of 2.4 GB (r3d_18 at batch 32 in f32 needs 1.2 GB) build.
+  Network huge;
+  auto h = huge.add_input("h", DataType::kF32, {300, 1024, 1024});
+  auto wide =
+      huge.add("c", CastParams{DataType::kI64}, {huge.add("n1", UnaryParams{UnaryOp::kNeg}, {h})});
+  huge.mark_output(huge.add("n2", UnaryParams{UnaryOp::kNeg}, {wide}));
+  BuildReport report;
+  build(huge, BuilderConfig{}, &report);
+  EXPECT_GT(report.arena_bytes, size_t{2} << 30);
+  BuilderConfig one_gib;
+  one_gib.workspace_bytes = size_t{1} << 30;
+  EXPECT_THROW(build(huge, one_gib), InvalidArgument);
   Network empty;
   empty.add_input("x", DataType::kF32, {1});
   EXPECT_THROW(build(empty, BuilderConfig{}), InvalidArgument);

@@ -159,6 +159,85 @@ def models():
     yield "vit_tiny_fast_path", vit, (torch.randn(1, 3, 32, 32),), "trace-inference"
 
 
+# Models also written as torch.export programs (NAME.pt2: export's default ATen graph; NAME.core.pt2:
+# after run_decompositions, core ATen) for the ATen frontend's tests, with a dynamic batch (1..4)
+# where export allows one.
+EXPORTED = ["resnet18", "mobilenet_v2", "vit_tiny", "text_encoder", "zoo_resnet50",
+            "zoo_mobilenet_v3_small", "zoo_efficientnet_b0", "zoo_regnet_y_400mf", "zoo_convnext",
+            "zoo_densenet", "zoo_squeezenet1_1", "zoo_shufflenet_v2", "zoo_mnasnet", "zoo_swin",
+            "zoo_googlenet"]
+
+
+def export_programs(out, name, module, inputs):
+    """Writes NAME.pt2 and NAME.core.pt2; the batch is dynamic unless export refuses it."""
+    batch = torch.export.Dim("batch", min=1, max=4)
+    # An example batch of 2: export specializes dims whose example size is 1.
+    example = tuple(torch.cat([x, x]) if x.shape[0] == 1 else x for x in inputs)
+    try:
+        program = torch.export.export(module, example,
+                                      dynamic_shapes=tuple({0: batch} for _ in inputs))
+    except Exception:  # noqa: BLE001 (a model whose shape arithmetic fixes its batch)
+        program = torch.export.export(module, inputs)
+    torch.export.save(program, os.path.join(out, name + ".pt2"))
+    torch.export.save(program.run_decompositions(), os.path.join(out, name + ".core.pt2"))
+
+
+class BufferCounter(nn.Module):
+    """Mutates a buffer in forward: the program keeps a buffer mutation, which kiln refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * 2
+
+
+def rewrite_archive(src, dst, edit):
+    """A copy of the .pt2 archive `src` with `edit(record_name, bytes) -> bytes or None` applied
+    (None drops the record): the bad archives of the frontend's error tests."""
+    import zipfile
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = edit(info.filename, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info.filename, data)
+
+
+def bad_archives(out):
+    """Archives the ATen frontend must refuse, each with a message naming the problem."""
+    good = os.path.join(out, "resnet18.pt2")
+    with open(good, "rb") as f:
+        data = f.read()
+    with open(os.path.join(out, "bad_truncated.pt2"), "wb") as f:
+        f.write(data[:len(data) // 2])
+
+    def model_json(edit_program):
+        def edit(record, payload):
+            if record.endswith("models/model.json"):
+                program = json.loads(payload)
+                edit_program(program)
+                return json.dumps(program).encode()
+            return payload
+        return edit
+
+    def schema_99(program):
+        program["schema_version"]["major"] = 99
+
+    def unknown_op(program):
+        program["graph_module"]["graph"]["nodes"][0]["target"] = "torch.ops.aten.kiln_no_such_op.default"
+
+    rewrite_archive(good, os.path.join(out, "bad_schema.pt2"), model_json(schema_99))
+    rewrite_archive(good, os.path.join(out, "bad_op.pt2"), model_json(unknown_op))
+    rewrite_archive(good, os.path.join(out, "bad_format.pt2"),
+                    lambda r, p: b"pt3" if r.endswith("/archive_format") else p)
+    rewrite_archive(good, os.path.join(out, "bad_weights.pt2"),
+                    lambda r, p: p[:8] if r.endswith("/data/weights/weight_0") else p)
+    torch.export.save(torch.export.export(BufferCounter(), (torch.randn(2, 3),)),
+                      os.path.join(out, "bad_mutation.pt2"))
+
+
 def calibrate(module, inputs):
     """Random weights as constructed give degenerate outputs: torchvision zero-initializes some
     classifier heads (all-zero logits), and batch norms with their initial statistics let
@@ -223,6 +302,10 @@ def main():
         torch.save((inputs, expected), os.path.join(args.out, name + ".io.pt"))
         names.append(name)
         print(f"wrote {name}.ts ({how})")
+        if name in EXPORTED:
+            export_programs(args.out, name, module, inputs)
+            print(f"wrote {name}.pt2 and {name}.core.pt2")
+    bad_archives(args.out)
     with open(manifest_path, "w") as f:
         json.dump({"fingerprint": fp, "torch": torch.__version__, "models": names}, f, indent=1)
     return 0

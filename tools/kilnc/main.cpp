@@ -1,4 +1,5 @@
-// kilnc: compile a TorchScript module from the command line (torchtrtc's interface).
+// kilnc: compile a TorchScript module or a torch.export program (.pt2) from the command line
+// (torchtrtc's interface).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "kiln/kiln.h"
 #include "kiln/logging.h"
@@ -42,7 +44,7 @@ torch::jit::Module load_module(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kilnc: compile a TorchScript module with kiln"};
+  CLI::App app{"kilnc: compile a TorchScript module or a torch.export program (.pt2) with kiln"};
   std::string input_path, output_path;
   std::vector<std::string> input_specs;
   std::string device = "cpu";
@@ -54,8 +56,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> switches;
   std::string check_method;
   std::string report_path;
-  size_t workspace = size_t{1} << 30;
-  app.add_option("input", input_path, "TorchScript module (torch.jit.save)")->required();
+  size_t workspace = 0;
+  app.add_option(
+         "input", input_path,
+         "TorchScript module (torch.jit.save) or exported program (torch.export.save, .pt2)")
+      ->required();
   app.add_option("output", output_path, "where to write the compiled module (or plan)");
   app.add_option("inputs", input_specs,
                  "one spec per forward argument: (N,C,H,W)[@dtype] or "
@@ -69,7 +74,9 @@ int main(int argc, char** argv) {
                  "keep this module type in PyTorch (repeatable)");
   app.add_flag("--require-full-compilation", full, "fail unless the whole graph is one engine");
   app.add_flag("--truncate-long-double", truncate, "accepted for compatibility (int64 is native)");
-  app.add_option("--workspace-size", workspace, "builder workspace limit in bytes");
+  app.add_option("--workspace-size", workspace,
+                 "the most bytes an engine's activations may take at the opt shapes (0, the "
+                 "default: no limit)");
   app.add_flag("--disable-tf32", disable_tf32,
                "cuda: f32 convolutions and matmuls in full f32 math (default: TF32 tensor cores)");
   app.add_flag("--exact-gelu", exact_gelu,
@@ -107,7 +114,14 @@ int main(int argc, char** argv) {
   try {
     if (debug) kiln::set_log_level(kiln::LogLevel::kDebug);
     const auto start = std::chrono::steady_clock::now();
-    torch::jit::Module module = load_module(input_path);
+    // A .pt2 archive goes through the ATen frontend; its export gives the input shapes.
+    std::optional<kiln::ExportedModule> exported;
+    const bool pt2_name =
+        input_path.size() > 4 && input_path.compare(input_path.size() - 4, 4, ".pt2") == 0;
+    if (pt2_name || kiln::is_exported_program(input_path)) {
+      exported = kiln::load_exported_program(input_path);
+    }
+    torch::jit::Module module = exported ? exported->module : load_module(input_path);
 
     if (!check_method.empty()) {
       std::string text;
@@ -118,12 +132,13 @@ int main(int argc, char** argv) {
       return ok ? 0 : 1;
     }
     if (output_path.empty()) return fail(kExitInputError, "output: a path is required");
-    if (input_specs.empty()) {
+    if (input_specs.empty() && !exported) {
       return fail(kExitInputError, "inputs: give one input spec per forward argument");
     }
 
     kiln::CompileSpec spec;
     for (const std::string& s : input_specs) spec.inputs.push_back(kiln::parse_input_spec(s));
+    if (input_specs.empty()) spec.inputs = exported->specs();
     spec.device = kiln::parse_device(device);
     if (!precisions.empty()) {
       spec.enabled_precisions.clear();

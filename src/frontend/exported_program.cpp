@@ -1,0 +1,766 @@
+// Reads a .pt2 archive (torch.export.save): the zip's records `archive_format`, `models/model.json`
+// (the serialized ExportedProgram: graph, signature, range constraints), the weights and constants
+// configs and their raw storage bytes. Builds the compiler IR from them: a module whose forward
+// graph has one node per export node, matched against this libtorch's schema of the same overload
+// (defaults filled in as TorchScript's compiler fills them), weights as constants.
+#include "frontend/exported_program.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/frontend/schema_matching.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "util/errors.h"
+
+namespace kiln::frontend {
+namespace {
+
+using json = nlohmann::json;
+using torch::jit::Graph;
+using torch::jit::NamedValue;
+using torch::jit::Node;
+using torch::jit::Value;
+
+// The archive: records by their name under the archive's top folder.
+class Archive {
+ public:
+  // From a file (read as needed) or, with `bytes`, from memory.
+  Archive(std::string name, const std::string* bytes) : name_(std::move(name)) {
+    try {
+      if (bytes) {
+        in_ = std::make_unique<std::istringstream>(*bytes);
+        reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(in_.get());
+      } else {
+        reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(name_);
+      }
+    } catch (const c10::Error& e) {
+      KILN_THROW(CorruptInput, name_, ": not a readable .pt2 archive (", first_line(e.msg()), ")");
+    }
+  }
+
+  bool has(const std::string& record) const { return reader_->hasRecord(record); }
+
+  std::string text(const std::string& record) const {
+    KILN_CHECK(has(record), CorruptInput, name_, ": the archive has no record `", record, "`");
+    try {
+      auto [data, size] = reader_->getRecord(record);
+      return std::string(static_cast<const char*>(data.get()), size);
+    } catch (const c10::Error& e) {
+      KILN_THROW(CorruptInput, name_, ": record `", record, "` cannot be read (",
+                 first_line(e.msg()), ")");
+    }
+  }
+
+  json parse(const std::string& record) const {
+    try {
+      return json::parse(text(record));
+    } catch (const json::exception& e) {
+      KILN_THROW(CorruptInput, name_, ": record `", record, "` is not valid JSON (", e.what(), ")");
+    }
+  }
+
+  std::vector<std::string> records() const { return reader_->getAllRecords(); }
+  const std::string& name() const { return name_; }
+
+  // The first non-empty line of a message.
+  static std::string first_line(const std::string& s) {
+    const size_t start = s.find_first_not_of(" \n");
+    if (start == std::string::npos) return "";
+    return s.substr(start, s.find('\n', start) - start);
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<std::istringstream> in_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+};
+
+// A JSON field that must exist, with the path in the error.
+const json& field(const json& j, const char* key, const std::string& where) {
+  KILN_CHECK(j.is_object() && j.contains(key), CorruptInput, where, ": missing field `", key, "`");
+  return j.at(key);
+}
+
+// The single member of one of the schema's unions ({"as_int": 3}): its tag and value.
+std::pair<std::string, const json*> union_member(const json& j, const std::string& where) {
+  KILN_CHECK(j.is_object() && j.size() == 1, CorruptInput, where,
+             ": expected one tagged value, got ", j.dump().substr(0, 200));
+  return {j.begin().key(), &j.begin().value()};
+}
+
+// torch/_export/serde/schema.py's ScalarType numbering (not c10's).
+c10::ScalarType scalar_type(int64_t v, const std::string& where) {
+  switch (v) {
+    case 1:
+      return c10::ScalarType::Byte;
+    case 2:
+      return c10::ScalarType::Char;
+    case 3:
+      return c10::ScalarType::Short;
+    case 4:
+      return c10::ScalarType::Int;
+    case 5:
+      return c10::ScalarType::Long;
+    case 6:
+      return c10::ScalarType::Half;
+    case 7:
+      return c10::ScalarType::Float;
+    case 8:
+      return c10::ScalarType::Double;
+    case 9:
+      return c10::ScalarType::ComplexHalf;
+    case 10:
+      return c10::ScalarType::ComplexFloat;
+    case 11:
+      return c10::ScalarType::ComplexDouble;
+    case 12:
+      return c10::ScalarType::Bool;
+    case 13:
+      return c10::ScalarType::BFloat16;
+    case 28:
+      return c10::ScalarType::UInt16;
+    case 29:
+      return c10::ScalarType::Float8_e4m3fn;
+    case 30:
+      return c10::ScalarType::Float8_e5m2;
+    case 31:
+      return c10::ScalarType::Float8_e4m3fnuz;
+    case 32:
+      return c10::ScalarType::Float8_e5m2fnuz;
+    default:
+      break;
+  }
+  KILN_THROW(CorruptInput, where, ": unknown scalar type ", v);
+}
+
+c10::MemoryFormat memory_format(int64_t v, const std::string& where) {
+  switch (v) {
+    case 1:
+      return c10::MemoryFormat::Contiguous;
+    case 2:
+      return c10::MemoryFormat::ChannelsLast;
+    case 3:
+      return c10::MemoryFormat::ChannelsLast3d;
+    case 4:
+      return c10::MemoryFormat::Preserve;
+    default:
+      break;
+  }
+  KILN_THROW(CorruptInput, where, ": unknown memory format ", v);
+}
+
+// An int of a tensor meta ({"as_int": n}); symbolic sizes are not allowed where this is used.
+int64_t static_int(const json& j, const std::string& where) {
+  auto [tag, v] = union_member(j, where);
+  KILN_CHECK(tag == "as_int" && v->is_number_integer(), Unsupported, where,
+             ": a symbolic size where kiln needs a static one (", j.dump().substr(0, 120), ")");
+  return v->get<int64_t>();
+}
+
+// The name of a plain symbol ("Symbol('s77', positive=True, integer=True)" -> "s77"), or "".
+std::string plain_symbol(const std::string& expr) {
+  const std::string head = "Symbol('";
+  if (expr.compare(0, head.size(), head) != 0) return "";
+  const size_t end = expr.find('\'', head.size());
+  if (end == std::string::npos || expr.find('(', head.size()) != std::string::npos) return "";
+  return expr.substr(head.size(), end - head.size());
+}
+
+// A weight or constant from its raw storage bytes and tensor meta.
+at::Tensor tensor_from_storage(const std::string& bytes, const json& meta,
+                               const std::string& where) {
+  const c10::ScalarType dtype = scalar_type(field(meta, "dtype", where).get<int64_t>(), where);
+  std::vector<int64_t> sizes, strides;
+  for (const json& s : field(meta, "sizes", where)) sizes.push_back(static_int(s, where));
+  for (const json& s : field(meta, "strides", where)) strides.push_back(static_int(s, where));
+  KILN_CHECK(sizes.size() == strides.size(), CorruptInput, where, ": ", sizes.size(), " sizes but ",
+             strides.size(), " strides");
+  const int64_t offset = meta.contains("storage_offset")
+                             ? static_int(meta.at("storage_offset"), where + ".storage_offset")
+                             : 0;
+  if (meta.contains("layout")) {
+    KILN_CHECK(meta.at("layout").get<int64_t>() == 7, Unsupported, where,
+               ": a tensor of a layout other than strided (", meta.at("layout").get<int64_t>(),
+               ")");
+  }
+  const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t span = 0;  // elements the view reaches, past the offset
+  bool empty = false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    KILN_CHECK(sizes[d] >= 0 && strides[d] >= 0, CorruptInput, where, ": negative size or stride");
+    empty |= sizes[d] == 0;
+    span += (sizes[d] - 1) * strides[d];
+  }
+  auto options = at::TensorOptions().dtype(dtype);
+  if (empty) return at::empty(sizes, options);
+  const int64_t needed = (offset + span + 1) * item;
+  KILN_CHECK(static_cast<int64_t>(bytes.size()) >= needed, CorruptInput, where, ": ", bytes.size(),
+             " bytes of storage, the tensor reaches ", needed);
+  at::Tensor storage = at::empty({static_cast<int64_t>(bytes.size()) / item}, options);
+  std::memcpy(storage.data_ptr(), bytes.data(), static_cast<size_t>(storage.numel() * item));
+  return storage.as_strided(sizes, strides, offset).clone(at::MemoryFormat::Contiguous);
+}
+
+// Weights (or constants): name -> tensor, from a config record and the files it names.
+std::map<std::string, at::Tensor> read_payload(const Archive& ar, const std::string& config,
+                                               const std::string& folder) {
+  std::map<std::string, at::Tensor> out;
+  if (!ar.has(config)) return out;
+  const json j = ar.parse(config);
+  for (const auto& [name, meta] : field(j, "config", config).items()) {
+    const std::string where = config + ": `" + name + "`";
+    KILN_CHECK(!meta.value("use_pickle", false), Unsupported, where,
+               ": a tensor subclass (stored pickled), which kiln does not read");
+    const std::string file = folder + field(meta, "path_name", where).get<std::string>();
+    out[name] = tensor_from_storage(ar.text(file), field(meta, "tensor_meta", where), where);
+  }
+  return out;
+}
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const json& program, std::map<std::string, at::Tensor> weights,
+               std::map<std::string, at::Tensor> constants, std::string where)
+      : program_(program),
+        weights_(std::move(weights)),
+        constants_(std::move(constants)),
+        where_(std::move(where)) {}
+
+  ExportedProgram build() {
+    const json& gm = field(program_, "graph_module", where_);
+    const json& graph = field(gm, "graph", where_ + ".graph_module");
+    const json& signature = field(gm, "signature", where_ + ".graph_module");
+    ExportedProgram out;
+    out.module = torch::jit::Module(c10::QualifiedName("__torch__.kiln.ExportedProgram"));
+    out.module.register_attribute("training", c10::BoolType::get(), false);
+    graph_ = std::make_shared<Graph>();
+    graph_->addInput("self")->setType(out.module.type());
+    refuse_mutation(signature);
+    inputs(signature, graph, out);
+    for (const json& n : field(graph, "nodes", where_ + ".graph")) node(n);
+    outputs(signature);
+    graph_->lint();
+    auto fn = out.module._ivalue()->compilation_unit()->create_function(
+        c10::QualifiedName(*out.module.type()->name(), "forward"), graph_);
+    out.module.type()->addMethod(fn);
+    return out;
+  }
+
+ private:
+  // Graph inputs of the signature: parameters, buffers and constants become graph constants,
+  // user inputs arguments of forward (in order), each with its dims' ranges.
+  void inputs(const json& signature, const json& graph, ExportedProgram& out) {
+    const json& ranges =
+        program_.contains("range_constraints") ? program_.at("range_constraints") : json::object();
+    const json& metas = field(graph, "tensor_values", where_ + ".graph");
+    for (const json& spec : field(signature, "input_specs", where_ + ".signature")) {
+      auto [kind, body] = union_member(spec, where_ + ".input_specs");
+      const std::string where = where_ + ": input `" + kind + "`";
+      if (kind == "user_input") {
+        auto [tag, arg] = union_member(field(*body, "arg", where), where);
+        KILN_CHECK(tag == "as_tensor", Unsupported, where_, ": a user input given as `", tag,
+                   "`; kiln compiles programs whose inputs are tensors");
+        const std::string name = field(*arg, "name", where).get<std::string>();
+        Value* v = graph_->addInput(sanitized(name))->setType(c10::TensorType::get());
+        values_[name] = v;
+        state_[v] = "user input `" + name + "`";
+        out.inputs.push_back(input_info(name, field(metas, name.c_str(), where), ranges));
+        continue;
+      }
+      std::string source, name;
+      const std::map<std::string, at::Tensor>* from = &weights_;
+      if (kind == "parameter") {
+        source = field(*body, "parameter_name", where).get<std::string>();
+      } else if (kind == "buffer") {
+        source = field(*body, "buffer_name", where).get<std::string>();
+        if (!weights_.count(source)) from = &constants_;  // non-persistent buffers
+      } else if (kind == "tensor_constant") {
+        source = field(*body, "tensor_constant_name", where).get<std::string>();
+        from = &constants_;
+      } else if (kind == "constant_input") {
+        values_[field(*body, "name", where).get<std::string>()] =
+            graph_->insertConstant(constant_value(field(*body, "value", where), where));
+        continue;
+      } else {
+        KILN_THROW(Unsupported, where_, ": an input of kind `", kind,
+                   "` (custom objects and effect tokens are not supported)");
+      }
+      name = field(field(*body, "arg", where), "name", where).get<std::string>();
+      auto it = from->find(source);
+      KILN_CHECK(it != from->end(), CorruptInput, where_, ": ", kind, " `", source,
+                 "` is not among the archive's weights and constants");
+      Value* c = graph_->insertConstant(it->second);
+      c->setType(c10::TensorType::create(it->second));
+      c->setDebugName(sanitized(name));
+      values_[name] = c;
+      state_[c] = kind + " `" + source + "`";
+    }
+  }
+
+  InputInfo input_info(const std::string& name, const json& meta, const json& ranges) {
+    InputInfo info;
+    info.name = name;
+    const std::string where = where_ + ": input `" + name + "`";
+    info.dtype = scalar_type(field(meta, "dtype", where).get<int64_t>(), where);
+    for (const json& s : field(meta, "sizes", where)) {
+      auto [tag, v] = union_member(s, where);
+      DimRange d;
+      if (tag == "as_int") {
+        d.min = d.opt = d.max = v->get<int64_t>();
+      } else {
+        KILN_CHECK(tag == "as_expr", CorruptInput, where, ": a size given as `", tag, "`");
+        const std::string expr = field(*v, "expr_str", where).get<std::string>();
+        d.symbol = plain_symbol(expr);
+        KILN_CHECK(!d.symbol.empty(), Unsupported, where, ": a size given by the expression `",
+                   expr, "`; kiln takes input sizes that are plain symbols");
+        const json& hint = v->contains("hint") ? v->at("hint") : json();
+        d.opt = hint.is_object() && hint.contains("as_int") ? hint.at("as_int").get<int64_t>() : -1;
+        d.min = 0;
+        d.max = -1;  // unbounded unless the constraints say
+        if (ranges.contains(d.symbol)) {
+          const json& r = ranges.at(d.symbol);
+          if (r.contains("min_val") && r.at("min_val").is_number_integer()) {
+            d.min = r.at("min_val").get<int64_t>();
+          }
+          if (r.contains("max_val") && r.at("max_val").is_number_integer()) {
+            d.max = r.at("max_val").get<int64_t>();
+          }
+        }
+      }
+      info.dims.push_back(d);
+    }
+    return info;
+  }
+
+  // Outputs other than the user's (buffer, input or parameter mutations, effect tokens): state
+  // the program changes, which an inference engine does not keep.
+  void refuse_mutation(const json& signature) {
+    for (const json& spec : field(signature, "output_specs", where_ + ".signature")) {
+      auto [kind, body] = union_member(spec, where_ + ".output_specs");
+      if (kind != "user_output") {
+        std::string target;
+        if (body->contains("buffer_name"))
+          target = " `" + body->at("buffer_name").get<std::string>() + "`";
+        if (body->contains("user_input_name"))
+          target = " `" + body->at("user_input_name").get<std::string>() + "`";
+        if (body->contains("parameter_name"))
+          target = " `" + body->at("parameter_name").get<std::string>() + "`";
+        KILN_THROW(
+            Unsupported, where_, ": the program has a `", kind, "` output", target,
+            ": it mutates state, and kiln compiles inference programs without mutation "
+            "(export the model in eval mode, without in-place updates of inputs or buffers)");
+      }
+    }
+  }
+
+  void outputs(const json& signature) {
+    std::vector<Value*> outs;
+    for (const json& spec : field(signature, "output_specs", where_ + ".signature")) {
+      auto [kind, body] = union_member(spec, where_ + ".output_specs");
+      outs.push_back(argument(field(*body, "arg", where_ + ".output_specs"), "output"));
+    }
+    if (outs.size() == 1) {
+      graph_->registerOutput(outs[0]);
+    } else {
+      graph_->registerOutput(graph_->insertNode(graph_->createTuple(outs))->output());
+    }
+  }
+
+  static std::string sanitized(const std::string& name) {
+    std::string s = name;
+    for (char& c : s) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+    }
+    // TorchScript reserves names that end in digits after a '.', and names that are digits.
+    if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "v_" + s;
+    return s;
+  }
+
+  Value* named(const std::string& name, const std::string& where) {
+    auto it = values_.find(name);
+    KILN_CHECK(it != values_.end(), CorruptInput, where, ": `", name,
+               "` is used before it is defined");
+    return it->second;
+  }
+
+  c10::IValue constant_value(const json& j, const std::string& where) {
+    auto [tag, v] = union_member(j, where);
+    if (tag == "as_none") return c10::IValue();
+    if (tag == "as_int") return v->get<int64_t>();
+    if (tag == "as_float") return v->get<double>();
+    if (tag == "as_string") return v->get<std::string>();
+    if (tag == "as_bool") return v->get<bool>();
+    KILN_THROW(Unsupported, where, ": a constant input of kind `", tag, "`");
+  }
+
+  // A float: JSON numbers, and the strings export writes for what JSON cannot hold.
+  static double number(const json& j, const std::string& where) {
+    if (j.is_number()) return j.get<double>();
+    if (j.is_string()) {
+      const std::string s = j.get<std::string>();
+      if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
+      if (s == "-Infinity" || s == "-inf") return -std::numeric_limits<double>::infinity();
+      if (s == "NaN" || s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    }
+    KILN_THROW(CorruptInput, where, ": expected a float, got ", j.dump().substr(0, 60));
+  }
+
+  // A SymInt / SymBool / SymFloat argument: a constant or a value the graph computed.
+  Value* symbolic(const json& j, const std::string& where) {
+    auto [tag, v] = union_member(j, where);
+    if (tag == "as_name") return named(v->get<std::string>(), where);
+    if (tag == "as_int") return graph_->insertConstant(v->get<int64_t>());
+    if (tag == "as_bool") return graph_->insertConstant(v->get<bool>());
+    if (tag == "as_float") return graph_->insertConstant(number(*v, where));
+    KILN_THROW(CorruptInput, where, ": a symbolic value given as `", tag, "`");
+  }
+
+  Value* list(const std::vector<Value*>& items, const c10::TypePtr& elem) {
+    return graph_->insertNode(graph_->createList(elem, items))->output();
+  }
+
+  // One argument of a node, as a graph value; `expected` (the schema's type, when known) decides
+  // what export's Python-level spellings become: a number where a Tensor is expected is a 0-d
+  // tensor (as torch wraps it), a list of tensors where Tensor?[] is expected a list of optionals.
+  Value* argument(const json& j, const std::string& where, const c10::TypePtr& expected = nullptr) {
+    auto [tag, v] = union_member(j, where);
+    if (expected && expected->kind() == c10::TypeKind::TensorType &&
+        (tag == "as_int" || tag == "as_float" || tag == "as_bool")) {
+      const at::Tensor t = tag == "as_int"    ? at::scalar_tensor(v->get<int64_t>(), at::kLong)
+                           : tag == "as_bool" ? at::scalar_tensor(v->get<bool>(), at::kBool)
+                                              : at::scalar_tensor(number(*v, where), at::kDouble);
+      Value* c = graph_->insertConstant(t);
+      c->setType(c10::TensorType::create(t));
+      return c;
+    }
+    if (expected && tag == "as_tensors") {
+      const auto list_type = expected->cast<c10::ListType>();
+      if (list_type && list_type->getElementType()->kind() == c10::TypeKind::OptionalType) {
+        std::vector<Value*> items;
+        for (const json& t : *v) {
+          items.push_back(named(field(t, "name", where).get<std::string>(), where));
+        }
+        return list(items, c10::OptionalType::ofTensor());
+      }
+    }
+    if (tag == "as_none") return graph_->insertConstant(c10::IValue());
+    if (tag == "as_tensor") return named(field(*v, "name", where).get<std::string>(), where);
+    if (tag == "as_tensors") {
+      std::vector<Value*> items;
+      for (const json& t : *v)
+        items.push_back(named(field(t, "name", where).get<std::string>(), where));
+      return list(items, c10::TensorType::get());
+    }
+    if (tag == "as_optional_tensors") {
+      std::vector<Value*> items;
+      for (const json& t : *v) {
+        auto [ttag, tv] = union_member(t, where);
+        items.push_back(ttag == "as_none"
+                            ? graph_->insertConstant(c10::IValue())
+                            : named(field(*tv, "name", where).get<std::string>(), where));
+      }
+      return list(items, c10::OptionalType::ofTensor());
+    }
+    if (tag == "as_optional_tensor") {
+      auto [ttag, tv] = union_member(*v, where);
+      return ttag == "as_none" ? graph_->insertConstant(c10::IValue())
+                               : named(field(*tv, "name", where).get<std::string>(), where);
+    }
+    if (tag == "as_int") return graph_->insertConstant(v->get<int64_t>());
+    if (tag == "as_ints") return graph_->insertConstant(v->get<std::vector<int64_t>>());
+    if (tag == "as_float") return graph_->insertConstant(number(*v, where));
+    if (tag == "as_floats") {
+      std::vector<double> floats;
+      for (const json& f : *v) floats.push_back(number(f, where));
+      return graph_->insertConstant(floats);
+    }
+    if (tag == "as_bool") return graph_->insertConstant(v->get<bool>());
+    if (tag == "as_bools") {
+      c10::List<bool> bools;
+      for (const json& b : *v) bools.push_back(b.get<bool>());
+      return graph_->insertConstant(bools);
+    }
+    if (tag == "as_string") return graph_->insertConstant(v->get<std::string>());
+    if (tag == "as_strings") {
+      return graph_->insertConstant(c10::List<std::string>(v->get<std::vector<std::string>>()));
+    }
+    if (tag == "as_sym_int" || tag == "as_sym_bool" || tag == "as_sym_float") {
+      return symbolic(*v, where);
+    }
+    if (tag == "as_sym_ints" || tag == "as_sym_bools" || tag == "as_sym_floats") {
+      std::vector<Value*> items;
+      bool all_static = true;
+      for (const json& s : *v) {
+        items.push_back(symbolic(s, where));
+        all_static &= items.back()->node()->kind() == c10::prim::Constant;
+      }
+      const c10::TypePtr elem = tag == "as_sym_ints"    ? c10::TypePtr(c10::IntType::get())
+                                : tag == "as_sym_bools" ? c10::TypePtr(c10::BoolType::get())
+                                                        : c10::TypePtr(c10::FloatType::get());
+      if (all_static && tag == "as_sym_ints") {
+        std::vector<int64_t> ints;
+        for (Value* item : items) ints.push_back(torch::jit::toIValue(item)->toInt());
+        return graph_->insertConstant(ints);
+      }
+      return list(items, elem);
+    }
+    if (tag == "as_scalar_type") {
+      return graph_->insertConstant(static_cast<int64_t>(scalar_type(v->get<int64_t>(), where)));
+    }
+    if (tag == "as_memory_format") {
+      return graph_->insertConstant(static_cast<int64_t>(memory_format(v->get<int64_t>(), where)));
+    }
+    if (tag == "as_layout") {
+      KILN_CHECK(v->get<int64_t>() == 7, Unsupported, where, ": a layout other than strided");
+      return graph_->insertConstant(static_cast<int64_t>(c10::kStrided));
+    }
+    if (tag == "as_device") {
+      std::string device = field(*v, "type", where).get<std::string>();
+      if (v->contains("index") && v->at("index").is_number_integer()) {
+        device += ":" + std::to_string(v->at("index").get<int64_t>());
+      }
+      return graph_->insertConstant(c10::Device(device));
+    }
+    KILN_THROW(Unsupported, where, ": an argument given as `", tag,
+               "` (graphs, custom objects and operators as arguments are not supported)");
+  }
+
+  // The schema of `qualified` ("aten::add") whose overload is `overload` ("Tensor", "" for
+  // "default").
+  std::shared_ptr<torch::jit::Operator> operator_for(const std::string& qualified,
+                                                     const std::string& overload,
+                                                     const std::string& where) {
+    const auto ops = torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(qualified));
+    for (const auto& op : ops) {
+      if (op->schema().overload_name() == overload) return op;
+    }
+    KILN_THROW(Unsupported, where, ": `", qualified, overload.empty() ? "" : ".", overload,
+               "` is not an operator of this libtorch (", ops.size(),
+               " other overloads); the program was saved by torch ",
+               program_.value("torch_version", std::string("?")));
+  }
+
+  void node(const json& n) {
+    const std::string target = field(n, "target", where_ + ".nodes").get<std::string>();
+    const std::string where = where_ + ": node `" + n.value("name", target) + "` (" + target + ")";
+    const std::string aten = "torch.ops.aten.";
+    if (target.compare(0, aten.size(), aten) == 0) {
+      aten_node(n, target.substr(aten.size()), where);
+    } else if (target.compare(0, 10, "_operator.") == 0) {
+      operator_node(n, target.substr(10), where);
+    } else if (target.compare(0, 23, "torch.ops.higher_order.") == 0) {
+      KILN_THROW(Unsupported, where,
+                 ": higher-order ops (control flow, wrapped subgraphs) are "
+                 "not supported by the ATen frontend");
+    } else {
+      KILN_THROW(Unsupported, where, ": an op outside aten:: and Python's operator module");
+    }
+  }
+
+  void aten_node(const json& n, const std::string& op, const std::string& where) {
+    const size_t dot = op.rfind('.');
+    KILN_CHECK(dot != std::string::npos, CorruptInput, where, ": target without an overload");
+    std::string name = op.substr(0, dot), overload = op.substr(dot + 1);
+    if (overload == "default") overload.clear();
+    // SymInt queries are int queries in TorchScript.
+    if (name == "sym_size" || name == "sym_stride" || name == "sym_numel" ||
+        name == "sym_storage_offset") {
+      name = name.substr(4);
+      if (name == "size" || name == "stride") overload = "int";
+    }
+    const auto op_ptr = operator_for("aten::" + name, overload, where);
+    const c10::FunctionSchema& schema = op_ptr->schema();
+    std::vector<NamedValue> kwargs;
+    torch::jit::SourceRange loc;
+    for (const json& a : field(n, "inputs", where)) {
+      const std::string arg_name = field(a, "name", where).get<std::string>();
+      const auto index = schema.argumentIndexWithName(arg_name);
+      KILN_CHECK(index.has_value(), Unsupported, where, ": `", c10::toString(schema),
+                 "` has no argument `", arg_name, "`");
+      kwargs.emplace_back(loc, arg_name,
+                          argument(field(a, "arg", where), where + " argument `" + arg_name + "`",
+                                   schema.arguments()[*index].type()));
+    }
+    torch::jit::MatchedSchema matched;
+    try {
+      matched = torch::jit::matchSchema(schema, loc, *graph_, {}, kwargs);
+    } catch (const std::exception& e) {
+      KILN_THROW(Unsupported, where, ": its arguments do not fit `", c10::toString(schema), "` (",
+                 Archive::first_line(e.what()), ")");
+    }
+    // In-place writes to the program's state (training-IR exports keep `buffer.add_(1)` as a
+    // node, with no mutation in the signature): an engine keeps no state between calls.
+    for (size_t i = 0; i < schema.arguments().size() && i < matched.inputs.size(); ++i) {
+      const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+      auto written = state_.find(matched.inputs[i]);
+      KILN_CHECK(!alias || !alias->isWrite() || written == state_.end(), Unsupported, where,
+                 ": writes ", written == state_.end() ? "" : written->second,
+                 " in place; kiln compiles inference programs that do not change their inputs, "
+                 "parameters or buffers");
+    }
+    Node* node = graph_->insertNode(graph_->create(c10::Symbol::fromQualString("aten::" + name),
+                                                   matched.inputs, matched.return_types.size()));
+    for (size_t i = 0; i < matched.return_types.size(); ++i) {
+      node->output(i)->setType(matched.return_types[i]);
+    }
+    KILN_CHECK(node->maybeSchema() != nullptr, Unsupported, where,
+               ": no schema of this libtorch takes the node's argument types");
+    bind_outputs(n, node, where);
+  }
+
+  // The export names each output; a Tensor[] return is one list, unpacked for its named items.
+  void bind_outputs(const json& n, Node* node, const std::string& where) {
+    const json& outs = field(n, "outputs", where);
+    if (node->outputs().size() == 1 && outs.size() == 1) {
+      auto [tag, v] = union_member(outs[0], where);
+      if (tag == "as_tensors") {
+        Node* unpack = graph_->insertNode(graph_->createListUnpack(node->output(), v->size()));
+        for (size_t i = 0; i < v->size(); ++i) {
+          bind(field((*v)[i], "name", where).get<std::string>(), unpack->output(i));
+        }
+        return;
+      }
+    }
+    KILN_CHECK(outs.size() == node->outputs().size(), CorruptInput, where, ": ", outs.size(),
+               " outputs named for ", node->outputs().size(), " results");
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto [tag, v] = union_member(outs[i], where);
+      if (tag == "as_tensor") {
+        bind(field(*v, "name", where).get<std::string>(), node->output(i));
+      } else if (tag == "as_sym_int" || tag == "as_sym_bool" || tag == "as_sym_float") {
+        auto [stag, sv] = union_member(*v, where);
+        if (stag == "as_name") bind(sv->get<std::string>(), node->output(i));
+      } else if (tag != "as_none") {
+        KILN_THROW(Unsupported, where, ": an output given as `", tag, "`");
+      }
+    }
+  }
+
+  void bind(const std::string& name, Value* v) {
+    v->setDebugName(sanitized(name));
+    values_[name] = v;
+  }
+
+  // Python's operator module on SymInts (shape arithmetic): the aten:: int ops TorchScript uses.
+  void operator_node(const json& n, const std::string& op, const std::string& where) {
+    static const std::map<std::string, std::string> ops = {{"add", "aten::add"},
+                                                           {"sub", "aten::sub"},
+                                                           {"mul", "aten::mul"},
+                                                           {"floordiv", "aten::floordiv"},
+                                                           {"truediv", "aten::div"},
+                                                           {"mod", "aten::remainder"},
+                                                           {"neg", "aten::neg"},
+                                                           {"eq", "aten::eq"},
+                                                           {"ne", "aten::ne"},
+                                                           {"lt", "aten::lt"},
+                                                           {"le", "aten::le"},
+                                                           {"gt", "aten::gt"},
+                                                           {"ge", "aten::ge"},
+                                                           {"pow", "aten::pow"},
+                                                           {"getitem", "aten::__getitem__"}};
+    auto it = ops.find(op);
+    KILN_CHECK(it != ops.end(), Unsupported, where, ": Python's operator.", op,
+               " is not supported by the ATen frontend");
+    std::vector<NamedValue> args;
+    for (const json& a : field(n, "inputs", where)) {
+      args.emplace_back(argument(field(a, "arg", where), where));
+    }
+    Value* out = nullptr;
+    try {
+      out = graph_->insert(c10::Symbol::fromQualString(it->second), args);
+    } catch (const std::exception& e) {
+      KILN_THROW(Unsupported, where, ": no `", it->second, "` takes its arguments (",
+                 Archive::first_line(e.what()), ")");
+    }
+    bind_outputs(n, out->node(), where);
+  }
+
+  const json& program_;
+  std::map<std::string, at::Tensor> weights_, constants_;
+  std::string where_;
+  std::shared_ptr<Graph> graph_;
+  std::unordered_map<std::string, Value*> values_;
+  std::unordered_map<const Value*, std::string> state_;  // inputs and weights, for messages
+};
+
+}  // namespace
+
+namespace {
+
+ExportedProgram load(const Archive& ar) {
+  const std::string& name = ar.name();
+  KILN_CHECK(ar.has("archive_format"), CorruptInput, name,
+             ": a zip archive without `archive_format`: not a .pt2 file from torch.export.save");
+  const std::string format = ar.text("archive_format");
+  KILN_CHECK(format == "pt2", Unsupported, name, ": archive format `", format,
+             "`; kiln reads `pt2` archives of torch.export.save");
+  if (ar.has("archive_version")) {
+    const std::string version = ar.text("archive_version");
+    KILN_CHECK(version == "0", Unsupported, name, ": pt2 archive version ", version,
+               "; kiln reads version 0 (torch 2.11)");
+  }
+  std::string model = "models/model.json";
+  if (!ar.has(model)) {
+    std::vector<std::string> models;
+    for (const std::string& r : ar.records()) {
+      if (r.compare(0, 7, "models/") == 0 && r.size() > 12 &&
+          r.compare(r.size() - 5, 5, ".json") == 0) {
+        models.push_back(r);
+      }
+    }
+    KILN_CHECK(models.size() == 1, Unsupported, name, ": the archive holds ", models.size(),
+               " programs (`models/*.json`); kiln compiles an archive of one");
+    model = models[0];
+  }
+  const json program = ar.parse(model);
+  const std::string where = name + ":" + model;
+  const json& sv = field(program, "schema_version", where);
+  const int64_t major = field(sv, "major", where + ".schema_version").get<int64_t>();
+  const int64_t minor = sv.value("minor", int64_t{0});
+  KILN_CHECK(major == kSchemaMajor, Unsupported, name, ": export schema version ", major, ".",
+             minor, " (torch ", program.value("torch_version", std::string("?")),
+             "); kiln reads schema ", kSchemaMajor, ".x, which torch 2.11 writes");
+  auto weights = read_payload(ar, "data/weights/model_weights_config.json", "data/weights/");
+  auto constants =
+      read_payload(ar, "data/constants/model_constants_config.json", "data/constants/");
+  ExportedProgram out;
+  try {
+    out = GraphBuilder(program, std::move(weights), std::move(constants), where).build();
+  } catch (const json::exception& e) {
+    KILN_THROW(CorruptInput, where, ": unexpected JSON (", e.what(), ")");
+  }
+  out.torch_version = program.value("torch_version", std::string());
+  out.schema_version = std::to_string(major) + "." + std::to_string(minor);
+  return out;
+}
+
+}  // namespace
+
+ExportedProgram load_exported_program_bytes(const std::string& bytes, const std::string& name) {
+  return load(Archive(name, &bytes));
+}
+
+ExportedProgram load_exported_program(const std::string& path) {
+  KILN_CHECK(std::ifstream(path, std::ios::binary).good(), InvalidArgument, path,
+             ": cannot be opened");
+  return load(Archive(path, nullptr));
+}
+
+bool is_exported_program(const std::string& path) {
+  if (!std::ifstream(path, std::ios::binary).good()) return false;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return reader.hasRecord("archive_format");
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+}  // namespace kiln::frontend

@@ -1,0 +1,121 @@
+// The ATen frontend: torch.export programs (.pt2, both export's default ATen graph and core ATen
+// after run_decompositions) compile with the input shapes their export gives, into as few engines
+// as the TorchScript path, and match the model at every batch the export allows; bad archives
+// are refused with errors that name the problem.
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_testing.h"
+#include "harness/test_models.h"
+#include "kiln/kiln.h"
+#include "kiln_test_paths.h"
+#include "util/errors.h"
+
+namespace kiln {
+namespace {
+
+std::string model_path(const std::string& file) {
+  return std::string(KILN_TEST_MODELS_DIR) + "/" + file;
+}
+
+struct Program {
+  std::string name;  // the TorchScript twin NAME.ts is the reference
+  std::string form;  // "" (export's default graph) or ".core" (core ATen)
+};
+
+void PrintTo(const Program& p, std::ostream* os) {
+  *os << p.name << p.form;
+}
+
+class ExportedPrograms : public ::testing::TestWithParam<Program> {};
+
+TEST_P(ExportedPrograms, CompileIntoOneEngineAndMatchAtEveryBatch) {
+  const Program& p = GetParam();
+  const ExportedModule exported = load_exported_program(model_path(p.name + p.form + ".pt2"));
+  ASSERT_EQ(exported.inputs.size(), 1u);
+  const ExportedInput& in = exported.inputs[0];
+  EXPECT_EQ(exported.schema_version.substr(0, 2), "8.");
+  // The batch is a symbol of range 1..4 (an example of 2), the other dims static.
+  EXPECT_FALSE(in.symbols[0].empty());
+  EXPECT_EQ(in.min[0], 1);
+  EXPECT_EQ(in.opt[0], 2);
+  EXPECT_EQ(in.max[0], 4);
+  for (size_t d = 1; d < in.symbols.size(); ++d) {
+    EXPECT_TRUE(in.symbols[d].empty());
+    EXPECT_EQ(in.min[d], in.max[d]);
+  }
+  CompileSpec spec;
+  spec.inputs = exported.specs();
+  CompileReport report;
+  torch::jit::Module compiled = compile(exported.module, spec, &report);
+  EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
+  EXPECT_EQ(report.torch_ops, 0u) << report.summary();
+
+  testing::TestModel reference = testing::load_test_model(p.name);
+  reference.module.eval();
+  torch::NoGradGuard no_grad;
+  for (int64_t batch : {1, 2, 4}) {
+    std::vector<int64_t> shape = in.opt;
+    shape[0] = batch;
+    const at::Tensor x =
+        in.dtype == DType::kI64 ? at::randint(0, 100, shape, at::kLong) : at::randn(shape);
+    EXPECT_TRUE(testing::matches_reference(compiled.forward({x}), reference.module.forward({x})))
+        << p.name << p.form << " at batch " << batch;
+  }
+  // Outside the export's range: the engine's profile refuses it with the shapes.
+  std::vector<int64_t> five = in.opt;
+  five[0] = 5;
+  EXPECT_ANY_THROW(
+      compiled.forward({at::zeros(five, in.dtype == DType::kI64 ? at::kLong : at::kFloat)}));
+}
+
+std::vector<Program> programs() {
+  std::vector<Program> out;
+  for (const char* name :
+       {"resnet18", "mobilenet_v2", "zoo_resnet50", "zoo_mobilenet_v3_small", "zoo_efficientnet_b0",
+        "zoo_regnet_y_400mf", "zoo_densenet", "zoo_squeezenet1_1", "zoo_shufflenet_v2",
+        "zoo_mnasnet", "zoo_googlenet", "zoo_convnext"}) {
+    out.push_back({name, ""});
+    if (std::string(name) != "zoo_convnext") out.push_back({name, ".core"});
+  }
+  out.push_back({"text_encoder", ""});
+  out.push_back({"zoo_swin", ""});  // its shifted-window mask built by filling slices
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExportedPrograms, ::testing::ValuesIn(programs()),
+                         [](const ::testing::TestParamInfo<Program>& info) {
+                           return info.param.name + (info.param.form.empty() ? "" : "_core");
+                         });
+
+TEST(ExportedProgram, BadArchivesNameTheProblem) {
+  struct Bad {
+    std::string file;
+    ErrorKind kind;
+    std::string says;
+  };
+  const std::vector<Bad> bad = {
+      {"bad_truncated.pt2", ErrorKind::kCorruptInput, "not a readable .pt2 archive"},
+      {"bad_format.pt2", ErrorKind::kUnsupported, "archive format `pt3`"},
+      {"bad_schema.pt2", ErrorKind::kUnsupported, "export schema version 99."},
+      {"bad_op.pt2", ErrorKind::kUnsupported, "`aten::kiln_no_such_op` is not an operator"},
+      {"bad_weights.pt2", ErrorKind::kCorruptInput, "`conv1.weight`: 8 bytes of storage"},
+      {"bad_mutation.pt2", ErrorKind::kUnsupported, "writes buffer `calls` in place"},
+      {"no_such_file.pt2", ErrorKind::kInvalidArgument, "cannot be opened"},
+  };
+  for (const Bad& b : bad) {
+    try {
+      load_exported_program(model_path(b.file));
+      ADD_FAILURE() << b.file << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), b.kind) << b.file << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos)
+          << b.file << ": " << e.what();
+    }
+  }
+  EXPECT_TRUE(is_exported_program(model_path("resnet18.pt2")));
+  EXPECT_FALSE(is_exported_program(model_path("resnet18.ts")));
+  EXPECT_FALSE(is_exported_program(model_path("bad_truncated.pt2")));
+}
+
+}  // namespace
+}  // namespace kiln
