@@ -60,7 +60,7 @@ test-asan: deps
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 30
-FUZZ_TARGETS ?= plan engine_state ir spec
+FUZZ_TARGETS ?= plan engine_state ir spec pt2
 fuzz-build: deps
 	cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DKILN_FUZZ=ON \
 		-DKILN_WERROR=OFF -DBUILD_TESTING=OFF -DKILN_BUILD_BENCH=OFF -DKILN_ENABLE_CUDA=OFF \

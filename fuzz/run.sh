@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs kiln's fuzz targets: run.sh BUILD_DIR SECONDS [TARGET...] (default: all four), JOBS at a
+# Runs kiln's fuzz targets: run.sh BUILD_DIR SECONDS [TARGET...] (default: all five), JOBS at a
 # time. Each starts from its seeds (fuzz/corpus/<t>) plus what earlier runs found
 # (BUILD_DIR/fuzz-corpus/<t>); a crash leaves its input in BUILD_DIR/fuzz-artifacts/ and fails.
 # Prints, per target: seconds, executions, coverage (edges) and features.
@@ -8,7 +8,7 @@ build=${1:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
 secs=${2:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(plan engine_state ir spec)
+[ ${#targets[@]} -gt 0 ] || targets=(plan engine_state ir spec pt2)
 jobs=${JOBS:-2}
 src=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"

@@ -84,5 +84,21 @@ TEST(KilnOpt, ReadsASavedModule) {
   EXPECT_NE(r.out.find("prim::GetAttr"), std::string::npos);
 }
 
+TEST(KilnOpt, ReadsAnExportedProgram) {
+  // Core ATen in, the forms kiln converts out: the lowering folds the batch norms into the
+  // convolutions, and --support sees every op supported.
+  const std::string pt2 = std::string(KILN_TEST_MODELS_DIR) + "/resnet18.core.pt2";
+  auto r = testing::run_process({KILN_OPT_PATH, pt2});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("aten::_native_batch_norm_legit_no_training"), std::string::npos);
+  r = testing::run_process({KILN_OPT_PATH, pt2, "--lower"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("batch_norm"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("aten::conv2d"), std::string::npos) << r.out;
+  r = testing::run_process({KILN_OPT_PATH, pt2, "--support"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("52/52 ops supported by the engine"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace kiln

@@ -50,6 +50,30 @@ TEST(Kilnc, CompilesWritesAReportAndTheModuleRuns) {
   EXPECT_EQ(py.out, "(3, 10)\n");
 }
 
+TEST(Kilnc, CompilesAnExportedProgramWithTheShapesOfItsExport) {
+  // No input spec: the export's dynamic batch (1..4, example 2) gives min, opt and max.
+  const std::string pt2 = std::string(KILN_TEST_MODELS_DIR) + "/resnet18.pt2";
+  const std::string out = testing::write_temp_file("kilnc_resnet18_pt2.ts", "");
+  const std::string report = testing::write_temp_file("kilnc_resnet18_pt2.json", "");
+  auto r = testing::run_process({KILNC_PATH, pt2, out, "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("segments: 1 (1 engine, 0 torch)"), std::string::npos) << r.out;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["segments"].size(), 1u);
+  EXPECT_EQ(j["segments"][0]["input_shapes"][0], "(2,3,64,64)");
+  // A spec given on the command line wins over the export's.
+  r = testing::run_process({KILNC_PATH, pt2, out, "(3,3,64,64)", "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in3(report);
+  EXPECT_EQ(nlohmann::json::parse(in3)["segments"][0]["input_shapes"][0], "(3,3,64,64)");
+  // A bad archive exits 2 with the reader's message.
+  r = testing::run_process(
+      {KILNC_PATH, std::string(KILN_TEST_MODELS_DIR) + "/bad_schema.pt2", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("export schema version 99."), std::string::npos) << r.err;
+}
+
 TEST(Kilnc, CheckMethodSupportAndSaveEngine) {
   auto r = testing::run_process({KILNC_PATH, model("lgamma"), "--check-method-support", "forward"});
   EXPECT_EQ(r.exit_code, 1) << r.err;

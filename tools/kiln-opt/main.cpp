@@ -1,5 +1,6 @@
-// kiln-opt: reads TorchScript IR text or a saved module, runs lowering steps, prints the graph,
-// its partition into engine and torch segments, or the engine's coverage of its ops.
+// kiln-opt: reads TorchScript IR text, a saved module or a torch.export program (.pt2), runs
+// lowering steps, prints the graph, its partition into engine and torch segments, or the engine's
+// coverage of its ops.
 #include <torch/csrc/jit/runtime/operator.h>
 #include <CLI/CLI.hpp>
 
@@ -9,6 +10,7 @@
 
 #include "compiler/capability.h"
 #include "ir/graph_io.h"
+#include "kiln/kiln.h"
 #include "kiln/logging.h"
 #include "lowering/lower.h"
 #include "partitioning/coverage.h"
@@ -67,7 +69,8 @@ kiln::partitioning::Strategy parse_strategy(const std::string& name) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "kiln-opt: read TorchScript IR (text or a saved module), run passes, print the graph"};
+      "kiln-opt: read TorchScript IR (text or a saved module) or a torch.export program (.pt2), "
+      "run passes, print the graph"};
   std::string input;
   std::string output;
   bool lower = false;
@@ -119,7 +122,14 @@ int main(int argc, char** argv) {
       if (!level) return fail(kExitInputError, "--log-level: unknown level `" + log_level + "`");
       kiln::set_log_level(*level);
     }
-    kiln::ir::LoadedGraph loaded = kiln::ir::load_graph_file(input);
+    // A torch.export program (.pt2) through the ATen frontend; else IR text or a saved module.
+    kiln::ir::LoadedGraph loaded;
+    if (kiln::is_exported_program(input)) {
+      loaded.module = kiln::load_exported_program(input).module;
+      loaded.graph = loaded.module->get_method("forward").graph();
+    } else {
+      loaded = kiln::ir::load_graph_file(input);
+    }
     auto graph = loaded.graph;
 
     const bool partition = print_partition || print_support || !support_json.empty();
