@@ -141,6 +141,9 @@ struct ExportedModule {
 // (another format or schema version, an op or argument this libtorch lacks, state mutation left
 // in the program) or InvalidArgument (no such file), each naming what is wrong.
 ExportedModule load_exported_program(const std::string& path);
+// The same from an archive's bytes (`torch.export.save` into a buffer); `name` is for messages.
+ExportedModule load_exported_program_bytes(const std::string& bytes,
+                                           const std::string& name = "<.pt2 bytes>");
 // Whether `path` is a .pt2 archive (a zip with an `archive_format` record).
 bool is_exported_program(const std::string& path);
 

@@ -185,8 +185,9 @@ def _check_options(options):
 
 def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisions=None,
             device=None, debug=False, progress=None, **options):
-    """Compiles `module` (an nn.Module in eval mode, traced with `inputs`, or a ScriptModule) and
-    returns a ScriptModule that runs it: supported segments in kiln's engine, the rest in
+    """Compiles `module` (an nn.Module in eval mode, traced with `inputs`, a ScriptModule, or a
+    torch.export.ExportedProgram, read by kiln's ATen frontend, whose export gives the input
+    shapes unless `inputs` does) and returns a ScriptModule that runs it: supported segments in kiln's engine, the rest in
     PyTorch. `inputs`: example tensors or kiln.Input specs, one per forward argument.
     `enabled_precisions`: the dtypes layers may run in ({torch.float32} by default; float32 is
     always allowed). `device`: "cpu" (default unless the inputs are on a GPU), "cuda" or
@@ -197,12 +198,19 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     The result carries `kiln_report` (a dict: segments, op counts, time per phase) and
     `kiln_summary` (the same as text); progress=True/False forces the progress line on stderr
     (default: on when stderr is a terminal)."""
-    if ir not in ("default", "ts", "torchscript"):
-        if ir in ("dynamo", "torch_compile", "exported_program"):
+    exported = isinstance(module, torch.export.ExportedProgram)
+    if ir not in ("default", "ts", "torchscript", "exported_program", "dynamo"):
+        if ir == "torch_compile":
             raise _kiln.Unsupported(
-                f"ir={ir!r}: kiln compiles TorchScript for now (ir='ts'); for Dynamo graphs use "
-                f"torch.compile(model, backend='kiln')")
-        raise _kiln.InvalidArgument(f"ir={ir!r}: expected 'default', 'ts' or 'dynamo'")
+                f"ir={ir!r}: use torch.compile(model, backend='kiln') for torch.compile")
+        raise _kiln.InvalidArgument(
+            f"ir={ir!r}: expected 'default', 'ts', 'exported_program' or 'dynamo'")
+    if ir in ("exported_program", "dynamo") and not exported:
+        raise _kiln.InvalidArgument(
+            f"ir={ir!r}: expected a torch.export.ExportedProgram (torch.export.export(model, "
+            f"args)), got {type(module).__name__}")
+    if exported and ir in ("ts", "torchscript"):
+        raise _kiln.InvalidArgument(f"ir={ir!r}: an ExportedProgram is not TorchScript")
     _check_options(options)
     if arg_inputs is not None:
         if inputs is not None:
@@ -213,7 +221,14 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     precisions = {_dtype_name(p, "enabled_precisions")
                   for p in (enabled_precisions or {torch.float32})}
     precisions.add("f32")
-    data = _script(module, specs, examples)
+    if exported:
+        # Through the ATen frontend, as torch.export.save writes it; without inputs, the
+        # export's shapes and range constraints give them.
+        buffer = io.BytesIO()
+        torch.export.save(module, buffer)
+        data = buffer.getvalue()
+    else:
+        data = _script(module, specs, examples)
     if specs is None:  # a ScriptModule without inputs: the C++ compiler says what is missing
         specs = []
     spec = {"inputs": [s._spec() for s in specs], "device": device,
@@ -237,7 +252,8 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
         previous_logger_level = logger.level
         logger.setLevel(logging.DEBUG)
     try:
-        out, report_json, summary = _kiln.compile(data, json.dumps(spec), bar)
+        run = _kiln.compile_exported if exported else _kiln.compile
+        out, report_json, summary = run(data, json.dumps(spec), bar)
     finally:
         bar.done()
         if debug:

@@ -50,8 +50,9 @@ std::vector<Input> ExportedModule::specs() const {
   return out;
 }
 
-ExportedModule load_exported_program(const std::string& path) {
-  frontend::ExportedProgram program = frontend::load_exported_program(path);
+namespace {
+
+ExportedModule public_module(const frontend::ExportedProgram& program) {
   ExportedModule out;
   out.module = program.module;
   out.torch_version = program.torch_version;
@@ -69,6 +70,16 @@ ExportedModule load_exported_program(const std::string& path) {
     out.inputs.push_back(std::move(in));
   }
   return out;
+}
+
+}  // namespace
+
+ExportedModule load_exported_program(const std::string& path) {
+  return public_module(frontend::load_exported_program(path));
+}
+
+ExportedModule load_exported_program_bytes(const std::string& bytes, const std::string& name) {
+  return public_module(frontend::load_exported_program_bytes(bytes, name));
 }
 
 bool is_exported_program(const std::string& path) {

@@ -100,6 +100,25 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   return spec;
 }
 
+using Progress = std::function<void(const std::string&, const std::string&)>;
+
+py::tuple compile_module(const torch::jit::Module& input, kiln::CompileSpec spec,
+                         const Progress& progress) {
+  if (progress) {
+    spec.progress = [&progress](kiln::Phase phase, const std::string& detail) {
+      py::gil_scoped_acquire gil;
+      progress(kiln::phase_name(phase), detail);
+    };
+  }
+  kiln::CompileReport report;
+  torch::jit::Module out;
+  {
+    py::gil_scoped_release release;
+    out = kiln::compile(input, spec, &report);
+  }
+  return py::make_tuple(save_module(out), report.to_json(), report.summary());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_kiln, m) {
@@ -143,26 +162,23 @@ PYBIND11_MODULE(_kiln, m) {
 
   m.def(
       "compile",
-      [](const py::bytes& module, const std::string& spec_json,
-         const std::function<void(const std::string&, const std::string&)>& progress) {
-        kiln::CompileSpec spec = parse_spec(spec_json);
-        const torch::jit::Module input = load_module(module);
-        if (progress) {
-          spec.progress = [&progress](kiln::Phase phase, const std::string& detail) {
-            py::gil_scoped_acquire gil;
-            progress(kiln::phase_name(phase), detail);
-          };
-        }
-        kiln::CompileReport report;
-        torch::jit::Module out;
-        {
-          py::gil_scoped_release release;
-          out = kiln::compile(input, spec, &report);
-        }
-        return py::make_tuple(save_module(out), report.to_json(), report.summary());
+      [](const py::bytes& module, const std::string& spec_json, const Progress& progress) {
+        return compile_module(load_module(module), parse_spec(spec_json), progress);
       },
       py::arg("module"), py::arg("spec"), py::arg("progress") = nullptr,
       "compiles TorchScript module bytes; returns (module bytes, report JSON, summary)");
+  m.def(
+      "compile_exported",
+      [](const py::bytes& program, const std::string& spec_json, const Progress& progress) {
+        kiln::CompileSpec spec = parse_spec(spec_json);
+        const kiln::ExportedModule exported =
+            kiln::load_exported_program_bytes(std::string(program), "the ExportedProgram");
+        if (spec.inputs.empty()) spec.inputs = exported.specs();
+        return compile_module(exported.module, spec, progress);
+      },
+      py::arg("program"), py::arg("spec"), py::arg("progress") = nullptr,
+      "compiles an ExportedProgram (torch.export.save bytes) through the ATen frontend; inputs "
+      "default to the export's shapes; returns (module bytes, report JSON, summary)");
   m.def(
       "check_method_op_support",
       [](const py::bytes& module, const std::string& method) {

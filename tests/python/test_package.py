@@ -62,6 +62,33 @@ def test_dynamic_batch_from_an_input_range():
         c(torch.randn(9, 3, 16, 16))
 
 
+def test_exported_program_through_the_aten_frontend(tmp_path):
+    m = conv_net()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(m, (torch.randn(2, 3, 16, 16),), dynamic_shapes=({0: batch},))
+    for form in (program, program.run_decompositions()):
+        c = kiln.compile(form)  # the export's batch range 1..8 gives the input spec
+        report = c.kiln_report
+        engines = [s for s in report["segments"] if s["target"] == "engine"]
+        assert len(engines) == 1 and report["torch_ops"] == 0, report
+        assert engines[0]["input_shapes"] == ["(2,3,16,16)"], report  # opt: the example's batch
+        for n in (1, 5, 8):
+            x = torch.randn(n, 3, 16, 16)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), m(x), atol=1e-4, rtol=1e-4)
+        with pytest.raises(Exception, match="profile|outside|shape"):
+            c(torch.randn(9, 3, 16, 16))
+    # Inputs given win over the export's; the result saves and loads like any compiled module.
+    c = kiln.compile(program, ir="exported_program", inputs=[kiln.Input(shape=(3, 3, 16, 16))])
+    kiln.save(c, tmp_path / "exported.ts")
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(kiln.load(tmp_path / "exported.ts")(x), m(x), atol=1e-4,
+                                   rtol=1e-4)
+    with pytest.raises(kiln.InvalidArgument, match="expected a torch.export.ExportedProgram"):
+        kiln.compile(m, ir="exported_program", inputs=[x])
+
+
 def test_script_module_and_precisions_accepted():
     m = torch.jit.script(conv_net())
     x = torch.randn(1, 3, 8, 8)
