@@ -196,11 +196,21 @@ at::Tensor tensor_from_storage(const std::string& bytes, const json& meta,
   for (size_t d = 0; d < sizes.size(); ++d) {
     KILN_CHECK(sizes[d] >= 0 && strides[d] >= 0, CorruptInput, where, ": negative size or stride");
     empty |= sizes[d] == 0;
-    span += (sizes[d] - 1) * strides[d];
   }
   auto options = at::TensorOptions().dtype(dtype);
   if (empty) return at::empty(sizes, options);
-  const int64_t needed = (offset + span + 1) * item;
+  // The bytes the view reaches; sizes from a corrupt file must not overflow the arithmetic.
+  bool overflow = offset < 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(sizes[d] - 1, strides[d], &reach);
+    overflow |= __builtin_add_overflow(span, reach, &span);
+  }
+  int64_t needed = 0;
+  overflow |= __builtin_add_overflow(offset, span, &needed);
+  overflow |= __builtin_add_overflow(needed, int64_t{1}, &needed);
+  overflow |= __builtin_mul_overflow(needed, item, &needed);
+  KILN_CHECK(!overflow, CorruptInput, where, ": sizes, strides and offset past 2^63 bytes");
   KILN_CHECK(static_cast<int64_t>(bytes.size()) >= needed, CorruptInput, where, ": ", bytes.size(),
              " bytes of storage, the tensor reaches ", needed);
   at::Tensor storage = at::empty({static_cast<int64_t>(bytes.size()) / item}, options);
@@ -727,11 +737,11 @@ ExportedProgram load(const Archive& ar) {
   KILN_CHECK(major == kSchemaMajor, Unsupported, name, ": export schema version ", major, ".",
              minor, " (torch ", program.value("torch_version", std::string("?")),
              "); kiln reads schema ", kSchemaMajor, ".x, which torch 2.11 writes");
-  auto weights = read_payload(ar, "data/weights/model_weights_config.json", "data/weights/");
-  auto constants =
-      read_payload(ar, "data/constants/model_constants_config.json", "data/constants/");
   ExportedProgram out;
   try {
+    auto weights = read_payload(ar, "data/weights/model_weights_config.json", "data/weights/");
+    auto constants =
+        read_payload(ar, "data/constants/model_constants_config.json", "data/constants/");
     out = GraphBuilder(program, std::move(weights), std::move(constants), where).build();
   } catch (const json::exception& e) {
     KILN_THROW(CorruptInput, where, ": unexpected JSON (", e.what(), ")");
