@@ -7,7 +7,11 @@
 #
 #   gpu-suite.sh start [MODELS] -- [bench.py args]   build, then start the workers detached
 #                                                     (setsid) and return; MODELS: comma list or
-#                                                     "suite" (default)
+#                                                     "suite" (default); PRECISIONS="fp16 fp32"
+#                                                     (default): every model in the first, then
+#                                                     every model in the next (so a run cut short
+#                                                     has whole precisions); bench args must not
+#                                                     name --precisions
 #   gpu-suite.sh wait SECONDS                        wait for the workers (at most SECONDS), then
 #                                                     copy what they have to $OUT: suite.json
 #                                                     (every row so far), suite.md, the logs
@@ -23,7 +27,8 @@ work=/tmp/kiln-suite
 cmd=${1:-}
 shift || true
 
-# Heaviest first (longest compile and run), so that no GPU is left with a big model at the end.
+# Heaviest first (longest compile and run), so that no GPU is left with a big model at the end
+# of a precision.
 HEAVY="vgg16 wide_resnet50_2 maxvit_t r3d_18 fcn_resnet50 swin_t convnext_small hf_gpt2 hf_bert
        vit_b_16 bert resnet101 inception_v3 densenet121 efficientnet_v2_s hf_distilbert"
 
@@ -44,16 +49,19 @@ start_suite() {
     models=$("$py" -c 'import sys; sys.path.insert(0, "bench"); from models import SUITE; print(",".join(SUITE))')
   fi
   # The queue: heavy models first, then the rest in the given order.
-  local m
+  local m p order=()
+  for m in $HEAVY; do [[ ",$models," == *",$m,"* ]] && order+=("$m"); done
+  for m in ${models//,/ }; do [[ " ${order[*]} " == *" $m "* ]] || order+=("$m"); done
   : >"$work/queue"
-  for m in $HEAVY; do [[ ",$models," == *",$m,"* ]] && echo "$m" >>"$work/queue"; done
-  for m in ${models//,/ }; do grep -qx "$m" "$work/queue" || echo "$m" >>"$work/queue"; done
+  for p in ${PRECISIONS:-fp16 fp32}; do
+    for m in "${order[@]}"; do echo "$m $p" >>"$work/queue"; done
+  done
   echo 0 >"$work/next"
   : >"$work/bench_args"
   [ $# -eq 0 ] || printf '%s\n' "$@" >"$work/bench_args"
   local gpus
   gpus=$(nvidia-smi -L | wc -l)
-  echo "$(wc -l <"$work/queue") models on $gpus GPUs: $(tr '\n' ' ' <"$work/queue")"
+  echo "$(wc -l <"$work/queue") model-precision runs on $gpus GPUs: ${order[*]}"
   for ((g = 0; g < gpus; g++)); do
     setsid nohup bash "$0" worker "$g" >"$work/worker$g.log" 2>&1 </dev/null &
   done
@@ -62,20 +70,25 @@ start_suite() {
 
 # One GPU's loop: take the next queued model (under a lock), bench it, until the queue is empty.
 worker() {
-  local g=$1 i m args=()
+  local g=$1 i m p entry args=() gpus threads
   mapfile -t args <"$work/bench_args"
+  gpus=$(nvidia-smi -L | wc -l)
+  threads=$(($(nproc) / gpus))
   export CUDA_VISIBLE_DEVICES=$g PYTHONUNBUFFERED=1
-  # Each worker its own inductor cache: four processes compiling into one race.
-  export TORCHINDUCTOR_CACHE_DIR=$work/inductor$g
+  # Each worker its own inductor cache (processes compiling into one race) and its share of the
+  # cores: unbounded, torch.compile's and kiln's compile threads made compiles 10-60x slower.
+  export TORCHINDUCTOR_CACHE_DIR=$work/inductor$g TORCHINDUCTOR_COMPILE_THREADS=$threads
+  export OMP_NUM_THREADS=$threads
   while true; do
     i=$(flock "$work/next" bash -c 'i=$(cat "$0"); echo $((i + 1)) >"$0"; echo "$i"' "$work/next")
-    m=$(sed -n "$((i + 1))p" "$work/queue")
-    [ -n "$m" ] || break
-    echo "== gpu $g: $m ($(date +%T))"
-    mkdir -p "$work/rows/$m"
+    entry=$(sed -n "$((i + 1))p" "$work/queue")
+    [ -n "$entry" ] || break
+    read -r m p <<<"$entry"
+    echo "== gpu $g: $m $p ($(date +%T))"
+    mkdir -p "$work/rows/$m-$p"
     "$py" bench/gpu/bench.py --package-dir "$build/python" --kilnc "$build/bin/kilnc" \
-      --runtime "$build/lib/libkiln_runtime.so" --out "$work/rows/$m" --models "$m" "${args[@]}" \
-      >"$work/rows/$m/log" 2>&1
+      --runtime "$build/lib/libkiln_runtime.so" --out "$work/rows/$m-$p" --models "$m" \
+      --precisions "$p" "${args[@]}" >"$work/rows/$m-$p/log" 2>&1
     echo "   rc $? ($(date +%T))"
   done
   echo "== gpu $g: done"
@@ -114,8 +127,8 @@ print(f"{len(rows)} rows, {len(failed)} failed")
 print("\n".join(geomean_lines(timed)))
 EOF
   cat "$work"/worker*.log >"$out/workers.log"
-  echo "queue: $(wc -l <"$work/queue") models, $(ls "$work"/rows 2>/dev/null | wc -l) started after $(($(date +%s) - t0)) s"
-  tail -3 "$work"/worker*.log
+  echo "queue: $(wc -l <"$work/queue") runs, $(ls "$work"/rows 2>/dev/null | wc -l) started after $(($(date +%s) - t0)) s"
+  for f in "$work"/worker*.log; do tail -n 2 "$f"; done
 }
 
 case "$cmd" in
