@@ -67,10 +67,11 @@ bool rewrite(Node* n) {
     return true;
   }
   if (is(n, "aten::_to_copy")) {
-    // (self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    // (self, *, dtype, layout, device, pin_memory, non_blocking, memory_format); copy=True, as
+    // _to_copy never returns its input (remove_noop_to keeps it; conversion drops a no-op cast).
     replace_first(n, "aten::to",
                   {n->input(0), n->input(1), n->input(2), n->input(3), n->input(4), n->input(5),
-                   c10::IValue(false), n->input(6)});
+                   c10::IValue(true), n->input(6)});
     return true;
   }
   if (is(n, "aten::convolution")) {
