@@ -505,20 +505,18 @@ class GraphBuilder {
       return symbolic(*v, where);
     }
     if (tag == "as_sym_ints" || tag == "as_sym_bools" || tag == "as_sym_floats") {
-      std::vector<Value*> items;
-      bool all_static = true;
+      // Sizes all static (a static reshape of a dynamic program) are one constant list.
+      std::vector<int64_t> ints;
       for (const json& s : *v) {
-        items.push_back(symbolic(s, where));
-        all_static &= items.back()->node()->kind() == c10::prim::Constant;
+        if (!s.is_object() || !s.contains("as_int") || !s.at("as_int").is_number_integer()) break;
+        ints.push_back(s.at("as_int").get<int64_t>());
       }
+      if (tag == "as_sym_ints" && ints.size() == v->size()) return graph_->insertConstant(ints);
+      std::vector<Value*> items;
+      for (const json& s : *v) items.push_back(symbolic(s, where));
       const c10::TypePtr elem = tag == "as_sym_ints"    ? c10::TypePtr(c10::IntType::get())
                                 : tag == "as_sym_bools" ? c10::TypePtr(c10::BoolType::get())
                                                         : c10::TypePtr(c10::FloatType::get());
-      if (all_static && tag == "as_sym_ints") {
-        std::vector<int64_t> ints;
-        for (Value* item : items) ints.push_back(torch::jit::toIValue(item)->toInt());
-        return graph_->insertConstant(ints);
-      }
       return list(items, elem);
     }
     if (tag == "as_scalar_type") {

@@ -162,6 +162,7 @@ class Einsum {
     // most any operand has.
     std::vector<Operand> ops;
     int ellipsis_dims = 0;
+    std::vector<int> own_ellipsis;  // per operand, the dims its "..." stands for
     engine::DataType dtype = ctx_.desc(tensors[0]).dtype;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const size_t rank = ctx_.desc(tensors[i]).shape.size();
@@ -170,16 +171,15 @@ class Einsum {
       KILN_CHECK(t.has_ellipsis ? rank >= letters : rank == letters, InvalidArgument, "einsum \"",
                  eq, "\": operand ", i, " has ", rank, " dims for ", letters, " labels",
                  t.has_ellipsis ? " and \"...\"" : "");
-      ellipsis_dims = std::max(ellipsis_dims, static_cast<int>(rank - letters));
+      own_ellipsis.push_back(static_cast<int>(rank - letters));
+      ellipsis_dims = std::max(ellipsis_dims, own_ellipsis.back());
       dtype = promote(dtype, ctx_.desc(tensors[i]).dtype);
     }
     KILN_CHECK(engine::is_floating(dtype), Unsupported, "einsum of ", engine::dtype_name(dtype),
                " tensors (the engine multiplies floating tensors only)");
     for (size_t i = 0; i < tensors.size(); ++i) {
-      const size_t rank = ctx_.desc(tensors[i]).shape.size();
-      const Term& t = parsed.inputs[i];
-      const int e = static_cast<int>(rank - (t.labels.size() - (t.has_ellipsis ? 1 : 0)));
-      ops.push_back({ctx_.cast(n_, tensors[i], dtype), expand(t.labels, e, ellipsis_dims)});
+      ops.push_back({ctx_.cast(n_, tensors[i], dtype),
+                     expand(parsed.inputs[i].labels, own_ellipsis[i], ellipsis_dims)});
     }
     std::vector<int> output;
     if (parsed.explicit_output) {
