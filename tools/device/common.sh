@@ -29,7 +29,10 @@ configure_gpu_build() {
       export LD_LIBRARY_PATH="$cudnn_root/lib:$LD_LIBRARY_PATH"
     fi
   fi
+  # Warnings stay warnings here: this machine's GCC is newer than CI's and warns of more, and a
+  # new warning must not cost a device run (CI's build keeps -Werror).
   cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_HOST_COMPILER="$cxx" \
+    -DKILN_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix" -DKILN_DEPS_DIR="$PWD/.deps" \
     -DKILN_PYTHON="$(command -v "$py")" -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_BENCH=OFF \
     "${cudnn_args[@]}" "$@" >"$log" 2>&1 || { tail -40 "$log"; return 1; }

@@ -16,8 +16,11 @@
 #                                                     copy what they have to $OUT: suite.json
 #                                                     (every row so far), suite.md, the logs
 #
-# The workers live until the machine goes back, so `wait` must come in a later call within the
-# machine's warm time. Needs .deps/ (tools/device/pack-deps.sh), carried.
+# The workers live until the machine goes back, and it goes back after idle_release_s (30 s) with
+# no call running: put `wait` in the same call as `start`
+#   PRECISIONS=fp16 gpu-suite.sh start M1,M2 -- --batches 1,32 ...; gpu-suite.sh wait 400
+# and any later `wait` call at once after the last reply (session 22 lost a 9-minute wait on a
+# fresh machine to a pause between calls). Needs .deps/ (tools/device/pack-deps.sh), carried.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
