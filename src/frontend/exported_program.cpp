@@ -253,6 +253,7 @@ class GraphBuilder {
     graph_ = std::make_shared<Graph>();
     graph_->addInput("self")->setType(out.module.type());
     refuse_mutation(signature);
+    metas_ = &field(graph, "tensor_values", where_ + ".graph");
     inputs(signature, graph, out);
     for (const json& n : field(graph, "nodes", where_ + ".graph")) node(n);
     outputs(signature);
@@ -577,6 +578,7 @@ class GraphBuilder {
     KILN_CHECK(dot != std::string::npos, CorruptInput, where, ": target without an overload");
     std::string name = op.substr(0, dot), overload = op.substr(dot + 1);
     if (overload == "default") overload.clear();
+    if (name == "as_strided" && overload.empty()) return as_strided_node(n, where);
     // SymInt queries are int queries in TorchScript.
     if (name == "sym_size" || name == "sym_stride" || name == "sym_numel" ||
         name == "sym_storage_offset") {
@@ -621,6 +623,96 @@ class GraphBuilder {
     KILN_CHECK(node->maybeSchema() != nullptr, Unsupported, where,
                ": no schema of this libtorch takes the node's argument types");
     bind_outputs(n, node, where);
+  }
+
+  // as_strided reads its input's storage, which an engine does not have: it is taken when both
+  // the input and the result lie contiguously from offset 0 (dims of size 1 have any stride), so
+  // that it reads the input's elements in order: then it is the input itself (same sizes) or a
+  // reshape. Core ATen's adaptive_avg_pool2d to 1x1 restrides its [B, C, 1, 1] mean this way.
+  void as_strided_node(const json& n, const std::string& where) {
+    const json& outs = field(n, "outputs", where);
+    KILN_CHECK(outs.size() == 1, CorruptInput, where, ": ", outs.size(), " outputs named for 1");
+    auto [otag, ov] = union_member(outs[0], where);
+    KILN_CHECK(otag == "as_tensor", CorruptInput, where, ": an output given as `", otag, "`");
+    const std::string out_name = field(*ov, "name", where).get<std::string>();
+    const json* self = nullptr;
+    const json* size = nullptr;
+    for (const json& a : field(n, "inputs", where)) {
+      const std::string arg = field(a, "name", where).get<std::string>();
+      if (arg == "self") self = &field(a, "arg", where);
+      if (arg == "size") size = &field(a, "arg", where);
+    }
+    KILN_CHECK(self && size, CorruptInput, where, ": as_strided without `self` or `size`");
+    auto [stag, sv] = union_member(*self, where);
+    KILN_CHECK(stag == "as_tensor", CorruptInput, where, ": `self` given as `", stag, "`");
+    const std::string in_name = field(*sv, "name", where).get<std::string>();
+    const json& in = field(*metas_, in_name.c_str(), where + ": tensor_values");
+    const json& out = field(*metas_, out_name.c_str(), where + ": tensor_values");
+    const std::string why = contiguous_from_zero(in, where + ": input");
+    KILN_CHECK(why.empty(), Unsupported, where, ": as_strided of a tensor that ", why,
+               "; kiln takes as_strided only as a view of contiguous elements in order");
+    const std::string out_why = contiguous_from_zero(out, where + ": result");
+    KILN_CHECK(out_why.empty(), Unsupported, where, ": as_strided to a result that ", out_why,
+               "; kiln takes as_strided only as a view of contiguous elements in order");
+    const json& in_sizes = field(in, "sizes", where);
+    const json& out_sizes = field(out, "sizes", where);
+    auto non_unit = [](const json& sizes) {
+      std::vector<json> kept;
+      for (const json& s : sizes) {
+        if (!(s.contains("as_int") && s.at("as_int") == 1)) kept.push_back(s);
+      }
+      return kept;
+    };
+    // Same elements: the same sizes but for dims of 1, or static sizes of one product.
+    bool same = non_unit(in_sizes) == non_unit(out_sizes);
+    if (!same) {
+      int64_t in_count = 1, out_count = 1;
+      bool known = true;
+      for (const json& s : in_sizes) known &= s.contains("as_int");
+      for (const json& s : out_sizes) known &= s.contains("as_int");
+      KILN_CHECK(known, Unsupported, where,
+                 ": as_strided to sizes that may not hold every element of its input (sizes "
+                 "only known at run time); kiln takes as_strided only as a reshape");
+      for (const json& s : in_sizes) in_count *= s.at("as_int").get<int64_t>();
+      for (const json& s : out_sizes) out_count *= s.at("as_int").get<int64_t>();
+      KILN_CHECK(in_count == out_count, Unsupported, where, ": as_strided to ", out_count,
+                 " of its input's ", in_count, " elements; kiln takes as_strided only as a reshape");
+    }
+    Value* x = named(in_name, where);
+    if (in_sizes == out_sizes) return bind(out_name, x);
+    Value* sizes = argument(*size, where + " argument `size`", c10::ListType::ofInts());
+    Node* reshape = graph_->insertNode(
+        graph_->create(c10::Symbol::fromQualString("aten::reshape"), {x, sizes}, 1));
+    reshape->output()->setType(c10::TensorType::get());
+    bind(out_name, reshape->output());
+  }
+
+  // "" when a tensor's meta says its elements lie in order from storage offset 0, else why not.
+  static std::string contiguous_from_zero(const json& meta, const std::string& where) {
+    const json& sizes = field(meta, "sizes", where);
+    const json& strides = field(meta, "strides", where);
+    KILN_CHECK(sizes.size() == strides.size(), CorruptInput, where, ": ", sizes.size(),
+               " sizes but ", strides.size(), " strides");
+    if (meta.contains("storage_offset") && meta.at("storage_offset") != json{{"as_int", 0}}) {
+      return "starts at a storage offset other than 0";
+    }
+    int64_t expected = 1;
+    bool symbolic = false;  // a dynamic size is in `expected`: strides outside it are unknown
+    for (size_t i = sizes.size(); i-- > 0;) {
+      const json& s = sizes[i];
+      if (s.contains("as_int") && s.at("as_int") == 1) continue;
+      if (symbolic) return "is laid out by sizes only known at run time";
+      const json& st = strides[i];
+      if (!st.contains("as_int") || st.at("as_int") != expected) {
+        return "is not contiguous (dim " + std::to_string(i) + ")";
+      }
+      if (s.contains("as_int")) {
+        expected *= s.at("as_int").get<int64_t>();
+      } else {
+        symbolic = true;
+      }
+    }
+    return "";
   }
 
   // The export names each output; a Tensor[] return is one list, unpacked for its named items.
@@ -691,6 +783,7 @@ class GraphBuilder {
   }
 
   const json& program_;
+  const json* metas_ = nullptr;  // graph.tensor_values: each tensor's sizes, strides and offset
   std::map<std::string, at::Tensor> weights_, constants_;
   std::string where_;
   std::shared_ptr<Graph> graph_;

@@ -194,6 +194,13 @@ class BufferCounter(nn.Module):
         return x * 2
 
 
+class TransposeByStrides(nn.Module):
+    """as_strided that reads its input out of order (a transpose by strides): kiln refuses it."""
+
+    def forward(self, x):
+        return torch.as_strided(x, (3, 2), (1, 3)) * 2
+
+
 def rewrite_archive(src, dst, edit):
     """A copy of the .pt2 archive `src` with `edit(record_name, bytes) -> bytes or None` applied
     (None drops the record): the bad archives of the frontend's error tests."""
@@ -236,6 +243,8 @@ def bad_archives(out):
                     lambda r, p: p[:8] if r.endswith("/data/weights/weight_0") else p)
     torch.export.save(torch.export.export(BufferCounter(), (torch.randn(2, 3),)),
                       os.path.join(out, "bad_mutation.pt2"))
+    torch.export.save(torch.export.export(TransposeByStrides(), (torch.randn(2, 3),)),
+                      os.path.join(out, "bad_as_strided.pt2"))
 
 
 def calibrate(module, inputs):
