@@ -25,7 +25,8 @@ std::optional<int64_t> contiguous_slice_offset(const SliceParams& p, const Tenso
   Shape start(shape.size(), 0), end = shape;
   for (size_t i = 0; i < p.axes.size(); ++i) {
     const int64_t axis = p.axes[i] < 0 ? p.axes[i] + rank : p.axes[i];
-    if (p.steps[i] != 1 || axis < 0 || axis >= rank) return std::nullopt;
+    const int64_t step = p.steps.empty() ? 1 : p.steps[i];
+    if (step != 1 || axis < 0 || axis >= rank) return std::nullopt;
     const size_t a = static_cast<size_t>(axis);
     const int64_t size = shape[a];
     int64_t s = p.starts[i], e = p.ends[i];

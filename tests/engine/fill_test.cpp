@@ -46,6 +46,47 @@ TEST(Shape, DynamicInputGivesStaticRank) {
   }
 }
 
+// With a shape input, a fill's and a reshape's own dims are what is known while building: the
+// static ones stay static, and a shape input that disagrees at run time is refused.
+TEST(Shape, ShapeInputsKeepTheDimsKnownWhileBuilding) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, kDynamic},
+                         Profile{{1, 1}, {4, 3}, {8, 8}});
+  auto s = net.add("shape", ShapeParams{}, {x});
+  auto ones = net.add("ones", FillParams{FillMode::kConstant, DataType::kF32, {kDynamic, 3}, 1},
+                      {s});
+  EXPECT_EQ(net.tensor(ones).shape, (Shape{kDynamic, 3}));
+  ShuffleParams to_x;
+  to_x.has_reshape = true;
+  to_x.reshape = {kDynamic, 3};
+  auto reshaped = net.add("reshaped", to_x, {ones, s});
+  EXPECT_EQ(net.tensor(reshaped).shape, (Shape{kDynamic, 3}));
+  net.mark_output(reshaped);
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  auto out = ctx.run({random_tensor(DataType::kF32, {5, 3}, 3)})[0];
+  EXPECT_EQ(out.shape(), (Shape{5, 3}));
+  try {
+    ctx.run({random_tensor(DataType::kF32, {5, 4}, 3)});
+    ADD_FAILURE() << "a [5, 4] input ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kShapeMismatch) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the layer was built for"), std::string::npos)
+        << e.what();
+  }
+  // Known dims of another rank than the shape input's are refused while building.
+  Network bad;
+  auto y = bad.add_input("y", DataType::kF32, {kDynamic, 3}, Profile{{1, 3}, {4, 3}, {8, 3}});
+  auto ys = bad.add("shape", ShapeParams{}, {y});
+  EXPECT_THROW(bad.add("fill", FillParams{FillMode::kConstant, DataType::kF32, {3}, 1}, {ys}),
+               InvalidArgument);
+  ShuffleParams three;
+  three.has_reshape = true;
+  three.reshape = {kDynamic, 3, 1};
+  EXPECT_THROW(bad.add("reshape", three, {y, ys}), InvalidArgument);
+  three.reshape = {-2, 3};
+  EXPECT_THROW(bad.add("reshape", three, {y, ys}), InvalidArgument);
+}
+
 TEST(Fill, ConstantInEveryDtype) {
   for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI64,
                      DataType::kI32, DataType::kI8, DataType::kU8, DataType::kBool}) {

@@ -28,6 +28,7 @@ TensorId constant_fill(ConversionContext& ctx, const Node* n, DataType dtype, do
   p.value = value;
   if (like && !engine::is_static(ctx.desc(*like).shape)) {
     const TensorId shape_t = ctx.add(n, engine::ShapeParams{}, {*like}, "shape");
+    p.shape = ctx.desc(*like).shape;  // its static dims stay known while building
     return ctx.add(n, p, {shape_t});
   }
   p.shape = shape;

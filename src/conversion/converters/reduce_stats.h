@@ -72,6 +72,7 @@ inline engine::TensorId variance(ConversionContext& ctx, const torch::jit::Node*
     engine::FillParams ones;
     ones.dtype = ctx.desc(x).dtype;
     ones.value = 1;
+    ones.shape = shape;
     const auto filled = ctx.add(n, ones, {dims}, "ones");
     const auto counted = reduce(ctx, n, engine::ReduceOp::kSum, filled, axes, keep, "count");
     const auto less = binary(ctx, n, BinaryOp::kSub, counted,

@@ -3,6 +3,8 @@
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <numeric>
 
 #include "conversion/converters/operands.h"
@@ -195,6 +197,83 @@ TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
   return TargetDim{kDynamic, -1};
 }
 
+// A size known only at run time (an export's SymInt: `x.size(k)`, or int arithmetic on such
+// sizes) as an i64 [1] tensor. Its layers read only tensor shapes, so the engine computes them on
+// the host while it resolves shapes for each call, never on the device.
+TensorId run_time_int(ConversionContext& ctx, const Node* node, const Value* v, int depth = 0) {
+  if (auto iv = ctx.try_ivalue(v); iv && iv->isInt()) {
+    return ctx.constant(at::tensor({iv->toInt()}, at::kLong), "size");
+  }
+  const Node* p = v->node();
+  KILN_CHECK(depth < 32, Unsupported, "size %", v->debugName(),
+             " is an expression more than 32 operations deep");
+  if (p->kind() == c10::aten::size && p->inputs().size() == 2) {
+    const TensorId t = ctx.tensor(p->input(0));
+    const size_t rank = ctx.desc(t).shape.size();
+    const int64_t axis = axis_of(static_int(ctx, p->input(1)), rank, p);
+    const TensorId shape = ctx.add(node, engine::ShapeParams{}, {t}, "shape");
+    engine::SliceParams dim;
+    dim.axes = {0};
+    dim.starts = {axis};
+    dim.ends = {axis + 1};
+    return ctx.add(node, dim, {shape}, "size");
+  }
+  static const std::map<std::string, engine::BinaryOp> kArithmetic = {
+      {"aten::mul", engine::BinaryOp::kMul},
+      {"aten::add", engine::BinaryOp::kAdd},
+      {"aten::sub", engine::BinaryOp::kSub},
+      {"aten::floordiv", engine::BinaryOp::kFloorDiv}};
+  const auto op = kArithmetic.find(p->kind().toQualString());
+  if (op != kArithmetic.end() && p->inputs().size() == 2 &&
+      p->input(0)->type()->kind() == c10::TypeKind::IntType &&
+      p->input(1)->type()->kind() == c10::TypeKind::IntType) {
+    const TensorId a = run_time_int(ctx, node, p->input(0), depth + 1);
+    const TensorId b = run_time_int(ctx, node, p->input(1), depth + 1);
+    return ctx.add(node, engine::ElementwiseParams{op->second}, {a, b}, "size");
+  }
+  KILN_THROW(Unsupported, "size %", v->debugName(), " is computed by `", ir::node_to_string(p),
+             "`; kiln computes run-time sizes from tensor sizes with +, -, * and //");
+}
+
+// A size list with entries known only at run time (`list`, a prim::ListConstruct) as an i64
+// shape tensor. `entry(i, static value or nullopt)` gives each entry's tensor; consecutive static
+// entries become one constant.
+TensorId run_time_sizes(ConversionContext& ctx, const Node* node, const Value* list,
+                        const std::function<std::optional<int64_t>(size_t, std::optional<int64_t>)>&
+                            static_entry) {
+  std::vector<TensorId> pieces;
+  std::vector<int64_t> run;  // static entries not yet emitted
+  const auto flush = [&] {
+    if (run.empty()) return;
+    pieces.push_back(ctx.constant(at::tensor(run, at::kLong), "sizes"));
+    run.clear();
+  };
+  const auto& items = list->node()->inputs();
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::optional<int64_t> known;
+    if (auto iv = ctx.try_ivalue(items[i]); iv && iv->isInt()) known = iv->toInt();
+    if (auto value = static_entry(i, known)) {
+      run.push_back(*value);
+    } else {
+      flush();
+      pieces.push_back(run_time_int(ctx, node, items[i]));
+    }
+  }
+  flush();
+  if (pieces.size() == 1) return pieces[0];
+  return ctx.add(node, engine::ConcatParams{0, false}, pieces, "sizes");
+}
+
+// Whether `v` is a size list some of whose entries are only known at run time.
+bool has_run_time_sizes(ConversionContext& ctx, const Value* v) {
+  if (ctx.try_ivalue(v) || v->node()->kind() != c10::prim::ListConstruct) return false;
+  for (const Value* e : v->node()->inputs()) {
+    auto iv = ctx.try_ivalue(e);
+    if (!iv || !iv->isInt()) return true;
+  }
+  return false;
+}
+
 // reshape/view: torch's -1 becomes the engine's inferred dim. With dynamic input dims the size
 // list mixes static ints and run-time sizes (x.size(0), x.size(0) * heads): those become copied
 // or inferred dims; reshape_dims refuses a target with two dims only known at run time.
@@ -218,7 +297,28 @@ void convert_reshape(ConversionContext& ctx, const Node* n) {
   } else {
     for (int64_t d : static_ints(ctx, n->input(1))) add_static(d);
   }
-  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+  size_t run_time = 0;  // dims neither static nor copied from the same position
+  for (size_t i = 0; i < dims.size(); ++i) {
+    run_time += dims[i].size == kDynamic && dims[i].from != static_cast<int64_t>(i);
+  }
+  if (run_time <= 1) {
+    ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, dims));
+    return;
+  }
+  // Several sizes known only at run time (a dynamic batch and sequence): the target as a shape
+  // tensor, with the static dims kept for the layers after it. The engine reads a 0 in a shape
+  // tensor as "copy", so a literal 0 (an empty dim) is refused.
+  engine::ShuffleParams p;
+  p.has_reshape = true;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    KILN_CHECK(dims[i].size != 0, Unsupported, "reshape to a zero-size dim at position ", i,
+               " with sizes only known at run time");
+    p.reshape.push_back(dims[i].size);
+  }
+  const TensorId target = run_time_sizes(
+      ctx, n, n->input(1),
+      [](size_t, std::optional<int64_t> known) { return known; });  // -1 stays: inferred
+  ctx.set_tensor(n->output(), ctx.add(n, p, {x, target}));
 }
 
 // A reshape to another tensor's shape: static shapes directly, dynamic ones through the shape
@@ -235,6 +335,7 @@ void convert_reshape_as(ConversionContext& ctx, const Node* n) {
   const TensorId shape = ctx.add(n, engine::ShapeParams{}, {other}, "shape");
   engine::ShuffleParams p;
   p.has_reshape = true;
+  p.reshape = target;  // its static dims stay known while building
   ctx.set_tensor(n->output(), ctx.add(n, p, {x, shape}));
 }
 
@@ -341,9 +442,57 @@ void convert_unsqueeze(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), insert_dim(ctx, n, x, axis));
 }
 
+// expand to sizes some of which are only known at run time (`cls_token.expand(x.size(0), -1,
+// -1)`): a select whose condition is a fill of the target shape, from a shape tensor, broadcasts
+// x to it (both branches are x). Where x's dim is static and not 1, torch requires the size to
+// be that dim, so the result keeps it.
+void convert_expand_run_time(ConversionContext& ctx, const Node* n) {
+  TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  const auto& items = n->input(1)->node()->inputs();
+  KILN_CHECK(items.size() >= in.size(), InvalidArgument, "expand to ", items.size(),
+             " dims from rank ", in.size());
+  const size_t lead = items.size() - in.size();
+  if (lead > 0) {
+    std::vector<TargetDim> dims(lead, TargetDim{1, -1});
+    for (size_t j = 0; j < in.size(); ++j) dims.push_back(copy_dim(in, j));
+    x = reshape_dims(ctx, n, x, dims, "rank");
+  }
+  const Shape xs = ctx.desc(x).shape;
+  Shape target(items.size(), kDynamic);  // what is known of the result while building
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto iv = ctx.try_ivalue(items[i]);
+    if (iv && iv->isInt()) {
+      const int64_t d = iv->toInt();
+      KILN_CHECK(d >= 0 || (d == -1 && i >= lead), InvalidArgument, "expand size ", d, " at dim ",
+                 i);
+      target[i] = d == -1 ? xs[i] : d;
+    } else if (xs[i] != kDynamic && xs[i] != 1) {
+      target[i] = xs[i];
+    }
+  }
+  if (engine::is_static(target)) {
+    ctx.set_tensor(n->output(), broadcast_to(ctx, n, x, target));
+    return;
+  }
+  const TensorId sizes = run_time_sizes(
+      ctx, n, n->input(1), [&](size_t i, std::optional<int64_t> known) -> std::optional<int64_t> {
+        if (target[i] != kDynamic) return target[i];
+        if (known) return 1;  // -1 of a dim of x known only at run time: the select broadcasts it
+        return std::nullopt;
+      });
+  engine::FillParams fill;  // the condition, of the result's shape; its values do not matter
+  fill.dtype = engine::DataType::kBool;
+  fill.value = 1;
+  fill.shape = target;
+  const TensorId cond = ctx.add(n, fill, {sizes}, "expand");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::SelectParams{}, {cond, x, x}));
+}
+
 // expand: -1 keeps a dim; new leading dims must be given. Reshaped to the target rank first
 // (leading 1s), then broadcast.
 void convert_expand(ConversionContext& ctx, const Node* n) {
+  if (has_run_time_sizes(ctx, n->input(1))) return convert_expand_run_time(ctx, n);
   TensorId x = ctx.tensor(n->input(0));
   const Shape in = ctx.desc(x).shape;
   const std::vector<int64_t> sizes = static_ints(ctx, n->input(1));

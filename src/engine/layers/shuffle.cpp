@@ -114,10 +114,25 @@ std::vector<InferOutput> infer(const std::string& layer, const ShuffleParams& p,
                InvalidArgument, "layer `", layer,
                "`: the shape input must be i64 of static 1-D shape, got ", dtype_name(st.dtype),
                " ", shape_to_string(st.shape));
+    // With a shape input, `reshape` is empty or what is known of the result while building: a
+    // dim each, kDynamic where only the shape input knows it.
+    const size_t rank = static_cast<size_t>(st.shape[0]);
+    KILN_CHECK(p.reshape.empty() || p.reshape.size() == rank, InvalidArgument, "layer `", layer,
+               "`: reshape ", ints_to_string(p.reshape), " has ", p.reshape.size(),
+               " dims, its shape input ", rank);
+    for (int64_t d : p.reshape) {
+      KILN_CHECK(d >= 0 || d == kDynamic, InvalidArgument, "layer `", layer, "`: reshape ",
+                 ints_to_string(p.reshape), " with a shape input has bad dim ", d);
+    }
     if (st.values) {
       s = resolve_reshape(layer, s, *st.values);
+      for (size_t i = 0; i < p.reshape.size(); ++i) {
+        KILN_CHECK(p.reshape[i] == kDynamic || s[i] == kDynamic || p.reshape[i] == s[i], ShapeMismatch, "layer `",
+                   layer, "`: its shape input reshapes to ", shape_to_string(s),
+                   ", the layer was built for ", shape_to_string(p.reshape));
+      }
     } else {
-      s = Shape(static_cast<size_t>(st.shape[0]), kDynamic);
+      s = p.reshape.empty() ? Shape(rank, kDynamic) : p.reshape;
     }
   } else if (p.has_reshape) {
     s = resolve_reshape(layer, s, p.reshape);
