@@ -39,6 +39,31 @@ std::vector<at::Tensor> run_converted(const std::string& ir,
   return outs;
 }
 
+namespace {
+
+ConvertedSegment convert_dynamic_batch(const std::string& ir, const at::Tensor& x) {
+  auto g = kiln::testing::parse(ir);
+  engine::Shape min = x.sizes().vec(), max = min;
+  min[0] = 1;
+  max[0] = 16;
+  const InputSpec spec{to_engine_dtype(x.scalar_type(), "input"), min, x.sizes().vec(), max};
+  return convert_graph(*g, {spec});
+}
+
+}  // namespace
+
+at::Tensor run_dynamic_batch(const std::string& ir, const at::Tensor& x) {
+  ConvertedSegment seg = convert_dynamic_batch(ir, x);
+  engine::Plan plan = engine::build(seg.network, engine::BuilderConfig{});
+  engine::ExecutionContext ctx(std::make_shared<const engine::Engine>(plan.network));
+  return to_torch(ctx.run({to_host(x)}).at(0));
+}
+
+engine::Shape built_shape(const std::string& ir, const at::Tensor& x) {
+  ConvertedSegment seg = convert_dynamic_batch(ir, x);
+  return seg.network.tensor(seg.network.outputs().at(0)).shape;
+}
+
 ::testing::AssertionResult matches_torch(const std::string& ir,
                                          const std::vector<at::Tensor>& inputs, double rtol,
                                          double atol) {

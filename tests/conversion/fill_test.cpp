@@ -72,6 +72,35 @@ TEST(ConvertFill, LikeAndNewFactories) {
   }
 }
 
+// torch.arange(x.size(0)) and arange(1, 2 * x.size(0), 3): a range whose length the engine
+// computes from shapes while it resolves them.
+TEST(ConvertFill, ArangeToAnEndOnlyKnownAtRunTime) {
+  const std::string ir = R"IR(
+graph(%x : Tensor):
+  %none : NoneType = prim::Constant()
+  %c0 : int = prim::Constant[value=0]()
+  %n : int = aten::size(%x, %c0)
+  %y : Tensor = aten::arange(%n, %none, %none, %none, %none)
+  return (%y))IR";
+  const std::string stepped = R"IR(
+graph(%x : Tensor):
+  %none : NoneType = prim::Constant()
+  %c0 : int = prim::Constant[value=0]()
+  %c1 : int = prim::Constant[value=1]()
+  %c2 : int = prim::Constant[value=2]()
+  %c3 : int = prim::Constant[value=3]()
+  %n : int = aten::size(%x, %c0)
+  %e : int = aten::mul(%c2, %n)
+  %y : Tensor = aten::arange(%c1, %e, %c3, %none, %none, %none, %none)
+  return (%y))IR";
+  for (int64_t batch : {1, 2, 7}) {
+    const at::Tensor x = torch::randn({batch, 3});
+    EXPECT_TRUE(at::equal(testing::run_dynamic_batch(ir, x), torch::arange(batch))) << batch;
+    EXPECT_TRUE(at::equal(testing::run_dynamic_batch(stepped, x), torch::arange(1, 2 * batch, 3)))
+        << batch;
+  }
+}
+
 TEST(ConvertFill, ValidatorRejectsEmptyLikeAndRuntimeSizes) {
   auto g = kiln::testing::parse(factory_ir("",
                                            "aten::empty_like(%x, %none, %none, %none, "

@@ -40,6 +40,24 @@ graph(%x : Tensor):
                             {torch::randint(0, 100, {3, 4}, torch::kLong)}, 0, 0));
 }
 
+// x[:, start:end:step] with end = x.size(0) (BERT's position ids cut to the sequence length):
+// a gather of a range whose length the engine computes from shapes, clamped to the dim.
+TEST(ConvertIndexing, SliceToAnEndOnlyKnownAtRunTime) {
+  for (const auto& [start, step] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}}) {
+    const std::string ir = "graph(%x : Tensor):\n" + c("c0", 0) + c("c1", 1) + c("start", start) +
+                           c("step", step) +
+                           "  %n : int = aten::size(%x, %c0)\n"
+                           "  %y : Tensor = aten::slice(%x, %c1, %start, %n, %step)\n"
+                           "  return (%y)";
+    for (int64_t batch : {1, 4, 9}) {  // 9: past the dim of 6, so the end clamps
+      const at::Tensor x = torch::randn({batch, 6});
+      EXPECT_TRUE(at::equal(testing::run_dynamic_batch(ir, x),
+                            x.slice(1, start, batch, step)))
+          << "start " << start << " step " << step << " batch " << batch;
+    }
+  }
+}
+
 TEST(ConvertIndexing, SelectAndNarrowWithNegativeIndices) {
   const auto x = torch::randn({4, 5, 6});
   for (auto [d, i] : std::vector<std::pair<int, int>>{{0, 0}, {1, -1}, {-1, 5}, {2, -6}, {1, 2}}) {

@@ -10,7 +10,9 @@
 namespace kiln::conversion {
 namespace {
 
+using testing::built_shape;
 using testing::matches_torch;
+using testing::run_dynamic_batch;
 
 // A graph of one input %x whose body (constants and the op) ends in %y.
 std::string ir1(const std::string& body) {
@@ -134,19 +136,6 @@ graph(%x : Tensor, %o : Tensor):
                             {x}, 0, 0));
 }
 
-// Converts with a dynamic first dim and runs on `x`.
-at::Tensor run_dynamic_batch(const std::string& ir, const at::Tensor& x) {
-  auto g = kiln::testing::parse(ir);
-  engine::Shape min = x.sizes().vec(), max = min;
-  min[0] = 1;
-  max[0] = 16;
-  const InputSpec spec{engine::DataType::kF32, min, x.sizes().vec(), max};
-  ConvertedSegment seg = convert_graph(*g, {spec});
-  engine::Plan plan = engine::build(seg.network, engine::BuilderConfig{});
-  engine::ExecutionContext ctx(std::make_shared<const engine::Engine>(plan.network));
-  return testing::to_torch(ctx.run({testing::to_host(x)}).at(0));
-}
-
 TEST(ConvertShuffle, DynamicBatchWithStaticLists) {
   const std::string ir = ir1(R"IR(
   %m1 : int = prim::Constant[value=-1]()
@@ -187,16 +176,6 @@ TEST(ConvertShuffle, DynamicSizesInAShapeList) {
   %y : Tensor = aten::reshape(%x, %s))IR");
   const at::Tensor x = torch::randn({5, 3, 4});
   EXPECT_TRUE(at::equal(run_dynamic_batch(product, x), x.reshape({15, 4})));
-}
-
-// Converts with a dynamic first dim and returns the network's output shape while building.
-engine::Shape built_shape(const std::string& ir, const at::Tensor& x) {
-  auto g = kiln::testing::parse(ir);
-  engine::Shape min = x.sizes().vec(), max = min;
-  min[0] = 1;
-  max[0] = 16;
-  ConvertedSegment seg = convert_graph(*g, {InputSpec{engine::DataType::kF32, min, max, max}});
-  return seg.network.tensor(seg.network.outputs().at(0)).shape;
 }
 
 TEST(ConvertShuffle, SeveralRunTimeDimsInAShapeListBecomeAShapeTensor) {

@@ -45,12 +45,40 @@ double fill_value(ConversionContext& ctx, const Value* v) {
   return static_number(ctx, v);
 }
 
+// arange whose end is an int only known at run time (`torch.arange(ids.size(1))`): a range fill
+// whose length, ceil((end - start) / step), the engine computes from shapes on the host.
+void arange_to_run_time_end(ConversionContext& ctx, const Node* n,
+                            const std::vector<const Value*>& numbers, size_t n_numbers) {
+  const int64_t start = n_numbers == 1 ? 0 : static_int(ctx, numbers[0]);
+  const int64_t step = n_numbers == 3 ? static_int(ctx, numbers[2]) : 1;
+  KILN_CHECK(step > 0, Unsupported, "arange step ", step,
+             " to an end only known at run time (kiln takes a positive step there)");
+  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "arange"); };
+  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
+    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, "length");
+  };
+  const TensorId end = run_time_int(ctx, n, numbers[n_numbers == 1 ? 0 : 1]);
+  TensorId length = binary(engine::BinaryOp::kSub, end, i64(start - (step - 1)));
+  length = binary(engine::BinaryOp::kFloorDiv, length, i64(step));
+  length = binary(engine::BinaryOp::kMax, length, i64(0));
+  engine::FillParams p;
+  p.mode = engine::FillMode::kRange;
+  p.dtype = static_dtype(ctx, n->input(n_numbers)).value_or(DataType::kI64);
+  KILN_CHECK(p.dtype != DataType::kBool, InvalidArgument, "arange of dtype bool");
+  p.shape = {engine::kDynamic};
+  p.start = static_cast<double>(start);
+  p.delta = static_cast<double>(step);
+  ctx.set_tensor(n->output(), ctx.add(n, p, {length}));
+}
+
 // arange(end) / arange(start, end) / arange(start, end, step): `n_numbers` leading scalars.
 ConvertFn arange(size_t n_numbers) {
   return [n_numbers](ConversionContext& ctx, const Node* n) {
     double start = 0, step = 1, end = 0;
     bool floating = false;
     std::vector<const Value*> numbers(n->inputs().begin(), n->inputs().begin() + n_numbers);
+    const Value* end_value = numbers[n_numbers == 1 ? 0 : 1];
+    if (!ctx.try_ivalue(end_value)) return arange_to_run_time_end(ctx, n, numbers, n_numbers);
     for (const Value* v : numbers) floating = floating || ctx.ivalue(v).isDouble();
     if (n_numbers == 1) {
       end = static_number(ctx, numbers[0]);

@@ -22,11 +22,56 @@ TensorId slice(ConversionContext& ctx, const Node* n, TensorId x, int64_t axis, 
   return ctx.add(n, engine::SliceParams{{axis}, {start}, {end}, {step}}, {x}, suffix);
 }
 
+// x[start:end:step] along `axis` where `end` is only known at run time (`position_ids[:, :L]`,
+// L = ids.size(1)): a gather of the indices start, start + step, ... below min(end, dim), a range
+// fill whose length the engine computes from shapes on the host.
+TensorId slice_to_run_time_end(ConversionContext& ctx, const Node* n, TensorId x, int64_t axis,
+                               int64_t start, const Value* end, int64_t step) {
+  const int64_t dim = ctx.desc(x).shape[static_cast<size_t>(axis)];
+  if (start < 0) {
+    KILN_CHECK(dim != kDynamic, Unsupported, "slice with a negative start on dynamic dim ", axis,
+               " to an end only known at run time");
+    start = std::max<int64_t>(start + dim, 0);
+  }
+  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "slice"); };
+  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
+    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, "length");
+  };
+  TensorId size;
+  if (dim != kDynamic) {
+    size = i64(dim);
+  } else {
+    const TensorId shape = ctx.add(n, engine::ShapeParams{}, {x}, "shape");
+    size = ctx.add(n, engine::SliceParams{{0}, {axis}, {axis + 1}, {1}}, {shape}, "dim");
+  }
+  // Run-time sizes are never negative, so only the dim clamps the end.
+  const TensorId stop = binary(engine::BinaryOp::kMin, run_time_int(ctx, n, end), size);
+  TensorId length = binary(engine::BinaryOp::kSub, stop, i64(start - (step - 1)));
+  length = binary(engine::BinaryOp::kFloorDiv, length, i64(step));
+  length = binary(engine::BinaryOp::kMax, length, i64(0));
+  engine::FillParams range;
+  range.mode = engine::FillMode::kRange;
+  range.dtype = engine::DataType::kI64;
+  range.shape = {kDynamic};
+  range.start = static_cast<double>(start);
+  range.delta = static_cast<double>(step);
+  const TensorId indices = ctx.add(n, range, {length}, "indices");
+  engine::GatherParams gather;
+  gather.axis = axis;
+  return ctx.add(n, gather, {x, indices});
+}
+
 void convert_slice(ConversionContext& ctx, const Node* n) {
   const TensorId x = ctx.tensor(n->input(0));
   const size_t rank = ctx.desc(x).shape.size();
   const int64_t axis = axis_of(static_int(ctx, n->input(1)), rank, n);
   const int64_t start = is_none(n->input(2)) ? 0 : static_int(ctx, n->input(2));
+  if (!is_none(n->input(3)) && !ctx.try_ivalue(n->input(3))) {
+    const int64_t step = static_int(ctx, n->input(4));
+    KILN_CHECK(step > 0, InvalidArgument, "slice step ", step, " must be positive");
+    ctx.set_tensor(n->output(), slice_to_run_time_end(ctx, n, x, axis, start, n->input(3), step));
+    return;
+  }
   const int64_t end = is_none(n->input(3)) ? kSliceEnd : static_int(ctx, n->input(3));
   const int64_t step = static_int(ctx, n->input(4));
   KILN_CHECK(step > 0, InvalidArgument, "slice step ", step, " must be positive");

@@ -176,31 +176,7 @@ TensorId broadcast_to(ConversionContext& ctx, const Node* node, TensorId x, cons
   return ctx.add(node, engine::SelectParams{}, {cond, x, x}, suffix);
 }
 
-namespace {
-
-void identity(ConversionContext& ctx, const Node* n) {
-  ctx.set_tensor(n->output(), ctx.tensor(n->input(0)));
-}
-
-// One element of a reshape's size list that is not known at compile time (it depends on a
-// dynamic dim): the input's own dim k when it is `x.size(k)`, else a dim the others determine.
-TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
-  const Node* p = element->node();
-  if (p->kind() == c10::aten::size && p->inputs().size() == 2 && p->input(0) == reshape->input(0)) {
-    if (auto k = torch::jit::toIValue(p->input(1)); k && k->isInt()) {
-      const int64_t rank = static_cast<int64_t>(
-          reshape->input(0)->type()->cast<c10::TensorType>()->dim().value_or(-1));
-      const int64_t axis = k->toInt() < 0 && rank > 0 ? k->toInt() + rank : k->toInt();
-      return TargetDim{kDynamic, axis};
-    }
-  }
-  return TargetDim{kDynamic, -1};
-}
-
-// A size known only at run time (an export's SymInt: `x.size(k)`, or int arithmetic on such
-// sizes) as an i64 [1] tensor. Its layers read only tensor shapes, so the engine computes them on
-// the host while it resolves shapes for each call, never on the device.
-TensorId run_time_int(ConversionContext& ctx, const Node* node, const Value* v, int depth = 0) {
+TensorId run_time_int(ConversionContext& ctx, const Node* node, const Value* v, int depth) {
   if (auto iv = ctx.try_ivalue(v); iv && iv->isInt()) {
     return ctx.constant(at::tensor({iv->toInt()}, at::kLong), "size");
   }
@@ -233,6 +209,27 @@ TensorId run_time_int(ConversionContext& ctx, const Node* node, const Value* v, 
   }
   KILN_THROW(Unsupported, "size %", v->debugName(), " is computed by `", ir::node_to_string(p),
              "`; kiln computes run-time sizes from tensor sizes with +, -, * and //");
+}
+
+namespace {
+
+void identity(ConversionContext& ctx, const Node* n) {
+  ctx.set_tensor(n->output(), ctx.tensor(n->input(0)));
+}
+
+// One element of a reshape's size list that is not known at compile time (it depends on a
+// dynamic dim): the input's own dim k when it is `x.size(k)`, else a dim the others determine.
+TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
+  const Node* p = element->node();
+  if (p->kind() == c10::aten::size && p->inputs().size() == 2 && p->input(0) == reshape->input(0)) {
+    if (auto k = torch::jit::toIValue(p->input(1)); k && k->isInt()) {
+      const int64_t rank = static_cast<int64_t>(
+          reshape->input(0)->type()->cast<c10::TensorType>()->dim().value_or(-1));
+      const int64_t axis = k->toInt() < 0 && rank > 0 ? k->toInt() + rank : k->toInt();
+      return TargetDim{kDynamic, axis};
+    }
+  }
+  return TargetDim{kDynamic, -1};
 }
 
 // A size list with entries known only at run time (`list`, a prim::ListConstruct) as an i64

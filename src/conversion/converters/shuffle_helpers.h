@@ -52,6 +52,12 @@ engine::TensorId drop_dim(ConversionContext& ctx, const torch::jit::Node* node, 
 // Inserts a size-1 dim at `axis` (in the output's numbering).
 engine::TensorId insert_dim(ConversionContext& ctx, const torch::jit::Node* node,
                             engine::TensorId x, int64_t axis, const std::string& suffix = "");
+// A size known only at run time (an export's SymInt: `x.size(k)`, or +, -, *, // of such sizes
+// and ints) as an i64 [1] tensor. Its layers read only tensor shapes, so the engine computes them
+// on the host while it resolves shapes for each call, never on the device. Unsupported, naming
+// the op, for any other int.
+engine::TensorId run_time_int(ConversionContext& ctx, const torch::jit::Node* node,
+                              const torch::jit::Value* v, int depth = 0);
 // Broadcasts `x` to at least the shape `target` (numpy alignment; a target dim of 1 keeps x's
 // dim). The engine has no expand layer: a select whose condition is an all-true fill of the
 // target shape and whose branches are both `x` broadcasts exactly, for every dtype.
