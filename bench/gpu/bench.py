@@ -3,8 +3,9 @@
 
 For each model, batch and precision it times eager PyTorch, TorchScript (frozen +
 optimize_for_inference), torch.compile (reduce-overhead, max-autotune) and kiln (kiln.compile of
-the Python package with device cuda, as a user would; --via kilnc runs the kilnc program instead,
-for trees without the package), by CUDA events after warm-up, and prints a markdown table; JSON
+the Python package with device cuda, as a user would; --via export compiles torch.export's
+program through the ATen frontend; --via kilnc runs the kilnc program instead, for trees without
+the package), by CUDA events after warm-up, and prints a markdown table; JSON
 goes to --out.
 Columns follow trtexec / Torch-TensorRT's perf tools: median, p90, p99 latency, throughput,
 compile time, the share of the measured fp16 tensor-core peak, kiln's engine segments and ops
@@ -86,14 +87,18 @@ KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"]}
 
 def kiln_compile_package(args, model, x, dtype, backend):
     """kiln.compile as a user would call it: traced on the CPU in fp32 (shape analysis runs
-    there), compiled for cuda with f16 allowed for fp16 rows."""
+    there), or with --via export exported there by torch.export (the ATen frontend), compiled
+    for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s."""
     import kiln
     with torch.no_grad():
-        traced = torch.jit.trace(model, x.cpu(), check_trace=False)
+        if args.via == "export":
+            source = torch.export.export(model, (x.cpu(),))
+        else:
+            source = torch.jit.trace(model, x.cpu(), check_trace=False)
     precisions = {torch.float16, torch.float32} if dtype == torch.float16 else {torch.float32}
     switches = [s for s in args.switches.split(",") if s] + KILN_SWITCHES.get(backend, [])
     start = time.time()
-    compiled = kiln.compile(traced, inputs=[kiln.Input(shape=tuple(x.shape), dtype=x.dtype)],
+    compiled = kiln.compile(source, inputs=[kiln.Input(shape=tuple(x.shape), dtype=x.dtype)],
                             device="cuda", enabled_precisions=precisions, switches=switches,
                             progress=False, **KILN_OPTIONS[backend])
     seconds = time.time() - start
@@ -158,8 +163,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert",
                    help="comma-separated bench/models.py names, or `suite` (SUITE)")
-    p.add_argument("--via", choices=["package", "kilnc"], default="package",
-                   help="compile through the Python package (default) or the kilnc program")
+    p.add_argument("--via", choices=["package", "export", "kilnc"], default="package",
+                   help="compile through the Python package (default), torch.export's program "
+                        "through the package's ATen frontend (export), or the kilnc program")
     p.add_argument("--package-dir", default="build/python",
                    help="where the kiln package was assembled (--via package)")
     p.add_argument("--switches", default="",
@@ -177,7 +183,7 @@ def main():
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
-    if args.via == "package":
+    if args.via in ("package", "export"):
         sys.path.insert(0, os.path.abspath(args.package_dir))
         import kiln  # noqa: F401 (loads its own copy of the runtime library)
     else:
@@ -226,7 +232,7 @@ def main():
                                 fn(x)
                                 fn(x)
                             elif backend in KILN_BACKENDS:
-                                if args.via == "package":
+                                if args.via in ("package", "export"):
                                     fn, _, info = kiln_compile_package(args, model, x_cpu, dtype,
                                                                        backend)
                                 else:

@@ -78,6 +78,22 @@ TEST(ConvertElementwise, DivRoundingModesAndLogical) {
   const auto p = torch::rand({6}) > 0.5, q = torch::rand({6}) > 0.5;
   EXPECT_TRUE(matches_torch(binary_ir("aten::logical_and"), {p, q}, 0, 0));
   EXPECT_TRUE(matches_torch(binary_ir("aten::logical_xor"), {p, q}, 0, 0));
+  // &, |, ^: logical on bools, bitwise on integers (promoted as torch does).
+  const auto i = torch::tensor({12, -7, 5, 0, 3, 9}, torch::kLong);
+  const auto k = torch::tensor({10, 3, -1, 6, 3, 0}, torch::kInt);
+  for (const char* op : {"aten::__and__", "aten::__or__", "aten::__xor__", "aten::bitwise_and",
+                         "aten::bitwise_or", "aten::bitwise_xor"}) {
+    EXPECT_TRUE(matches_torch(binary_ir(op), {p, q}, 0, 0)) << op;
+    EXPECT_TRUE(matches_torch(binary_ir(op), {i, k}, 0, 0)) << op;
+    EXPECT_TRUE(matches_torch(binary_ir(op), {i, p}, 0, 0)) << op;
+  }
+  try {
+    testing::run_converted(binary_ir("aten::__and__"), {torch::randn({3}), torch::randn({3})});
+    ADD_FAILURE() << "a bitwise and of floats converted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bitwise ops take integers and bools"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ConvertElementwise, UnaryMathAndIntegers) {

@@ -221,34 +221,44 @@ def test_torch_compile_backend_runs_bert():
     assert counts["compiled"] >= 1 and counts["in_pytorch"] == 0, counts
 
 
-def test_exported_bert_with_a_dynamic_batch_and_sequence():
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, vocab_size=100,
-                                     max_position_embeddings=64)
+    if arch == "bert":
+        config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=128,
+                                         vocab_size=100, max_position_embeddings=64)
+        model = transformers.BertModel(config)
+    else:
+        config = transformers.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4,
+                                         n_positions=64)
+        # torch 2.11's export of GPT-2's sdpa attention with a dynamic sequence fails in export
+        # itself (a view of the transposed attention output); its eager attention exports.
+        config._attn_implementation = "eager"
+        model = transformers.GPT2Model(config)
 
     class LastHiddenState(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.bert = transformers.BertModel(config).eval()
+            self.model = model.eval()
 
         def forward(self, ids):
-            return self.bert(input_ids=ids, return_dict=False)[0]
+            return self.model(input_ids=ids, use_cache=False, return_dict=False)[0]
 
     m = LastHiddenState().eval()
     batch = torch.export.Dim("batch", min=1, max=4)
     seq = torch.export.Dim("seq", min=2, max=32)
     program = torch.export.export(m, (torch.randint(0, 100, (2, 16)),),
                                   dynamic_shapes=({0: batch, 1: seq},))
-    # Position ids sliced to the sequence, the mask expanded to [batch, 1, seq, seq], heads
-    # reshaped by batch and sequence: sizes only known at run time, in one engine.
+    # Position ids cut to the sequence, masks expanded to [batch, 1, seq, seq], heads reshaped by
+    # batch and sequence: sizes only known at run time, all in one engine.
     for form in (program, program.run_decompositions()):
         c = kiln.compile(form)
         report = c.kiln_report
         engines = [s for s in report["segments"] if s["target"] == "engine"]
         assert len(engines) == 1 and report["torch_ops"] == 0, report
-        for shape in ((1, 2), (3, 17), (4, 32), (2, 16)):
+        for shape in ((1, 2), (3, 17), (4, 32), (2, 16)):  # min, between, max, opt
             ids = torch.randint(0, 100, shape)
             with torch.no_grad():
                 torch.testing.assert_close(c(ids), m(ids), atol=1e-4, rtol=1e-4)

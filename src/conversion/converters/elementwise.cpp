@@ -1,6 +1,7 @@
 // Converters of elementwise ops: arithmetic and comparisons with tensors or scalars (torch type
 // promotion), logical ops, and unary math.
 #include "conversion/converters/operands.h"
+#include "conversion/converters/shuffle_helpers.h"
 #include "conversion/dtypes.h"
 #include "conversion/registry.h"
 #include "util/errors.h"
@@ -109,6 +110,18 @@ ConvertFn logical(BinaryOp op) {
   };
 }
 
+// &, |, ^ (and bitwise_and/or/xor): logical on bools, bitwise on integers, after torch's
+// promotion; floats have no bitwise ops.
+ConvertFn bitwise(BinaryOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    BinaryOperands o = binary_operands(ctx, n, n->input(0), n->input(1));
+    KILN_CHECK(o.dtype == DataType::kBool || engine::is_integer(o.dtype), InvalidArgument,
+               n->kind().toQualString(), " of ", engine::dtype_name(o.dtype),
+               " tensors (bitwise ops take integers and bools)");
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{op}, {o.a, o.b}));
+  };
+}
+
 void convert_logical_not(ConversionContext& ctx, const Node* n) {
   auto a = ctx.cast(n, ctx.tensor(n->input(0)), DataType::kBool);
   ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{UnaryOp::kNot}, {a}));
@@ -158,6 +171,14 @@ void register_elementwise_converters(Registry& r) {
   r.add_converter({{"aten::logical_or"}, logical(BinaryOp::kOr)});
   r.add_converter({{"aten::logical_xor"}, logical(BinaryOp::kXor)});
   r.add_converter({{"aten::logical_not"}, convert_logical_not});
+  for (const auto& [name, op] : {std::pair<std::string, BinaryOp>{"and", BinaryOp::kAnd},
+                                 {"or", BinaryOp::kOr},
+                                 {"xor", BinaryOp::kXor}}) {
+    r.add_converter({existing_schemas({"aten::__" + name + "__.Tensor", "aten::__" + name +
+                                       "__.Scalar", "aten::bitwise_" + name + ".Tensor",
+                                       "aten::bitwise_" + name + ".Scalar"}),
+                     bitwise(op)});
+  }
   const std::pair<const char*, UnaryOp> kFloatUnary[] = {{"aten::exp", UnaryOp::kExp},
                                                          {"aten::log", UnaryOp::kLog},
                                                          {"aten::sqrt", UnaryOp::kSqrt},

@@ -267,32 +267,123 @@ void convert_gather(ConversionContext& ctx, const Node* n) {
                  ctx.add(n, engine::GatherParams{engine::GatherMode::kElements, axis}, {x, idx}));
 }
 
-// x[..., idx, ...] with one index tensor (the others None): a gather along that dim, whose
-// result dims are x's before it, the index's, then x's after it (torch's rule for one index).
+// x[..., i0, i1, ..., ik, ...] with adjacent index tensors (the others None): their broadcast
+// linear index into x's dims a..a+k flattened into one, gathered along it. The result's dims
+// are x's before a, the indices' broadcast shape, then x's after the last indexed dim (torch's
+// rule for adjacent indices). Negative indices count from the end of their dim.
 std::optional<std::string> index_capable(const Node* n) {
   const Node* list = n->input(1)->node();
   if (list->kind() != torch::jit::prim::ListConstruct) {
     return std::string("the index list must be a list construct");
   }
-  size_t tensors = 0;
-  for (const Value* v : list->inputs()) tensors += is_none(v) ? 0 : 1;
-  if (tensors != 1) {
-    return "indexing with " + std::to_string(tensors) +
-           " index tensors (only one index tensor is supported)";
+  size_t tensors = 0, runs = 0;
+  bool previous = false;
+  for (const Value* v : list->inputs()) {
+    const bool tensor = !is_none(v);
+    tensors += tensor;
+    runs += tensor && !previous;
+    previous = tensor;
+  }
+  if (tensors == 0) return std::string("an index list without index tensors");
+  if (runs > 1) {
+    return std::string("index tensors separated by a full slice (torch moves their dims to the "
+                       "front; kiln takes adjacent index tensors)");
   }
   return std::nullopt;
 }
 
+// diff(x, n, dim, prepend, append): x[1:] - x[:-1] along dim (x[1:] != x[:-1] for bools), n
+// times, after prepend and append are concatenated to x along dim (n = 0: x itself).
+void convert_diff(ConversionContext& ctx, const Node* n) {
+  TensorId x = ctx.tensor(n->input(0));
+  const engine::DataType dtype = ctx.desc(x).dtype;
+  const size_t rank = ctx.desc(x).shape.size();
+  KILN_CHECK(rank > 0, InvalidArgument, "diff of a 0-d tensor");
+  const int64_t order = static_int(ctx, n->input(1));
+  KILN_CHECK(order >= 0, InvalidArgument, "diff order ", order, " must be non-negative");
+  const int64_t axis = axis_of(static_int(ctx, n->input(2)), rank, n);
+  if (order == 0) {  // torch returns the input, without prepend or append
+    ctx.set_tensor(n->output(), x);
+    return;
+  }
+  std::vector<TensorId> parts;
+  for (const Value* v : {n->input(3), n->input(0), n->input(4)}) {
+    if (is_none(v)) continue;
+    const TensorId t = ctx.cast(n, ctx.tensor(v), dtype);
+    KILN_CHECK(ctx.desc(t).shape.size() == rank, InvalidArgument, "diff: prepend/append of rank ",
+               ctx.desc(t).shape.size(), " for an input of rank ", rank);
+    parts.push_back(t);
+  }
+  if (parts.size() > 1) x = ctx.add(n, engine::ConcatParams{axis, false}, parts, "joined");
+  const engine::BinaryOp op =
+      dtype == engine::DataType::kBool ? engine::BinaryOp::kXor : engine::BinaryOp::kSub;
+  for (int64_t k = 0; k < order; ++k) {
+    const TensorId hi = slice(ctx, n, x, axis, 1, kSliceEnd, 1, "hi");
+    const TensorId lo = slice(ctx, n, x, axis, 0, -1, 1, "lo");
+    x = ctx.add(n, engine::ElementwiseParams{op}, {hi, lo}, k + 1 == order ? "" : "step");
+  }
+  ctx.set_tensor(n->output(), x);
+}
+
+// Dim `axis` of x as a 0-d i64 tensor: a constant, or read from x's shape while shapes resolve.
+TensorId dim_size(ConversionContext& ctx, const Node* n, TensorId x, int64_t axis) {
+  const int64_t d = ctx.desc(x).shape[static_cast<size_t>(axis)];
+  if (d != kDynamic) return ctx.constant(at::scalar_tensor(d, at::kLong), "dim");
+  const TensorId shape = ctx.add(n, engine::ShapeParams{}, {x}, "shape");
+  const TensorId one = ctx.add(n, engine::SliceParams{{0}, {axis}, {axis + 1}, {1}}, {shape}, "dim");
+  return drop_dim(ctx, n, one, 0, "dim");
+}
+
 void convert_index(ConversionContext& ctx, const Node* n) {
-  const TensorId x = ctx.tensor(n->input(0));
+  TensorId x = ctx.tensor(n->input(0));
+  const engine::Shape shape = ctx.desc(x).shape;
   const Node* list = n->input(1)->node();
   int64_t axis = 0;
   while (is_none(list->input(static_cast<size_t>(axis)))) ++axis;
-  KILN_CHECK(axis < static_cast<int64_t>(ctx.desc(x).shape.size()), InvalidArgument,
-             "too many indices for a tensor of rank ", ctx.desc(x).shape.size());
-  const TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis)));
-  ctx.set_tensor(n->output(),
-                 ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, idx}));
+  int64_t count = 0;
+  while (axis + count < static_cast<int64_t>(list->inputs().size()) &&
+         !is_none(list->input(static_cast<size_t>(axis + count)))) {
+    ++count;
+  }
+  KILN_CHECK(axis + count <= static_cast<int64_t>(shape.size()), InvalidArgument,
+             "too many indices for a tensor of rank ", shape.size());
+  if (count == 1) {
+    const TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis)));
+    ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis},
+                                        {x, idx}));
+    return;
+  }
+  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
+    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, "linear");
+  };
+  const TensorId zero = ctx.constant(at::scalar_tensor(0, at::kLong), "zero");
+  TensorId linear = -1;
+  for (int64_t j = 0; j < count; ++j) {
+    TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis + j)));
+    idx = ctx.cast(n, idx, engine::DataType::kI64);
+    const TensorId size = dim_size(ctx, n, x, axis + j);
+    const TensorId negative = binary(engine::BinaryOp::kLt, idx, zero);
+    idx = ctx.add(n, engine::SelectParams{}, {negative, binary(engine::BinaryOp::kAdd, idx, size),
+                                               idx}, "index");
+    linear = j == 0 ? idx
+                    : binary(engine::BinaryOp::kAdd, binary(engine::BinaryOp::kMul, linear, size),
+                             idx);
+  }
+  // x with the indexed dims as one: the others copied in place.
+  std::vector<TargetDim> dims;
+  for (int64_t d = 0; d < axis; ++d) dims.push_back(copy_dim(shape, static_cast<size_t>(d)));
+  TargetDim merged{1, -1};
+  for (int64_t d = axis; d < axis + count; ++d) {
+    const int64_t s = shape[static_cast<size_t>(d)];
+    merged.size = merged.size == kDynamic || s == kDynamic ? kDynamic : merged.size * s;
+  }
+  dims.push_back(merged);
+  for (size_t d = static_cast<size_t>(axis + count); d < shape.size(); ++d) {
+    dims.push_back({shape[d], -1});
+  }
+  x = reshape_dims(ctx, n, x, dims, "flat");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis},
+                                      {x, linear}));
 }
 
 // scatter(self, dim, index, src|value) and scatter_add: updates of a scalar value are the value
@@ -322,6 +413,7 @@ void register_indexing_converters(Registry& r) {
   r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
   r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
   r.add_converter({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0});
+  r.add_converter({existing_schemas({"aten::diff"}), convert_diff, static_inputs({1, 2})});
   r.add_converter({{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0});
   r.add_converter({{"aten::select_scatter"}, convert_select_scatter, static_inputs({2, 3}), 0});
   r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
