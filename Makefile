@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test clean format bench-cpu demo bench-models test-asan fuzz \
-	fuzz-build fuzz-smoke
+	fuzz-build fuzz-smoke opinfo
 
 all: build
 
@@ -72,6 +72,13 @@ fuzz: fuzz-build
 
 fuzz-smoke: fuzz-build
 	JOBS=$(JOBS) bash fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+# PyTorch's OpInfo samples through the package, every op in f32, f16 and i64 (issue #35): the
+# outcome table and what falls back, by reason (the ctest `opinfo_conformance` runs a budget).
+opinfo: deps
+	@$(MAKE) --no-print-directory build
+	PYTHONPATH=$(BUILD_DIR)/python .venv/bin/python tests/opinfo/conformance.py \
+		--dtypes float32,float16,int64 --json $(BUILD_DIR)/opinfo.json
 
 # CPU kernels against libtorch (OMP_NUM_THREADS=1 for stable figures on a loaded machine).
 bench-cpu: deps configure

@@ -86,7 +86,14 @@ class Stitcher {
     call->output()->setType(c10::ListType::ofTensors());
     Node* unpack = out_.insertNode(out_.createListUnpack(call->output(), s.outputs.size()));
     for (size_t k = 0; k < s.outputs.size(); ++k) {
-      map_[s.outputs[k]] = unpack->outputs()[k]->setType(c10::TensorType::get());
+      Value* out = unpack->outputs()[k]->setType(c10::TensorType::get());
+      // The engine has no f64: it computes what torch does in double in f32. Its result gets
+      // torch's dtype back, so that what follows (and the caller) sees the dtype torch gives.
+      if (s.has_shapes && s.shapes[partitioning::kOpt].outputs.size() == s.outputs.size() &&
+          s.shapes[partitioning::kOpt].outputs[k].dtype == c10::ScalarType::Double) {
+        out = out_.insert(c10::aten::to, {out, static_cast<int64_t>(c10::ScalarType::Double)});
+      }
+      map_[s.outputs[k]] = out;
     }
   }
 

@@ -197,7 +197,8 @@ struct ConcatParams {
 
 // Shuffle = transpose(first_perm), reshape, transpose(second_perm). In `reshape`, 0 copies the
 // input dim at that position and -1 is inferred. With a second input (an i64 shape tensor),
-// the reshape dims come from its values at run time.
+// the reshape dims come from its values at run time, and `reshape` is empty or the result's dims
+// as far as they are known while building (kDynamic for the rest), checked at run time.
 // cast (set by the builder's fuse_cast_into_shuffle for cuda plans): the float elements are
 // converted to `to`, a float dtype, as they move (one pass where a cast and a shuffle took two:
 // the input's f32 -> f16 cast and NCHW -> NHWC transpose of a channels-last network).
@@ -329,7 +330,8 @@ struct ShapeParams {  // output: i64 [rank] holding the input's shape
   template <class V>
   void fields(V&) {}
 };
-// Output of `shape` (static) or of the shape given by an i64 shape-tensor input.
+// Output of `shape` (static) or of the shape given by an i64 shape-tensor input; with that input,
+// `shape` is empty or the dims known while building (kDynamic for the rest), checked at run time.
 struct FillParams {
   FillMode mode = FillMode::kConstant;
   DataType dtype = DataType::kF32;

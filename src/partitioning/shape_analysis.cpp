@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "partitioning/partitioning.h"
 #include "partitioning/segmentation.h"
@@ -127,10 +128,32 @@ void run_segment(Segment& s, Env& env, Profile profile, size_t depth) {
   for (const Value* v : s.outputs) shapes.outputs.push_back(describe(v, env.at(v)));
 }
 
+// The segments whose results an engine segment reads, directly or through other segments (and
+// those holding branches, conservatively). The others need no run: shape analysis runs PyTorch
+// only where an engine needs the shapes, so an op that fails or even aborts on generated data (a
+// solver given a random matrix) cannot stop a compile it takes no part in.
+std::vector<bool> needed_segments(const std::vector<Segment>& segments) {
+  std::vector<bool> needed(segments.size(), false);
+  std::unordered_set<const Value*> read;
+  for (size_t i = segments.size(); i-- > 0;) {
+    const Segment& s = segments[i];
+    bool need = s.target == Target::kEngine || !s.blocks.empty();
+    for (const Value* v : s.outputs) need = need || read.count(v) > 0;
+    if (!need) continue;
+    needed[i] = true;
+    read.insert(s.inputs.begin(), s.inputs.end());
+  }
+  return needed;
+}
+
 void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth) {
+  // Inside a branch, a segment may feed what follows the If: every one runs there.
+  const std::vector<bool> needed =
+      depth == 0 ? needed_segments(segments) : std::vector<bool>(segments.size(), true);
   for (size_t i = 0; i < segments.size(); ++i) {
     Segment& s = segments[i];
     s.has_shapes = false;
+    if (!needed[i]) continue;
     try {
       run_segment(s, env, profile, depth);
     } catch (const Error&) {

@@ -266,6 +266,40 @@ def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch):
             c(torch.randint(0, 100, (2, 33)))
 
 
+def test_float64_results_keep_their_dtype():
+    # The engine computes in at most f32; what torch gives in double comes back as double.
+    class ToDouble(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x).double() + torch.softmax(x, -1, dtype=torch.float64)
+
+    m = ToDouble().eval()
+    x = torch.randn(2, 5)
+    c = kiln.compile(m, inputs=[x], min_block_size=1)
+    assert c.kiln_report["torch_ops"] == 0, c.kiln_report
+    got = c(x)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, m(x), atol=1e-6, rtol=1e-5)
+
+
+def test_ops_that_fail_on_generated_data_do_not_stop_a_compile():
+    # Shape analysis runs PyTorch segments on generated inputs only where an engine needs their
+    # shapes: cholesky of a random (not positive definite) matrix fails, but its result goes
+    # straight to the output, so the compile goes on and the user's matrix runs.
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            return torch.linalg.cholesky(x), torch.relu(x) * 2
+
+    m = Mixed().eval()
+    a = torch.randn(4, 4)
+    spd = a @ a.T + 4 * torch.eye(4)
+    traced = torch.jit.trace(m, spd)  # shape analysis then generates its own (random) matrix
+    c = kiln.compile(traced, inputs=[kiln.Input(shape=(4, 4))], min_block_size=1)
+    engines = [s for s in c.kiln_report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1, c.kiln_report
+    for got, want in zip(c(spd), m(spd)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_bad_input_is_a_clear_exception(tmp_path):
     m = conv_net()
     x = torch.randn(1, 3, 8, 8)

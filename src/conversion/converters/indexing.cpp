@@ -243,9 +243,17 @@ TensorId integer_index(ConversionContext& ctx, const Node* n, const Value* v) {
 }
 
 void convert_index_select(ConversionContext& ctx, const Node* n) {
-  const TensorId x = ctx.tensor(n->input(0));
+  TensorId x = ctx.tensor(n->input(0));
+  const bool scalar = ctx.desc(x).shape.empty();  // torch takes dim 0 of a 0-d tensor as [1]
+  if (scalar) x = insert_dim(ctx, n, x, 0, "x");
   const int64_t axis = axis_of(static_int(ctx, n->input(1)), ctx.desc(x).shape.size(), n);
   TensorId idx = integer_index(ctx, n, n->input(2));
+  if (scalar) {  // one index, and a 0-d result
+    const TensorId picked =
+        ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, 0}, {x, idx}, "pick");
+    ctx.set_tensor(n->output(), reshape_dims(ctx, n, picked, {}));
+    return;
+  }
   // A 0-d index keeps the dim (size 1) in index_select, unlike a default gather.
   if (ctx.desc(idx).shape.empty()) idx = insert_dim(ctx, n, idx, 0, "index");
   ctx.set_tensor(n->output(),
