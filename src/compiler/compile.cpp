@@ -213,9 +213,21 @@ std::string engine_name(const std::string& position, const Segment& s) {
   return os.str();
 }
 
+// A tuple or list construct whose only user is the graph's return: it packs the outputs as the
+// caller expects them, computes nothing, and is not counted as an op left in PyTorch.
+bool packs_outputs(const torch::jit::Node* n) {
+  if (n->kind() != c10::prim::TupleConstruct && n->kind() != c10::prim::ListConstruct) return false;
+  const torch::jit::Node* ret = n->owningGraph()->return_node();
+  for (const torch::jit::Use& u : n->output()->uses()) {
+    if (u.user != ret) return false;
+  }
+  return !n->output()->uses().empty();
+}
+
 std::string reasons_of(const Segment& s, const partitioning::PartitionedGraph& p) {
   std::map<std::string, int> counts;
   for (const torch::jit::Node* n : s.nodes) {
+    if (packs_outputs(n)) continue;
     auto it = p.decisions.find(n);
     if (it != p.decisions.end() && !it->second.supported) {
       counts[std::string(partitioning::reason_name(it->second.reason))]++;
@@ -259,7 +271,9 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
       if (pipe.report) pipe.report->engine_ops += sr.ops.size();
     } else {
       sr.fallback_reason = reasons_of(s, p);
-      if (pipe.report) pipe.report->torch_ops += s.blocks.empty() ? sr.ops.size() : 1;
+      size_t ops = 0;
+      for (const torch::jit::Node* n : s.nodes) ops += !s.copied.count(n) && !packs_outputs(n);
+      if (pipe.report) pipe.report->torch_ops += s.blocks.empty() ? ops : 1;
     }
     if (pipe.report) pipe.report->segments.push_back(sr);
     for (size_t b = 0; b < s.blocks.size(); ++b) {
@@ -336,7 +350,7 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
   auto partitioned =
       partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
   for (const auto& [node, decision] : partitioned.decisions) {
-    if (!decision.supported) {
+    if (!decision.supported && !packs_outputs(node)) {
       report->fallback.push_back(partitioning::overload_name(node) + ": " +
                                  partitioning::reason_name(decision.reason) +
                                  (decision.detail.empty() ? "" : " (" + decision.detail + ")"));

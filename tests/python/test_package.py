@@ -281,6 +281,22 @@ def test_float64_results_keep_their_dtype():
     torch.testing.assert_close(got, m(x), atol=1e-6, rtol=1e-5)
 
 
+def test_tuple_outputs_are_not_ops_left_in_pytorch():
+    # Packing the outputs into the tuple forward returns computes nothing: not a fallback.
+    class Pair(torch.nn.Module):
+        def forward(self, x):
+            values, indices = torch.topk(torch.relu(x), 2)
+            return values * 2, indices
+
+    m = Pair().eval()
+    x = torch.randn(3, 6)
+    c = kiln.compile(m, inputs=[x], min_block_size=1)
+    report = c.kiln_report
+    assert report["torch_ops"] == 0 and report["fallback"] == [], report
+    for got, want in zip(c(x), m(x)):
+        torch.testing.assert_close(got, want)
+
+
 def test_ops_that_fail_on_generated_data_do_not_stop_a_compile():
     # Shape analysis runs PyTorch segments on generated inputs only where an engine needs their
     # shapes: cholesky of a random (not positive definite) matrix fails, but its result goes
