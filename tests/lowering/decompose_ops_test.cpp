@@ -1,8 +1,12 @@
-// decompose_ops: var/std, type_as, square, hardtanh, relu6 become engine ops; native ops stay.
+// decompose_ops: var/std, type_as, square, hardtanh, relu6, decompose_math's identities and the
+// `_copy` views become engine ops; native ops stay.
 #include <gtest/gtest.h>
 
 #include "harness/ir_testing.h"
 #include "lowering/passes.h"
+
+#include <cmath>
+#include <limits>
 
 namespace kiln::lowering {
 namespace {
@@ -51,6 +55,102 @@ graph(%x : Tensor, %y : Tensor):
   auto in = testing::random_inputs({{3, 4}, {3, 4}});
   in[0] = in[0].toTensor() * 8;
   EXPECT_TRUE(testing::same_values(*before, *g, in));
+}
+
+// Each identity against torch's own op on the same inputs, infinities and NaN included where
+// the op defines them.
+TEST(DecomposeOps, MathIdentitiesMatchTorch) {
+  const std::vector<std::string> unary = {
+      "aten::acosh(%p1)",      "aten::asinh(%x)",       "aten::atanh(%u)",
+      "aten::erfc(%x)",        "aten::exp2(%x)",        "aten::log10(%p)",
+      "aten::deg2rad(%x)",     "aten::rad2deg(%x)",     "aten::frac(%x)",
+      "aten::isnan(%s)",       "aten::isinf(%s)",       "aten::isposinf(%s)",
+      "aten::isneginf(%s)",    "aten::isfinite(%s)",    "aten::log_sigmoid(%x)",
+      "aten::mT(%x)",          "aten::logit(%u, %eps)", "aten::celu(%x, %two)",
+      "aten::atan2(%x, %y)",   "aten::atan2(%s, %o)",   "aten::hypot(%x, %y)",
+      "aten::fmod(%x, %two)",  "aten::fmax(%s, %y)",    "aten::fmin(%s, %y)",
+      "aten::logaddexp(%x, %y)", "aten::logaddexp2(%s, %s)", "aten::xlogy(%o, %s)",
+      "aten::clamp_min(%x, %y)", "aten::clamp_max(%x, %y)", "aten::clamp(%x, %none_t, %y)",
+      "aten::addcmul(%x, %y, %z, %two)", "aten::addcdiv(%x, %y, %p1, %two)",
+      "aten::lerp(%x, %y, %half)", "aten::lerp(%x, %y, %u)",
+      "aten::logsumexp(%x, %last, %f)", "aten::logsumexp(%s, %last, %t)",
+      "aten::mv(%x, %v)",      "aten::dot(%v, %v)",     "aten::outer(%v, %w)",
+      "aten::addmv(%w, %x, %v, %two, %half)", "aten::addr(%x, %w, %v, %zero, %two)",
+      "aten::broadcast_to(%v, %size)"};
+  for (const std::string& call : unary) {
+    const std::string name = call.substr(0, call.find('('));
+    auto g = testing::parse(R"IR(
+graph(%x : Tensor, %y : Tensor, %z : Tensor, %s : Tensor, %v : Tensor, %w : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : float = prim::Constant[value=2.]()
+  %half : float = prim::Constant[value=0.5]()
+  %zero : float = prim::Constant[value=0.]()
+  %eps : float = prim::Constant[value=0.001]()
+  %t : bool = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %none_t : NoneType = prim::Constant()
+  %last : int[] = prim::Constant[value=[-1]]()
+  %size : int[] = prim::Constant[value=[3, 4]]()
+  %a : Tensor = aten::abs(%x)
+  %p : Tensor = aten::add(%a, %one, %one)
+  %p1 : Tensor = aten::add(%a, %one, %one)
+  %u : Tensor = aten::mul(%z, %half)
+  %o : Tensor = aten::mul(%s, %zero)
+  %r : Tensor = )IR" + call + R"IR(
+  return (%r))IR");
+    auto before = g->copy();
+    EXPECT_TRUE(decompose_ops(g)) << call;
+    EXPECT_TRUE(testing::file_check("CHECK-NOT: " + name + "(", *g)) << call;
+    auto in = testing::random_inputs({{3, 4}, {3, 4}, {3, 4}, {3, 4}, {4}, {3}});
+    in[2] = at::rand({3, 4}) * 1.8 - 0.9;  // z in (-0.9, 0.9): atanh, logit
+    at::Tensor s = in[0].toTensor().clone();  // x with zeros, infinities and NaN
+    s[0][0] = std::numeric_limits<float>::infinity();
+    s[0][1] = -std::numeric_limits<float>::infinity();
+    s[1][0] = std::nan("");
+    s[1][1] = 0;
+    in[3] = s;
+    in[5] = in[5].toTensor().slice(0, 0, 3);
+    EXPECT_TRUE(testing::same_values(*before, *g, in, 1e-5, 1e-5)) << call;
+  }
+}
+
+// Integers: mv and dot as mul and sum stay exact; fmod by a constant; isfinite is all true.
+TEST(DecomposeOps, IntegerIdentitiesStayExact) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor, %v : Tensor):
+  %three : int = prim::Constant[value=3]()
+  %a : Tensor = aten::mv(%x, %v)
+  %b : Tensor = aten::dot(%v, %v)
+  %c : Tensor = aten::fmod(%x, %three)
+  %d : Tensor = aten::isfinite(%x)
+  return (%a, %b, %c, %d))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::mv\nCHECK-NOT: aten::fmod", *g));
+  const std::vector<c10::IValue> in = {at::randint(-50, 50, {3, 4}, at::kLong),
+                                       at::randint(-50, 50, {4}, at::kLong)};
+  EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0));
+}
+
+// A `_copy` of a view becomes the view, unless something writes the copy in place.
+TEST(DecomposeOps, CopiesOfViewsBecomeViewsUnlessWritten) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor):
+  %size : int[] = prim::Constant[value=[4, 3]]()
+  %wide : int[] = prim::Constant[value=[2, 3, 4]]()
+  %dims : int[] = prim::Constant[value=[1, 0]]()
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::view_copy(%x, %size)
+  %b : Tensor = aten::permute_copy(%x, %dims)
+  %f : bool = prim::Constant[value=0]()
+  %c : Tensor = aten::expand_copy(%x, %wide, %f)
+  %d : Tensor = aten::view_copy(%x, %size)
+  %e : Tensor = aten::add_(%d, %one, %one)
+  return (%a, %b, %c, %e, %x))IR");
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check(
+      "CHECK: aten::view(\nCHECK: aten::permute(\nCHECK: aten::expand(\nCHECK: aten::view_copy(",
+      *g));
 }
 
 TEST(DecomposeOps, KeepsNativeOpsAndUnknownArguments) {

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "conversion/converters/operands.h"
+#include "conversion/dtypes.h"
 #include "conversion/registry.h"
 #include "util/errors.h"
 
@@ -42,6 +43,19 @@ ConvertFn activation(
     ctx.set_tensor(n->output(), ctx.add(n, engine::ActivationParams{kind, alpha, beta},
                                         {floating_input(ctx, n)}));
   };
+}
+
+// relu keeps integer dtypes (torch's relu of an i64 tensor is i64): max(x, 0) there.
+void convert_relu(ConversionContext& ctx, const Node* n) {
+  const auto x = ctx.tensor(n->input(0));
+  const auto dtype = ctx.desc(x).dtype;
+  if (engine::is_floating(dtype)) {
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ActivationParams{ActivationKind::kRelu}, {x}));
+    return;
+  }
+  const auto zero = ctx.constant(at::scalar_tensor(0, to_scalar_type(dtype)), "zero");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{engine::BinaryOp::kMax},
+                                      {x, zero}));
 }
 
 void convert_gelu(ConversionContext& ctx, const Node* n) {
@@ -94,7 +108,7 @@ std::pair<double, double> slope(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_activation_converters(Registry& r) {
-  r.add_converter({{"aten::relu", "aten::relu_"}, activation(ActivationKind::kRelu)});
+  r.add_converter({{"aten::relu", "aten::relu_"}, convert_relu});
   r.add_converter({{"aten::sigmoid", "aten::sigmoid_"}, activation(ActivationKind::kSigmoid)});
   r.add_converter({{"aten::tanh", "aten::tanh_"}, activation(ActivationKind::kTanh)});
   r.add_converter({{"aten::silu", "aten::silu_"}, activation(ActivationKind::kSilu)});

@@ -1,32 +1,46 @@
 // Operand promotion for binary converters.
 #include "conversion/converters/operands.h"
 
+#include <optional>
+
 #include "conversion/dtypes.h"
 #include "util/errors.h"
 
 namespace kiln::conversion {
 namespace {
 
-int category(engine::DataType t) {
-  return t == engine::DataType::kBool ? 0 : engine::is_integer(t) ? 1 : 2;
-}
+// torch's three priorities of operands in type promotion.
+enum Tier { kNumber = 0, kZeroDim = 1, kDimensioned = 2 };
 
 struct OperandInfo {
-  bool is_tensor = false;  // a dimensioned tensor (rank > 0)
-  engine::DataType dtype = engine::DataType::kF32;
+  Tier tier = kNumber;
+  engine::DataType dtype = engine::DataType::kF32;  // a Python float counts as f32 (default)
 };
 
 OperandInfo info(ConversionContext& ctx, const torch::jit::Value* v) {
   if (v->type()->kind() == c10::TypeKind::TensorType) {
     const auto& d = ctx.desc(ctx.tensor(v));
-    return {!d.shape.empty(), d.dtype};
+    return {d.shape.empty() ? kZeroDim : kDimensioned, d.dtype};
   }
   const c10::IValue& iv = ctx.ivalue(v);
-  if (iv.isDouble()) return {false, engine::DataType::kF32};
-  if (iv.isBool()) return {false, engine::DataType::kBool};
+  if (iv.isDouble()) return {kNumber, engine::DataType::kF32};
+  if (iv.isBool()) return {kNumber, engine::DataType::kBool};
   KILN_CHECK(iv.isInt(), Unsupported, "operand %", v->debugName(), " of type ", iv.tagKind(),
              " is not a number or tensor");
-  return {false, engine::DataType::kI64};
+  return {kNumber, engine::DataType::kI64};
+}
+
+// torch's combine_categories: the higher priority's dtype, unless the lower one is of a higher
+// category (a float against integers, or anything against bool): then both promote.
+std::optional<engine::DataType> combine(std::optional<engine::DataType> higher,
+                                        std::optional<engine::DataType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (engine::is_floating(*higher)) return higher;
+  if (*higher == engine::DataType::kBool || engine::is_floating(*lower)) {
+    return promote(*higher, *lower);
+  }
+  return higher;
 }
 
 }  // namespace
@@ -45,18 +59,15 @@ double static_number(ConversionContext& ctx, const torch::jit::Value* v) {
 
 BinaryOperands binary_operands(ConversionContext& ctx, const torch::jit::Node* node,
                                const torch::jit::Value* a, const torch::jit::Value* b) {
-  const OperandInfo ia = info(ctx, a), ib = info(ctx, b);
-  engine::DataType dtype;
-  if (ia.is_tensor == ib.is_tensor) {
-    dtype = promote(ia.dtype, ib.dtype);
-  } else {
-    const OperandInfo& t = ia.is_tensor ? ia : ib;
-    const OperandInfo& s = ia.is_tensor ? ib : ia;
-    // A scalar only matters when it is of a higher category than the tensor.
-    dtype = category(s.dtype) > category(t.dtype)
-                ? (category(s.dtype) == 2 ? engine::DataType::kF32 : engine::DataType::kI64)
-                : t.dtype;
+  // torch's result_type: each priority's operands promote among themselves, then
+  // dimensioned, zero-dim and number results combine in that order.
+  std::optional<engine::DataType> tiers[3];
+  for (const OperandInfo& o : {info(ctx, a), info(ctx, b)}) {
+    auto& t = tiers[o.tier];
+    t = t ? promote(*t, o.dtype) : o.dtype;
   }
+  const engine::DataType dtype =
+      *combine(tiers[kDimensioned], combine(tiers[kZeroDim], tiers[kNumber]));
   auto operand = [&](const torch::jit::Value* v) {
     return v->type()->kind() == c10::TypeKind::TensorType ? ctx.cast(node, ctx.tensor(v), dtype)
                                                           : ctx.tensor(v, dtype);

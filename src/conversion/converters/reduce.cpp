@@ -36,6 +36,15 @@ struct ReduceArgs {
 // input is cast first and the result has that dtype (the engine's integer sum is i64: cast).
 // mean: a dtype casts the input first; integer inputs without one are a torch error too.
 // amax/amin/max/min keep the input dtype.
+// torch takes dim 0 (or -1) of a 0-d tensor as its one element: a reduce over no axes.
+void scalar_axes(ConversionContext& ctx, engine::TensorId x, std::vector<int64_t>& axes) {
+  if (!ctx.desc(x).shape.empty()) return;
+  for (int64_t a : axes) {
+    KILN_CHECK(a == 0 || a == -1, InvalidArgument, "dim ", a, " out of range for a 0-d tensor");
+  }
+  axes.clear();
+}
+
 ConvertFn reduce(ReduceOp op, ReduceArgs a) {
   return [op, a](ConversionContext& ctx, const Node* n) {
     engine::TensorId x = ctx.tensor(n->input(0));
@@ -50,6 +59,7 @@ ConvertFn reduce(ReduceOp op, ReduceArgs a) {
     engine::ReduceParams p;
     p.op = op;
     if (a.dim >= 0) p.axes = dim_list(ctx, n->input(a.dim));
+    scalar_axes(ctx, x, p.axes);
     p.keep_dims = a.keepdim >= 0 && keepdim_arg(ctx, n, a.keepdim);
     engine::TensorId y = ctx.add(n, p, {x});
     if (has_dtype) y = ctx.cast(n, y, dtype);
@@ -64,6 +74,7 @@ ConvertFn any_all(ReduceOp op, ReduceArgs a) {
     engine::ReduceParams p;
     p.op = op;
     if (a.dim >= 0) p.axes = dim_list(ctx, n->input(a.dim));
+    scalar_axes(ctx, x, p.axes);
     p.keep_dims = a.keepdim >= 0 && keepdim_arg(ctx, n, a.keepdim);
     engine::TensorId y = ctx.add(n, p, {x});
     if (ctx.desc(x).dtype == DataType::kU8) y = ctx.cast(n, y, DataType::kU8);
