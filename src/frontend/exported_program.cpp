@@ -673,8 +673,14 @@ class GraphBuilder {
       KILN_CHECK(known, Unsupported, where,
                  ": as_strided to sizes that may not hold every element of its input (sizes "
                  "only known at run time); kiln takes as_strided only as a reshape");
-      for (const json& s : in_sizes) in_count *= s.at("as_int").get<int64_t>();
-      for (const json& s : out_sizes) out_count *= s.at("as_int").get<int64_t>();
+      for (const json& s : in_sizes) {
+        KILN_CHECK(!__builtin_mul_overflow(in_count, static_int(s, where), &in_count),
+                   CorruptInput, where, ": the input's sizes overflow");
+      }
+      for (const json& s : out_sizes) {
+        KILN_CHECK(!__builtin_mul_overflow(out_count, static_int(s, where), &out_count),
+                   CorruptInput, where, ": the result's sizes overflow");
+      }
       KILN_CHECK(in_count == out_count, Unsupported, where, ": as_strided to ", out_count,
                  " of its input's ", in_count, " elements; kiln takes as_strided only as a reshape");
     }
@@ -707,7 +713,8 @@ class GraphBuilder {
         return "is not contiguous (dim " + std::to_string(i) + ")";
       }
       if (s.contains("as_int")) {
-        expected *= s.at("as_int").get<int64_t>();
+        KILN_CHECK(!__builtin_mul_overflow(expected, static_int(s, where), &expected),
+                   CorruptInput, where, ": sizes overflow");
       } else {
         symbolic = true;
       }
