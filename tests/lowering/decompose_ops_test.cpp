@@ -132,7 +132,7 @@ graph(%x : Tensor, %v : Tensor):
   EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0));
 }
 
-// A `_copy` of a view becomes the view, unless something writes the copy in place.
+// A `_copy` of a view becomes the view, unless something writes the copy in place or views it.
 TEST(DecomposeOps, CopiesOfViewsBecomeViewsUnlessWritten) {
   auto g = testing::parse(R"IR(
 graph(%x : Tensor):
@@ -146,10 +146,15 @@ graph(%x : Tensor):
   %c : Tensor = aten::expand_copy(%x, %wide, %f)
   %d : Tensor = aten::view_copy(%x, %size)
   %e : Tensor = aten::add_(%d, %one, %one)
-  return (%a, %b, %c, %e, %x))IR");
+  %h : Tensor = aten::view_copy(%x, %size)
+  %i : Tensor = aten::t(%h)
+  %j : Tensor = aten::add_(%i, %one, %one)
+  return (%a, %b, %c, %e, %j, %x))IR");
   EXPECT_TRUE(decompose_ops(g));
+  // %d is written in place and %h through a view of it: both stay copies.
   EXPECT_TRUE(testing::file_check(
-      "CHECK: aten::view(\nCHECK: aten::permute(\nCHECK: aten::expand(\nCHECK: aten::view_copy(",
+      "CHECK: aten::view(\nCHECK: aten::permute(\nCHECK: aten::expand(\nCHECK: aten::view_copy("
+      "\nCHECK: aten::view_copy(",
       *g));
 }
 

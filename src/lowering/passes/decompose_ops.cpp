@@ -94,7 +94,8 @@ constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLn10 = 2.30258509299404568402;
 const double kInf = std::numeric_limits<double>::infinity();
 
-// Whether some user of `v` writes to it in place (then a copy cannot become a view).
+// Whether some user of `v` writes to it in place, or takes it as an alias (a view of it that
+// might be written later): then a copy cannot become a view.
 bool written_in_place(const Value* v) {
   for (const torch::jit::Use& u : v->uses()) {
     const c10::FunctionSchema* schema = u.user->maybeSchema();
@@ -103,8 +104,7 @@ bool written_in_place(const Value* v) {
       return true;  // other unknown users: assume the worst
     }
     if (u.offset < schema->arguments().size()) {
-      const c10::AliasInfo* alias = schema->arguments()[u.offset].alias_info();
-      if (alias && alias->isWrite()) return true;
+      if (schema->arguments()[u.offset].alias_info()) return true;
     }
   }
   return false;
