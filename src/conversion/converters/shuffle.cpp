@@ -233,8 +233,8 @@ TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
 }
 
 // A size list with entries known only at run time (`list`, a prim::ListConstruct) as an i64
-// shape tensor. `entry(i, static value or nullopt)` gives each entry's tensor; consecutive static
-// entries become one constant.
+// shape tensor. `static_entry(i, the entry's static value or nullopt)` gives the value to put
+// there, or nullopt for the entry's run-time int; consecutive static values become one constant.
 TensorId run_time_sizes(ConversionContext& ctx, const Node* node, const Value* list,
                         const std::function<std::optional<int64_t>(size_t, std::optional<int64_t>)>&
                             static_entry) {
