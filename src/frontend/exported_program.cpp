@@ -674,15 +674,16 @@ class GraphBuilder {
                  ": as_strided to sizes that may not hold every element of its input (sizes "
                  "only known at run time); kiln takes as_strided only as a reshape");
       for (const json& s : in_sizes) {
-        KILN_CHECK(!__builtin_mul_overflow(in_count, static_int(s, where), &in_count),
-                   CorruptInput, where, ": the input's sizes overflow");
+        KILN_CHECK(!__builtin_mul_overflow(in_count, static_int(s, where), &in_count), CorruptInput,
+                   where, ": the input's sizes overflow");
       }
       for (const json& s : out_sizes) {
         KILN_CHECK(!__builtin_mul_overflow(out_count, static_int(s, where), &out_count),
                    CorruptInput, where, ": the result's sizes overflow");
       }
       KILN_CHECK(in_count == out_count, Unsupported, where, ": as_strided to ", out_count,
-                 " of its input's ", in_count, " elements; kiln takes as_strided only as a reshape");
+                 " of its input's ", in_count,
+                 " elements; kiln takes as_strided only as a reshape");
     }
     Value* x = named(in_name, where);
     if (in_sizes == out_sizes) return bind(out_name, x);
@@ -713,8 +714,8 @@ class GraphBuilder {
         return "is not contiguous (dim " + std::to_string(i) + ")";
       }
       if (s.contains("as_int")) {
-        KILN_CHECK(!__builtin_mul_overflow(expected, static_int(s, where), &expected),
-                   CorruptInput, where, ": sizes overflow");
+        KILN_CHECK(!__builtin_mul_overflow(expected, static_int(s, where), &expected), CorruptInput,
+                   where, ": sizes overflow");
       } else {
         symbolic = true;
       }

@@ -45,26 +45,21 @@ TEST_P(Zoo, CompilesIntoOneEngineAndMatchesAtBatch1And4) {
   }
   const at::Tensor x4 = input_of(4), x1 = input_of(1);
   EXPECT_TRUE(testing::matches_reference(
-      testing::run_in_fresh_cpp_process(compiled, {x4}, "zoo_" + name),
-      m.module.forward({x4})))
+      testing::run_in_fresh_cpp_process(compiled, {x4}, "zoo_" + name), m.module.forward({x4})))
       << name << ": fresh C++ process";
   EXPECT_TRUE(testing::matches_reference(
-      testing::run_in_fresh_python_process(compiled, {x1}, "zoo_" + name),
-      m.module.forward({x1})))
+      testing::run_in_fresh_python_process(compiled, {x1}, "zoo_" + name), m.module.forward({x1})))
       << name << ": fresh Python process";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Zoo,
-                         ::testing::Values("resnet18", "mobilenet_v2", "vit_tiny", "text_encoder",
-                                           "zoo_resnet50", "zoo_mobilenet_v3_small",
-                                           "zoo_efficientnet_b0", "zoo_regnet_y_400mf",
-                                           "zoo_convnext", "zoo_densenet", "zoo_squeezenet1_1",
-                                           "zoo_shufflenet_v2", "zoo_mnasnet", "zoo_googlenet",
-                                           "zoo_swin", "transformer_fast_path",
-                                           "vit_tiny_fast_path"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, Zoo,
+    ::testing::Values("resnet18", "mobilenet_v2", "vit_tiny", "text_encoder", "zoo_resnet50",
+                      "zoo_mobilenet_v3_small", "zoo_efficientnet_b0", "zoo_regnet_y_400mf",
+                      "zoo_convnext", "zoo_densenet", "zoo_squeezenet1_1", "zoo_shufflenet_v2",
+                      "zoo_mnasnet", "zoo_googlenet", "zoo_swin", "transformer_fast_path",
+                      "vit_tiny_fast_path"),
+    [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace kiln

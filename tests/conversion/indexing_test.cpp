@@ -51,8 +51,7 @@ TEST(ConvertIndexing, SliceToAnEndOnlyKnownAtRunTime) {
                            "  return (%y)";
     for (int64_t batch : {1, 4, 9}) {  // 9: past the dim of 6, so the end clamps
       const at::Tensor x = torch::randn({batch, 6});
-      EXPECT_TRUE(at::equal(testing::run_dynamic_batch(ir, x),
-                            x.slice(1, start, batch, step)))
+      EXPECT_TRUE(at::equal(testing::run_dynamic_batch(ir, x), x.slice(1, start, batch, step)))
           << "start " << start << " step " << step << " batch " << batch;
     }
   }

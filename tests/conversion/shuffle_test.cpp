@@ -244,8 +244,7 @@ TEST(ConvertShuffle, ExpandToRunTimeSizes) {
     const at::Tensor x = torch::randn({batch, 3, 4});
     EXPECT_TRUE(at::equal(run_dynamic_batch(lead, x), x.expand({2, batch, 3, 4}))) << batch;
   }
-  EXPECT_EQ(built_shape(lead, torch::randn({2, 3, 4})),
-            (engine::Shape{2, engine::kDynamic, 3, 4}));
+  EXPECT_EQ(built_shape(lead, torch::randn({2, 3, 4})), (engine::Shape{2, engine::kDynamic, 3, 4}));
 }
 
 TEST(ConvertShuffle, RunTimeSizesKilnCannotComputeAreUnsupported) {

@@ -50,11 +50,11 @@ TEST(Shape, DynamicInputGivesStaticRank) {
 // static ones stay static, and a shape input that disagrees at run time is refused.
 TEST(Shape, ShapeInputsKeepTheDimsKnownWhileBuilding) {
   Network net;
-  auto x = net.add_input("x", DataType::kF32, {kDynamic, kDynamic},
-                         Profile{{1, 1}, {4, 3}, {8, 8}});
+  auto x =
+      net.add_input("x", DataType::kF32, {kDynamic, kDynamic}, Profile{{1, 1}, {4, 3}, {8, 8}});
   auto s = net.add("shape", ShapeParams{}, {x});
-  auto ones = net.add("ones", FillParams{FillMode::kConstant, DataType::kF32, {kDynamic, 3}, 1},
-                      {s});
+  auto ones =
+      net.add("ones", FillParams{FillMode::kConstant, DataType::kF32, {kDynamic, 3}, 1}, {s});
   EXPECT_EQ(net.tensor(ones).shape, (Shape{kDynamic, 3}));
   ShuffleParams to_x;
   to_x.has_reshape = true;
@@ -70,8 +70,7 @@ TEST(Shape, ShapeInputsKeepTheDimsKnownWhileBuilding) {
     ADD_FAILURE() << "a [5, 4] input ran";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kShapeMismatch) << e.what();
-    EXPECT_NE(std::string(e.what()).find("the layer was built for"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("the layer was built for"), std::string::npos) << e.what();
   }
   // Known dims of another rank than the shape input's are refused while building.
   Network bad;

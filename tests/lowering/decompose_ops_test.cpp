@@ -60,23 +60,48 @@ graph(%x : Tensor, %y : Tensor):
 // Each identity against torch's own op on the same inputs, infinities and NaN included where
 // the op defines them.
 TEST(DecomposeOps, MathIdentitiesMatchTorch) {
-  const std::vector<std::string> unary = {
-      "aten::acosh(%p1)",      "aten::asinh(%x)",       "aten::atanh(%u)",
-      "aten::erfc(%x)",        "aten::exp2(%x)",        "aten::log10(%p)",
-      "aten::deg2rad(%x)",     "aten::rad2deg(%x)",     "aten::frac(%x)",
-      "aten::isnan(%s)",       "aten::isinf(%s)",       "aten::isposinf(%s)",
-      "aten::isneginf(%s)",    "aten::isfinite(%s)",    "aten::log_sigmoid(%x)",
-      "aten::mT(%x)",          "aten::logit(%u, %eps)", "aten::celu(%x, %two)",
-      "aten::atan2(%x, %y)",   "aten::atan2(%s, %o)",   "aten::hypot(%x, %y)",
-      "aten::fmod(%x, %two)",  "aten::fmax(%s, %y)",    "aten::fmin(%s, %y)",
-      "aten::logaddexp(%x, %y)", "aten::logaddexp2(%s, %s)", "aten::xlogy(%o, %s)",
-      "aten::clamp_min(%x, %y)", "aten::clamp_max(%x, %y)", "aten::clamp(%x, %none_t, %y)",
-      "aten::addcmul(%x, %y, %z, %two)", "aten::addcdiv(%x, %y, %p1, %two)",
-      "aten::lerp(%x, %y, %half)", "aten::lerp(%x, %y, %u)",
-      "aten::logsumexp(%x, %last, %f)", "aten::logsumexp(%s, %last, %t)",
-      "aten::mv(%x, %v)",      "aten::dot(%v, %v)",     "aten::outer(%v, %w)",
-      "aten::addmv(%w, %x, %v, %two, %half)", "aten::addr(%x, %w, %v, %zero, %two)",
-      "aten::broadcast_to(%v, %size)"};
+  const std::vector<std::string> unary = {"aten::acosh(%p1)",
+                                          "aten::asinh(%x)",
+                                          "aten::atanh(%u)",
+                                          "aten::erfc(%x)",
+                                          "aten::exp2(%x)",
+                                          "aten::log10(%p)",
+                                          "aten::deg2rad(%x)",
+                                          "aten::rad2deg(%x)",
+                                          "aten::frac(%x)",
+                                          "aten::isnan(%s)",
+                                          "aten::isinf(%s)",
+                                          "aten::isposinf(%s)",
+                                          "aten::isneginf(%s)",
+                                          "aten::isfinite(%s)",
+                                          "aten::log_sigmoid(%x)",
+                                          "aten::mT(%x)",
+                                          "aten::logit(%u, %eps)",
+                                          "aten::celu(%x, %two)",
+                                          "aten::atan2(%x, %y)",
+                                          "aten::atan2(%s, %o)",
+                                          "aten::hypot(%x, %y)",
+                                          "aten::fmod(%x, %two)",
+                                          "aten::fmax(%s, %y)",
+                                          "aten::fmin(%s, %y)",
+                                          "aten::logaddexp(%x, %y)",
+                                          "aten::logaddexp2(%s, %s)",
+                                          "aten::xlogy(%o, %s)",
+                                          "aten::clamp_min(%x, %y)",
+                                          "aten::clamp_max(%x, %y)",
+                                          "aten::clamp(%x, %none_t, %y)",
+                                          "aten::addcmul(%x, %y, %z, %two)",
+                                          "aten::addcdiv(%x, %y, %p1, %two)",
+                                          "aten::lerp(%x, %y, %half)",
+                                          "aten::lerp(%x, %y, %u)",
+                                          "aten::logsumexp(%x, %last, %f)",
+                                          "aten::logsumexp(%s, %last, %t)",
+                                          "aten::mv(%x, %v)",
+                                          "aten::dot(%v, %v)",
+                                          "aten::outer(%v, %w)",
+                                          "aten::addmv(%w, %x, %v, %two, %half)",
+                                          "aten::addr(%x, %w, %v, %zero, %two)",
+                                          "aten::broadcast_to(%v, %size)"};
   for (const std::string& call : unary) {
     const std::string name = call.substr(0, call.find('('));
     auto g = testing::parse(R"IR(
@@ -96,13 +121,14 @@ graph(%x : Tensor, %y : Tensor, %z : Tensor, %s : Tensor, %v : Tensor, %w : Tens
   %p1 : Tensor = aten::add(%a, %one, %one)
   %u : Tensor = aten::mul(%z, %half)
   %o : Tensor = aten::mul(%s, %zero)
-  %r : Tensor = )IR" + call + R"IR(
+  %r : Tensor = )IR" + call +
+                            R"IR(
   return (%r))IR");
     auto before = g->copy();
     EXPECT_TRUE(decompose_ops(g)) << call;
     EXPECT_TRUE(testing::file_check("CHECK-NOT: " + name + "(", *g)) << call;
     auto in = testing::random_inputs({{3, 4}, {3, 4}, {3, 4}, {3, 4}, {4}, {3}});
-    in[2] = at::rand({3, 4}) * 1.8 - 0.9;  // z in (-0.9, 0.9): atanh, logit
+    in[2] = at::rand({3, 4}) * 1.8 - 0.9;     // z in (-0.9, 0.9): atanh, logit
     at::Tensor s = in[0].toTensor().clone();  // x with zeros, infinities and NaN
     s[0][0] = std::numeric_limits<float>::infinity();
     s[0][1] = -std::numeric_limits<float>::infinity();

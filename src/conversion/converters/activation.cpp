@@ -54,8 +54,8 @@ void convert_relu(ConversionContext& ctx, const Node* n) {
     return;
   }
   const auto zero = ctx.constant(at::scalar_tensor(0, to_scalar_type(dtype)), "zero");
-  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{engine::BinaryOp::kMax},
-                                      {x, zero}));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::ElementwiseParams{engine::BinaryOp::kMax}, {x, zero}));
 }
 
 void convert_gelu(ConversionContext& ctx, const Node* n) {

@@ -174,10 +174,11 @@ void register_elementwise_converters(Registry& r) {
   for (const auto& [name, op] : {std::pair<std::string, BinaryOp>{"and", BinaryOp::kAnd},
                                  {"or", BinaryOp::kOr},
                                  {"xor", BinaryOp::kXor}}) {
-    r.add_converter({existing_schemas({"aten::__" + name + "__.Tensor", "aten::__" + name +
-                                       "__.Scalar", "aten::bitwise_" + name + ".Tensor",
-                                       "aten::bitwise_" + name + ".Scalar"}),
-                     bitwise(op)});
+    r.add_converter(
+        {existing_schemas({"aten::__" + name + "__.Tensor", "aten::__" + name + "__.Scalar",
+                           "aten::bitwise_" + name + ".Tensor",
+                           "aten::bitwise_" + name + ".Scalar"}),
+         bitwise(op)});
   }
   const std::pair<const char*, UnaryOp> kFloatUnary[] = {{"aten::exp", UnaryOp::kExp},
                                                          {"aten::log", UnaryOp::kLog},

@@ -294,8 +294,9 @@ std::optional<std::string> index_capable(const Node* n) {
   }
   if (tensors == 0) return std::string("an index list without index tensors");
   if (runs > 1) {
-    return std::string("index tensors separated by a full slice (torch moves their dims to the "
-                       "front; kiln takes adjacent index tensors)");
+    return std::string(
+        "index tensors separated by a full slice (torch moves their dims to the "
+        "front; kiln takes adjacent index tensors)");
   }
   return std::nullopt;
 }
@@ -338,7 +339,8 @@ TensorId dim_size(ConversionContext& ctx, const Node* n, TensorId x, int64_t axi
   const int64_t d = ctx.desc(x).shape[static_cast<size_t>(axis)];
   if (d != kDynamic) return ctx.constant(at::scalar_tensor(d, at::kLong), "dim");
   const TensorId shape = ctx.add(n, engine::ShapeParams{}, {x}, "shape");
-  const TensorId one = ctx.add(n, engine::SliceParams{{0}, {axis}, {axis + 1}, {1}}, {shape}, "dim");
+  const TensorId one =
+      ctx.add(n, engine::SliceParams{{0}, {axis}, {axis + 1}, {1}}, {shape}, "dim");
   return drop_dim(ctx, n, one, 0, "dim");
 }
 
@@ -357,8 +359,8 @@ void convert_index(ConversionContext& ctx, const Node* n) {
              "too many indices for a tensor of rank ", shape.size());
   if (count == 1) {
     const TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis)));
-    ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis},
-                                        {x, idx}));
+    ctx.set_tensor(n->output(),
+                   ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, idx}));
     return;
   }
   const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
@@ -371,11 +373,11 @@ void convert_index(ConversionContext& ctx, const Node* n) {
     idx = ctx.cast(n, idx, engine::DataType::kI64);
     const TensorId size = dim_size(ctx, n, x, axis + j);
     const TensorId negative = binary(engine::BinaryOp::kLt, idx, zero);
-    idx = ctx.add(n, engine::SelectParams{}, {negative, binary(engine::BinaryOp::kAdd, idx, size),
-                                               idx}, "index");
-    linear = j == 0 ? idx
-                    : binary(engine::BinaryOp::kAdd, binary(engine::BinaryOp::kMul, linear, size),
-                             idx);
+    idx = ctx.add(n, engine::SelectParams{},
+                  {negative, binary(engine::BinaryOp::kAdd, idx, size), idx}, "index");
+    linear =
+        j == 0 ? idx
+               : binary(engine::BinaryOp::kAdd, binary(engine::BinaryOp::kMul, linear, size), idx);
   }
   // x with the indexed dims as one: the others copied in place.
   std::vector<TargetDim> dims;
@@ -390,8 +392,8 @@ void convert_index(ConversionContext& ctx, const Node* n) {
     dims.push_back({shape[d], -1});
   }
   x = reshape_dims(ctx, n, x, dims, "flat");
-  ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis},
-                                      {x, linear}));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, linear}));
 }
 
 // scatter(self, dim, index, src|value) and scatter_add: updates of a scalar value are the value

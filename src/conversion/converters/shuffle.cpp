@@ -235,9 +235,9 @@ TargetDim run_time_dim(const Node* reshape, const torch::jit::Value* element) {
 // A size list with entries known only at run time (`list`, a prim::ListConstruct) as an i64
 // shape tensor. `static_entry(i, the entry's static value or nullopt)` gives the value to put
 // there, or nullopt for the entry's run-time int; consecutive static values become one constant.
-TensorId run_time_sizes(ConversionContext& ctx, const Node* node, const Value* list,
-                        const std::function<std::optional<int64_t>(size_t, std::optional<int64_t>)>&
-                            static_entry) {
+TensorId run_time_sizes(
+    ConversionContext& ctx, const Node* node, const Value* list,
+    const std::function<std::optional<int64_t>(size_t, std::optional<int64_t>)>& static_entry) {
   std::vector<TensorId> pieces;
   std::vector<int64_t> run;  // static entries not yet emitted
   const auto flush = [&] {

@@ -55,13 +55,12 @@ std::vector<InferOutput> infer(const std::string& layer, const FillParams& p,
                "`: fill shape ", shape_to_string(p.shape), " has ", p.shape.size(),
                " dims, its shape input ", rank);
     for (int64_t d : p.shape) {
-      KILN_CHECK(d >= 0 || d == kDynamic, InvalidArgument, "layer `", layer, "`: bad fill dim ",
-                 d);
+      KILN_CHECK(d >= 0 || d == kDynamic, InvalidArgument, "layer `", layer, "`: bad fill dim ", d);
     }
     shape = st.values ? *st.values : p.shape.empty() ? Shape(rank, kDynamic) : p.shape;
     for (size_t i = 0; i < shape.size(); ++i) {
-      KILN_CHECK(shape[i] >= 0 || (!st.values && shape[i] == kDynamic), InvalidArgument,
-                 "layer `", layer, "`: shape input holds negative dim ", shape[i]);
+      KILN_CHECK(shape[i] >= 0 || (!st.values && shape[i] == kDynamic), InvalidArgument, "layer `",
+                 layer, "`: shape input holds negative dim ", shape[i]);
       KILN_CHECK(!st.values || p.shape.empty() || p.shape[i] == kDynamic || p.shape[i] == shape[i],
                  ShapeMismatch, "layer `", layer, "`: its shape input gives ",
                  shape_to_string(shape), ", the layer was built for ", shape_to_string(p.shape));

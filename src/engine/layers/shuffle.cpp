@@ -127,9 +127,9 @@ std::vector<InferOutput> infer(const std::string& layer, const ShuffleParams& p,
     if (st.values) {
       s = resolve_reshape(layer, s, *st.values);
       for (size_t i = 0; i < p.reshape.size(); ++i) {
-        KILN_CHECK(p.reshape[i] == kDynamic || s[i] == kDynamic || p.reshape[i] == s[i], ShapeMismatch, "layer `",
-                   layer, "`: its shape input reshapes to ", shape_to_string(s),
-                   ", the layer was built for ", shape_to_string(p.reshape));
+        KILN_CHECK(p.reshape[i] == kDynamic || s[i] == kDynamic || p.reshape[i] == s[i],
+                   ShapeMismatch, "layer `", layer, "`: its shape input reshapes to ",
+                   shape_to_string(s), ", the layer was built for ", shape_to_string(p.reshape));
       }
     } else {
       s = p.reshape.empty() ? Shape(rank, kDynamic) : p.reshape;

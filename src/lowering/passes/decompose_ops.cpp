@@ -125,19 +125,21 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
   if (n == 1 && overload.empty()) {
     Value* x = in(0);
     if (name == "aten::acosh") {
-      return g("aten::log", {g("aten::add", {x, g("aten::sqrt", {g("aten::sub", {g("aten::mul",
-                                                                                {x, x}), 1})})})});
+      return g(
+          "aten::log",
+          {g("aten::add", {x, g("aten::sqrt", {g("aten::sub", {g("aten::mul", {x, x}), 1})})})});
     }
     if (name == "aten::asinh") {
       Value* a = g("aten::abs", {x});
-      Value* r = g("aten::log", {g("aten::add", {a, g("aten::sqrt", {g("aten::add",
-                                                                    {g("aten::mul", {a, a}), 1})})})});
+      Value* r =
+          g("aten::log",
+            {g("aten::add", {a, g("aten::sqrt", {g("aten::add", {g("aten::mul", {a, a}), 1})})})});
       return g("aten::mul", {g("aten::sign", {x}), r});
     }
     if (name == "aten::atanh") {
-      return g("aten::mul", {g("aten::sub", {g("aten::log1p", {x}),
-                                             g("aten::log1p", {g("aten::neg", {x})})}),
-                             0.5});
+      return g(
+          "aten::mul",
+          {g("aten::sub", {g("aten::log1p", {x}), g("aten::log1p", {g("aten::neg", {x})})}), 0.5});
     }
     if (name == "aten::erfc") return g("aten::rsub", {g("aten::erf", {x}), 1});
     if (name == "aten::exp2") return g("aten::exp", {g("aten::mul", {x, kLn2})});
@@ -180,13 +182,13 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     Value* b = in(1);
     if (name == "aten::atan2") {  // a = y, b = x
       Value* q = g("aten::atan", {g("aten::div", {a, b})});
-      Value* left = g("aten::where", {g("aten::lt", {a, 0}), g("aten::sub", {q, kPi}),
-                                      g("aten::add", {q, kPi})});
+      Value* left = g("aten::where",
+                      {g("aten::lt", {a, 0}), g("aten::sub", {q, kPi}), g("aten::add", {q, kPi})});
       Value* r = g("aten::where", {g("aten::lt", {b, 0}), left, q});
       // x = +-0: +-pi/2 by y's sign (y / -0 would flip it), 0 at the origin. (torch's pi at
       // y = +0, x = -0 is not kept.)
-      return g("aten::where", {g("aten::eq", {b, 0}), g("aten::mul", {g("aten::sign", {a}), kPi / 2}),
-                               r});
+      return g("aten::where",
+               {g("aten::eq", {b, 0}), g("aten::mul", {g("aten::sign", {a}), kPi / 2}), r});
     }
     if (name == "aten::hypot") {
       return g("aten::sqrt", {g("aten::add", {g("aten::mul", {a, a}), g("aten::mul", {b, b})})});
@@ -200,8 +202,8 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     }
     if (name == "aten::fmax" || name == "aten::fmin") {
       Value* m = g(name == "aten::fmax" ? "aten::maximum" : "aten::minimum", {a, b});
-      return g("aten::where", {g("aten::ne", {a, a}), b,
-                               g("aten::where", {g("aten::ne", {b, b}), a, m})});
+      return g("aten::where",
+               {g("aten::ne", {a, a}), b, g("aten::where", {g("aten::ne", {b, b}), a, m})});
     }
     if (name == "aten::logaddexp" || name == "aten::logaddexp2") {
       const bool two = name == "aten::logaddexp2";
@@ -215,8 +217,8 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
                                g("aten::add", {m, tail})});
     }
     if (name == "aten::xlogy" && overload == "Tensor") {
-      Value* r = g("aten::where", {g("aten::eq", {a, 0}), 0.0,
-                                   g("aten::mul", {a, g("aten::log", {b})})});
+      Value* r =
+          g("aten::where", {g("aten::eq", {a, 0}), 0.0, g("aten::mul", {a, g("aten::log", {b})})});
       return g("aten::where", {g("aten::ne", {b, b}), b, r});
     }
     if (name == "aten::clamp_min" && overload == "Tensor") return g("aten::maximum", {a, b});
@@ -252,13 +254,13 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     auto beta = constant_value(in(3));
     auto alpha = constant_value(in(4));
     if (!beta || !alpha || !beta->isScalar() || !alpha->isScalar()) return nullptr;
-    Value* product =
-        name == "aten::addmv" ? g("aten::sum", {g("aten::mul", {in(1), in(2)}), -1})
-                              : g("aten::mul", {g("aten::unsqueeze", {in(1), 1}), in(2)});
+    Value* product = name == "aten::addmv"
+                         ? g("aten::sum", {g("aten::mul", {in(1), in(2)}), -1})
+                         : g("aten::mul", {g("aten::unsqueeze", {in(1), 1}), in(2)});
     if (alpha->toScalar().toDouble() != 1) product = g("aten::mul", {product, in(4)});
     // beta = 0 ignores self, nan and inf included.
-    if (beta->toScalar().toDouble() == 0) return g("aten::add", {g("aten::mul", {in(0), 0}),
-                                                                 product});
+    if (beta->toScalar().toDouble() == 0)
+      return g("aten::add", {g("aten::mul", {in(0), 0}), product});
     return g("aten::add", {g("aten::mul", {in(0), in(3)}), product});
   }
   if (name == "aten::logsumexp" && n == 3) {
@@ -306,8 +308,8 @@ Value* decompose(GraphPtr& graph, Node* node) {
   const size_t copy = qualified.rfind("_copy");
   if (copy != std::string::npos && copy + 5 == qualified.size() && node->maybeSchema() &&
       !written_in_place(node->output())) {
-    const std::string base = qualified.substr(0, copy) == "aten::alias" ? "aten::clone"
-                                                                          : qualified.substr(0, copy);
+    const std::string base =
+        qualified.substr(0, copy) == "aten::alias" ? "aten::clone" : qualified.substr(0, copy);
     std::vector<torch::jit::NamedValue> args, kwargs;
     const auto& params = node->schema().arguments();
     for (size_t i = 0; i < node->inputs().size() && i < params.size(); ++i) {
