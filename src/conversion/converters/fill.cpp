@@ -53,22 +53,10 @@ void arange_to_run_time_end(ConversionContext& ctx, const Node* n,
   const int64_t step = n_numbers == 3 ? static_int(ctx, numbers[2]) : 1;
   KILN_CHECK(step > 0, Unsupported, "arange step ", step,
              " to an end only known at run time (kiln takes a positive step there)");
-  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "arange"); };
-  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
-    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, "length");
-  };
+  const DataType dtype = static_dtype(ctx, n->input(n_numbers)).value_or(DataType::kI64);
+  KILN_CHECK(dtype != DataType::kBool, InvalidArgument, "arange of dtype bool");
   const TensorId end = run_time_int(ctx, n, numbers[n_numbers == 1 ? 0 : 1]);
-  TensorId length = binary(engine::BinaryOp::kSub, end, i64(start - (step - 1)));
-  length = binary(engine::BinaryOp::kFloorDiv, length, i64(step));
-  length = binary(engine::BinaryOp::kMax, length, i64(0));
-  engine::FillParams p;
-  p.mode = engine::FillMode::kRange;
-  p.dtype = static_dtype(ctx, n->input(n_numbers)).value_or(DataType::kI64);
-  KILN_CHECK(p.dtype != DataType::kBool, InvalidArgument, "arange of dtype bool");
-  p.shape = {engine::kDynamic};
-  p.start = static_cast<double>(start);
-  p.delta = static_cast<double>(step);
-  ctx.set_tensor(n->output(), ctx.add(n, p, {length}));
+  ctx.set_tensor(n->output(), run_time_range(ctx, n, start, end, step, dtype));
 }
 
 // arange(end) / arange(start, end) / arange(start, end, step): `n_numbers` leading scalars.

@@ -33,29 +33,17 @@ TensorId slice_to_run_time_end(ConversionContext& ctx, const Node* n, TensorId x
                " to an end only known at run time");
     start = std::max<int64_t>(start + dim, 0);
   }
-  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "slice"); };
-  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
-    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, "length");
-  };
   TensorId size;
   if (dim != kDynamic) {
-    size = i64(dim);
+    size = ctx.constant(at::tensor({dim}, at::kLong), "dim");
   } else {
     const TensorId shape = ctx.add(n, engine::ShapeParams{}, {x}, "shape");
     size = ctx.add(n, engine::SliceParams{{0}, {axis}, {axis + 1}, {1}}, {shape}, "dim");
   }
   // Run-time sizes are never negative, so only the dim clamps the end.
-  const TensorId stop = binary(engine::BinaryOp::kMin, run_time_int(ctx, n, end), size);
-  TensorId length = binary(engine::BinaryOp::kSub, stop, i64(start - (step - 1)));
-  length = binary(engine::BinaryOp::kFloorDiv, length, i64(step));
-  length = binary(engine::BinaryOp::kMax, length, i64(0));
-  engine::FillParams range;
-  range.mode = engine::FillMode::kRange;
-  range.dtype = engine::DataType::kI64;
-  range.shape = {kDynamic};
-  range.start = static_cast<double>(start);
-  range.delta = static_cast<double>(step);
-  const TensorId indices = ctx.add(n, range, {length}, "indices");
+  const TensorId stop = ctx.add(n, engine::ElementwiseParams{engine::BinaryOp::kMin},
+                                {run_time_int(ctx, n, end), size}, "stop");
+  const TensorId indices = run_time_range(ctx, n, start, stop, step, engine::DataType::kI64);
   engine::GatherParams gather;
   gather.axis = axis;
   return ctx.add(n, gather, {x, indices});

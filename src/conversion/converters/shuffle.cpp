@@ -211,6 +211,25 @@ TensorId run_time_int(ConversionContext& ctx, const Node* node, const Value* v, 
              "`; kiln computes run-time sizes from tensor sizes with +, -, * and //");
 }
 
+TensorId run_time_range(ConversionContext& ctx, const Node* node, int64_t start, TensorId stop,
+                        int64_t step, engine::DataType dtype) {
+  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "range"); };
+  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
+    return ctx.add(node, engine::ElementwiseParams{op}, {a, b}, "length");
+  };
+  // max(ceil((stop - start) / step), 0), for step > 0.
+  TensorId length = binary(engine::BinaryOp::kSub, stop, i64(start - (step - 1)));
+  length = binary(engine::BinaryOp::kFloorDiv, length, i64(step));
+  length = binary(engine::BinaryOp::kMax, length, i64(0));
+  engine::FillParams range;
+  range.mode = engine::FillMode::kRange;
+  range.dtype = dtype;
+  range.shape = {kDynamic};
+  range.start = static_cast<double>(start);
+  range.delta = static_cast<double>(step);
+  return ctx.add(node, range, {length}, "range");
+}
+
 namespace {
 
 void identity(ConversionContext& ctx, const Node* n) {

@@ -58,6 +58,10 @@ engine::TensorId insert_dim(ConversionContext& ctx, const torch::jit::Node* node
 // the op, for any other int.
 engine::TensorId run_time_int(ConversionContext& ctx, const torch::jit::Node* node,
                               const torch::jit::Value* v, int depth = 0);
+// start, start + step, ... below `stop` (an i64 [1] run-time int), step > 0: a range fill whose
+// length the engine computes from shapes on the host.
+engine::TensorId run_time_range(ConversionContext& ctx, const torch::jit::Node* node, int64_t start,
+                                engine::TensorId stop, int64_t step, engine::DataType dtype);
 // Broadcasts `x` to at least the shape `target` (numpy alignment; a target dim of 1 keeps x's
 // dim). The engine has no expand layer: a select whose condition is an all-true fill of the
 // target shape and whose branches are both `x` broadcasts exactly, for every dtype.
