@@ -44,27 +44,14 @@ std::vector<InferOutput> infer(const std::string& layer, const FillParams& p,
   Shape shape = p.shape;
   if (!in.empty()) {
     const InferInput& st = in[0];
-    KILN_CHECK(st.dtype == DataType::kI64 && st.shape.size() == 1 && st.shape[0] != kDynamic,
-               InvalidArgument, "layer `", layer,
-               "`: the shape input must be i64 of static 1-D shape, got ", dtype_name(st.dtype),
-               " ", shape_to_string(st.shape));
-    const size_t rank = static_cast<size_t>(st.shape[0]);
-    // With a shape input, `shape` is empty or what is known of it while building: a dim each,
-    // kDynamic where only the shape input knows it.
-    KILN_CHECK(p.shape.empty() || p.shape.size() == rank, InvalidArgument, "layer `", layer,
-               "`: fill shape ", shape_to_string(p.shape), " has ", p.shape.size(),
-               " dims, its shape input ", rank);
-    for (int64_t d : p.shape) {
-      KILN_CHECK(d >= 0 || d == kDynamic, InvalidArgument, "layer `", layer, "`: bad fill dim ", d);
-    }
+    const size_t rank = shape_input_rank(layer, st);
+    check_known_dims(layer, p.shape, rank);
     shape = st.values ? *st.values : p.shape.empty() ? Shape(rank, kDynamic) : p.shape;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      KILN_CHECK(shape[i] >= 0 || (!st.values && shape[i] == kDynamic), InvalidArgument, "layer `",
-                 layer, "`: shape input holds negative dim ", shape[i]);
-      KILN_CHECK(!st.values || p.shape.empty() || p.shape[i] == kDynamic || p.shape[i] == shape[i],
-                 ShapeMismatch, "layer `", layer, "`: its shape input gives ",
-                 shape_to_string(shape), ", the layer was built for ", shape_to_string(p.shape));
+    for (int64_t d : shape) {
+      KILN_CHECK(d >= 0 || (!st.values && d == kDynamic), InvalidArgument, "layer `", layer,
+                 "`: shape input holds negative dim ", d);
     }
+    if (st.values) matches_known(layer, shape, p.shape);
   } else {
     KILN_CHECK(is_static(shape), InvalidArgument, "layer `", layer, "`: fill shape ",
                shape_to_string(shape), " must be static without a shape input");

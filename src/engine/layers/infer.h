@@ -30,6 +30,14 @@ std::vector<InferOutput> infer_layer(const std::string& layer, const LayerParams
 void expect_input_count(const std::string& layer, const std::vector<InferInput>& inputs, size_t min,
                         size_t max);
 
+// A shape-tensor input (i64 of static 1-D shape): its length, the rank it gives. `known` (a
+// fill's shape, a reshape's dims) is empty or what is known of the result while building, a dim
+// each (kDynamic where only the shape input knows it); check_known_dims refuses another rank or
+// a bad dim, and matches_known refuses a resolved shape that differs where `known` is static.
+size_t shape_input_rank(const std::string& layer, const InferInput& st);
+void check_known_dims(const std::string& layer, const Shape& known, size_t rank);
+void matches_known(const std::string& layer, const Shape& resolved, const Shape& known);
+
 // a * b for sizes a plan gives (kernel extents, strides, dilations, groups). Past 2^48, the bound
 // on any tensor's volume, it throws InvalidArgument naming `what` instead of overflowing.
 int64_t size_product(const std::string& layer, const char* what, int64_t a, int64_t b);

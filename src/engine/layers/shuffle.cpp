@@ -110,27 +110,11 @@ std::vector<InferOutput> infer(const std::string& layer, const ShuffleParams& p,
     const InferInput& st = in[1];
     KILN_CHECK(p.has_reshape, InvalidArgument, "layer `", layer,
                "`: a shape-tensor input needs has_reshape");
-    KILN_CHECK(st.dtype == DataType::kI64 && st.shape.size() == 1 && st.shape[0] != kDynamic,
-               InvalidArgument, "layer `", layer,
-               "`: the shape input must be i64 of static 1-D shape, got ", dtype_name(st.dtype),
-               " ", shape_to_string(st.shape));
-    // With a shape input, `reshape` is empty or what is known of the result while building: a
-    // dim each, kDynamic where only the shape input knows it.
-    const size_t rank = static_cast<size_t>(st.shape[0]);
-    KILN_CHECK(p.reshape.empty() || p.reshape.size() == rank, InvalidArgument, "layer `", layer,
-               "`: reshape ", ints_to_string(p.reshape), " has ", p.reshape.size(),
-               " dims, its shape input ", rank);
-    for (int64_t d : p.reshape) {
-      KILN_CHECK(d >= 0 || d == kDynamic, InvalidArgument, "layer `", layer, "`: reshape ",
-                 ints_to_string(p.reshape), " with a shape input has bad dim ", d);
-    }
+    const size_t rank = shape_input_rank(layer, st);
+    check_known_dims(layer, p.reshape, rank);
     if (st.values) {
       s = resolve_reshape(layer, s, *st.values);
-      for (size_t i = 0; i < p.reshape.size(); ++i) {
-        KILN_CHECK(p.reshape[i] == kDynamic || s[i] == kDynamic || p.reshape[i] == s[i],
-                   ShapeMismatch, "layer `", layer, "`: its shape input reshapes to ",
-                   shape_to_string(s), ", the layer was built for ", shape_to_string(p.reshape));
-      }
+      matches_known(layer, s, p.reshape);
     } else {
       s = p.reshape.empty() ? Shape(rank, kDynamic) : p.reshape;
     }
