@@ -729,6 +729,10 @@ class GraphBuilder {
     if (node->outputs().size() == 1 && outs.size() == 1) {
       auto [tag, v] = union_member(outs[0], where);
       if (tag == "as_tensors") {
+        auto list = node->output()->type()->cast<c10::ListType>();
+        KILN_CHECK(list && list->getElementType()->kind() == c10::TypeKind::TensorType,
+                   CorruptInput, where, ": a list of tensors named for a result of type ",
+                   node->output()->type()->repr_str());
         Node* unpack = graph_->insertNode(graph_->createListUnpack(node->output(), v->size()));
         for (size_t i = 0; i < v->size(); ++i) {
           bind(field((*v)[i], "name", where).get<std::string>(), unpack->output(i));
