@@ -20,6 +20,7 @@
 #include "harness/process.h"
 #include "harness/test_models.h"
 #include "kiln/kiln.h"
+#include "kiln_test_paths.h"
 #include "runtime/engine_class.h"
 #include "util/errors.h"
 
@@ -247,6 +248,44 @@ TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
     const at::Tensor x = at::randn({batch, 3, 64, 64}, at::kCUDA);
     const Diff d = diff_of(compiled.forward({x}), reference.forward({x}));
     EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << "batch " << batch;
+  }
+}
+
+// Sizes known only at run time on the device: vit_tiny expands its class token to the batch,
+// core ATen's matmuls reshape to [batch * heads, ...], zoo_swin fills its mask by slices. Shape
+// inputs, reshapes and fills by run-time sizes run on CUDA at every batch the export allows.
+TEST(GpuRuntime, ExportedProgramsWithADynamicBatchRunOnCuda) {
+  SKIP_WITHOUT_CUDA();
+  at::globalContext().setAllowTF32CuDNN(false);
+  torch::NoGradGuard no_grad;
+  for (const std::string name : {"vit_tiny", "text_encoder", "zoo_swin"}) {
+    for (const std::string form : {"", ".core"}) {
+      const ExportedModule exported =
+          load_exported_program(std::string(KILN_TEST_MODELS_DIR) + "/" + name + form + ".pt2");
+      CompileSpec spec;
+      spec.inputs = exported.specs();
+      spec.device = parse_device("cuda");
+      spec.disable_tf32 = true;
+      CompileReport report;
+      torch::jit::Module compiled = compile(exported.module, spec, &report);
+      EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << name << form << report.summary();
+      testing::TestModel reference = testing::load_test_model(name);
+      reference.module.eval();
+      reference.module.to(at::kCUDA);
+      const ExportedInput& in = exported.inputs[0];
+      for (int64_t batch : {1, 4, 3}) {
+        std::vector<int64_t> shape = in.opt;
+        shape[0] = batch;
+        const at::Tensor x =
+            in.dtype == DType::kI64
+                ? at::randint(0, 100, shape, at::TensorOptions(at::kLong).device(at::kCUDA))
+                : at::randn(shape, at::kCUDA);
+        const c10::IValue y = compiled.forward({x});
+        EXPECT_TRUE(all_on_cuda(y)) << name << form;
+        const Diff d = diff_of(y, reference.module.forward({x}));
+        EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << name << form << " at batch " << batch;
+      }
+    }
   }
 }
 

@@ -221,8 +221,11 @@ def test_torch_compile_backend_runs_bert():
     assert counts["compiled"] >= 1 and counts["in_pytorch"] == 0, counts
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="no CUDA device"))])
 @pytest.mark.parametrize("arch", ["bert", "gpt2"])
-def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch):
+def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch, device):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if arch == "bert":
@@ -253,17 +256,20 @@ def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch):
                                   dynamic_shapes=({0: batch, 1: seq},))
     # Position ids cut to the sequence, masks expanded to [batch, 1, seq, seq], heads reshaped by
     # batch and sequence: sizes only known at run time, all in one engine.
-    for form in (program, program.run_decompositions()):
-        c = kiln.compile(form)
+    # On CUDA: kiln's fp32 without TF32 against PyTorch's fp32 matmuls (TF32 off by default).
+    compiled = [kiln.compile(form, device=device, disable_tf32=True)
+                for form in (program, program.run_decompositions())]
+    m.to(device)
+    for c in compiled:
         report = c.kiln_report
         engines = [s for s in report["segments"] if s["target"] == "engine"]
         assert len(engines) == 1 and report["torch_ops"] == 0, report
         for shape in ((1, 2), (3, 17), (4, 32), (2, 16)):  # min, between, max, opt
-            ids = torch.randint(0, 100, shape)
+            ids = torch.randint(0, 100, shape, device=device)
             with torch.no_grad():
                 torch.testing.assert_close(c(ids), m(ids), atol=1e-4, rtol=1e-4)
         with pytest.raises(Exception, match="profile|outside|shape"):
-            c(torch.randint(0, 100, (2, 33)))
+            c(torch.randint(0, 100, (2, 33), device=device))
 
 
 def test_float64_results_keep_their_dtype():
