@@ -70,6 +70,10 @@ struct CompileSpec {
   // squeeze_excitation, excitation_projection, cast_into_shuffle): for A/B timings; recorded in
   // each engine's plan. An unknown switch or value is InvalidArgument before anything compiles.
   std::vector<std::string> switches;
+  // Engines whose weights refit() can replace without a rebuild: every weight stays as converted
+  // (no batch norm folded into a scale and shift, no channels-last weights, no mask read from a
+  // weight), at some cost in speed.
+  bool refittable = false;
   bool print_after_all = false;  // print each engine's network after every builder pass (stderr)
   bool debug = false;            // log each phase's graph at debug level
   // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
@@ -87,6 +91,8 @@ struct SegmentReport {
   // Engines: the built plan's layers, the shuffles among them that move data (transposes and
   // layout changes; reshapes are views), and the generated kernels it carries (cuda).
   int layers = 0, shuffles = 0, generated_kernels = 0;
+  // Engines: "built", or "refit" (refit(): the compiled engine's plan with the new weights).
+  std::string plan = "built";
 };
 
 struct CompileReport {
@@ -102,6 +108,16 @@ struct CompileReport {
 // (InvalidArgument, Unsupported, ...) naming what is wrong.
 torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
                            CompileReport* report = nullptr);
+
+// `compiled` (made by compile() with CompileSpec::refittable, or loaded from its save) with the
+// weights of `module`, the same architecture with new weights: `module` is lowered, partitioned
+// and converted as compile() did with the spec `compiled` carries, and each engine's plan takes
+// the new weights without a rebuild; PyTorch segments take theirs from `module` as compile()
+// does. Throws InvalidArgument naming the engine and the weight when the new weights do not fit
+// (another shape or dtype, another graph), Unsupported when `compiled` is not refittable, and
+// never changes `compiled`.
+torch::jit::Module refit(const torch::jit::Module& compiled, const torch::jit::Module& module,
+                         CompileReport* report = nullptr);
 
 // True when every op of the method can run in the engine; otherwise `report` (when given) lists
 // each op that cannot and why.

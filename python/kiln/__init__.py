@@ -3,6 +3,7 @@
     import kiln, torch
     compiled = kiln.compile(model.eval(), inputs=[torch.randn(1, 3, 224, 224)])
     kiln.save(compiled, "model.ts")      # kiln.load("model.ts") in another process
+    kiln.refit(compiled, tuned_model)    # new weights, same engines (compile refittable=True)
     torch.compile(model, backend="kiln")  # the Dynamo backend
 
 The API follows torch_tensorrt's (compile, Input, save, load), so that switching is a change of
@@ -26,7 +27,8 @@ RUNTIME_LIBRARY = _os.path.join(_os.path.dirname(_EXTENSION.origin), "libkiln_ru
 _torch.ops.load_library(RUNTIME_LIBRARY)
 
 from . import _kiln  # noqa: E402
-from ._compile import Input, SupportReport, compile, load, save, support_report  # noqa: E402
+from ._compile import (Input, SupportReport, compile, load, refit, save,  # noqa: E402
+                       support_report)
 from ._logging import set_log_level  # noqa: E402
 
 Error = _kiln.Error
@@ -39,6 +41,6 @@ InternalError = _kiln.InternalError
 
 from . import dynamo as _dynamo  # noqa: E402  (registers torch.compile's backend "kiln")
 
-__all__ = ["compile", "Input", "save", "load", "support_report", "SupportReport",
+__all__ = ["compile", "Input", "save", "load", "refit", "support_report", "SupportReport",
            "set_log_level", "Error", "InvalidArgument", "Unsupported", "ShapeMismatch",
            "DeviceError", "CorruptInput", "InternalError", "RUNTIME_LIBRARY"]

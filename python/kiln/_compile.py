@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 
 import torch
 
@@ -16,6 +17,7 @@ from ._logging import logger
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.int64: "i64", torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8",
            torch.bool: "bool"}
+_DTYPES_BY_NAME = {name: dtype for dtype, name in _DTYPES.items()}
 
 
 def _dtype_name(dtype, what):
@@ -170,7 +172,7 @@ class _Progress:
 
 _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
               "require_full_compilation", "workspace_size", "truncate_long_and_double",
-              "disable_tf32", "exact_gelu", "switches", "print_after_all"}
+              "disable_tf32", "exact_gelu", "switches", "refittable", "print_after_all"}
 
 
 def _check_options(options):
@@ -193,8 +195,8 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     always allowed). `device`: "cpu" (default unless the inputs are on a GPU), "cuda" or
     "cuda:N". Further options, as torch_tensorrt names them: min_block_size,
     torch_executed_ops, torch_executed_modules, require_full_compilation, workspace_size,
-    truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches and
-    print_after_all. debug=True logs every graph after each phase (logger "kiln").
+    truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches, refittable
+    (engines kiln.refit can give new weights without a rebuild) and print_after_all. debug=True logs every graph after each phase (logger "kiln").
     The result carries `kiln_report` (a dict: segments, op counts, time per phase) and
     `kiln_summary` (the same as text); progress=True/False forces the progress line on stderr
     (default: on when stderr is a terminal)."""
@@ -268,6 +270,42 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     object.__setattr__(compiled, "kiln_report", json.loads(report_json))
     object.__setattr__(compiled, "kiln_summary", summary)
     return compiled
+
+
+def refit(compiled, module):
+    """`compiled` (kiln.compile(..., refittable=True), or kiln.load of its save) with the weights
+    of `module`: the same architecture with new weights, as an nn.Module in eval mode (traced at
+    the compiled input shapes), a ScriptModule or an ExportedProgram, given as `compiled` was.
+    Its engines take the new weights without a rebuild; `compiled` is left as it is. A state dict
+    is loaded into the model first: model.load_state_dict(sd); kiln.refit(compiled, model).
+    Raises kiln.InvalidArgument naming the engine and weight when the new weights do not fit."""
+    if not isinstance(compiled, torch.jit.ScriptModule) or not hasattr(compiled, "kiln_spec"):
+        raise _kiln.InvalidArgument(
+            f"kiln.refit: expected a module kiln.compile made (with refittable=True), got "
+            f"{type(compiled).__name__}" +
+            ("" if not isinstance(compiled, torch.jit.ScriptModule) else " without kiln_spec"))
+    if isinstance(module, Mapping):
+        raise _kiln.InvalidArgument(
+            "kiln.refit: got a state dict; load it into the model and pass the model "
+            "(model.load_state_dict(state_dict); kiln.refit(compiled, model))")
+    exported = isinstance(module, torch.export.ExportedProgram)
+    if exported:
+        buffer = io.BytesIO()
+        torch.export.save(module, buffer)
+        data = buffer.getvalue()
+    else:
+        spec = json.loads(compiled.kiln_spec)
+        specs = [Input(min_shape=i["min"], opt_shape=i["opt"], max_shape=i["max"],
+                       dtype=_DTYPES_BY_NAME[i["dtype"]]) for i in spec["inputs"]]
+        data = _script(module, specs, [None] * len(specs))
+    buffer = io.BytesIO()
+    torch.jit.save(compiled, buffer)
+    out, report_json, summary = _kiln.refit(buffer.getvalue(), data, exported)
+    logger.info("%s", summary)
+    refitted = torch.jit.load(io.BytesIO(out))
+    object.__setattr__(refitted, "kiln_report", json.loads(report_json))
+    object.__setattr__(refitted, "kiln_summary", summary)
+    return refitted
 
 
 def save(module, path):

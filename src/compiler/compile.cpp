@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "compiler/capability.h"
+#include "compiler/spec_json.h"
 #include "compiler/stitch.h"
 #include "conversion/convert.h"
 #include "conversion/dtypes.h"
@@ -69,6 +70,9 @@ struct Pipeline {
   const std::string& method;
   const CompileSpec& spec;
   CompileReport* report;
+  // refit(): the compiled module's plans by segment position, taking new weights instead of being
+  // built; each one used is erased.
+  std::map<std::string, const runtime::EngineHolder*>* reuse = nullptr;
   Clock::time_point phase_start = Clock::now();
   std::string phase_name_;
 
@@ -150,6 +154,7 @@ struct Pipeline {
     config.tf32 = !spec.disable_tf32;
     config.gelu_tanh_epilogues = !spec.exact_gelu;
     config.print_after_all = spec.print_after_all;
+    config.refittable = spec.refittable;
     for (const std::string& sw : spec.switches) engine::apply_switch(config, sw);
     return config;
   }
@@ -158,11 +163,14 @@ struct Pipeline {
     conversion::ConversionSettings s;
     s.enabled_precisions = builder_config().enabled_precisions;
     s.truncate_long_and_double = spec.truncate_long_and_double;
+    s.refittable = spec.refittable;
     return s;
   }
 
-  // Converts and builds one engine segment; returns the serialized plan.
-  std::vector<uint8_t> build_engine(const Segment& s, const std::string& name, SegmentReport& sr) {
+  // Converts and builds one engine segment (at `position` in the partitioned graph); returns the
+  // serialized plan.
+  std::vector<uint8_t> build_engine(const Segment& s, const std::string& position,
+                                    const std::string& name, SegmentReport& sr) {
     KILN_CHECK(s.has_shapes, InternalError, "compile: engine segment `", name,
                "` has no analyzed shapes");
     auto graph = partitioning::segment_graph(s);
@@ -187,12 +195,35 @@ struct Pipeline {
     } catch (const Error& e) {
       throw Error(e.kind(), "engine `" + name + "`: " + e.message());
     }
+    if (reuse) return refit_engine(position, name, converted.network, sr);
     engine::BuildReport build_report;
     engine::Plan plan = engine::build(converted.network, builder_config(), &build_report);
+    plan.source.key = engine::network_key(converted.network);
+    plan.source.refittable = spec.refittable;
+    if (spec.refittable) plan.source.slots = engine::constant_slots(converted.network);
     KILN_LOG(kInfo, "engine `", name, "`: ", build_report.to_string());
     sr.layers = build_report.layers_after;
     sr.shuffles = build_report.shuffles;
     sr.generated_kernels = build_report.generated_kernels;
+    return engine::serialize_plan(plan);
+  }
+
+  // The compiled engine at `position` with the weights of `network`, the conversion of the new
+  // module's segment there.
+  std::vector<uint8_t> refit_engine(const std::string& position, const std::string& name,
+                                    const engine::Network& network, SegmentReport& sr) {
+    auto it = reuse->find(position);
+    KILN_CHECK(it != reuse->end(), InvalidArgument, "refit: the new module's engine `", name,
+               "` has no counterpart in the compiled module (the new module partitions "
+               "differently: another graph or other ops)");
+    const std::vector<uint8_t>& bytes = it->second->plan_bytes();
+    engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
+    engine::refit_plan(plan, network, "refit: engine `" + it->second->name() + "`");
+    reuse->erase(it);
+    sr.layers = static_cast<int>(plan.network.layers().size());
+    sr.shuffles = engine::count_moving_shuffles(plan.network.layers());
+    sr.generated_kernels = static_cast<int>(plan.target.kernels.size());
+    sr.plan = "refit";
     return engine::serialize_plan(plan);
   }
 };
@@ -264,7 +295,7 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
                                               std::to_string(total) + " (" + sr.engine_name + ", " +
                                               std::to_string(sr.ops.size()) + " ops)");
       }
-      auto bytes = pipe.build_engine(s, sr.engine_name, sr);
+      auto bytes = pipe.build_engine(s, position, sr.engine_name, sr);
       engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes),
                                                                pipe.spec.device.str());
       sr.build_ms = ms_since(start);
@@ -333,8 +364,12 @@ size_t count_engines(const std::vector<Segment>& segments) {
 
 }  // namespace
 
-torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
-                           CompileReport* report) {
+namespace {
+
+// compile(), and refit() with the compiled module's plans in `reuse`.
+torch::jit::Module compile_module(const torch::jit::Module& module, const CompileSpec& spec,
+                                  CompileReport* report,
+                                  std::map<std::string, const runtime::EngineHolder*>* reuse) {
   check_device(spec);
   engine::BuilderConfig checked;  // bad switches fail before anything compiles
   for (const std::string& sw : spec.switches) engine::apply_switch(checked, sw);
@@ -343,6 +378,7 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
   *report = {};
   const std::string method = "forward";
   Pipeline pipe{module, method, spec, report};
+  pipe.reuse = reuse;
   auto graph = pipe.lower();
 
   pipe.phase(Phase::kPartition);
@@ -367,6 +403,13 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
   build_engines(pipe, partitioned, partitioned.segments, "", engines, built,
                 count_engines(partitioned.segments));
 
+  if (reuse && !reuse->empty()) {
+    KILN_THROW(InvalidArgument, "refit: the compiled module's engine `",
+               reuse->begin()->second->name(),
+               "` has no counterpart in the new module (the new module partitions differently: "
+               "another graph or other ops)");
+  }
+
   pipe.phase(Phase::kStitch);
   std::string type_name = module.type()->name() ? module.type()->name()->name() : "Module";
   auto compiled = compiler::stitch(partitioned, engines, "__torch__.kiln.Compiled_" + type_name);
@@ -374,8 +417,47 @@ torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& 
     move_tensor_constants(compiled.get_method(method).graph()->block(),
                           c10::Device(spec.device.str()));
   }
+  compiled.register_attribute(compiler::kSpecAttribute, c10::StringType::get(),
+                              c10::IValue(compiler::spec_to_json(spec)));
   pipe.end_phase();
   return compiled;
+}
+
+}  // namespace
+
+torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
+                           CompileReport* report) {
+  return compile_module(module, spec, report, nullptr);
+}
+
+torch::jit::Module refit(const torch::jit::Module& compiled, const torch::jit::Module& module,
+                         CompileReport* report) {
+  KILN_CHECK(compiled.hasattr(compiler::kSpecAttribute), InvalidArgument,
+             "refit: the compiled module has no `", compiler::kSpecAttribute,
+             "` attribute: it was not made by kiln's compile() (or by a kiln older than refit)");
+  CompileSpec spec = compiler::spec_from_json(
+      compiled.attr(compiler::kSpecAttribute).toStringRef(),
+      std::string("refit: the compiled module's `") + compiler::kSpecAttribute + "`");
+  KILN_CHECK(spec.refittable, Unsupported,
+             "refit: the module was compiled without refittable, so its engines may hold weights "
+             "folded into others; compile with refittable (kilnc --refittable, "
+             "kiln.compile(..., refittable=True)) to refit it");
+  // Engines by position: an engine's attribute is `engine_<position>_<hash>`.
+  std::vector<c10::intrusive_ptr<runtime::EngineHolder>> holders;
+  std::map<std::string, const runtime::EngineHolder*> reuse;
+  for (const auto& attr : compiled.named_attributes(/*recurse=*/false)) {
+    if (!attr.value.isCustomClass()) continue;
+    auto holder = attr.value.toCustomClass<runtime::EngineHolder>();
+    const std::string& name = holder->name();
+    const size_t last = name.rfind('_');
+    KILN_CHECK(name.rfind("engine_", 0) == 0 && last != std::string::npos && last > 7,
+               CorruptInput, "refit: the compiled module's engine `", name,
+               "` is not named engine_<position>_<hash>");
+    reuse[name.substr(7, last - 7)] = holder.get();
+    holders.push_back(std::move(holder));
+  }
+  spec.progress = nullptr;
+  return compile_module(module, spec, report, &reuse);
 }
 
 bool check_method_op_support(const torch::jit::Module& module, const std::string& method,
@@ -417,7 +499,7 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
   KILN_CHECK(only->inputs.size() + 1 == graph->inputs().size(), Unsupported,
              "convert_method_to_engine: the engine does not take the method's arguments directly");
   SegmentReport unused;
-  return pipe.build_engine(*only, engine_name("0", *only), unused);
+  return pipe.build_engine(*only, "0", engine_name("0", *only), unused);
 }
 
 }  // namespace kiln

@@ -24,6 +24,7 @@ std::string CompileReport::to_json() const {
     if (!s.engine_name.empty()) {
       js["engine"] = s.engine_name;
       js["build_ms"] = s.build_ms;
+      js["plan"] = s.plan;
       js["layers"] = s.layers;
       js["shuffles"] = s.shuffles;
       js["generated_kernels"] = s.generated_kernels;
@@ -54,7 +55,7 @@ std::string CompileReport::summary() const {
     os << "  " << std::setw(2) << i << " " << std::setw(6) << s.target << " " << std::setw(4)
        << s.ops.size() << " ops";
     if (!s.engine_name.empty()) {
-      os << "  " << s.engine_name << "  built in " << std::fixed << std::setprecision(0)
+      os << "  " << s.engine_name << "  " << s.plan << " in " << std::fixed << std::setprecision(0)
          << s.build_ms << " ms: " << s.layers << " layers, " << s.shuffles << " shuffles";
       if (s.generated_kernels) os << ", " << s.generated_kernels << " generated kernels";
     }

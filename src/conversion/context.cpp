@@ -74,7 +74,7 @@ engine::TensorId ConversionContext::tensor(const torch::jit::Value* value,
   engine::TensorId id;
   if (v->isTensor()) {
     id = constant(v->toTensor(), value->debugName());
-    refit_map_[value->debugName()] = network_.tensor(id).name;
+    if (settings_.refittable) return id;
   } else if (v->isInt() || v->isBool() || v->isDouble()) {
     at::Tensor t = v->isDouble() ? at::scalar_tensor(v->toDouble(), at::kFloat)
                    : v->isBool() ? at::scalar_tensor(v->toBool(), at::kBool)

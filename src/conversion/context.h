@@ -18,6 +18,10 @@ class Registry;
 struct ConversionSettings {
   std::vector<engine::DataType> enabled_precisions = {engine::DataType::kF32};
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
+  // Each use of a tensor constant gets its own weight, so that the network's structure does not
+  // depend on which constants the TorchScript graph shares: freezing merges constants of equal
+  // values (a fresh batch norm's weight and running variance), which new weights tell apart.
+  bool refittable = false;
 };
 
 class ConversionContext {
@@ -62,7 +66,6 @@ class ConversionContext {
   const engine::TensorDesc& desc(engine::TensorId id) const { return network_.tensor(id); }
 
   // Parameter name (the frozen value's debug name) to engine weight name.
-  const std::map<std::string, std::string>& refit_map() const { return refit_map_; }
 
   // A name unique in this network, derived from the node's first output.
   std::string unique_name(const torch::jit::Node* node, const std::string& suffix = "");
@@ -73,7 +76,6 @@ class ConversionContext {
   engine::Network network_;
   std::unordered_map<const torch::jit::Value*, engine::TensorId> tensors_;
   std::unordered_map<const torch::jit::Value*, c10::IValue> ivalues_;
-  std::map<std::string, std::string> refit_map_;
   std::map<std::string, int> name_counts_;
 };
 

@@ -68,7 +68,7 @@ ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector
     marked.insert(id);
   }
   KILN_LOG(kDebug, "converted segment: ", ctx.network().layers().size(), " layers");
-  return {std::move(ctx.network()), ctx.refit_map()};
+  return {std::move(ctx.network())};
 }
 
 }  // namespace kiln::conversion

@@ -23,7 +23,6 @@ struct InputSpec {
 
 struct ConvertedSegment {
   engine::Network network;
-  std::map<std::string, std::string> refit_map;  // parameter name -> engine weight name
 };
 
 // Throws Unsupported naming the node for anything the registry cannot convert, and

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 
 #include "engine/bytes.h"
@@ -75,6 +76,10 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
     w.put<uint64_t>(k.image.size());
     w.put_bytes(k.image.data(), k.image.size());
   }
+  w.put_string(plan.source.key);
+  w.put<uint8_t>(plan.source.refittable ? 1 : 0);
+  w.put<uint64_t>(plan.source.slots.size());
+  for (const std::string& slot : plan.source.slots) w.put_string(slot);
 
   w.put<uint64_t>(net.num_tensors());
   for (size_t i = 0; i < net.num_tensors(); ++i) {
@@ -170,6 +175,12 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
                "` appears twice");
     plan.target.kernels.push_back(std::move(k));
   }
+  plan.source.key = r.get_string("source key");
+  const uint8_t refittable = r.get<uint8_t>("refittable flag");
+  KILN_CHECK(refittable <= 1, CorruptInput, "plan: refittable flag ", int(refittable));
+  plan.source.refittable = refittable == 1;
+  const uint64_t num_slots = r.get_count("refit slot", 8);
+  for (uint64_t i = 0; i < num_slots; ++i) plan.source.slots.push_back(r.get_string("refit slot"));
 
   Network& net = plan.network;
   const uint64_t num_tensors = r.get_count("tensor", 8 + 1 + 8 + 1);
@@ -246,6 +257,102 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   // Semantic validation: every layer is well-formed and agrees with the stored tensors, in order.
   verify_network(net, "plan", VerifyFailure::kCorrupt);
   return plan;
+}
+
+std::vector<std::string> constant_slots(const Network& net) {
+  std::vector<std::string> slots;
+  std::set<std::string> seen;
+  for (const Layer& l : net.layers()) {
+    if (const auto* c = std::get_if<ConstantParams>(&l.params)) {
+      if (seen.insert(c->weight).second) slots.push_back(c->weight);
+    }
+  }
+  return slots;
+}
+
+std::string network_key(const Network& net) {
+  const std::vector<std::string> slots = constant_slots(net);
+  std::map<std::string, size_t> slot_of;
+  for (size_t k = 0; k < slots.size(); ++k) slot_of[slots[k]] = k;
+  ByteWriter w;
+  w.put<uint64_t>(net.num_tensors());
+  for (size_t i = 0; i < net.num_tensors(); ++i) {
+    const TensorDesc& t = net.tensor(static_cast<TensorId>(i));
+    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
+    put_shape(w, t.shape);
+    w.put<uint8_t>(t.values ? 1 : 0);
+    if (t.values) {
+      w.put<uint64_t>(t.values->size());
+      for (int64_t v : *t.values) w.put(v);
+    }
+  }
+  w.put<uint64_t>(net.inputs().size());
+  for (TensorId id : net.inputs()) {
+    w.put<int32_t>(id);
+    const Profile& p = net.profile(id);
+    put_shape(w, p.min);
+    put_shape(w, p.opt);
+    put_shape(w, p.max);
+  }
+  w.put<uint64_t>(net.outputs().size());
+  for (TensorId id : net.outputs()) w.put<int32_t>(id);
+  w.put<uint64_t>(net.layers().size());
+  for (const Layer& l : net.layers()) {
+    w.put<uint64_t>(l.params.index());
+    if (const auto* c = std::get_if<ConstantParams>(&l.params)) {
+      w.put<uint64_t>(slot_of.at(c->weight));
+    } else {
+      write_params(w, l.params);
+    }
+    w.put<uint64_t>(l.inputs.size());
+    for (TensorId id : l.inputs) w.put<int32_t>(id);
+    w.put<uint64_t>(l.outputs.size());
+    for (TensorId id : l.outputs) w.put<int32_t>(id);
+  }
+  for (const std::string& name : slots) {
+    const Weights& wt = net.weight(name);
+    w.put<uint8_t>(static_cast<uint8_t>(wt.dtype));
+    put_shape(w, wt.shape);
+  }
+  return hash_hex(hash_bytes(w.bytes().data(), w.size()));
+}
+
+namespace {
+
+std::string weight_text(const Weights& w) {
+  return std::string(dtype_name(w.dtype)) + shape_to_string(w.shape);
+}
+
+}  // namespace
+
+void refit_plan(Plan& plan, const Network& source, const std::string& what) {
+  KILN_CHECK(plan.source.refittable, InvalidArgument, what,
+             ": was built without refittable, so its weights may be folded into others; compile "
+             "with refittable to refit it");
+  const std::vector<std::string> slots = constant_slots(source);
+  Network& net = plan.network;
+  // Weight by weight first, for an error that names the weight that does not fit.
+  const size_t common = std::min(slots.size(), plan.source.slots.size());
+  for (size_t k = 0; k < common; ++k) {
+    const std::string& target = plan.source.slots[k];
+    if (!net.weights().count(target)) continue;  // removed by the builder as unused
+    const Weights& have = net.weight(target);
+    const Weights& give = source.weight(slots[k]);
+    KILN_CHECK(have.dtype == give.dtype && have.shape == give.shape, InvalidArgument, what,
+               ": weight `", slots[k], "` is ", weight_text(give), " but the engine's (`", target,
+               "`) is ", weight_text(have));
+  }
+  KILN_CHECK(slots.size() == plan.source.slots.size(), InvalidArgument, what, ": the network has ",
+             slots.size(), " weights, the engine was built from ", plan.source.slots.size());
+  const std::string key = network_key(source);
+  KILN_CHECK(key == plan.source.key, InvalidArgument, what,
+             ": the network differs from the one the engine was built from (layers, shapes or "
+             "constant values; key ",
+             key, ", the engine's ", plan.source.key, ")");
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::string& target = plan.source.slots[k];
+    if (net.weights().count(target)) net.add_weight(target, source.weight(slots[k]));
+  }
 }
 
 void save_plan(const Plan& plan, const std::string& path, bool include_weights) {

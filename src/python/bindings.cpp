@@ -95,6 +95,7 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   spec.disable_tf32 = flag(j, "disable_tf32");
   spec.exact_gelu = flag(j, "exact_gelu");
   spec.switches = strings(j.value("switches", nlohmann::json::array()), "switches");
+  spec.refittable = flag(j, "refittable");
   spec.print_after_all = flag(j, "print_after_all");
   spec.debug = flag(j, "debug");
   return spec;
@@ -179,6 +180,25 @@ PYBIND11_MODULE(_kiln, m) {
       py::arg("program"), py::arg("spec"), py::arg("progress") = nullptr,
       "compiles an ExportedProgram (torch.export.save bytes) through the ATen frontend; inputs "
       "default to the export's shapes; returns (module bytes, report JSON, summary)");
+  m.def(
+      "refit",
+      [](const py::bytes& compiled, const py::bytes& module, bool exported) {
+        const torch::jit::Module c = load_module(compiled);
+        const torch::jit::Module weights =
+            exported ? kiln::load_exported_program_bytes(std::string(module), "the ExportedProgram")
+                           .module
+                     : load_module(module);
+        kiln::CompileReport report;
+        torch::jit::Module out;
+        {
+          py::gil_scoped_release release;
+          out = kiln::refit(c, weights, &report);
+        }
+        return py::make_tuple(save_module(out), report.to_json(), report.summary());
+      },
+      py::arg("compiled"), py::arg("module"), py::arg("exported"),
+      "a compiled module's engines with the weights of `module` (TorchScript bytes, or "
+      "torch.export.save bytes when `exported`); returns (module bytes, report JSON, summary)");
   m.def(
       "check_method_op_support",
       [](const py::bytes& module, const std::string& method) {

@@ -34,6 +34,7 @@ class EngineHolder : public torch::CustomClassHolder {
   State state() const;
 
   const std::string& name() const { return name_; }
+  const std::vector<uint8_t>& plan_bytes() const { return plan_bytes_; }
   const engine::Engine& engine() const { return *engine_; }
   // "cpu" or "cuda:N".
   std::string device() const;

@@ -1,8 +1,11 @@
 // Convolution converters against libtorch: 1-3-D, groups, dilation, string padding, transposed,
 // traced _convolution, unbatched inputs, frozen weights, and validator rejections.
+#include <algorithm>
+
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "engine/builder.h"
+#include "engine/plan.h"
 #include "harness/ir_testing.h"
 
 namespace kiln::conversion {
@@ -151,7 +154,7 @@ TEST(ConvertConvolution, UnbatchedInput) {
                             {torch::randn({3, 7}), torch::randn({4, 3, 2})}));
 }
 
-TEST(ConvertConvolution, FrozenWeightsBecomeConstantsWithRefitEntries) {
+TEST(ConvertConvolution, FrozenWeightsBecomeNamedConstants) {
   torch::manual_seed(7);
   auto g = kiln::testing::parse(conv_ir("aten::conv2d", true, {1, 1}, {1, 1}, {1, 1}, 1));
   const auto x = torch::randn({2, 3, 6, 6}), w = torch::randn({4, 3, 3, 3}), b = torch::randn({4});
@@ -168,8 +171,10 @@ TEST(ConvertConvolution, FrozenWeightsBecomeConstantsWithRefitEntries) {
   }
   ConvertedSegment seg =
       convert_graph(*g, {InputSpec::fixed(engine::DataType::kF32, {2, 3, 6, 6})});
-  EXPECT_EQ(seg.refit_map.count("conv.weight"), 1u);
-  EXPECT_EQ(seg.refit_map.count("conv.bias"), 1u);
+  // Refit slots, named after the values they came from.
+  const std::vector<std::string> slots = engine::constant_slots(seg.network);
+  EXPECT_EQ(std::count(slots.begin(), slots.end(), "conv.weight"), 1) << slots.size();
+  EXPECT_EQ(std::count(slots.begin(), slots.end(), "conv.bias"), 1) << slots.size();
   engine::Plan plan = engine::build(seg.network, engine::BuilderConfig{});
   engine::ExecutionContext ctx(std::make_shared<const engine::Engine>(plan.network));
   const auto out = testing::to_torch(ctx.run({testing::to_host(x)}).at(0));

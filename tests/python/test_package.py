@@ -1,9 +1,11 @@
 """The kiln package as a user meets it: compile, Input specs, save and load (in a fresh process
 too), the support report, torch.compile's backend, and the errors for bad input. Run by ctest
 (`python_package`) against the package the build assembles in build/python."""
+import copy
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -389,3 +391,50 @@ def test_compiler_warnings_reach_pythons_logging(caplog):
         finally:
             kiln.set_log_level("warning")
     assert any(r.name == "kiln" and r.levelname == "INFO" for r in caplog.records), caplog.text
+
+
+def _tuned(model, seed):
+    """A copy of `model` with new weights, as a fine-tune leaves them."""
+    tuned = copy.deepcopy(model)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for t in list(tuned.parameters()) + [b for b in tuned.buffers() if b.is_floating_point()]:
+            t.mul_(torch.rand_like(t) * 0.4 + 0.8)
+    return tuned
+
+
+def test_refit_gives_a_compiled_model_new_weights_without_a_rebuild():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    tuned = _tuned(model, 1)
+    for compiled, new in ((kiln.compile(model, inputs=[x], refittable=True), tuned),
+                          (kiln.compile(torch.export.export(model, (x,)), refittable=True),
+                           torch.export.export(tuned, (x,)))):
+        refitted = kiln.refit(compiled, new)
+        assert [s["plan"] for s in refitted.kiln_report["segments"]] == ["refit"]
+        with torch.no_grad():
+            torch.testing.assert_close(refitted(x), tuned(x), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    # A saved compiled module refits after loading.
+    with tempfile.TemporaryDirectory() as d:
+        kiln.save(kiln.compile(model, inputs=[x], refittable=True), os.path.join(d, "m.ts"))
+        refitted = kiln.refit(kiln.load(os.path.join(d, "m.ts")), tuned)
+        with torch.no_grad():
+            torch.testing.assert_close(refitted(x), tuned(x), atol=1e-4, rtol=1e-4)
+
+
+def test_refit_refuses_what_does_not_fit():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(1, 3, 64, 64)
+    compiled = kiln.compile(model, inputs=[x], refittable=True)
+    with pytest.raises(kiln.InvalidArgument, match=r"fc\.weight.*\[7, 512\].*\[10, 512\]"):
+        kiln.refit(compiled, torchvision.models.resnet18(num_classes=7).eval())
+    with pytest.raises(kiln.InvalidArgument, match="state dict"):
+        kiln.refit(compiled, model.state_dict())
+    with pytest.raises(kiln.InvalidArgument, match="kiln.compile made"):
+        kiln.refit(model, model)
+    with pytest.raises(kiln.Unsupported, match="without refittable"):
+        kiln.refit(kiln.compile(model, inputs=[x]), model)

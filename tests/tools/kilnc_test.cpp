@@ -1,5 +1,6 @@
 // kilnc as a user runs it: compiles a model, writes the report, the compiled module runs in a
-// fresh process; --check-method-support and --save-engine; bad flags and specs exit 2 naming them.
+// fresh process; --refit; --check-method-support and --save-engine; bad flags and specs exit 2
+// naming them.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -72,6 +73,61 @@ TEST(Kilnc, CompilesAnExportedProgramWithTheShapesOfItsExport) {
       {KILNC_PATH, std::string(KILN_TEST_MODELS_DIR) + "/bad_schema.pt2", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("export schema version 99."), std::string::npos) << r.err;
+}
+
+TEST(Kilnc, RefitGivesACompiledModuleNewWeights) {
+  const std::string compiled = testing::write_temp_file("kilnc_refit_a.ts", "");
+  const std::string tuned = testing::write_temp_file("kilnc_refit_tuned.ts", "");
+  const std::string out = testing::write_temp_file("kilnc_refit_b.ts", "");
+  const std::string report = testing::write_temp_file("kilnc_refit.json", "");
+  auto r = testing::run_process(
+      {KILNC_PATH, model("resnet18"), compiled, "(2,3,64,64)", "--refittable", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The same architecture with new weights, as a fine-tune leaves it.
+  const std::string tune = testing::write_temp_file(
+      "kilnc_tune.py",
+      "import sys, torch\n"
+      "m = torch.jit.load(sys.argv[1])\n"
+      "torch.manual_seed(3)\n"
+      "with torch.no_grad():\n"
+      "    for t in list(m.parameters()) + [b for b in m.buffers() if b.is_floating_point()]:\n"
+      "        t.mul_(torch.rand_like(t) * 0.4 + 0.8)\n"
+      "m.save(sys.argv[2])\n");
+  auto py = testing::run_process({KILN_PYTHON_PATH, tune, model("resnet18"), tuned});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  r = testing::run_process({KILNC_PATH, "--refit", tuned, compiled, out, "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("refit in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refit " + compiled + " with " + tuned), std::string::npos) << r.out;
+  std::ifstream in(report);
+  EXPECT_EQ(nlohmann::json::parse(in)["segments"][0]["plan"], "refit");
+  // The refit module answers as the tuned model does, the compiled one as the original.
+  const std::string check = testing::write_temp_file(
+      "kilnc_refit_check.py",
+      "import sys, torch\n"
+      "torch.ops.load_library(sys.argv[1])\n"
+      "x = torch.randn(2, 3, 64, 64)\n"
+      "with torch.no_grad():\n"
+      "    want = torch.jit.load(sys.argv[3])(x)\n"
+      "    for path in sys.argv[4:]:\n"
+      "        d = (torch.jit.load(path)(x) - want).abs().max().item()\n"
+      "        print(d <= 1e-4 * want.abs().max().item() + 1e-5)\n");
+  py = testing::run_process(
+      {KILN_PYTHON_PATH, check, KILN_RUNTIME_LIB_PATH, tuned, tuned, out, compiled});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_EQ(py.out, "True\nFalse\n");
+  // Another architecture, input specs with --refit, a module compiled without --refittable.
+  r = testing::run_process({KILNC_PATH, "--refit", model("mobilenet_v2"), compiled, out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("kilnc: error: invalid argument: refit: "), std::string::npos) << r.err;
+  r = testing::run_process({KILNC_PATH, "--refit", tuned, compiled, out, "(2,3,64,64)"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("carries its input specs"), std::string::npos) << r.err;
+  r = testing::run_process({KILNC_PATH, model("resnet18"), compiled, "(2,3,64,64)", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_process({KILNC_PATH, "--refit", tuned, compiled, out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("without refittable"), std::string::npos) << r.err;
 }
 
 TEST(Kilnc, CheckMethodSupportAndSaveEngine) {

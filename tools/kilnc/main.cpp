@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   size_t min_block_size = 3;
   std::vector<std::string> torch_ops, torch_modules;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
-       disable_tf32 = false, exact_gelu = false, print_after_all = false;
+       disable_tf32 = false, exact_gelu = false, print_after_all = false, refittable = false;
+  std::string refit_path;
   std::vector<std::string> switches;
   std::string check_method;
   std::string report_path;
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
                  "builder measurement switch NAME=VALUE (repeatable; for A/B timings): "
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
                  "excitation_projection=on|off, cast_into_shuffle=on|off");
+  app.add_flag("--refittable", refittable,
+               "engines whose weights --refit can replace without a rebuild (some speed lost)");
+  app.add_option("--refit", refit_path,
+                 "NEW_WEIGHTS (.ts or .pt2, the same architecture): write `input` (a module "
+                 "compiled --refittable) with these weights to `output`, without rebuilding "
+                 "its engines");
   app.add_flag("--print-after-all", print_after_all,
                "print each engine's network after every builder pass (stderr)");
   app.add_option("--check-method-support", check_method,
@@ -115,13 +122,41 @@ int main(int argc, char** argv) {
     if (debug) kiln::set_log_level(kiln::LogLevel::kDebug);
     const auto start = std::chrono::steady_clock::now();
     // A .pt2 archive goes through the ATen frontend; its export gives the input shapes.
+    const auto load_any = [](const std::string& path, std::optional<kiln::ExportedModule>& ep) {
+      const bool pt2_name = path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0;
+      if (pt2_name || kiln::is_exported_program(path)) ep = kiln::load_exported_program(path);
+      return ep ? ep->module : load_module(path);
+    };
     std::optional<kiln::ExportedModule> exported;
-    const bool pt2_name =
-        input_path.size() > 4 && input_path.compare(input_path.size() - 4, 4, ".pt2") == 0;
-    if (pt2_name || kiln::is_exported_program(input_path)) {
-      exported = kiln::load_exported_program(input_path);
+
+    if (!refit_path.empty()) {
+      if (output_path.empty()) return fail(kExitInputError, "output: a path is required");
+      if (!input_specs.empty()) {
+        return fail(kExitInputError,
+                    "--refit: the compiled module carries its input specs; give none");
+      }
+      std::ifstream probe(input_path);
+      if (!probe.good()) return fail(kExitInputError, input_path + ": cannot open");
+      const torch::jit::Module compiled = torch::jit::load(input_path);
+      const torch::jit::Module weights = load_any(refit_path, exported);
+      kiln::CompileReport report;
+      torch::jit::Module refitted = kiln::refit(compiled, weights, &report);
+      refitted.save(output_path);
+      if (!report_path.empty()) {
+        std::ofstream out(report_path);
+        if (!out) return fail(kExitInputError, report_path + ": cannot open for writing");
+        out << report.to_json() << "\n";
+      }
+      if (!quiet) {
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::cout << report.summary();
+        std::cout << "refit " << input_path << " with " << refit_path << " into " << output_path
+                  << " in " << std::fixed << std::setprecision(2) << total << " s\n";
+      }
+      return 0;
     }
-    torch::jit::Module module = exported ? exported->module : load_module(input_path);
+    torch::jit::Module module = load_any(input_path, exported);
 
     if (!check_method.empty()) {
       std::string text;
@@ -160,6 +195,7 @@ int main(int argc, char** argv) {
     spec.disable_tf32 = disable_tf32;
     spec.exact_gelu = exact_gelu;
     spec.switches = switches;
+    spec.refittable = refittable;
     spec.print_after_all = print_after_all;
     spec.debug = debug;
     if (!quiet) {

@@ -80,7 +80,8 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"fold_constants_early", nullptr, [](Network& n, const PassContext& c) {
                  return fold_constants(n, c.config.refittable);
                }});
-  p.push_back({"attention_masks", nullptr,
+  // Refittable plans keep their masks: a mask read from a weight would not follow a refit.
+  p.push_back({"attention_masks", [](const PassContext& c) { return !c.config.refittable; },
                [](Network& n, const PassContext&) { return simplify_attention_masks(n); }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
