@@ -74,6 +74,16 @@ struct CompileSpec {
   // (no batch norm folded into a scale and shift, no channels-last weights, no mask read from a
   // weight), at some cost in speed.
   bool refittable = false;
+  // The engine cache: each built plan is stored in a directory and a later compile of an engine
+  // with an entry loads it instead of building it. The key is the converted network's structure,
+  // the settings that shape a build, the device and kiln's version; refittable plans are stored
+  // without their weights and hit with any weights (refit on load), others hit only with the
+  // same weights. Off unless set.
+  bool engine_cache = false;
+  // Empty: $KILN_ENGINE_CACHE_DIR, else $XDG_CACHE_HOME/kiln/engines, else ~/.cache/kiln/engines.
+  std::string engine_cache_dir;
+  // The most bytes the directory may hold; least recently used entries go first.
+  uint64_t engine_cache_size = uint64_t{5} << 30;
   bool print_after_all = false;  // print each engine's network after every builder pass (stderr)
   bool debug = false;            // log each phase's graph at debug level
   // Called as each phase starts; for engines, once per segment ("building engine 2 of 5").
@@ -91,8 +101,12 @@ struct SegmentReport {
   // Engines: the built plan's layers, the shuffles among them that move data (transposes and
   // layout changes; reshapes are views), and the generated kernels it carries (cuda).
   int layers = 0, shuffles = 0, generated_kernels = 0;
-  // Engines: "built", or "refit" (refit(): the compiled engine's plan with the new weights).
+  // Engines: "built"; "refit" (refit(): the compiled engine's plan with the new weights); with
+  // the engine cache, "cache hit" (loaded, refit with the current weights where refittable),
+  // "cache miss" (built and stored) or "cache skip" (built, not stored: a plan with weights whose
+  // build took less time than reading it back would).
   std::string plan = "built";
+  double build_saved_ms = 0;  // cache hits: what building the plan took when it was stored
 };
 
 struct CompileReport {

@@ -172,7 +172,8 @@ class _Progress:
 
 _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
               "require_full_compilation", "workspace_size", "truncate_long_and_double",
-              "disable_tf32", "exact_gelu", "switches", "refittable", "print_after_all"}
+              "disable_tf32", "exact_gelu", "switches", "refittable", "engine_cache",
+              "engine_cache_dir", "engine_cache_size", "print_after_all"}
 
 
 def _check_options(options):
@@ -196,7 +197,10 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     "cuda:N". Further options, as torch_tensorrt names them: min_block_size,
     torch_executed_ops, torch_executed_modules, require_full_compilation, workspace_size,
     truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches, refittable
-    (engines kiln.refit can give new weights without a rebuild) and print_after_all. debug=True logs every graph after each phase (logger "kiln").
+    (engines kiln.refit can give new weights without a rebuild), engine_cache (True: built
+    engines are stored and loaded again by later compiles; engine_cache_dir, default
+    $KILN_ENGINE_CACHE_DIR or ~/.cache/kiln/engines; engine_cache_size in bytes, default 5 GiB)
+    and print_after_all. debug=True logs every graph after each phase (logger "kiln").
     The result carries `kiln_report` (a dict: segments, op counts, time per phase) and
     `kiln_summary` (the same as text); progress=True/False forces the progress line on stderr
     (default: on when stderr is a terminal)."""
@@ -241,6 +245,8 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
             if isinstance(value, str) or not hasattr(value, "__iter__"):
                 raise _kiln.InvalidArgument(f"{key}: expected a list of names, got {value!r}")
             spec[key] = [str(v) for v in value]
+    if isinstance(options.get("engine_cache_dir"), os.PathLike):
+        options["engine_cache_dir"] = os.fspath(options["engine_cache_dir"])
     spec.update(options)
     bar = _Progress(progress)
     previous_level, handler = _kiln.log_level(), None

@@ -25,6 +25,7 @@ std::string CompileReport::to_json() const {
       js["engine"] = s.engine_name;
       js["build_ms"] = s.build_ms;
       js["plan"] = s.plan;
+      if (s.plan == "cache hit") js["build_saved_ms"] = s.build_saved_ms;
       js["layers"] = s.layers;
       js["shuffles"] = s.shuffles;
       js["generated_kernels"] = s.generated_kernels;
@@ -56,7 +57,11 @@ std::string CompileReport::summary() const {
        << s.ops.size() << " ops";
     if (!s.engine_name.empty()) {
       os << "  " << s.engine_name << "  " << s.plan << " in " << std::fixed << std::setprecision(0)
-         << s.build_ms << " ms: " << s.layers << " layers, " << s.shuffles << " shuffles";
+         << s.build_ms << " ms";
+      if (s.plan == "cache hit") {
+        os << " (a build of " << s.build_saved_ms << " ms saved)";
+      }
+      os << ": " << s.layers << " layers, " << s.shuffles << " shuffles";
       if (s.generated_kernels) os << ", " << s.generated_kernels << " generated kernels";
     }
     if (!s.fallback_reason.empty()) os << "  (" << s.fallback_reason << ")";

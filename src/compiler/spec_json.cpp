@@ -33,6 +33,9 @@ std::string spec_to_json(const CompileSpec& spec) {
             {"exact_gelu", spec.exact_gelu},
             {"switches", spec.switches},
             {"refittable", spec.refittable},
+            {"engine_cache", spec.engine_cache},
+            {"engine_cache_dir", spec.engine_cache_dir},
+            {"engine_cache_size", spec.engine_cache_size},
             {"print_after_all", spec.print_after_all},
             {"debug", spec.debug}};
   return j.dump();
@@ -66,6 +69,9 @@ CompileSpec spec_from_json(const std::string& text, const std::string& where) {
     spec.exact_gelu = j.at("exact_gelu").get<bool>();
     spec.switches = j.at("switches").get<std::vector<std::string>>();
     spec.refittable = j.at("refittable").get<bool>();
+    spec.engine_cache = j.at("engine_cache").get<bool>();
+    spec.engine_cache_dir = j.at("engine_cache_dir").get<std::string>();
+    spec.engine_cache_size = j.at("engine_cache_size").get<uint64_t>();
     spec.print_after_all = j.at("print_after_all").get<bool>();
     spec.debug = j.at("debug").get<bool>();
   } catch (const json::exception& e) {

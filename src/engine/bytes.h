@@ -32,6 +32,7 @@ class ByteWriter {
     bytes_.resize((bytes_.size() + alignment - 1) / alignment * alignment, 0);
   }
   size_t size() const { return bytes_.size(); }
+  void reserve(size_t n) { bytes_.reserve(n); }
   std::vector<uint8_t>& bytes() { return bytes_; }
 
  private:

@@ -63,6 +63,12 @@ TensorId get_tensor_id(ByteReader& r, size_t num_tensors, const char* what) {
 std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   const Network& net = plan.network;
   ByteWriter w;
+  // The weights are most of a plan: one allocation for them, not a doubling per growth.
+  size_t weight_bytes = 0;
+  for (const auto& [name, weights] : net.weights()) {
+    if (include_weights && weights.data) weight_bytes += weights.data->size() + kWeightAlignment;
+  }
+  w.reserve(weight_bytes + (size_t{1} << 20));
   w.put_bytes(kPlanMagic, sizeof(kPlanMagic));
   w.put<uint32_t>(kPlanFormatVersion);
   w.put_string(plan.target.device);

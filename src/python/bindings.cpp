@@ -96,6 +96,14 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   spec.exact_gelu = flag(j, "exact_gelu");
   spec.switches = strings(j.value("switches", nlohmann::json::array()), "switches");
   spec.refittable = flag(j, "refittable");
+  spec.engine_cache = flag(j, "engine_cache");
+  if (j.contains("engine_cache_dir")) {
+    KILN_CHECK(j["engine_cache_dir"].is_string(), InvalidArgument,
+               "engine_cache_dir: expected a path, got ", j["engine_cache_dir"].dump());
+    spec.engine_cache_dir = j["engine_cache_dir"].get<std::string>();
+    spec.engine_cache = true;
+  }
+  spec.engine_cache_size = count(j, "engine_cache_size", spec.engine_cache_size, 1);
   spec.print_after_all = flag(j, "print_after_all");
   spec.debug = flag(j, "debug");
   return spec;

@@ -192,8 +192,7 @@ TEST(Refit, TheSpecTravelsWithTheModule) {
   spec.exact_gelu = true;
   spec.switches = {"conv_layout=channels_first"};
   spec.refittable = true;
-  const CompileSpec back =
-      compiler::spec_from_json(compiler::spec_to_json(spec), "the spec");
+  const CompileSpec back = compiler::spec_from_json(compiler::spec_to_json(spec), "the spec");
   EXPECT_EQ(compiler::spec_to_json(back), compiler::spec_to_json(spec));
   EXPECT_EQ(back.inputs[0].max_shape, spec.inputs[0].max_shape);
   EXPECT_EQ(back.inputs[0].format, TensorFormat::kChannelsLast);

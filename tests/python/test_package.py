@@ -438,3 +438,19 @@ def test_refit_refuses_what_does_not_fit():
         kiln.refit(model, model)
     with pytest.raises(kiln.Unsupported, match="without refittable"):
         kiln.refit(kiln.compile(model, inputs=[x]), model)
+
+
+def test_the_engine_cache_serves_a_second_compile(tmp_path):
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(1, 3, 64, 64)
+    first = kiln.compile(model, inputs=[x], refittable=True, engine_cache_dir=tmp_path)
+    second = kiln.compile(model, inputs=[x], refittable=True, engine_cache_dir=tmp_path)
+    assert [s["plan"] for s in first.kiln_report["segments"]] == ["cache miss"]
+    assert [s["plan"] for s in second.kiln_report["segments"]] == ["cache hit"]
+    assert second.kiln_report["segments"][0]["build_saved_ms"] > 0
+    assert len(list(tmp_path.iterdir())) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(second(x), model(x), atol=1e-4, rtol=1e-4)
+    with pytest.raises(kiln.InvalidArgument, match="engine_cache_size"):
+        kiln.compile(model, inputs=[x], engine_cache=True, engine_cache_size=0)

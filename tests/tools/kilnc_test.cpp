@@ -102,16 +102,16 @@ TEST(Kilnc, RefitGivesACompiledModuleNewWeights) {
   std::ifstream in(report);
   EXPECT_EQ(nlohmann::json::parse(in)["segments"][0]["plan"], "refit");
   // The refit module answers as the tuned model does, the compiled one as the original.
-  const std::string check = testing::write_temp_file(
-      "kilnc_refit_check.py",
-      "import sys, torch\n"
-      "torch.ops.load_library(sys.argv[1])\n"
-      "x = torch.randn(2, 3, 64, 64)\n"
-      "with torch.no_grad():\n"
-      "    want = torch.jit.load(sys.argv[3])(x)\n"
-      "    for path in sys.argv[4:]:\n"
-      "        d = (torch.jit.load(path)(x) - want).abs().max().item()\n"
-      "        print(d <= 1e-4 * want.abs().max().item() + 1e-5)\n");
+  const std::string check =
+      testing::write_temp_file("kilnc_refit_check.py",
+                               "import sys, torch\n"
+                               "torch.ops.load_library(sys.argv[1])\n"
+                               "x = torch.randn(2, 3, 64, 64)\n"
+                               "with torch.no_grad():\n"
+                               "    want = torch.jit.load(sys.argv[3])(x)\n"
+                               "    for path in sys.argv[4:]:\n"
+                               "        d = (torch.jit.load(path)(x) - want).abs().max().item()\n"
+                               "        print(d <= 1e-4 * want.abs().max().item() + 1e-5)\n");
   py = testing::run_process(
       {KILN_PYTHON_PATH, check, KILN_RUNTIME_LIB_PATH, tuned, tuned, out, compiled});
   ASSERT_EQ(py.exit_code, 0) << py.err;

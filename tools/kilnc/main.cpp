@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> torch_ops, torch_modules;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
        disable_tf32 = false, exact_gelu = false, print_after_all = false, refittable = false;
-  std::string refit_path;
+  std::string refit_path, cache_dir;
+  bool engine_cache = false;
+  uint64_t cache_size = kiln::CompileSpec{}.engine_cache_size;
   std::vector<std::string> switches;
   std::string check_method;
   std::string report_path;
@@ -92,6 +94,15 @@ int main(int argc, char** argv) {
                  "NEW_WEIGHTS (.ts or .pt2, the same architecture): write `input` (a module "
                  "compiled --refittable) with these weights to `output`, without rebuilding "
                  "its engines");
+  app.add_flag("--engine-cache", engine_cache,
+               "load built engines from the engine cache, store those it lacks");
+  app.add_option("--engine-cache-dir", cache_dir,
+                 "the engine cache's directory (implies --engine-cache; default "
+                 "$KILN_ENGINE_CACHE_DIR, else ~/.cache/kiln/engines)");
+  app.add_option("--engine-cache-size", cache_size,
+                 "the most bytes the engine cache may hold (default 5 GiB; least recently used "
+                 "entries go first)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--print-after-all", print_after_all,
                "print each engine's network after every builder pass (stderr)");
   app.add_option("--check-method-support", check_method,
@@ -196,6 +207,9 @@ int main(int argc, char** argv) {
     spec.exact_gelu = exact_gelu;
     spec.switches = switches;
     spec.refittable = refittable;
+    spec.engine_cache = engine_cache || !cache_dir.empty();
+    spec.engine_cache_dir = cache_dir;
+    spec.engine_cache_size = cache_size;
     spec.print_after_all = print_after_all;
     spec.debug = debug;
     if (!quiet) {
