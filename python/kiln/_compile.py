@@ -119,7 +119,8 @@ def _device(device, examples):
 
 
 def _script(module, specs, examples):
-    """The module as TorchScript bytes: a ScriptModule as it is, an nn.Module traced."""
+    """The module as the C++ module _kiln takes (torch._C.ScriptModule): a ScriptModule as it is,
+    an nn.Module traced."""
     if isinstance(module, torch.jit.ScriptModule):
         scripted = module
     elif isinstance(module, torch.nn.Module):
@@ -146,9 +147,17 @@ def _script(module, specs, examples):
     else:
         raise _kiln.InvalidArgument(
             f"expected a torch.nn.Module or torch.jit.ScriptModule, got {type(module).__name__}")
-    buffer = io.BytesIO()
-    torch.jit.save(scripted, buffer)
-    return buffer.getvalue()
+    return scripted._c
+
+
+def _wrap(cpp_module, report_json, summary):
+    """A ScriptModule of the C++ module _kiln returns, with what compile did: `kiln_report` (a
+    dict: segments, ops in engines and in PyTorch, time per phase) and `kiln_summary`."""
+    module = torch.jit._recursive.wrap_cpp_module(cpp_module)
+    # object.__setattr__: a ScriptModule's own would try to make them TorchScript attributes.
+    object.__setattr__(module, "kiln_report", json.loads(report_json))
+    object.__setattr__(module, "kiln_summary", summary)
+    return module
 
 
 class _Progress:
@@ -270,12 +279,7 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
             if handler is not None:
                 logger.removeHandler(handler)
     logger.info("%s", summary)
-    compiled = torch.jit.load(io.BytesIO(out))
-    # What compile did: segments, ops in engines and in PyTorch, time per phase.
-    # (object.__setattr__: a ScriptModule's own would try to make them TorchScript attributes)
-    object.__setattr__(compiled, "kiln_report", json.loads(report_json))
-    object.__setattr__(compiled, "kiln_summary", summary)
-    return compiled
+    return _wrap(out, report_json, summary)
 
 
 def refit(compiled, module):
@@ -304,14 +308,9 @@ def refit(compiled, module):
         specs = [Input(min_shape=i["min"], opt_shape=i["opt"], max_shape=i["max"],
                        dtype=_DTYPES_BY_NAME[i["dtype"]]) for i in spec["inputs"]]
         data = _script(module, specs, [None] * len(specs))
-    buffer = io.BytesIO()
-    torch.jit.save(compiled, buffer)
-    out, report_json, summary = _kiln.refit(buffer.getvalue(), data, exported)
+    out, report_json, summary = _kiln.refit(compiled._c, data, exported)
     logger.info("%s", summary)
-    refitted = torch.jit.load(io.BytesIO(out))
-    object.__setattr__(refitted, "kiln_report", json.loads(report_json))
-    object.__setattr__(refitted, "kiln_summary", summary)
-    return refitted
+    return _wrap(out, report_json, summary)
 
 
 def save(module, path):

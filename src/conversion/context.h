@@ -1,5 +1,7 @@
 // The conversion context (seeds 003/004): the network under construction, settings, the
-// value-to-tensor map, the value-to-static-value map and the refit map.
+// value-to-tensor map and the value-to-static-value map. Refit needs no map of names: the
+// network's constants, in order, are its refit slots (engine::constant_slots), each named after
+// the value it came from.
 #pragma once
 
 #include <torch/script.h>

@@ -1,7 +1,8 @@
-// _kiln: the compiler's C++ API for the Python package (python/kiln). Modules cross as the bytes
-// of torch.jit.save, and specs as JSON, so that the module needs no libtorch_python and no torch
-// type casters: kiln/__init__.py serializes and loads around these calls. kiln's errors become
-// the package's exception classes, with the C++ message.
+// _kiln: the compiler's C++ API for the Python package (python/kiln). Modules cross as
+// torch._C.ScriptModule objects, cast through the class torch registers with the pybind11
+// internals this module shares (no serialization, no link to libtorch_python; bytes of
+// torch.jit.save are taken too), exported programs as torch.export.save bytes, and specs as JSON.
+// kiln's errors become the package's exception classes, with the C++ message.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -27,10 +28,23 @@ torch::jit::Module load_module(const py::bytes& data) {
   }
 }
 
-py::bytes save_module(const torch::jit::Module& module) {
-  std::ostringstream out(std::ios::binary);
-  module.save(out);
-  return py::bytes(out.str());
+// A module from Python: a torch._C.ScriptModule (a ScriptModule's `_c`), taken as the object it
+// is through the type torch registers with the pybind11 internals it shares with this module,
+// or the bytes of torch.jit.save.
+torch::jit::Module to_module(const py::object& m) {
+  if (py::isinstance<py::bytes>(m)) return load_module(m.cast<py::bytes>());
+  try {
+    return m.cast<torch::jit::Module>();
+  } catch (const py::cast_error&) {
+    KILN_THROW(InvalidArgument, "expected a torch._C.ScriptModule or torch.jit.save bytes, got ",
+               std::string(py::str(py::type::of(m))));
+  }
+}
+
+// A module to Python as a torch._C.ScriptModule (torch.jit._recursive.wrap_cpp_module makes it a
+// ScriptModule), without serializing it.
+py::object to_python(const torch::jit::Module& module) {
+  return py::cast(module);
 }
 
 std::vector<int64_t> ints(const nlohmann::json& j, const char* what) {
@@ -125,7 +139,7 @@ py::tuple compile_module(const torch::jit::Module& input, kiln::CompileSpec spec
     py::gil_scoped_release release;
     out = kiln::compile(input, spec, &report);
   }
-  return py::make_tuple(save_module(out), report.to_json(), report.summary());
+  return py::make_tuple(to_python(out), report.to_json(), report.summary());
 }
 
 }  // namespace
@@ -171,11 +185,12 @@ PYBIND11_MODULE(_kiln, m) {
 
   m.def(
       "compile",
-      [](const py::bytes& module, const std::string& spec_json, const Progress& progress) {
-        return compile_module(load_module(module), parse_spec(spec_json), progress);
+      [](const py::object& module, const std::string& spec_json, const Progress& progress) {
+        return compile_module(to_module(module), parse_spec(spec_json), progress);
       },
       py::arg("module"), py::arg("spec"), py::arg("progress") = nullptr,
-      "compiles TorchScript module bytes; returns (module bytes, report JSON, summary)");
+      "compiles a torch._C.ScriptModule (or torch.jit.save bytes); returns (torch._C.ScriptModule, "
+      "report JSON, summary)");
   m.def(
       "compile_exported",
       [](const py::bytes& program, const std::string& spec_json, const Progress& progress) {
@@ -187,31 +202,33 @@ PYBIND11_MODULE(_kiln, m) {
       },
       py::arg("program"), py::arg("spec"), py::arg("progress") = nullptr,
       "compiles an ExportedProgram (torch.export.save bytes) through the ATen frontend; inputs "
-      "default to the export's shapes; returns (module bytes, report JSON, summary)");
+      "default to the export's shapes; returns (torch._C.ScriptModule, report JSON, summary)");
   m.def(
       "refit",
-      [](const py::bytes& compiled, const py::bytes& module, bool exported) {
-        const torch::jit::Module c = load_module(compiled);
+      [](const py::object& compiled, const py::object& module, bool exported) {
+        const torch::jit::Module c = to_module(compiled);
         const torch::jit::Module weights =
-            exported ? kiln::load_exported_program_bytes(std::string(module), "the ExportedProgram")
+            exported ? kiln::load_exported_program_bytes(module.cast<std::string>(),
+                                                         "the ExportedProgram")
                            .module
-                     : load_module(module);
+                     : to_module(module);
         kiln::CompileReport report;
         torch::jit::Module out;
         {
           py::gil_scoped_release release;
           out = kiln::refit(c, weights, &report);
         }
-        return py::make_tuple(save_module(out), report.to_json(), report.summary());
+        return py::make_tuple(to_python(out), report.to_json(), report.summary());
       },
       py::arg("compiled"), py::arg("module"), py::arg("exported"),
-      "a compiled module's engines with the weights of `module` (TorchScript bytes, or "
-      "torch.export.save bytes when `exported`); returns (module bytes, report JSON, summary)");
+      "a compiled module's engines with the weights of `module` (a torch._C.ScriptModule, or "
+      "torch.export.save bytes when `exported`); returns (torch._C.ScriptModule, report JSON, "
+      "summary)");
   m.def(
       "check_method_op_support",
-      [](const py::bytes& module, const std::string& method) {
+      [](const py::object& module, const std::string& method) {
         std::string report;
-        const bool ok = kiln::check_method_op_support(load_module(module), method, &report);
+        const bool ok = kiln::check_method_op_support(to_module(module), method, &report);
         return py::make_tuple(ok, report);
       },
       py::arg("module"), py::arg("method") = "forward");
