@@ -116,7 +116,11 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   r.layers_before = static_cast<int>(net.layers().size());
   const BackendRules rules =
       target.device == "cuda" ? cuda_backend_rules(target) : cpu_backend_rules();
-  run_passes(net, builder_pipeline(), PassContext{config, target, rules, r}, std::cerr);
+  PassContext context{config, target, rules, r};
+  if (config.refittable) {
+    for (const auto& [name, w] : net.weights()) context.refit_weights.insert(name);
+  }
+  run_passes(net, builder_pipeline(), context, std::cerr);
   r.layers_after = static_cast<int>(net.layers().size());
   r.shuffles = count_moving_shuffles(net.layers());
   if (rules.check_supported) rules.check_supported(net);

@@ -185,6 +185,33 @@ TEST(Builder, ConstantAttentionMasksBecomeFlags) {
   }
 }
 
+// A refittable plan keeps a mask that is one of its weights (a refit may change it), and still
+// drops one its own fill makes (all true).
+TEST(Builder, RefittablePlansKeepMasksThatAreWeights) {
+  const int64_t L = 4, S = 4;
+  for (const bool from_fill : {false, true}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {1, 2, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {1, 2, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {1, 2, S, 8});
+    FillParams ones;
+    ones.dtype = DataType::kBool;
+    ones.shape = {L, S};
+    ones.value = 1;
+    auto m = from_fill
+                 ? net.add_layer("ones", ones, {}).at(0)
+                 : net.add_constant("mask", Weights::from_bytes(DataType::kBool, {L, S},
+                                                                std::vector<uint8_t>(L * S, 1)));
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, m}), "y");
+    BuilderConfig config;
+    config.refittable = true;
+    BuildReport report;
+    build(net, config, &report);
+    EXPECT_EQ(report.changes("attention_masks"), from_fill ? 1 : 0)
+        << from_fill << report.to_string();
+  }
+}
+
 // matmul + bias add, then a reshape, then the activation (GPT-2's MLP): the activation moves
 // before the reshape and joins the matmul with its bias; values match the unbuilt network.
 TEST(Builder, ActivationBehindAReshapeJoinsTheMatMul) {

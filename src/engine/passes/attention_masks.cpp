@@ -67,7 +67,7 @@ MaskKind classify(const Weights& w, int64_t L, int64_t S) {
 
 }  // namespace
 
-int simplify_attention_masks(Network& net) {
+int simplify_attention_masks(Network& net, const std::set<std::string>& keep) {
   const NetworkIndex index(net);
   std::vector<Layer> layers = net.layers();
   int changed = 0;
@@ -77,7 +77,7 @@ int simplify_attention_masks(Network& net) {
     const auto p = index.producer(layer.inputs[3]);
     if (!p) continue;
     const auto* c = std::get_if<ConstantParams>(&net.layers()[*p].params);
-    if (!c) continue;
+    if (!c || keep.count(c->weight)) continue;
     const Shape& q = net.tensor(layer.inputs[0]).shape;
     const Shape& k = net.tensor(layer.inputs[1]).shape;
     const MaskKind kind = classify(net.weight(c->weight), q[q.size() - 2], k[k.size() - 2]);

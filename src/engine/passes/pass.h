@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct PassContext {
   const EngineTarget& target;
   const BackendRules& backend;
   BuildReport& report;
+  // Refittable builds: the weights refit replaces (the network's own, before any pass), whose
+  // values no pass may read into a decision.
+  std::set<std::string> refit_weights = {};
   // Appends a line to the running pass's record ("conv1 + relu1 -> conv1").
   void note(std::string line) const;
 };

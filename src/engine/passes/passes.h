@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ namespace kiln::engine {
 // once on the CPU backend and become constants; shape tensors whose values are known fold always.
 int fold_constants(Network& net, bool refittable);
 // Constant attention masks that keep every key go; causal-triangle ones become the causal flag.
-int simplify_attention_masks(Network& net);
+// Masks that are one of `keep` (a refittable plan's weights) stay as they are.
+int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {});
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.

@@ -80,9 +80,11 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"fold_constants_early", nullptr, [](Network& n, const PassContext& c) {
                  return fold_constants(n, c.config.refittable);
                }});
-  // Refittable plans keep their masks: a mask read from a weight would not follow a refit.
-  p.push_back({"attention_masks", [](const PassContext& c) { return !c.config.refittable; },
-               [](Network& n, const PassContext&) { return simplify_attention_masks(n); }});
+  // Refittable plans keep the masks refit may replace: one read from such a weight would not
+  // follow the refit (masks folded from fills are the plan's own).
+  p.push_back({"attention_masks", nullptr, [](Network& n, const PassContext& c) {
+                 return simplify_attention_masks(n, c.refit_weights);
+               }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
                [](const PassContext& c) { return c.backend.decompose_attention; },
