@@ -6,6 +6,7 @@ namespace kiln::compiler {
 partitioning::Decision RegistryCapability::query(const torch::jit::Node* node) const {
   using partitioning::Decision;
   using partitioning::Reason;
+  if (auto it = refused_.find(node); it != refused_.end()) return it->second;
   if (const conversion::ConverterEntry* entry = registry_.find_converter(node)) {
     if (entry->validator) {
       if (auto reason = entry->validator(node)) return Decision::no(Reason::kValidator, *reason);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include <torch/csrc/jit/ir/constants.h>
@@ -65,6 +66,13 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
+// Converting an engine segment failed at `node` (of the partitioned graph), with `error`: the
+// node goes to PyTorch and compile() partitions again.
+struct NodeRefused {
+  const torch::jit::Node* node;
+  Error error;
+};
+
 // Everything compile() and the standalone-engine entry points share.
 struct Pipeline {
   const torch::jit::Module& module;
@@ -72,8 +80,9 @@ struct Pipeline {
   const CompileSpec& spec;
   CompileReport* report;
   // refit(): the compiled module's plans by segment position, taking new weights instead of being
-  // built; each one used is erased.
+  // built; the positions used so far.
   std::map<std::string, const runtime::EngineHolder*>* reuse = nullptr;
+  std::set<std::string> reused;
   // CompileSpec::engine_cache.
   std::optional<compiler::EngineCache> cache;
   Clock::time_point phase_start = Clock::now();
@@ -176,7 +185,8 @@ struct Pipeline {
                                     const std::string& name, SegmentReport& sr) {
     KILN_CHECK(s.has_shapes, InternalError, "compile: engine segment `", name,
                "` has no analyzed shapes");
-    auto graph = partitioning::segment_graph(s);
+    std::unordered_map<const torch::jit::Node*, torch::jit::Node*> origin;
+    auto graph = partitioning::segment_graph(s, &origin);
     std::vector<conversion::InputSpec> inputs;
     for (size_t i = 0; i < s.inputs.size(); ++i) {
       const auto& min = s.shapes[Profile::kMin].inputs[i];
@@ -192,11 +202,16 @@ struct Pipeline {
       inputs.push_back(in);
     }
     conversion::ConvertedSegment converted;
+    const torch::jit::Node* failed = nullptr;
     try {
       converted = conversion::convert_graph(*graph, inputs, conversion::default_registry(),
-                                            conversion_settings());
+                                            conversion_settings(), &failed);
     } catch (const Error& e) {
-      throw Error(e.kind(), "engine `" + name + "`: " + e.message());
+      Error named(e.kind(), "engine `" + name + "`: " + e.message());
+      if (auto it = origin.find(failed); failed && it != origin.end()) {
+        throw NodeRefused{it->second, named};
+      }
+      throw named;
     }
     if (reuse) return refit_engine(position, name, converted.network, sr);
     const engine::BuilderConfig config = builder_config();
@@ -276,7 +291,7 @@ struct Pipeline {
     const std::vector<uint8_t>& bytes = it->second->plan_bytes();
     engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
     engine::refit_plan(plan, network, "refit: engine `" + it->second->name() + "`");
-    reuse->erase(it);
+    reused.insert(position);
     sr.layers = static_cast<int>(plan.network.layers().size());
     sr.shuffles = engine::count_moving_shuffles(plan.network.layers());
     sr.generated_kernels = static_cast<int>(plan.target.kernels.size());
@@ -445,31 +460,65 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   }
   auto graph = pipe.lower();
 
-  pipe.phase(Phase::kPartition);
+  // A node whose converter accepted it and then failed goes to PyTorch, and the graph is
+  // partitioned again (unless the spec asks for one engine): a model that runs in PyTorch
+  // compiles.
   compiler::RegistryCapability capability;
-  auto partitioned =
-      partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
-  for (const auto& [node, decision] : partitioned.decisions) {
-    if (!decision.supported && !packs_outputs(node)) {
-      report->fallback.push_back(partitioning::overload_name(node) + ": " +
-                                 partitioning::reason_name(decision.reason) +
-                                 (decision.detail.empty() ? "" : " (" + decision.detail + ")"));
+  partitioning::PartitionedGraph partitioned;
+  compiler::SegmentEngines engines;
+  for (;;) {
+    pipe.phase(Phase::kPartition);
+    partitioned =
+        partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
+    report->fallback.clear();
+    for (const auto& [node, decision] : partitioned.decisions) {
+      if (!decision.supported && !packs_outputs(node)) {
+        report->fallback.push_back(partitioning::overload_name(node) + ": " +
+                                   partitioning::reason_name(decision.reason) +
+                                   (decision.detail.empty() ? "" : " (" + decision.detail + ")"));
+      }
+    }
+    std::sort(report->fallback.begin(), report->fallback.end());
+
+    pipe.phase(Phase::kShapeAnalysis);
+    try {
+      partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
+    } catch (const partitioning::EngineSegmentFailed& f) {
+      // An engine segment the generated inputs make fail (an integer division by zero, a
+      // solver given a singular matrix) runs in PyTorch, where the model's own inputs go.
+      bool progress = false;
+      for (const torch::jit::Node* n : f.nodes) {
+        if (capability.refused(n)) continue;
+        capability.refuse(n, partitioning::Reason::kRunFailed, f.message());
+        progress = true;
+      }
+      if (spec.require_full_compilation || !progress) throw;
+      KILN_LOG(kInfo, "compile: ", f.message(), "; its ", f.nodes.size(), " ops run in PyTorch");
+      continue;
+    }
+
+    pipe.phase(Phase::kConvert);
+    engines.clear();
+    pipe.reused.clear();
+    report->segments.clear();
+    report->engine_ops = report->torch_ops = 0;
+    size_t built = 0;
+    try {
+      build_engines(pipe, partitioned, partitioned.segments, "", engines, built,
+                    count_engines(partitioned.segments));
+      break;
+    } catch (const NodeRefused& r) {
+      if (spec.require_full_compilation || capability.refused(r.node)) throw r.error;
+      KILN_LOG(kInfo, "compile: ", r.error.message(), "; `", partitioning::overload_name(r.node),
+               "` runs in PyTorch");
+      capability.refuse(r.node, partitioning::Reason::kConversionFailed, r.error.message());
     }
   }
-  std::sort(report->fallback.begin(), report->fallback.end());
 
-  pipe.phase(Phase::kShapeAnalysis);
-  partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
-
-  pipe.phase(Phase::kConvert);
-  compiler::SegmentEngines engines;
-  size_t built = 0;
-  build_engines(pipe, partitioned, partitioned.segments, "", engines, built,
-                count_engines(partitioned.segments));
-
-  if (reuse && !reuse->empty()) {
-    KILN_THROW(InvalidArgument, "refit: the compiled module's engine `",
-               reuse->begin()->second->name(),
+  for (const auto& [position, holder] :
+       reuse ? *reuse : std::map<std::string, const runtime::EngineHolder*>{}) {
+    KILN_CHECK(pipe.reused.count(position), InvalidArgument,
+               "refit: the compiled module's engine `", holder->name(),
                "` has no counterpart in the new module (the new module partitions differently: "
                "another graph or other ops)");
   }
@@ -563,7 +612,11 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
   KILN_CHECK(only->inputs.size() + 1 == graph->inputs().size(), Unsupported,
              "convert_method_to_engine: the engine does not take the method's arguments directly");
   SegmentReport unused;
-  return pipe.build_engine(*only, "0", engine_name("0", *only), unused);
+  try {
+    return pipe.build_engine(*only, "0", engine_name("0", *only), unused);
+  } catch (const NodeRefused& r) {
+    throw r.error;
+  }
 }
 
 }  // namespace kiln

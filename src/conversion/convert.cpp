@@ -12,7 +12,8 @@
 namespace kiln::conversion {
 
 ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector<InputSpec>& inputs,
-                               const Registry& registry, const ConversionSettings& settings) {
+                               const Registry& registry, const ConversionSettings& settings,
+                               const torch::jit::Node** failed) {
   KILN_CHECK(graph.inputs().size() == inputs.size(), InvalidArgument, "segment has ",
              graph.inputs().size(), " inputs, ", inputs.size(), " input specs given");
   ConversionContext ctx(registry, settings);
@@ -34,6 +35,7 @@ ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector
     if (const ConverterEntry* e = registry.find_converter(node)) {
       if (e->validator) {
         if (auto reason = e->validator(node)) {
+          if (failed) *failed = node;
           KILN_THROW(Unsupported, "`", ir::node_to_string(node), "`: ", *reason);
         }
       }
@@ -41,6 +43,7 @@ ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector
         e->convert(ctx, node);
       } catch (const Error& err) {
         if (err.kind() == ErrorKind::kInternal) throw;
+        if (failed) *failed = node;
         // Name the node in every conversion error; keep the error's kind.
         throw Error(err.kind(), "converting `" + ir::node_to_string(node) + "`: " + err.message());
       }

@@ -27,8 +27,11 @@ struct ConvertedSegment {
 
 // Throws Unsupported naming the node for anything the registry cannot convert, and
 // InternalError for a node that is neither converted nor evaluable inside an engine segment.
+// When a node's validator or converter fails (any error but InternalError), `failed` (when given)
+// is set to that node before the error is thrown.
 ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector<InputSpec>& inputs,
                                const Registry& registry = default_registry(),
-                               const ConversionSettings& settings = {});
+                               const ConversionSettings& settings = {},
+                               const torch::jit::Node** failed = nullptr);
 
 }  // namespace kiln::conversion

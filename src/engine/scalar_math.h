@@ -21,7 +21,7 @@ namespace kiln::engine {
 
 // Errors of integer ops, recorded by the CPU kernels (inside parallel loops, thrown afterwards);
 // the CUDA kernels ignore them and write 0.
-enum class MathError : int { kNone = 0, kIntegerDivisionByZero, kNegativeIntegerPower };
+enum class MathError : int { kNone = 0, kIntegerDivisionByZero };
 
 // Element i of `base`, of dtype `t`, as the compute type C (float or int64_t), and back. The 16-bit
 // floats convert with the device's intrinsics there, types.h's conversions on the host (both
@@ -125,10 +125,9 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
       return r;
     }
     case BinaryOp::kPow: {
-      if (b < 0) {
+      if (b < 0) {  // as PyTorch's integer tensors: 1 / a^-b truncated
         if (a == 1) return 1;
         if (a == -1) return (b % 2 == 0) ? 1 : -1;
-        err = MathError::kNegativeIntegerPower;
         return 0;
       }
       uint64_t result = 1, base = static_cast<uint64_t>(a);

@@ -27,6 +27,10 @@ const char* reason_name(Reason reason) {
       return "non-tensor boundary";
     case Reason::kBelowMinBlockSize:
       return "below min_block_size";
+    case Reason::kConversionFailed:
+      return "conversion failed";
+    case Reason::kRunFailed:
+      return "failed on generated inputs";
   }
   return "unknown";
 }

@@ -25,6 +25,8 @@ enum class Reason {
   kControlFlow,        // prim::If / prim::Loop (or inside a loop that stays in PyTorch)
   kNonTensorBoundary,  // would make a non-tensor value cross an engine boundary
   kBelowMinBlockSize,  // its engine segment was shorter than min_block_size
+  kConversionFailed,   // its converter accepted it, then failed to convert it (a compile retry)
+  kRunFailed,          // its engine segment failed on shape analysis's generated inputs (a retry)
 };
 
 // Stable short name used in reports and JSON ("no converter", "forced op", ...).

@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <unordered_map>
 
 #include "partitioning/capability.h"
 #include "partitioning/segment.h"
@@ -29,7 +30,11 @@ std::string format_segments(const PartitionedGraph& partitioned);
 // A non-control-flow segment as a graph of its own: its inputs (in order), its nodes with the
 // constants they use recreated, its outputs. What the interpreter runs in shape analysis and
 // what conversion turns into an engine.
-std::shared_ptr<torch::jit::Graph> segment_graph(const Segment& segment);
+// `origin` (when given) maps each node of the new graph made from one of the segment's nodes to
+// that node.
+std::shared_ptr<torch::jit::Graph> segment_graph(
+    const Segment& segment,
+    std::unordered_map<const torch::jit::Node*, torch::jit::Node*>* origin = nullptr);
 
 // The same line format for a flat list, e.g. the naive segmentation.
 std::string format_segments(const std::vector<Segment>& segments);

@@ -146,6 +146,47 @@ std::vector<bool> needed_segments(const std::vector<Segment>& segments) {
   return needed;
 }
 
+// The node of engine segment `s` that fails on the values in `env` when its nodes run one at a
+// time; null when none fails alone.
+const Node* failing_node(const Segment& s, const Env& env) {
+  Env local = env;
+  for (Node* n : s.nodes) {
+    Segment one;
+    one.nodes = {n};
+    for (Value* v : n->inputs()) {
+      if (v->node()->kind() != torch::jit::prim::Constant) one.inputs.push_back(v);
+    }
+    one.outputs.assign(n->outputs().begin(), n->outputs().end());
+    try {
+      torch::jit::Stack stack;
+      for (const Value* v : one.inputs) stack.push_back(lookup(local, v));
+      torch::jit::Code code(segment_graph(one), "kiln_shape_analysis_node");
+      torch::jit::InterpreterState state(code);
+      state.run(stack);
+      for (size_t k = 0; k < one.outputs.size(); ++k) local[one.outputs[k]] = stack.at(k);
+    } catch (const std::exception&) {
+      return n;
+    }
+  }
+  return nullptr;
+}
+
+// `node` and every node that reads what it makes, directly or not.
+std::vector<const Node*> with_consumers(const Node* node) {
+  std::vector<const Node*> out{node};
+  std::unordered_set<const Node*> seen{node};
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (const Value* v : out[i]->outputs()) {
+      for (const torch::jit::Use& u : v->uses()) {
+        if (u.user->kind() != torch::jit::prim::Return && seen.insert(u.user).second) {
+          out.push_back(u.user);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth) {
   // Inside a branch, a segment may feed what follows the If: every one runs there.
   const std::vector<bool> needed =
@@ -154,18 +195,31 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
     Segment& s = segments[i];
     s.has_shapes = false;
     if (!needed[i]) continue;
+    std::string failure;
     try {
       run_segment(s, env, profile, depth);
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
-                 " (", target_name(s.target), ") failed on the generated inputs: ", e.msg());
+      failure = e.msg();
     } catch (const std::exception& e) {
-      KILN_THROW(ShapeMismatch, "shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i,
-                 " (", target_name(s.target), ") failed on the generated inputs: ", e.what());
+      failure = e.what();
     }
-    s.has_shapes = true;
+    if (failure.empty()) {
+      s.has_shapes = true;
+      continue;
+    }
+    const std::string message =
+        detail::concat("shape analysis: ", depth > 0 ? "a branch's " : "", "segment ", i, " (",
+                       target_name(s.target), ") failed on the generated inputs: ", failure);
+    if (s.target == Target::kEngine) {
+      // What fails, and what reads its results (whose shapes would need it run), go to PyTorch.
+      const Node* culprit = failing_node(s, env);
+      throw EngineSegmentFailed(message,
+                                culprit ? with_consumers(culprit)
+                                        : std::vector<const Node*>(s.nodes.begin(), s.nodes.end()));
+    }
+    throw ShapeMismatch(message);
   }
 }
 
@@ -225,9 +279,12 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
     } else if (p.dtype == c10::ScalarType::Bool) {
       inputs.emplace_back(at::randint(0, 2, shape, options));
     } else {
+      // Indices within what they index (zeros where that is unknown); other integers from 1
+      // to 5, which divide, take remainders and raise powers without failing.
       const auto bound = index_bound(input, graph, profiles, profile);
-      inputs.emplace_back(bound && *bound > 0 ? at::randint(0, *bound, shape, options)
-                                              : at::zeros(shape, options));
+      inputs.emplace_back(!bound       ? at::randint(1, 6, shape, options)
+                          : *bound > 0 ? at::randint(0, *bound, shape, options)
+                                       : at::zeros(shape, options));
     }
   }
   return inputs;
@@ -257,7 +314,8 @@ void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfil
   }
 }
 
-std::shared_ptr<Graph> segment_graph(const Segment& s) {
+std::shared_ptr<Graph> segment_graph(const Segment& s,
+                                     std::unordered_map<const Node*, Node*>* origin) {
   auto g = std::make_shared<Graph>();
   std::unordered_map<const Value*, Value*> map;
   for (Value* v : s.inputs) map[v] = g->addInput()->copyMetadata(v);
@@ -272,6 +330,7 @@ std::shared_ptr<Graph> segment_graph(const Segment& s) {
   for (Node* n : s.nodes) {
     Node* c = g->insertNode(g->createClone(n, value_of));
     for (size_t k = 0; k < n->outputs().size(); ++k) map[n->outputs()[k]] = c->outputs()[k];
+    if (origin) (*origin)[c] = n;
   }
   for (Value* v : s.outputs) g->registerOutput(map.at(v));
   return g;

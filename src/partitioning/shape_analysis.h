@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "partitioning/segment.h"
+#include "util/errors.h"
 
 namespace kiln::partitioning {
 
@@ -28,7 +29,8 @@ struct InputProfile {
 // The inputs shape analysis runs the graph on for one profile. Floating inputs are random;
 // integer inputs are indices when the graph uses them as such (index_select, gather, embedding,
 // index): uniform in [0, size) of the dimension they index when that size is known from the
-// profiles or a constant, else zeros, so index ops never fail.
+// profiles or a constant, else zeros, so index ops never fail; other integer inputs are uniform
+// in [1, 5], so that dividing by them or taking a remainder does not fail either.
 std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
                                          const std::vector<InputProfile>& profiles, Profile profile,
                                          uint64_t seed = 0);
@@ -36,7 +38,17 @@ std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
 // Runs the segments in order in the TorchScript interpreter, once per profile, and fills each
 // segment's `shapes` (nested If branches too; a branch that fails on the generated data while
 // not taken keeps has_shapes = false). Throws InvalidArgument for a profile count or shape that
-// does not fit the graph, and ShapeMismatch naming the segment when a segment fails to run.
+// does not fit the graph, and ShapeMismatch naming the segment when a segment fails to run
+// (EngineSegmentFailed, with its nodes, for an engine segment).
 void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
+
+// What analyze_shapes throws when an engine segment fails on the generated inputs (a ShapeMismatch
+// naming the segment and PyTorch's error): the segment's nodes, which can run in PyTorch instead.
+class EngineSegmentFailed : public ShapeMismatch {
+ public:
+  EngineSegmentFailed(const std::string& message, std::vector<const torch::jit::Node*> nodes)
+      : ShapeMismatch(message), nodes(std::move(nodes)) {}
+  std::vector<const torch::jit::Node*> nodes;
+};
 
 }  // namespace kiln::partitioning

@@ -69,6 +69,63 @@ TEST(Compile, ControlFlowKeepsTheBranchAndLoopInPyTorch) {
       testing::run_in_fresh_python_process(compiled, {input}, "control_flow"), expected));
 }
 
+// A node its converter accepts and then fails on (an integer matrix product: the validator sees
+// no dtypes) runs in PyTorch after a second partition, with the reason in the report; the rest
+// still runs in engines. With require_full_compilation it is the error it was.
+TEST(Compile, ANodeWhoseConversionFailsRunsInPyTorch) {
+  torch::jit::Module m("M");
+  m.define(R"(
+def forward(self, x, y):
+    a = torch.relu(x) + 1
+    b = torch.matmul(a, y)
+    return torch.neg(b) * 2
+)");
+  CompileSpec spec;
+  spec.inputs = {Input({4, 4}, DType::kI64), Input({4, 4}, DType::kI64)};
+  spec.min_block_size = 1;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m, spec, &report);
+  EXPECT_EQ(testing::count_segments(report, "engine"), 2u) << report.summary();
+  bool named = false;
+  for (const std::string& f : report.fallback) {
+    named |= f.rfind("aten::matmul: conversion failed (", 0) == 0 &&
+             f.find("matrix product") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << report.summary();
+  const at::Tensor x = at::randint(-5, 5, {4, 4}, at::kLong),
+                   y = at::randint(-5, 5, {4, 4}, at::kLong);
+  EXPECT_TRUE(at::equal(compiled.forward({x, y}).toTensor(), m.forward({x, y}).toTensor()));
+  spec.require_full_compilation = true;
+  EXPECT_NE(error_of([&] { compile(m, spec); }).find("matrix product"), std::string::npos);
+}
+
+// An engine segment that fails on shape analysis's generated inputs (indices computed from an
+// integer input that are out of range for them, in range for the model's real inputs) runs in
+// PyTorch instead, with the reason in the report.
+TEST(Compile, AnEngineSegmentThatFailsOnGeneratedInputsRunsInPyTorch) {
+  torch::jit::Module m("M");
+  m.register_parameter("w", at::randn({10, 4}), false);
+  m.define(R"(
+def forward(self, ids, x):
+    rows = torch.index_select(self.w, 0, ids * 3)
+    return torch.relu(rows) + torch.sigmoid(x)
+)");
+  CompileSpec spec;
+  spec.inputs = {Input({4}, DType::kI64), Input({4, 4})};
+  spec.min_block_size = 1;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m, spec, &report);
+  bool named = false;
+  for (const std::string& f : report.fallback) {
+    named |=
+        f.rfind("aten::index_select: failed on generated inputs (shape analysis: segment", 0) == 0;
+  }
+  EXPECT_TRUE(named) << report.summary();
+  EXPECT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
+  const at::Tensor ids = at::tensor({0, 3, 1, 2}, at::kLong), x = at::randn({4, 4});
+  EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
+}
+
 TEST(Compile, WrongInputsAtRunTimeNameExpectedAndActual) {
   testing::TestModel m = testing::load_test_model("resnet18");
   torch::jit::Module compiled = compile(m.module, spec_for({m.args[0].toTensor()}));

@@ -98,6 +98,11 @@ TEST(Elementwise, IntegerSemanticsAreExactAndPythonLike) {
                    {1, 1, -1, -1, 2, 0}, 0, 0));
   EXPECT_TRUE(near(run_one_layer(ElementwiseParams{BinaryOp::kMul}, {a, b})[0],
                    {14, -14, -14, 14, 15000000000, 0}, 0, 0));
+  // Negative exponents as PyTorch's integer tensors take them: 1 / a^-b, truncated.
+  auto base = testing::tensor_from(DataType::kI64, {6}, {6, 1, -1, -1, 0, 2});
+  auto exponent = testing::tensor_from(DataType::kI64, {6}, {-8, -3, -3, -2, -1, 10});
+  EXPECT_TRUE(near(run_one_layer(ElementwiseParams{BinaryOp::kPow}, {base, exponent})[0],
+                   {0, 1, -1, 1, 0, 1024}, 0, 0));
   auto zero = testing::tensor_from(DataType::kI64, {6}, {1, 1, 1, 0, 1, 1});
   try {
     run_one_layer(ElementwiseParams{BinaryOp::kFloorDiv}, {a, zero});

@@ -127,8 +127,6 @@ void run_program(const std::string& layer, const std::vector<FusedOp>& ops,
   }
   KILN_CHECK(error != static_cast<int>(MathError::kIntegerDivisionByZero), InvalidArgument,
              "layer `", layer, "`: integer division by zero");
-  KILN_CHECK(error != static_cast<int>(MathError::kNegativeIntegerPower), InvalidArgument,
-             "layer `", layer, "`: integers to negative integer powers are not allowed");
 }
 
 // Float programs: registers are pointers, so f32 inputs read in place need no copy and the last
