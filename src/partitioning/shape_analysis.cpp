@@ -255,7 +255,7 @@ InputProfile InputProfile::of_value(c10::IValue value) {
 
 std::vector<c10::IValue> generate_inputs(const Graph& graph,
                                          const std::vector<InputProfile>& profiles, Profile profile,
-                                         uint64_t seed) {
+                                         uint64_t seed, bool zero_integers) {
   KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument,
              "shape analysis: the graph has ", graph.inputs().size(), " inputs but ",
              profiles.size(), " input profiles were given");
@@ -282,9 +282,10 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
       // Indices within what they index (zeros where that is unknown); other integers from 1
       // to 5, which divide, take remainders and raise powers without failing.
       const auto bound = index_bound(input, graph, profiles, profile);
-      inputs.emplace_back(!bound       ? at::randint(1, 6, shape, options)
-                          : *bound > 0 ? at::randint(0, *bound, shape, options)
-                                       : at::zeros(shape, options));
+      inputs.emplace_back(!bound && !zero_integers ? at::randint(1, 6, shape, options)
+                          : !bound                 ? at::zeros(shape, options)
+                          : *bound > 0             ? at::randint(0, *bound, shape, options)
+                                                   : at::zeros(shape, options));
     }
   }
   return inputs;
@@ -307,10 +308,25 @@ void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfil
       continue;
     }
     analyzed.push_back(profile);
-    const auto inputs = generate_inputs(graph, profiles, profile);
-    Env env;
-    for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
-    run_segments(partitioned.segments, env, profile, 0);
+    const auto run = [&](bool zero_integers) {
+      const auto inputs = generate_inputs(graph, profiles, profile, 0, zero_integers);
+      Env env;
+      for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
+      run_segments(partitioned.segments, env, profile, 0);
+    };
+    // Integers that are not indices are positive first (divisors), zeros if that fails (an
+    // index the graph computes from them, which index_bound cannot see); the first failure is
+    // the one reported.
+    try {
+      run(false);
+    } catch (const ShapeMismatch&) {
+      const std::exception_ptr first = std::current_exception();
+      try {
+        run(true);
+      } catch (const ShapeMismatch&) {
+        std::rethrow_exception(first);
+      }
+    }
   }
 }
 

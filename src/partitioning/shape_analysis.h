@@ -30,10 +30,11 @@ struct InputProfile {
 // integer inputs are indices when the graph uses them as such (index_select, gather, embedding,
 // index): uniform in [0, size) of the dimension they index when that size is known from the
 // profiles or a constant, else zeros, so index ops never fail; other integer inputs are uniform
-// in [1, 5], so that dividing by them or taking a remainder does not fail either.
+// in [1, 5], so that dividing by them or taking a remainder does not fail either, or zeros with
+// `zero_integers` (what analyze_shapes tries when the graph fails on the first).
 std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
                                          const std::vector<InputProfile>& profiles, Profile profile,
-                                         uint64_t seed = 0);
+                                         uint64_t seed = 0, bool zero_integers = false);
 
 // Runs the segments in order in the TorchScript interpreter, once per profile, and fills each
 // segment's `shapes` (nested If branches too; a branch that fails on the generated data while

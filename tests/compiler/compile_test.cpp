@@ -100,14 +100,14 @@ def forward(self, x, y):
 }
 
 // An engine segment that fails on shape analysis's generated inputs (indices computed from an
-// integer input that are out of range for them, in range for the model's real inputs) runs in
-// PyTorch instead, with the reason in the report.
+// integer input, out of range for positive integers and for zeros, in range for the model's real
+// inputs) runs in PyTorch instead, with the reason in the report.
 TEST(Compile, AnEngineSegmentThatFailsOnGeneratedInputsRunsInPyTorch) {
   torch::jit::Module m("M");
   m.register_parameter("w", at::randn({10, 4}), false);
   m.define(R"(
 def forward(self, ids, x):
-    rows = torch.index_select(self.w, 0, ids * 3)
+    rows = torch.index_select(self.w, 0, ids * 3 + 10)
     return torch.relu(rows) + torch.sigmoid(x)
 )");
   CompileSpec spec;
@@ -122,7 +122,7 @@ def forward(self, ids, x):
   }
   EXPECT_TRUE(named) << report.summary();
   EXPECT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
-  const at::Tensor ids = at::tensor({0, 3, 1, 2}, at::kLong), x = at::randn({4, 4});
+  const at::Tensor ids = at::tensor({-3, -1, -2, -3}, at::kLong), x = at::randn({4, 4});
   EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
 }
 
