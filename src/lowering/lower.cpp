@@ -36,7 +36,16 @@ std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module
   }
   // Marks must be placed while the inlined call stacks still name every node's module.
   mark_module_fallback(graph, options.torch_executed_modules);
+  std::vector<torch::jit::Value*> typed;
+  for (size_t i = 0; i < options.input_types.size() && i + 1 < graph->inputs().size(); ++i) {
+    torch::jit::Value* v = graph->inputs()[i + 1];
+    if (!options.input_types[i] || v->type()->kind() != c10::TypeKind::TensorType) continue;
+    const auto& [dtype, rank] = *options.input_types[i];
+    v->setType(c10::TensorType::get()->withScalarType(dtype)->withDim(static_cast<size_t>(rank)));
+    typed.push_back(v);
+  }
   lowering_pipeline().run(graph, options.passes);
+  for (torch::jit::Value* v : typed) v->setType(c10::TensorType::get());
   return graph;
 }
 

@@ -4,7 +4,9 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/pass_pipeline.h"
@@ -17,6 +19,10 @@ struct LoweringOptions {
   // that name with TorchScript's "__torch__." prefix.
   std::vector<std::string> torch_executed_modules;
   ir::PassRunOptions passes;  // verification, --print-after-all, a subset of passes
+  // The dtype and rank of each forward argument (self excluded) where the caller knows them (the
+  // compile spec): tensor arguments carry them while the passes run, for rewrites that need a
+  // rank (flip, repeat, movedim) or a dtype, and are plain Tensor again afterwards.
+  std::vector<std::optional<std::pair<c10::ScalarType, int64_t>>> input_types;
 };
 
 // Clones `module`, puts the clone in eval mode, freezes it (methods inlined, parameters and

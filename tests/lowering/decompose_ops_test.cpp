@@ -158,6 +158,70 @@ graph(%x : Tensor, %v : Tensor):
   EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0));
 }
 
+// Rewrites that need the input's rank or dtype (flip, repeat, movedim, T, atleast_nd,
+// round.decimals, nan_to_num, isclose, inner, copysign, fmod, heaviside): sizes are read at run
+// time, so the values match at shapes other than any example's. Untyped inputs are left alone.
+TEST(DecomposeOps, RankAndDtypeRewritesReadSizesAtRunTime) {
+  const std::vector<std::string> calls = {"aten::flip(%x, %d01)",
+                                          "aten::fliplr(%x)",
+                                          "aten::flipud(%x)",
+                                          "aten::repeat(%x, %reps)",
+                                          "aten::repeat(%v, %reps)",
+                                          "aten::movedim(%x, %zero_i, %one)",
+                                          "aten::numpy_T(%x)",
+                                          "aten::atleast_3d(%v)",
+                                          "aten::round(%x, %three)",
+                                          "aten::round(%x, %minus1)",
+                                          "aten::nan_to_num(%s, %none, %none, %none)",
+                                          "aten::isclose(%x, %y, %rtol, %atol, %f)",
+                                          "aten::inner(%x, %w)",
+                                          "aten::copysign(%x, %s)",
+                                          "aten::fmod(%x, %y)",
+                                          "aten::heaviside(%s, %y)"};
+  for (const std::string& call : calls) {
+    const std::string name = call.substr(0, call.find('('));
+    auto g = testing::parse(R"IR(
+graph(%x : Float(*, *), %y : Float(*, *), %s : Float(*, *), %v : Float(*), %w : Float(*, *)):
+  %d01 : int[] = prim::Constant[value=[0, 1]]()
+  %reps : int[] = prim::Constant[value=[2, 1, 3]]()
+  %zero_i : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %three : int = prim::Constant[value=3]()
+  %minus1 : int = prim::Constant[value=-1]()
+  %rtol : float = prim::Constant[value=0.1]()
+  %atol : float = prim::Constant[value=0.01]()
+  %f : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %r : Tensor = )IR" + call +
+                            R"IR(
+  return (%r))IR");
+    auto before = g->copy();
+    EXPECT_TRUE(decompose_ops(g)) << call;
+    // round.decimals becomes the plain round of a scaled value.
+    if (name != "aten::round") {
+      EXPECT_TRUE(testing::file_check("CHECK-NOT: " + name + "(", *g)) << call;
+    }
+    for (const int64_t rows : {3, 5}) {
+      auto in = testing::random_inputs({{rows, 4}, {rows, 4}, {rows, 4}, {4}, {2, 4}});
+      at::Tensor s = in[2].toTensor();  // zeros, -0, infinities and NaN
+      s[0][0] = std::numeric_limits<float>::infinity();
+      s[0][1] = -std::numeric_limits<float>::infinity();
+      s[1][0] = std::nan("");
+      s[1][1] = 0;
+      s[2][0] = -0.0;
+      in[1].toTensor()[0][3] = in[0].toTensor()[0][3].item<float>() * 1.05f;  // close, not equal
+      EXPECT_TRUE(testing::same_values(*before, *g, in, 1e-5, 1e-5)) << call << " rows " << rows;
+    }
+  }
+  // Without a rank, nothing to go by.
+  auto untyped = testing::parse(R"IR(
+graph(%x : Tensor):
+  %reps : int[] = prim::Constant[value=[2, 3]]()
+  %r : Tensor = aten::repeat(%x, %reps)
+  return (%r))IR");
+  EXPECT_FALSE(decompose_ops(untyped));
+}
+
 // A `_copy` of a view becomes the view, unless something writes the copy in place or views it.
 TEST(DecomposeOps, CopiesOfViewsBecomeViewsUnlessWritten) {
   auto g = testing::parse(R"IR(

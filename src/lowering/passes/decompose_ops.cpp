@@ -9,6 +9,7 @@
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
+#include <cmath>
 #include <limits>
 
 #include "ir/graph_utils.h"
@@ -108,6 +109,43 @@ bool written_in_place(const Value* v) {
     }
   }
   return false;
+}
+
+std::optional<int64_t> rank_of(const Value* v) {
+  const auto t = v->type()->cast<c10::TensorType>();
+  if (!t) return std::nullopt;
+  const auto rank = t->dim();
+  return rank ? std::optional<int64_t>(static_cast<int64_t>(*rank)) : std::nullopt;
+}
+
+std::optional<c10::ScalarType> scalar_type_of(const Value* v) {
+  const auto t = v->type()->cast<c10::TensorType>();
+  return t ? t->scalarType() : std::nullopt;
+}
+
+// movedim's permutation: dims `from` go to `to`, the others keep their order; empty when the
+// dims are out of range or repeated.
+std::vector<int64_t> moved_dims(int64_t rank, std::vector<int64_t> from, std::vector<int64_t> to) {
+  if (from.size() != to.size()) return {};
+  std::vector<int64_t> perm(static_cast<size_t>(rank), -1);
+  std::vector<bool> used(static_cast<size_t>(rank), false);
+  for (size_t i = 0; i < from.size(); ++i) {
+    for (int64_t* d : {&from[i], &to[i]}) {
+      if (*d < -rank || *d >= rank) return {};
+      if (*d < 0) *d += rank;
+    }
+    if (perm[static_cast<size_t>(to[i])] != -1 || used[static_cast<size_t>(from[i])]) return {};
+    perm[static_cast<size_t>(to[i])] = from[i];
+    used[static_cast<size_t>(from[i])] = true;
+  }
+  int64_t next = 0;
+  for (int64_t& p : perm) {
+    if (p != -1) continue;
+    while (used[static_cast<size_t>(next)]) ++next;
+    p = next;
+    used[static_cast<size_t>(next)] = true;
+  }
+  return perm;
 }
 
 // Math that the engine computes from ops it has (issue #35's coverage): elementwise identities,
@@ -262,6 +300,157 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     if (beta->toScalar().toDouble() == 0)
       return g("aten::add", {g("aten::mul", {in(0), 0}), product});
     return g("aten::add", {g("aten::mul", {in(0), in(3)}), product});
+  }
+  if (name == "aten::heaviside" && n == 2) {  // 0 below zero, 1 above, `values` at zero
+    Value* step = g("aten::where", {g("aten::gt", {in(0), 0}), 1, 0});
+    return g("aten::where", {g("aten::eq", {in(0), 0}), in(1), step});
+  }
+  if (name == "aten::nan_to_num" && n == 4) {
+    const auto type = scalar_type_of(in(0));
+    if (!type) return nullptr;
+    if (!c10::isFloatingType(*type)) return in(0);  // integers have no NaN or infinities
+    auto nan = constant_value(in(1)), pos = constant_value(in(2)), neg = constant_value(in(3));
+    if (!nan || !pos || !neg) return nullptr;
+    const double max = *type == c10::kHalf       ? 65504.0
+                       : *type == c10::kBFloat16 ? 3.3895313892515355e38
+                       : *type == c10::kDouble   ? std::numeric_limits<double>::max()
+                                                 : std::numeric_limits<float>::max();
+    Value* x = in(0);
+    Value* r = g("aten::where", {g("aten::ne", {x, x}), nan->isNone() ? 0.0 : nan->toDouble(), x});
+    r = g("aten::where", {g("aten::eq", {x, kInf}), pos->isNone() ? max : pos->toDouble(), r});
+    return g("aten::where", {g("aten::eq", {x, -kInf}), neg->isNone() ? -max : neg->toDouble(), r});
+  }
+  if (name == "aten::movedim" && n == 3) {
+    const auto rank = rank_of(in(0));
+    auto from = constant_value(in(1)), to = constant_value(in(2));
+    if (!rank || !from || !to) return nullptr;
+    const auto perm =
+        moved_dims(*rank, from->isInt() ? std::vector<int64_t>{from->toInt()} : from->toIntVector(),
+                   to->isInt() ? std::vector<int64_t>{to->toInt()} : to->toIntVector());
+    if (perm.empty()) return nullptr;
+    return g("aten::permute", {in(0), perm});
+  }
+  if (name == "aten::numpy_T" && n == 1) {
+    const auto rank = rank_of(in(0));
+    if (!rank) return nullptr;
+    std::vector<int64_t> perm;
+    for (int64_t d = *rank - 1; d >= 0; --d) perm.push_back(d);
+    return g("aten::permute", {in(0), perm});
+  }
+  if ((name == "aten::atleast_1d" || name == "aten::atleast_2d" || name == "aten::atleast_3d") &&
+      n == 1 && overload.empty()) {
+    const auto rank = rank_of(in(0));
+    if (!rank) return nullptr;
+    const int64_t want = name.back() == 'd' ? name[name.size() - 2] - '0' : 0;
+    Value* x = in(0);
+    if (*rank == 0) return g("aten::reshape", {x, std::vector<int64_t>(want, 1)});
+    if (*rank == 1 && want >= 2) x = g("aten::unsqueeze", {x, 0});
+    if ((*rank == 1 || *rank == 2) && want == 3) x = g("aten::unsqueeze", {x, -1});
+    return x;
+  }
+  if ((name == "aten::flip" && n == 2) ||
+      ((name == "aten::fliplr" || name == "aten::flipud") && n == 1)) {
+    const auto rank = rank_of(in(0));
+    std::vector<int64_t> dims = {name == "aten::fliplr" ? 1 : 0};
+    if (name == "aten::flip") {
+      auto d = constant_value(in(1));
+      if (!d || !d->isIntList()) return nullptr;
+      dims = d->toIntVector();
+    }
+    if (!rank) return nullptr;
+    // Each dim read backwards: index_select by (size - 1) - arange(size), sizes read at run time.
+    Value* x = in(0);
+    for (int64_t d : dims) {
+      if (d < -*rank || d >= *rank) return nullptr;
+      if (d < 0) d += *rank;
+      Value* size = g("aten::size", {in(0), d});
+      Value* last = g("aten::sub", {size, 1});
+      Value* index = g("aten::rsub", {g("aten::arange", {size}), last});
+      x = g("aten::index_select", {x, d, index});
+    }
+    return x;
+  }
+  if (name == "aten::round" && overload == "decimals" && n == 2) {
+    const auto type = scalar_type_of(in(0));
+    auto decimals = constant_value(in(1));
+    if (!type || !c10::isFloatingType(*type) || !decimals || !decimals->isInt()) return nullptr;
+    const int64_t d = decimals->toInt();
+    if (d == 0) return g("aten::round", {in(0)});
+    const double scale = std::pow(10.0, static_cast<double>(d < 0 ? -d : d));
+    if (d > 0) return g("aten::div", {g("aten::round", {g("aten::mul", {in(0), scale})}), scale});
+    return g("aten::mul", {g("aten::round", {g("aten::div", {in(0), scale})}), scale});
+  }
+  if (name == "aten::repeat" && n == 2) {
+    const auto rank = rank_of(in(0));
+    auto repeats = constant_value(in(1));
+    if (!rank || !repeats || !repeats->isIntList()) return nullptr;
+    const std::vector<int64_t> r = repeats->toIntVector();
+    const int64_t m = static_cast<int64_t>(r.size());
+    if (m < *rank) return nullptr;
+    // [s...] as [1, s0, 1, s1, ...], expanded to [r0, s0, r1, s1, ...], as [r0 * s0, ...].
+    std::vector<Value*> sizes;
+    for (int64_t i = 0; i < m - *rank; ++i) sizes.push_back(graph->insertConstant(int64_t{1}));
+    for (int64_t i = 0; i < *rank; ++i) sizes.push_back(g("aten::size", {in(0), i}));
+    std::vector<Value*> split, expanded, merged;
+    for (int64_t i = 0; i < m; ++i) {
+      split.push_back(graph->insertConstant(int64_t{1}));
+      split.push_back(sizes[i]);
+      expanded.push_back(graph->insertConstant(r[i]));
+      expanded.push_back(sizes[i]);
+      merged.push_back(g("aten::mul", {sizes[i], r[i]}));
+    }
+    auto list = [&](const std::vector<Value*>& v) {
+      return graph->insertNode(graph->createList(c10::IntType::get(), v))->output();
+    };
+    Value* x = g("aten::reshape", {in(0), list(split)});
+    x = g("aten::expand", {x, list(expanded)});
+    return g("aten::reshape", {x, list(merged)});
+  }
+  if (name == "aten::isclose" && n == 5) {
+    const auto type = scalar_type_of(in(0));
+    auto rtol = constant_value(in(2)), atol = constant_value(in(3)), nan = constant_value(in(4));
+    if (!type || !c10::isFloatingType(*type) || !rtol || !atol || !nan || !nan->isBool() ||
+        nan->toBool()) {
+      return nullptr;
+    }
+    // As torch: equal, or a finite difference within atol + rtol * |other|.
+    Value* error = g("aten::abs", {g("aten::sub", {in(0), in(1)})});
+    Value* allowed = g("aten::add", {g("aten::mul", {g("aten::abs", {in(1)}), rtol->toDouble()}),
+                                     atol->toDouble()});
+    Value* finite = g("aten::eq", {g("aten::mul", {error, 0}), 0});
+    Value* within = g("aten::logical_and", {finite, g("aten::le", {error, allowed})});
+    return g("aten::logical_or", {g("aten::eq", {in(0), in(1)}), within});
+  }
+  if (name == "aten::inner" && n == 2) {
+    const auto ra = rank_of(in(0)), rb = rank_of(in(1));
+    if (!ra || !rb || *ra < 1) return nullptr;
+    if (*rb == 1) return g("aten::sum", {g("aten::mul", {in(0), in(1)}), -1});
+    if (*rb == 2) return g("aten::matmul", {in(0), g("aten::transpose", {in(1), 0, 1})});
+    return nullptr;
+  }
+  if (name == "aten::copysign" && overload == "Tensor" && n == 2) {
+    const auto type = scalar_type_of(in(0));
+    if (!type || !c10::isFloatingType(*type)) return nullptr;
+    // b's sign bit: below zero, or -0 (whose reciprocal is -inf).
+    Value* b = in(1);
+    Value* negative = g("aten::logical_or",
+                        {g("aten::lt", {b, 0}),
+                         g("aten::logical_and", {g("aten::eq", {b, 0}),
+                                                 g("aten::lt", {g("aten::reciprocal", {b}), 0})})});
+    Value* a = g("aten::abs", {in(0)});
+    return g("aten::where", {negative, g("aten::neg", {a}), a});
+  }
+  if (name == "aten::fmod" && overload == "Tensor" && n == 2) {
+    const auto type = scalar_type_of(in(0));
+    if (!type) return nullptr;
+    Value* q = graph->insert(c10::aten::div, {in(0), in(1)},
+                             {torch::jit::NamedValue("rounding_mode", std::string("trunc"))});
+    Value* r = g("aten::sub", {in(0), g("aten::mul", {q, in(1)})});
+    if (!c10::isFloatingType(*type)) return r;
+    // A finite dividend by an infinite divisor is itself (inf * 0 would make it NaN).
+    Value* keep = g("aten::logical_and", {g("aten::eq", {g("aten::abs", {in(1)}), kInf}),
+                                          g("aten::eq", {g("aten::mul", {in(0), 0}), 0})});
+    return g("aten::where", {keep, in(0), r});
   }
   if (name == "aten::logsumexp" && n == 3) {
     auto dims = constant_value(in(1));
