@@ -101,7 +101,12 @@ TEST(DecomposeOps, MathIdentitiesMatchTorch) {
                                           "aten::outer(%v, %w)",
                                           "aten::addmv(%w, %x, %v, %two, %half)",
                                           "aten::addr(%x, %w, %v, %zero, %two)",
-                                          "aten::broadcast_to(%v, %size)"};
+                                          "aten::broadcast_to(%v, %size)",
+                                          "aten::mse_loss(%x, %y, %one)",
+                                          "aten::l1_loss(%x, %y, %one)",
+                                          "aten::huber_loss(%x, %y, %one, %half)",
+                                          "aten::smooth_l1_loss(%x, %y, %one, %half)",
+                                          "aten::smooth_l1_loss(%x, %y, %one, %zero)"};
   for (const std::string& call : unary) {
     const std::string name = call.substr(0, call.find('('));
     auto g = testing::parse(R"IR(
@@ -177,11 +182,14 @@ TEST(DecomposeOps, RankAndDtypeRewritesReadSizesAtRunTime) {
                                           "aten::inner(%x, %w)",
                                           "aten::copysign(%x, %s)",
                                           "aten::fmod(%x, %y)",
-                                          "aten::heaviside(%s, %y)"};
+                                          "aten::heaviside(%s, %y)",
+                                          "aten::count_nonzero(%s, %zero_i)",
+                                          "aten::linalg_cross(%c, %c2, %one)"};
   for (const std::string& call : calls) {
     const std::string name = call.substr(0, call.find('('));
     auto g = testing::parse(R"IR(
-graph(%x : Float(*, *), %y : Float(*, *), %s : Float(*, *), %v : Float(*), %w : Float(*, *)):
+graph(%x : Float(*, *), %y : Float(*, *), %s : Float(*, *), %v : Float(*), %w : Float(*, *),
+      %c : Float(*, *), %c2 : Float(*, *)):
   %d01 : int[] = prim::Constant[value=[0, 1]]()
   %reps : int[] = prim::Constant[value=[2, 1, 3]]()
   %zero_i : int = prim::Constant[value=0]()
@@ -202,7 +210,8 @@ graph(%x : Float(*, *), %y : Float(*, *), %s : Float(*, *), %v : Float(*), %w : 
       EXPECT_TRUE(testing::file_check("CHECK-NOT: " + name + "(", *g)) << call;
     }
     for (const int64_t rows : {3, 5}) {
-      auto in = testing::random_inputs({{rows, 4}, {rows, 4}, {rows, 4}, {4}, {2, 4}});
+      auto in = testing::random_inputs(
+          {{rows, 4}, {rows, 4}, {rows, 4}, {4}, {2, 4}, {rows, 3}, {rows, 3}});
       at::Tensor s = in[2].toTensor();  // zeros, -0, infinities and NaN
       s[0][0] = std::numeric_limits<float>::infinity();
       s[0][1] = -std::numeric_limits<float>::infinity();
@@ -220,6 +229,22 @@ graph(%x : Tensor):
   %r : Tensor = aten::repeat(%x, %reps)
   return (%r))IR");
   EXPECT_FALSE(decompose_ops(untyped));
+}
+
+// broadcast_tensors taken apart: each tensor expanded as the shape they broadcast to.
+TEST(DecomposeOps, BroadcastTensorsBecomeExpands) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor, %v : Tensor, %s : Tensor):
+  %l : Tensor[] = prim::ListConstruct(%x, %v, %s)
+  %b : Tensor[] = aten::broadcast_tensors(%l)
+  %p : Tensor, %q : Tensor, %r : Tensor = prim::ListUnpack(%b)
+  return (%p, %q, %r))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(
+      testing::file_check("CHECK-NOT: aten::broadcast_tensors\nCHECK: aten::expand_as", *g));
+  const std::vector<c10::IValue> in = {at::randn({3, 1}), at::randn({4}), at::randn({})};
+  EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0));
 }
 
 // A `_copy` of a view becomes the view, unless something writes the copy in place or views it.

@@ -4,8 +4,10 @@
 // - decomposed: var/std (the engine has no variance reduce: mean, sub, mul, sum, div[, sqrt]);
 //   type_as (aten::to with `other`: one cast converter); square (mul); hardtanh and relu6
 //   (clamp, which is an engine activation); the math of decompose_math (acosh, atan2, fmod,
-//   logaddexp, addcmul, lerp, mv, outer, logsumexp, isnan/isinf/isfinite, ...); the `_copy`
-//   variants of views (the view, when the copy is not written in place).
+//   logaddexp, addcmul, lerp, mv, outer, logsumexp, isnan/isinf/isfinite, the losses, cross,
+//   and, where the input's rank or dtype is known, flip, repeat, movedim, nan_to_num, ...);
+//   broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the view, when the
+//   copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
@@ -146,6 +148,49 @@ std::vector<int64_t> moved_dims(int64_t rank, std::vector<int64_t> from, std::ve
     used[static_cast<size_t>(next)] = true;
   }
   return perm;
+}
+
+// A loss's reduction: 0 none, 1 mean, 2 sum (torch's Reduction enum); nullptr for another.
+Value* reduce_loss(GraphPtr& graph, Value* loss, int64_t reduction) {
+  if (reduction == 0) return loss;
+  if (reduction == 1) return call(graph, "aten::mean", {loss});
+  if (reduction == 2) return call(graph, "aten::sum", {loss});
+  return nullptr;
+}
+
+// broadcast_tensors(ListConstruct(x...)) taken apart by a ListUnpack: each x expanded as the
+// shape all of them broadcast to (the shape of their sum, which nothing computes once the engine
+// sees that only its shape is read).
+bool decompose_broadcast_tensors(GraphPtr& graph) {
+  std::vector<Node*> unpacks;
+  ir::for_each_node(graph->block(), [&](Node* n) {
+    if (n->kind() != torch::jit::prim::ListUnpack) return;
+    const Node* b = n->input(0)->node();
+    if (b->kind() != c10::Symbol::fromQualString("aten::broadcast_tensors") ||
+        b->output()->uses().size() != 1 ||
+        b->input(0)->node()->kind() != torch::jit::prim::ListConstruct ||
+        b->input(0)->node()->inputs().size() != n->outputs().size()) {
+      return;
+    }
+    unpacks.push_back(n);
+  });
+  for (Node* n : unpacks) {
+    Node* b = n->input(0)->node();
+    const auto xs = b->input(0)->node()->inputs();
+    Node* before = n->prev();  // what is inserted goes between `before` and `n`
+    torch::jit::WithInsertPoint guard(n);
+    Value* shape = xs[0];
+    for (size_t i = 1; i < xs.size(); ++i) shape = call(graph, "aten::add", {shape, xs[i]});
+    for (size_t i = 0; i < xs.size(); ++i) {
+      Value* x = call(graph, "aten::expand_as", {xs[i], shape});
+      x->setType(n->outputs()[i]->type());
+      n->outputs()[i]->replaceAllUsesWith(x);
+    }
+    for (Node* m = before->next(); m != n; m = m->next()) inherit_fallback_mark(n, m);
+    n->destroy();
+    if (!b->output()->hasUses()) b->destroy();
+  }
+  return !unpacks.empty();
 }
 
 // Math that the engine computes from ops it has (issue #35's coverage): elementwise identities,
@@ -452,6 +497,65 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
                                           g("aten::eq", {g("aten::mul", {in(0), 0}), 0})});
     return g("aten::where", {keep, in(0), r});
   }
+  if (name == "aten::count_nonzero" && n == 2) {
+    auto dims = constant_value(in(1));
+    if (!dims) return nullptr;
+    Value* nonzero = g("aten::ne", {in(0), 0});
+    if (dims->isNone()) return g("aten::sum", {nonzero});
+    const std::vector<int64_t> d =
+        dims->isInt() ? std::vector<int64_t>{dims->toInt()} : dims->toIntVector();
+    if (d.empty()) return g("aten::sum", {nonzero});
+    return g("aten::sum", {nonzero, d, false});
+  }
+  if (name == "aten::addbmm" && n == 5) {  // beta * self + alpha * (sum of the batch's products)
+    auto beta = constant_value(in(3)), alpha = constant_value(in(4));
+    if (!beta || !alpha || !beta->isScalar() || !alpha->isScalar()) return nullptr;
+    Value* product = g("aten::sum", {g("aten::bmm", {in(1), in(2)}), 0});
+    if (alpha->toScalar().toDouble() != 1) product = g("aten::mul", {product, in(4)});
+    if (beta->toScalar().toDouble() == 0) {
+      return g("aten::add", {g("aten::mul", {in(0), 0}), product});
+    }
+    return g("aten::add", {g("aten::mul", {in(0), in(3)}), product});
+  }
+  if ((name == "aten::linalg_cross" || name == "aten::cross") && n == 3) {
+    // a x b = a[1,2,0] * b[2,0,1] - a[2,0,1] * b[1,2,0] along the dim of size 3.
+    auto dim = constant_value(in(2));
+    const auto rank = rank_of(in(0));
+    if (!dim || !dim->isInt() || !rank || *rank != rank_of(in(1))) return nullptr;
+    Value* first = graph->insertConstant(at::tensor({1, 2, 0}, at::kLong));
+    Value* second = graph->insertConstant(at::tensor({2, 0, 1}, at::kLong));
+    const auto pick = [&](Value* x, Value* index) {
+      return g("aten::index_select", {x, dim->toInt(), index});
+    };
+    return g("aten::sub", {g("aten::mul", {pick(in(0), first), pick(in(1), second)}),
+                           g("aten::mul", {pick(in(0), second), pick(in(1), first)})});
+  }
+  if ((name == "aten::mse_loss" || name == "aten::l1_loss") && n == 3 && overload.empty()) {
+    auto reduction = constant_value(in(2));
+    if (!reduction || !reduction->isInt()) return nullptr;
+    Value* d = g("aten::sub", {in(0), in(1)});
+    Value* loss = name == "aten::mse_loss" ? g("aten::mul", {d, d}) : g("aten::abs", {d});
+    return reduce_loss(graph, loss, reduction->toInt());
+  }
+  if ((name == "aten::huber_loss" || name == "aten::smooth_l1_loss") && n == 4 &&
+      overload.empty()) {
+    auto reduction = constant_value(in(2)), param = constant_value(in(3));
+    if (!reduction || !reduction->isInt() || !param || !param->isScalar()) return nullptr;
+    const double p = param->toScalar().toDouble();
+    Value* a = g("aten::abs", {g("aten::sub", {in(0), in(1)})});
+    Value* loss = nullptr;
+    if (name == "aten::huber_loss") {  // 0.5 d^2 below delta, delta (|d| - delta / 2) above
+      Value* quad = g("aten::mul", {g("aten::mul", {a, a}), 0.5});
+      loss = g("aten::where",
+               {g("aten::lt", {a, p}), quad, g("aten::mul", {g("aten::sub", {a, 0.5 * p}), p})});
+    } else if (p == 0) {  // smooth_l1 with beta 0 is l1
+      loss = a;
+    } else {  // 0.5 d^2 / beta below beta, |d| - beta / 2 above
+      Value* quad = g("aten::div", {g("aten::mul", {g("aten::mul", {a, a}), 0.5}), p});
+      loss = g("aten::where", {g("aten::lt", {a, p}), quad, g("aten::sub", {a, 0.5 * p})});
+    }
+    return reduce_loss(graph, loss, reduction->toInt());
+  }
   if (name == "aten::logsumexp" && n == 3) {
     auto dims = constant_value(in(1));
     auto keep = constant_value(in(2));
@@ -520,7 +624,7 @@ Value* decompose(GraphPtr& graph, Node* node) {
 }  // namespace
 
 bool decompose_ops(GraphPtr& graph) {
-  bool changed = false;
+  bool changed = decompose_broadcast_tensors(graph);
   ir::for_each_node(graph->block(), [&](Node* node) {
     if (node->outputs().size() != 1) return;
     Node* before = node->prev();  // the rewrite inserts between `before` and `node`
