@@ -126,6 +126,26 @@ def forward(self, ids, x):
   EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
 }
 
+// A size known only at run time (the dynamic batch) as a number in tensor arithmetic, and a flip
+// whose index reads it: one engine, right at every batch.
+TEST(Compile, RunTimeSizesAsNumbersInTensorArithmetic) {
+  torch::jit::Module m("M");
+  m.define(R"(
+def forward(self, a):
+    return torch.flip(a, [0]) * a.size(0) - a.size(0) // 2
+)");
+  CompileSpec spec;
+  spec.inputs = {Input({1, 4}, {3, 4}, {6, 4})};
+  spec.min_block_size = 1;
+  CompileReport report;
+  torch::jit::Module compiled = compile(m, spec, &report);
+  EXPECT_EQ(report.torch_ops, 0u) << report.summary();
+  for (int64_t batch : {1, 4, 6}) {
+    const at::Tensor a = at::randn({batch, 4});
+    EXPECT_TRUE(at::equal(compiled.forward({a}).toTensor(), m.forward({a}).toTensor())) << batch;
+  }
+}
+
 TEST(Compile, WrongInputsAtRunTimeNameExpectedAndActual) {
   testing::TestModel m = testing::load_test_model("resnet18");
   torch::jit::Module compiled = compile(m.module, spec_for({m.args[0].toTensor()}));

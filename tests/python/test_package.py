@@ -454,3 +454,19 @@ def test_the_engine_cache_serves_a_second_compile(tmp_path):
         torch.testing.assert_close(second(x), model(x), atol=1e-4, rtol=1e-4)
     with pytest.raises(kiln.InvalidArgument, match="engine_cache_size"):
         kiln.compile(model, inputs=[x], engine_cache=True, engine_cache_size=0)
+
+
+def test_sizes_known_only_at_run_time_in_tensor_arithmetic():
+    # A traced x.size(0) is a 0-d tensor (prim::NumToTensor) of a size the dynamic batch decides;
+    # flip reads its dims' sizes at run time: one engine, right at every batch.
+    class M(torch.nn.Module):
+        def forward(self, a):
+            return torch.flip(a, [0, 1]).repeat(1, 2) * a.size(0) + (a.size(0) - 1)
+
+    m = M().eval()
+    c = kiln.compile(m, inputs=[kiln.Input(min_shape=(1, 4), opt_shape=(3, 4),
+                                           max_shape=(6, 4))], min_block_size=1)
+    assert c.kiln_report["torch_ops"] == 0, c.kiln_summary
+    for batch in (1, 2, 5, 6):
+        a = torch.randn(batch, 4)
+        torch.testing.assert_close(c(a), m(a), atol=0, rtol=0)

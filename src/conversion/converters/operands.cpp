@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "conversion/converters/shuffle_helpers.h"
 #include "conversion/dtypes.h"
 #include "util/errors.h"
 
@@ -17,11 +18,17 @@ struct OperandInfo {
   engine::DataType dtype = engine::DataType::kF32;  // a Python float counts as f32 (default)
 };
 
+// An int known only at run time (x.size(0) of a dynamic dim, arithmetic on such sizes).
+bool run_time_int_operand(ConversionContext& ctx, const torch::jit::Value* v) {
+  return v->type()->kind() == c10::TypeKind::IntType && !ctx.try_ivalue(v);
+}
+
 OperandInfo info(ConversionContext& ctx, const torch::jit::Value* v) {
   if (v->type()->kind() == c10::TypeKind::TensorType) {
     const auto& d = ctx.desc(ctx.tensor(v));
     return {d.shape.empty() ? kZeroDim : kDimensioned, d.dtype};
   }
+  if (run_time_int_operand(ctx, v)) return {kNumber, engine::DataType::kI64};
   const c10::IValue& iv = ctx.ivalue(v);
   if (iv.isDouble()) return {kNumber, engine::DataType::kF32};
   if (iv.isBool()) return {kNumber, engine::DataType::kBool};
@@ -69,8 +76,12 @@ BinaryOperands binary_operands(ConversionContext& ctx, const torch::jit::Node* n
   const engine::DataType dtype =
       *combine(tiers[kDimensioned], combine(tiers[kZeroDim], tiers[kNumber]));
   auto operand = [&](const torch::jit::Value* v) {
-    return v->type()->kind() == c10::TypeKind::TensorType ? ctx.cast(node, ctx.tensor(v), dtype)
-                                                          : ctx.tensor(v, dtype);
+    if (v->type()->kind() == c10::TypeKind::TensorType) return ctx.cast(node, ctx.tensor(v), dtype);
+    if (run_time_int_operand(ctx, v)) {  // computed from the shapes, as a 0-d tensor
+      const engine::TensorId size = run_time_int(ctx, node, v, 0);
+      return ctx.cast(node, drop_dim(ctx, node, size, 0, v->debugName() + ".scalar"), dtype);
+    }
+    return ctx.tensor(v, dtype);
   };
   return {operand(a), operand(b), dtype};
 }

@@ -540,9 +540,19 @@ void convert_expand_as(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), ctx.add(n, engine::SelectParams{}, {cond, x, x}));
 }
 
+// A number as a 0-d tensor (how traces use x.size(0) in tensor arithmetic): a static number is
+// left to the evaluator; a size known only at run time is computed from the shapes.
+void convert_num_to_tensor(ConversionContext& ctx, const Node* n) {
+  if (ctx.try_ivalue(n->input(0))) return;
+  KILN_CHECK(n->input(0)->type()->kind() == c10::TypeKind::IntType, Unsupported, "%",
+             n->input(0)->debugName(), " is a number known only at run time and not an int");
+  ctx.set_tensor(n->output(), drop_dim(ctx, n, run_time_int(ctx, n, n->input(0)), 0));
+}
+
 }  // namespace
 
 void register_shuffle_converters(Registry& r) {
+  r.add_converter({{"prim::NumToTensor.Scalar"}, convert_num_to_tensor, {}, 0});
   r.add_converter({{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), 0});
   r.add_converter({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, 0});
   r.add_converter({{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), 0});

@@ -373,7 +373,9 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
         moved_dims(*rank, from->isInt() ? std::vector<int64_t>{from->toInt()} : from->toIntVector(),
                    to->isInt() ? std::vector<int64_t>{to->toInt()} : to->toIntVector());
     if (perm.empty()) return nullptr;
-    return g("aten::permute", {in(0), perm});
+    Value* moved = g("aten::permute", {in(0), perm});
+    moved->setType(in(0)->type()->expect<c10::TensorType>()->withDim(static_cast<size_t>(*rank)));
+    return moved;
   }
   if (name == "aten::numpy_T" && n == 1) {
     const auto rank = rank_of(in(0));
@@ -413,6 +415,7 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       Value* index = g("aten::rsub", {g("aten::arange", {size}), last});
       x = g("aten::index_select", {x, d, index});
     }
+    x->setType(in(0)->type());  // the input's rank and dtype, for rewrites of what reads it
     return x;
   }
   if (name == "aten::round" && overload == "decimals" && n == 2) {
@@ -631,7 +634,10 @@ bool decompose_ops(GraphPtr& graph) {
     Value* replacement = decompose(graph, node);
     if (!replacement) return;
     for (Node* n = before->next(); n != node; n = n->next()) inherit_fallback_mark(node, n);
-    replacement->setType(node->output()->type());
+    // The node's type, unless the rewrite knows more (a rank the node's type lacks).
+    if (!rank_of(replacement) || rank_of(node->output())) {
+      replacement->setType(node->output()->type());
+    }
     replace_and_destroy(node, replacement);
     changed = true;
   });
