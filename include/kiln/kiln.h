@@ -71,8 +71,9 @@ struct CompileSpec {
   // each engine's plan. An unknown switch or value is InvalidArgument before anything compiles.
   std::vector<std::string> switches;
   // Engines whose weights refit() can replace without a rebuild: every weight stays as converted
-  // (no batch norm folded into a scale and shift, no channels-last weights, no mask read from a
-  // weight), at some cost in speed.
+  // (no batch norm the builder folds into a scale and shift, no channels-last weights, no mask
+  // read from a weight), at some cost in speed. (What lowering folds, conv + batch norm, a refit
+  // folds again from the new weights.)
   bool refittable = false;
   // The engine cache: each built plan is stored in a directory and a later compile of an engine
   // with an entry loads it instead of building it. The key is the converted network's structure,

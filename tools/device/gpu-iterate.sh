@@ -5,7 +5,9 @@
 # `kiln-run --profile`: device time per layer from CUDA events; PROFILE_TAG suffixes the log
 # names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test
 # log, the profiles and the benchmark's tables go to $OUT (a device call returns at most 8
-# files); build logs stay in /tmp/kiln-iterate. Needs .deps/ from tools/device/pack-deps.sh.
+# files); build logs stay in /tmp/kiln-iterate. CACHE_BENCH="resnet50,hf_bert" also times
+# compiles with the engine cache and refit on the device (bench/compile_cache.py). Needs .deps/
+# from tools/device/pack-deps.sh.
 # Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
 #            --batches 1,32 --precisions fp16 --backends reduce-overhead,kiln
 set -uo pipefail
@@ -44,6 +46,12 @@ for job in ${PROFILE:-}; do
     "$log" | sort -k4 -nr
   grep -A12 "^layer  " "$log"
 done
+
+# Compile times with the engine cache and refit (bench/compile_cache.py), CACHE_BENCH="models".
+if [ -n "${CACHE_BENCH:-}" ]; then
+  PYTHONPATH="$build/python" PYTHONUNBUFFERED=1 "$py" bench/compile_cache.py --device cuda \
+    --models "$CACHE_BENCH" 2>&1 | grep -E "^\||^device" | tee "$out/compile_cache.md"
+fi
 
 if [ $# -gt 0 ]; then
   check_runtime_libstdcxx "$build/lib/libkiln_runtime.so" || exit 1
