@@ -147,13 +147,26 @@ def _script(module, specs, examples):
     else:
         raise _kiln.InvalidArgument(
             f"expected a torch.nn.Module or torch.jit.ScriptModule, got {type(module).__name__}")
-    return scripted._c
+    return _to_kiln(scripted)
+
+
+def _to_kiln(scripted):
+    """A ScriptModule as _kiln takes it: its C++ module where the two share torch's pybind11
+    types (they do when built against the same torch), else its torch.jit.save bytes."""
+    if _kiln.shares_torch_types():
+        return scripted._c
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    return buffer.getvalue()
 
 
 def _wrap(cpp_module, report_json, summary):
     """A ScriptModule of the C++ module _kiln returns, with what compile did: `kiln_report` (a
     dict: segments, ops in engines and in PyTorch, time per phase) and `kiln_summary`."""
-    module = torch.jit._recursive.wrap_cpp_module(cpp_module)
+    if isinstance(cpp_module, bytes):
+        module = torch.jit.load(io.BytesIO(cpp_module))
+    else:
+        module = torch.jit._recursive.wrap_cpp_module(cpp_module)
     # object.__setattr__: a ScriptModule's own would try to make them TorchScript attributes.
     object.__setattr__(module, "kiln_report", json.loads(report_json))
     object.__setattr__(module, "kiln_summary", summary)
@@ -308,7 +321,7 @@ def refit(compiled, module):
         specs = [Input(min_shape=i["min"], opt_shape=i["opt"], max_shape=i["max"],
                        dtype=_DTYPES_BY_NAME[i["dtype"]]) for i in spec["inputs"]]
         data = _script(module, specs, [None] * len(specs))
-    out, report_json, summary = _kiln.refit(compiled._c, data, exported)
+    out, report_json, summary = _kiln.refit(_to_kiln(compiled), data, exported)
     logger.info("%s", summary)
     return _wrap(out, report_json, summary)
 

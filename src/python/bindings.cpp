@@ -41,10 +41,19 @@ torch::jit::Module to_module(const py::object& m) {
   }
 }
 
+// Whether torch's class for modules is among the types this module's pybind11 internals know
+// (torch's own headers: the internals are shared). Without it, modules cross as bytes.
+bool shares_torch_types() {
+  return py::detail::get_type_info(typeid(torch::jit::Module)) != nullptr;
+}
+
 // A module to Python as a torch._C.ScriptModule (torch.jit._recursive.wrap_cpp_module makes it a
-// ScriptModule), without serializing it.
+// ScriptModule), without serializing it; as torch.jit.save bytes where the type is not shared.
 py::object to_python(const torch::jit::Module& module) {
-  return py::cast(module);
+  if (shares_torch_types()) return py::cast(module);
+  std::ostringstream out(std::ios::binary);
+  module.save(out);
+  return py::bytes(out.str());
 }
 
 std::vector<int64_t> ints(const nlohmann::json& j, const char* what) {
@@ -183,6 +192,8 @@ PYBIND11_MODULE(_kiln, m) {
     }
   });
 
+  m.def("shares_torch_types", &shares_torch_types,
+        "whether modules can cross as torch._C.ScriptModule objects (else as bytes)");
   m.def(
       "compile",
       [](const py::object& module, const std::string& spec_json, const Progress& progress) {

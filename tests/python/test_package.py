@@ -470,3 +470,16 @@ def test_sizes_known_only_at_run_time_in_tensor_arithmetic():
     for batch in (1, 2, 5, 6):
         a = torch.randn(batch, 4)
         torch.testing.assert_close(c(a), m(a), atol=0, rtol=0)
+
+
+def test_modules_cross_as_bytes_where_torch_types_are_not_shared(monkeypatch):
+    # _kiln takes and gives torch._C.ScriptModule objects when it shares torch's pybind11 types,
+    # torch.jit.save bytes otherwise: the package works either way.
+    monkeypatch.setattr(kiln._kiln, "shares_torch_types", lambda: False)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    c = kiln.compile(m, inputs=[x], refittable=True)
+    r = kiln.refit(c, m)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x))
+        torch.testing.assert_close(r(x), m(x))
