@@ -120,6 +120,12 @@ TEST(Kilnc, RefitGivesACompiledModuleNewWeights) {
   r = testing::run_process({KILNC_PATH, "--refit", model("mobilenet_v2"), compiled, out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("kilnc: error: invalid argument: refit: "), std::string::npos) << r.err;
+  r = testing::run_process({KILNC_PATH, "--refit", tuned, model("resnet18"), out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no `kiln_spec` attribute"), std::string::npos) << r.err;
+  r = testing::run_process({KILNC_PATH, "--refit", tuned, report, out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not a TorchScript module"), std::string::npos) << r.err;
   r = testing::run_process({KILNC_PATH, "--refit", tuned, compiled, out, "(2,3,64,64)"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("carries its input specs"), std::string::npos) << r.err;

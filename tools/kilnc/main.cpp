@@ -146,9 +146,7 @@ int main(int argc, char** argv) {
         return fail(kExitInputError,
                     "--refit: the compiled module carries its input specs; give none");
       }
-      std::ifstream probe(input_path);
-      if (!probe.good()) return fail(kExitInputError, input_path + ": cannot open");
-      const torch::jit::Module compiled = torch::jit::load(input_path);
+      const torch::jit::Module compiled = load_module(input_path);
       const torch::jit::Module weights = load_any(refit_path, exported);
       kiln::CompileReport report;
       torch::jit::Module refitted = kiln::refit(compiled, weights, &report);
