@@ -108,9 +108,9 @@ struct Pipeline {
     lowering::LoweringOptions options;
     options.torch_executed_modules = spec.torch_executed_modules;
     for (const Input& in : spec.inputs) {
-      options.input_types.push_back(std::make_pair(
-          conversion::to_scalar_type(engine_dtype(in.dtype)),
-          static_cast<int64_t>(in.opt_shape.size())));
+      options.input_types.push_back(
+          std::make_pair(conversion::to_scalar_type(engine_dtype(in.dtype)),
+                         static_cast<int64_t>(in.opt_shape.size())));
     }
     auto graph = lowering::lower_module(module, options);
     if (spec.debug) KILN_LOG(kDebug, "lowered graph:\n", graph->toString());

@@ -58,6 +58,50 @@ TensorId get_tensor_id(ByteReader& r, size_t num_tensors, const char* what) {
   return id;
 }
 
+// The tensors, inputs, outputs and layers of `net`, as the plan stores them; with `slot_of`,
+// without names (network_key): a constant layer's weight is written as its slot.
+void put_structure(ByteWriter& w, const Network& net,
+                   const std::map<std::string, size_t>* slot_of) {
+  w.put<uint64_t>(net.num_tensors());
+  for (size_t i = 0; i < net.num_tensors(); ++i) {
+    const TensorDesc& t = net.tensor(static_cast<TensorId>(i));
+    if (!slot_of) w.put_string(t.name);
+    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
+    put_shape(w, t.shape);
+    w.put<uint8_t>(t.values ? 1 : 0);
+    if (t.values) {
+      w.put<uint64_t>(t.values->size());
+      for (int64_t v : *t.values) w.put(v);
+    }
+  }
+  w.put<uint64_t>(net.inputs().size());
+  for (TensorId id : net.inputs()) {
+    w.put<int32_t>(id);
+    const Profile& p = net.profile(id);
+    put_shape(w, p.min);
+    put_shape(w, p.opt);
+    put_shape(w, p.max);
+  }
+  w.put<uint64_t>(net.outputs().size());
+  for (TensorId id : net.outputs()) w.put<int32_t>(id);
+
+  w.put<uint64_t>(net.layers().size());
+  for (const Layer& l : net.layers()) {
+    if (!slot_of) w.put_string(l.name);
+    w.put<uint64_t>(l.params.index());
+    const auto* c = std::get_if<ConstantParams>(&l.params);
+    if (slot_of && c) {
+      w.put<uint64_t>(slot_of->at(c->weight));
+    } else {
+      write_params(w, l.params);
+    }
+    w.put<uint64_t>(l.inputs.size());
+    for (TensorId id : l.inputs) w.put<int32_t>(id);
+    w.put<uint64_t>(l.outputs.size());
+    for (TensorId id : l.outputs) w.put<int32_t>(id);
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
@@ -87,39 +131,7 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   w.put<uint64_t>(plan.source.slots.size());
   for (const std::string& slot : plan.source.slots) w.put_string(slot);
 
-  w.put<uint64_t>(net.num_tensors());
-  for (size_t i = 0; i < net.num_tensors(); ++i) {
-    const TensorDesc& t = net.tensor(static_cast<TensorId>(i));
-    w.put_string(t.name);
-    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
-    put_shape(w, t.shape);
-    w.put<uint8_t>(t.values ? 1 : 0);
-    if (t.values) {
-      w.put<uint64_t>(t.values->size());
-      for (int64_t v : *t.values) w.put(v);
-    }
-  }
-  w.put<uint64_t>(net.inputs().size());
-  for (TensorId id : net.inputs()) {
-    w.put<int32_t>(id);
-    const Profile& p = net.profile(id);
-    put_shape(w, p.min);
-    put_shape(w, p.opt);
-    put_shape(w, p.max);
-  }
-  w.put<uint64_t>(net.outputs().size());
-  for (TensorId id : net.outputs()) w.put<int32_t>(id);
-
-  w.put<uint64_t>(net.layers().size());
-  for (const Layer& l : net.layers()) {
-    w.put_string(l.name);
-    w.put<uint64_t>(l.params.index());
-    write_params(w, l.params);
-    w.put<uint64_t>(l.inputs.size());
-    for (TensorId id : l.inputs) w.put<int32_t>(id);
-    w.put<uint64_t>(l.outputs.size());
-    for (TensorId id : l.outputs) w.put<int32_t>(id);
-  }
+  put_structure(w, net, nullptr);
 
   w.put<uint64_t>(net.weights().size());
   for (const auto& [name, weights] : net.weights()) {
@@ -281,40 +293,7 @@ std::string network_key(const Network& net) {
   std::map<std::string, size_t> slot_of;
   for (size_t k = 0; k < slots.size(); ++k) slot_of[slots[k]] = k;
   ByteWriter w;
-  w.put<uint64_t>(net.num_tensors());
-  for (size_t i = 0; i < net.num_tensors(); ++i) {
-    const TensorDesc& t = net.tensor(static_cast<TensorId>(i));
-    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
-    put_shape(w, t.shape);
-    w.put<uint8_t>(t.values ? 1 : 0);
-    if (t.values) {
-      w.put<uint64_t>(t.values->size());
-      for (int64_t v : *t.values) w.put(v);
-    }
-  }
-  w.put<uint64_t>(net.inputs().size());
-  for (TensorId id : net.inputs()) {
-    w.put<int32_t>(id);
-    const Profile& p = net.profile(id);
-    put_shape(w, p.min);
-    put_shape(w, p.opt);
-    put_shape(w, p.max);
-  }
-  w.put<uint64_t>(net.outputs().size());
-  for (TensorId id : net.outputs()) w.put<int32_t>(id);
-  w.put<uint64_t>(net.layers().size());
-  for (const Layer& l : net.layers()) {
-    w.put<uint64_t>(l.params.index());
-    if (const auto* c = std::get_if<ConstantParams>(&l.params)) {
-      w.put<uint64_t>(slot_of.at(c->weight));
-    } else {
-      write_params(w, l.params);
-    }
-    w.put<uint64_t>(l.inputs.size());
-    for (TensorId id : l.inputs) w.put<int32_t>(id);
-    w.put<uint64_t>(l.outputs.size());
-    for (TensorId id : l.outputs) w.put<int32_t>(id);
-  }
+  put_structure(w, net, &slot_of);
   for (const std::string& name : slots) {
     const Weights& wt = net.weight(name);
     w.put<uint8_t>(static_cast<uint8_t>(wt.dtype));

@@ -158,12 +158,7 @@ const Node* failing_node(const Segment& s, const Env& env) {
     }
     one.outputs.assign(n->outputs().begin(), n->outputs().end());
     try {
-      torch::jit::Stack stack;
-      for (const Value* v : one.inputs) stack.push_back(lookup(local, v));
-      torch::jit::Code code(segment_graph(one), "kiln_shape_analysis_node");
-      torch::jit::InterpreterState state(code);
-      state.run(stack);
-      for (size_t k = 0; k < one.outputs.size(); ++k) local[one.outputs[k]] = stack.at(k);
+      run_segment(one, local, kOpt, 0);
     } catch (const std::exception&) {
       return n;
     }

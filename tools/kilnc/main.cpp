@@ -139,6 +139,21 @@ int main(int argc, char** argv) {
       return ep ? ep->module : load_module(path);
     };
     std::optional<kiln::ExportedModule> exported;
+    // Writes --report and, unless quiet, the summary and `done` (what was written) with the time.
+    const auto finish = [&](const kiln::CompileReport& report, const std::string& done) {
+      if (!report_path.empty()) {
+        std::ofstream out(report_path);
+        if (!out) return fail(kExitInputError, report_path + ": cannot open for writing");
+        out << report.to_json() << "\n";
+      }
+      if (!quiet) {
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::cout << report.summary() << done << " in " << std::fixed << std::setprecision(2)
+                  << total << " s\n";
+      }
+      return 0;
+    };
 
     if (!refit_path.empty()) {
       if (output_path.empty()) return fail(kExitInputError, "output: a path is required");
@@ -151,19 +166,7 @@ int main(int argc, char** argv) {
       kiln::CompileReport report;
       torch::jit::Module refitted = kiln::refit(compiled, weights, &report);
       refitted.save(output_path);
-      if (!report_path.empty()) {
-        std::ofstream out(report_path);
-        if (!out) return fail(kExitInputError, report_path + ": cannot open for writing");
-        out << report.to_json() << "\n";
-      }
-      if (!quiet) {
-        const double total =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::cout << report.summary();
-        std::cout << "refit " << input_path << " with " << refit_path << " into " << output_path
-                  << " in " << std::fixed << std::setprecision(2) << total << " s\n";
-      }
-      return 0;
+      return finish(report, "refit " + input_path + " with " + refit_path + " into " + output_path);
     }
     torch::jit::Module module = load_any(input_path, exported);
 
@@ -232,19 +235,7 @@ int main(int argc, char** argv) {
     kiln::CompileReport report;
     torch::jit::Module compiled = kiln::compile(module, spec, &report);
     compiled.save(output_path);
-    const double total =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!report_path.empty()) {
-      std::ofstream out(report_path);
-      if (!out) return fail(kExitInputError, report_path + ": cannot open for writing");
-      out << report.to_json() << "\n";
-    }
-    if (!quiet) {
-      std::cout << report.summary();
-      std::cout << "wrote " << output_path << " in " << std::fixed << std::setprecision(2) << total
-                << " s\n";
-    }
-    return 0;
+    return finish(report, "wrote " + output_path);
   } catch (const kiln::Error& e) {
     const bool internal = e.kind() == kiln::ErrorKind::kInternal;
     return fail(internal ? kExitInternalError : kExitInputError, e.what());
