@@ -9,6 +9,7 @@ would, for the benchmark models (bench/models.py) on one device:
   refittable         kiln.compile(refittable=True) with engine_cache: first (miss), then again
                      with new weights (a hit on the weightless entry, refit on load)
   refit              kiln.refit of the refittable module with new weights
+  phases             where the second cached compile and the refittable hit spent their time
   run                the median latency of the default and the refittable engines (what
                      refittable costs: no batch-norm folding, no channels-last weights)
 
@@ -65,6 +66,11 @@ def tuned(model):
     return out
 
 
+def phases(compiled):
+    """Where kiln.compile's time went, phase by phase (ms)."""
+    return " ".join(f"{p['phase']} {p['ms']:.0f}" for p in compiled.kiln_report["phases"])
+
+
 def plans(compiled):
     return ",".join(s["plan"] for s in compiled.kiln_report["segments"] if s["target"] == "engine")
 
@@ -86,12 +92,14 @@ def run(name, batch, device):
         second, row["cached 2nd"] = timed(
             lambda: kiln.compile(script, engine_cache_dir=cache, **opts))
         row["cached plans"] = plans(first) + " / " + plans(second)
+        row["2nd: phases"] = phases(second)
     with tempfile.TemporaryDirectory() as cache:
         refittable, row["refittable 1st"] = timed(
             lambda: kiln.compile(script, refittable=True, engine_cache_dir=cache, **opts))
         hit, row["refittable, new weights"] = timed(
             lambda: kiln.compile(script_t, refittable=True, engine_cache_dir=cache, **opts))
         row["refittable plans"] = plans(refittable) + " / " + plans(hit)
+        row["hit: phases"] = phases(hit)
     refitted, row["refit"] = timed(lambda: kiln.refit(refittable, script_t))
     with torch.no_grad():
         scale = want_t.abs().max().item()
@@ -108,8 +116,8 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    keys = ["model", "compile", "cached 1st", "cached 2nd", "cached plans", "refittable 1st",
-            "refittable, new weights", "refittable plans", "refit", "run ms", "run ms refittable",
+    keys = ["model", "compile", "cached 1st", "cached 2nd", "cached plans", "2nd: phases", "refittable 1st",
+            "refittable, new weights", "refittable plans", "hit: phases", "refit", "run ms", "run ms refittable",
             "max diff"]
     print(f"device {args.device}, batch {args.batch}, torch {torch.__version__}; times in ms "
           f"(kiln.compile / kiln.refit wall clock), max diff relative to the output's max")

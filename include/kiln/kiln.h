@@ -70,10 +70,11 @@ struct CompileSpec {
   // squeeze_excitation, excitation_projection, cast_into_shuffle): for A/B timings; recorded in
   // each engine's plan. An unknown switch or value is InvalidArgument before anything compiles.
   std::vector<std::string> switches;
-  // Engines whose weights refit() can replace without a rebuild: every weight stays as converted
-  // (no batch norm the builder folds into a scale and shift, no channels-last weights, no mask
-  // read from a weight), at some cost in speed. (What lowering folds, conv + batch norm, a refit
-  // folds again from the new weights.)
+  // Engines whose weights refit() can replace without a rebuild: a refit runs lowering and the
+  // builder's rewrites again over the new weights (what they fold, conv + batch norm, f16 casts,
+  // channels-last copies, is folded again) and keeps the kernels chosen. The engines run as fast
+  // as others, but for attention masks that are weights, which stay masks (a refit may change
+  // them) instead of becoming the causal flag or nothing.
   bool refittable = false;
   // The engine cache: each built plan is stored in a directory and a later compile of an engine
   // with an entry loads it instead of building it. The key is the converted network's structure,

@@ -230,9 +230,6 @@ struct Pipeline {
     const auto start = Clock::now();
     engine::BuildReport build_report;
     engine::Plan plan = engine::build(converted.network, config, &build_report);
-    plan.source.key = engine::network_key(converted.network);
-    plan.source.refittable = spec.refittable;
-    if (spec.refittable) plan.source.slots = engine::constant_slots(converted.network);
     const double build_ms = ms_since(start);
     KILN_LOG(kInfo, "engine `", name, "`: ", build_report.to_string());
     sr.layers = build_report.layers_after;
@@ -267,7 +264,7 @@ struct Pipeline {
     try {
       engine::Plan plan = engine::deserialize_plan(entry.plan.data(), entry.plan.size());
       if (plan.source.refittable) {
-        engine::refit_plan(plan, network, "engine `" + name + "`");
+        engine::refit(plan, network, builder_config(), "engine `" + name + "`");
       }
       for (const auto& [weight, w] : plan.network.weights()) {
         KILN_CHECK(w.data != nullptr, CorruptInput, "weight `", weight, "` has no data");
@@ -295,7 +292,7 @@ struct Pipeline {
                "differently: another graph or other ops)");
     const std::vector<uint8_t>& bytes = it->second->plan_bytes();
     engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
-    engine::refit_plan(plan, network, "refit: engine `" + it->second->name() + "`");
+    engine::refit(plan, network, builder_config(), "refit: engine `" + it->second->name() + "`");
     reused.insert(position);
     sr.layers = static_cast<int>(plan.network.layers().size());
     sr.shuffles = engine::count_moving_shuffles(plan.network.layers());

@@ -89,7 +89,9 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   config.switches.push_back(name_value);
 }
 
-Plan build(const Network& network, const BuilderConfig& config, BuildReport* report) {
+namespace {
+
+EngineTarget target_of(const BuilderConfig& config) {
   EngineTarget target;
   if (config.device != "cpu") {
     KILN_CHECK(config.device.rfind("cuda", 0) == 0, InvalidArgument, "builder: device `",
@@ -100,6 +102,37 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     target.device_index = cuda::parse_device(config.device);
     target.compute_capability = cuda::compute_capability(target.device_index);
   }
+  target.switches = config.switches;
+  return target;
+}
+
+BackendRules rules_of(const EngineTarget& target) {
+  return target.device == "cuda" ? cuda_backend_rules(target) : cpu_backend_rules();
+}
+
+// The builder's passes over `net` for `target`.
+void run_builder_passes(Network& net, const BuilderConfig& config, const EngineTarget& target,
+                        const BackendRules& rules, BuildReport& r) {
+  PassContext context{config, target, rules, r};
+  if (config.refittable) {
+    for (const auto& [name, w] : net.weights()) context.refit_weights.insert(name);
+  }
+  run_passes(net, builder_pipeline(), context, std::cerr);
+}
+
+std::vector<SourceWeight> source_weights(const Network& net) {
+  std::vector<SourceWeight> out;
+  for (const std::string& name : constant_slots(net)) {
+    const Weights& w = net.weight(name);
+    out.push_back({name, w.dtype, w.shape});
+  }
+  return out;
+}
+
+}  // namespace
+
+Plan build(const Network& network, const BuilderConfig& config, BuildReport* report) {
+  EngineTarget target = target_of(config);
   KILN_CHECK(std::find(config.enabled_precisions.begin(), config.enabled_precisions.end(),
                        DataType::kF32) != config.enabled_precisions.end(),
              InvalidArgument, "builder: enabled precisions must include f32");
@@ -108,19 +141,20 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
                " is not a floating type");
   }
   KILN_CHECK(!network.outputs().empty(), InvalidArgument, "builder: the network has no outputs");
-  target.switches = config.switches;
 
   BuildReport r;
   Plan plan{network, target};
   Network& net = plan.network;
   r.layers_before = static_cast<int>(net.layers().size());
-  const BackendRules rules =
-      target.device == "cuda" ? cuda_backend_rules(target) : cpu_backend_rules();
-  PassContext context{config, target, rules, r};
+  const BackendRules rules = rules_of(target);
+  run_builder_passes(net, config, target, rules, r);
+  plan.source.key = network_key(network);
+  plan.source.refittable = config.refittable;
   if (config.refittable) {
-    for (const auto& [name, w] : net.weights()) context.refit_weights.insert(name);
+    plan.source.weights = source_weights(network);
+    plan.source.built_key = network_key(net);
+    plan.source.slots = constant_slots(net);
   }
-  run_passes(net, builder_pipeline(), context, std::cerr);
   r.layers_after = static_cast<int>(net.layers().size());
   r.shuffles = count_moving_shuffles(net.layers());
   if (rules.check_supported) rules.check_supported(net);
@@ -145,6 +179,39 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
   KILN_LOG(kInfo, "built engine: ", r.to_string());
   if (report) *report = r;
   return plan;
+}
+
+void refit(Plan& plan, const Network& source, const BuilderConfig& config,
+           const std::string& what) {
+  check_refit_source(plan, source, what);
+  Network net = source;
+  BuilderConfig quiet = config;
+  quiet.print_after_all = false;
+  quiet.verify_passes = false;  // the build verified these rewrites of this network
+  BuildReport r;
+  run_builder_passes(net, quiet, plan.target, rules_of(plan.target), r);
+  const std::string built = network_key(net);
+  KILN_CHECK(built == plan.source.built_key, InvalidArgument, what,
+             ": the builder rewrites the network with the new weights otherwise than it did at the "
+             "build (key ",
+             built, ", the engine's ", plan.source.built_key,
+             "): the build settings differ, or a rewrite read a weight's values; compile again");
+  const std::vector<std::string> slots = constant_slots(net);
+  KILN_CHECK(slots.size() == plan.source.slots.size(), InternalError, what, ": ", slots.size(),
+             " weights after the passes, the engine has ", plan.source.slots.size());
+  Network& target = plan.network;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::string& name = plan.source.slots[k];
+    if (!target.weights().count(name)) continue;  // not read by the built plan
+    const Weights& have = target.weight(name);
+    const Weights& give = net.weight(slots[k]);
+    KILN_CHECK(have.dtype == give.dtype && have.shape == give.shape, InternalError, what,
+               ": weight `", name, "` after the passes does not match the engine's");
+  }
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::string& name = plan.source.slots[k];
+    if (target.weights().count(name)) target.add_weight(name, net.weight(slots[k]));
+  }
 }
 
 }  // namespace kiln::engine

@@ -15,8 +15,7 @@ namespace kiln::engine {
 
 // Which 2-d convolutions run on channels-last data (the layout pass, layout.h). kAuto: all of a
 // CPU plan's (oneDNN's NHWC kernels need no per-run reorders), those a cuda plan runs in f16/bf16
-// or in f32 with TF32 (cuDNN's tensor-core kernels want NHWC). Refittable plans always stay
-// channels-first (the weights must not be rewritten).
+// or in f32 with TF32 (cuDNN's tensor-core kernels want NHWC).
 enum class ConvLayout : uint8_t { kAuto, kChannelsFirst, kChannelsLast };
 
 struct BuilderConfig {
@@ -26,7 +25,9 @@ struct BuilderConfig {
   std::vector<DataType> enabled_precisions = {DataType::kF32};
   size_t workspace_bytes = 0;  // the most activation-arena bytes at the opt shapes; 0: no limit
   int timing_iterations = 0;   // 0: choose kernels by heuristics, no timing
-  bool refittable = false;     // keep named weights out of constant folding
+  // No rewrite depends on a weight's values (attention masks that are weights stay masks), and
+  // the plan records its source for refit (PlanSource).
+  bool refittable = false;
   bool strip_weights = false;  // serialize plans without weight data
   ConvLayout conv_layout = ConvLayout::kAuto;
   // cuda: f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
@@ -91,5 +92,13 @@ void apply_switch(BuilderConfig& config, const std::string& name_value);
 
 // Throws InvalidArgument/Unsupported naming the layer or setting at fault.
 Plan build(const Network& network, const BuilderConfig& config, BuildReport* report = nullptr);
+
+// Writes the weights of `source`, the same architecture as the refittable plan's source network
+// with new weights, into the plan: the builder's passes run over `source` for the plan's target
+// with `config` (the build's), and each weight they leave goes to the plan's weight in the same
+// slot; the kernels the build chose and generated stay. Throws InvalidArgument naming `what` (and
+// the weight, where one does not fit) when the plan is not refittable, `source` is another
+// network, or the passes rewrote it otherwise; changes nothing then.
+void refit(Plan& plan, const Network& source, const BuilderConfig& config, const std::string& what);
 
 }  // namespace kiln::engine

@@ -90,8 +90,14 @@ void put_structure(ByteWriter& w, const Network& net,
     if (!slot_of) w.put_string(l.name);
     w.put<uint64_t>(l.params.index());
     const auto* c = std::get_if<ConstantParams>(&l.params);
+    const auto* fused = std::get_if<FusedElementwiseParams>(&l.params);
     if (slot_of && c) {
       w.put<uint64_t>(slot_of->at(c->weight));
+    } else if (slot_of && fused) {
+      // The names of the layers it replaced are for inspection, not structure.
+      FusedElementwiseParams unnamed = *fused;
+      unnamed.fused_layers.clear();
+      write_params(w, LayerParams{unnamed});
     } else {
       write_params(w, l.params);
     }
@@ -128,6 +134,13 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   }
   w.put_string(plan.source.key);
   w.put<uint8_t>(plan.source.refittable ? 1 : 0);
+  w.put<uint64_t>(plan.source.weights.size());
+  for (const SourceWeight& sw : plan.source.weights) {
+    w.put_string(sw.name);
+    w.put<uint8_t>(static_cast<uint8_t>(sw.dtype));
+    put_shape(w, sw.shape);
+  }
+  w.put_string(plan.source.built_key);
   w.put<uint64_t>(plan.source.slots.size());
   for (const std::string& slot : plan.source.slots) w.put_string(slot);
 
@@ -197,6 +210,15 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   const uint8_t refittable = r.get<uint8_t>("refittable flag");
   KILN_CHECK(refittable <= 1, CorruptInput, "plan: refittable flag ", int(refittable));
   plan.source.refittable = refittable == 1;
+  const uint64_t num_source_weights = r.get_count("source weight", 8 + 1 + 8);
+  for (uint64_t i = 0; i < num_source_weights; ++i) {
+    SourceWeight sw;
+    sw.name = r.get_string("source weight name");
+    sw.dtype = get_dtype(r, "source weight dtype");
+    sw.shape = get_shape(r, "source weight shape");
+    plan.source.weights.push_back(std::move(sw));
+  }
+  plan.source.built_key = r.get_string("built key");
   const uint64_t num_slots = r.get_count("refit slot", 8);
   for (uint64_t i = 0; i < num_slots; ++i) plan.source.slots.push_back(r.get_string("refit slot"));
 
@@ -310,34 +332,27 @@ std::string weight_text(const Weights& w) {
 
 }  // namespace
 
-void refit_plan(Plan& plan, const Network& source, const std::string& what) {
+void check_refit_source(const Plan& plan, const Network& source, const std::string& what) {
   KILN_CHECK(plan.source.refittable, InvalidArgument, what,
              ": was built without refittable, so its weights may be folded into others; compile "
              "with refittable to refit it");
-  const std::vector<std::string> slots = constant_slots(source);
-  Network& net = plan.network;
+  const std::vector<std::string> names = constant_slots(source);
+  const std::vector<SourceWeight>& built = plan.source.weights;
   // Weight by weight first, for an error that names the weight that does not fit.
-  const size_t common = std::min(slots.size(), plan.source.slots.size());
-  for (size_t k = 0; k < common; ++k) {
-    const std::string& target = plan.source.slots[k];
-    if (!net.weights().count(target)) continue;  // removed by the builder as unused
-    const Weights& have = net.weight(target);
-    const Weights& give = source.weight(slots[k]);
-    KILN_CHECK(have.dtype == give.dtype && have.shape == give.shape, InvalidArgument, what,
-               ": weight `", slots[k], "` is ", weight_text(give), " but the engine's (`", target,
-               "`) is ", weight_text(have));
+  for (size_t k = 0; k < std::min(names.size(), built.size()); ++k) {
+    const Weights& give = source.weight(names[k]);
+    KILN_CHECK(give.dtype == built[k].dtype && give.shape == built[k].shape, InvalidArgument, what,
+               ": weight `", names[k], "` is ", weight_text(give), " but the engine's (`",
+               built[k].name, "`) is ", dtype_name(built[k].dtype),
+               shape_to_string(built[k].shape));
   }
-  KILN_CHECK(slots.size() == plan.source.slots.size(), InvalidArgument, what, ": the network has ",
-             slots.size(), " weights, the engine was built from ", plan.source.slots.size());
+  KILN_CHECK(names.size() == built.size(), InvalidArgument, what, ": the network has ",
+             names.size(), " weights, the engine was built from ", built.size());
   const std::string key = network_key(source);
   KILN_CHECK(key == plan.source.key, InvalidArgument, what,
              ": the network differs from the one the engine was built from (layers, shapes or "
              "constant values; key ",
              key, ", the engine's ", plan.source.key, ")");
-  for (size_t k = 0; k < slots.size(); ++k) {
-    const std::string& target = plan.source.slots[k];
-    if (net.weights().count(target)) net.add_weight(target, source.weight(slots[k]));
-  }
 }
 
 void save_plan(const Plan& plan, const std::string& path, bool include_weights) {

@@ -15,18 +15,33 @@ constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
 // 2: channels_last in convolution and pooling parameters. 3: packed heads in attention
 // parameters. 4: tf32 in convolution and matmul parameters. 5: the projection of
 // squeeze-excitation parameters, the cast of shuffle parameters. 6: the target's measurement
-// switches. 7: the target's generated kernels. 8: the source network's key and refit slots. Plans
-// of older versions are refused (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 8;
+// switches. 7: the target's generated kernels. 8: the source network's key and refit slots. 9: the
+// source's weights and the key of the network the passes made. Plans of older versions are refused
+// (rebuilding them is the supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 9;
 
-// What a plan knows of the network it was built from, for refit and the engine cache.
+// A weight of the network a plan was built from: its name there, dtype and shape.
+struct SourceWeight {
+  std::string name;
+  DataType dtype = DataType::kF32;
+  Shape shape;
+};
+
+// What a plan knows of the network it was built from, for refit and the engine cache. A refit
+// (builder.h) runs the builder's passes again over the same architecture with new weights: every
+// weight the passes derive (folded batch norms, casts to f16, channels-last and transposed
+// copies, fused projections) is derived again from the new ones, and the plan takes the result
+// slot by slot, without choosing or compiling kernels again.
 struct PlanSource {
   // network_key() of the network the builder took.
   std::string key;
-  // Built with BuilderConfig::refittable: every weight of the source network is still in the plan
-  // under its name (or was removed as unused), never folded into another.
+  // Built with BuilderConfig::refittable: no rewrite depended on a weight's values, so the passes
+  // rewrite any weights of this architecture into the plan's network.
   bool refittable = false;
-  // constant_slots() of the source network: slot k's weight name.
+  // constant_slots() of the source network, with dtypes and shapes (refittable plans).
+  std::vector<SourceWeight> weights;
+  // network_key() of the network the passes made, and its constant_slots(): slot k of a refit.
+  std::string built_key;
   std::vector<std::string> slots;
 };
 
@@ -43,11 +58,10 @@ struct Plan {
 std::string network_key(const Network& net);
 // The weights of a network's Constant layers, in layer order: slot k of a refit.
 std::vector<std::string> constant_slots(const Network& net);
-// Writes the weights of `source` (a network with plan.source.key, e.g. the conversion of the same
-// architecture with new weights) into the refittable plan, slot by slot. Throws InvalidArgument
-// when the plan is not refittable or `source` has another key, naming `what` and, where a weight
-// differs, the weight with both dtypes and shapes. Changes nothing when it throws.
-void refit_plan(Plan& plan, const Network& source, const std::string& what);
+// Throws InvalidArgument unless the refittable plan was built from a network like `source` (the
+// conversion of the same architecture with new weights): names `what` and, where a weight differs,
+// the weight with both dtypes and shapes.
+void check_refit_source(const Plan& plan, const Network& source, const std::string& what);
 
 std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights = true);
 // Throws CorruptInput naming the check that failed (magic, version, checksum, a field, ...).

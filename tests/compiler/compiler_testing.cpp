@@ -112,4 +112,18 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+torch::jit::Module with_new_weights(const torch::jit::Module& m, uint64_t seed) {
+  torch::jit::Module out = m.clone();
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  auto perturb = [](const std::string& name, at::Tensor t) {
+    if (!t.is_floating_point() || t.numel() == 0) return;
+    t.mul_(at::rand_like(t) * 0.4 + 0.8);
+    if (name.find("running_var") == std::string::npos) t.add_(0.001 * at::randn_like(t));
+  };
+  for (const auto& p : out.named_parameters(/*recurse=*/true)) perturb(p.name, p.value);
+  for (const auto& b : out.named_buffers(/*recurse=*/true)) perturb(b.name, b.value);
+  return out;
+}
+
 }  // namespace kiln::testing

@@ -1,5 +1,5 @@
-// Helpers for compiler tests: the tolerance, engine counts, and runs of a compiled module
-// in fresh C++ and Python processes.
+// Helpers for compiler tests: the tolerance, engine counts, new weights, and runs of a
+// compiled module in fresh C++ and Python processes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,6 +22,12 @@ torch::jit::IValue run_in_fresh_cpp_process(torch::jit::Module& module,
 torch::jit::IValue run_in_fresh_python_process(torch::jit::Module& module,
                                                const std::vector<torch::jit::IValue>& inputs,
                                                const std::string& tag);
+
+// `m` with every floating parameter and buffer scaled by U(0.8, 1.2) and shifted a little: the
+// weights of a fine-tuned model (larger changes compound through deep networks into activations
+// f32 cannot compare). Variances stay positive. Equal constants freezing would merge (a fresh
+// batch norm's weight and running variance) come apart.
+torch::jit::Module with_new_weights(const torch::jit::Module& m, uint64_t seed);
 
 // The message of the exception f throws, or "(no error)".
 std::string error_of(const std::function<void()>& f);

@@ -4,6 +4,8 @@
 // weight named, and nothing changes then.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "compiler/compiler_testing.h"
 #include "compiler/spec_json.h"
 #include "harness/process.h"
@@ -13,24 +15,6 @@
 
 namespace kiln {
 namespace {
-
-// `m` with every floating parameter and buffer scaled by U(0.8, 1.2) and shifted a little: the
-// weights of a fine-tuned model (larger changes compound through deep networks into activations
-// f32 cannot compare). Variances stay positive. Equal constants freezing would merge
-// (a fresh batch norm's weight and running variance) come apart.
-torch::jit::Module with_new_weights(const torch::jit::Module& m, uint64_t seed) {
-  torch::jit::Module out = m.clone();
-  torch::manual_seed(seed);
-  torch::NoGradGuard no_grad;
-  auto perturb = [](const std::string& name, at::Tensor t) {
-    if (!t.is_floating_point() || t.numel() == 0) return;
-    t.mul_(at::rand_like(t) * 0.4 + 0.8);
-    if (name.find("running_var") == std::string::npos) t.add_(0.001 * at::randn_like(t));
-  };
-  for (const auto& p : out.named_parameters(/*recurse=*/true)) perturb(p.name, p.value);
-  for (const auto& b : out.named_buffers(/*recurse=*/true)) perturb(b.name, b.value);
-  return out;
-}
 
 struct Compiled {
   testing::TestModel model;
@@ -61,7 +45,7 @@ class Refit : public ::testing::TestWithParam<std::string> {};
 TEST_P(Refit, AnswersAsAFreshCompileOfTheNewWeights) {
   Compiled c = setup(GetParam());
   torch::NoGradGuard no_grad;
-  torch::jit::Module tuned = with_new_weights(c.model.module, 17);
+  torch::jit::Module tuned = testing::with_new_weights(c.model.module, 17);
   CompileReport compiled_report, refit_report, fresh_report;
   torch::jit::Module compiled = compile(c.model.module, c.spec, &compiled_report);
   torch::jit::Module refitted = refit(compiled, tuned, &refit_report);
@@ -126,7 +110,7 @@ def forward(self, x):
   torch::jit::Module compiled = compile(m, spec, &report);
   ASSERT_GE(testing::count_segments(report, "torch"), 1u) << report.summary();
   ASSERT_GE(testing::count_segments(report, "engine"), 2u) << report.summary();
-  torch::jit::Module tuned = with_new_weights(m, 5);
+  torch::jit::Module tuned = testing::with_new_weights(m, 5);
   const at::Tensor x = at::randn({4, 8});
   ASSERT_GT((tuned.forward({x}).toTensor() - m.forward({x}).toTensor()).abs().max().item<double>(),
             1e-3);

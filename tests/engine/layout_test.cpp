@@ -23,14 +23,15 @@ ConvolutionParams conv(int64_t pad, int64_t stride = 1, int64_t groups = 1, int6
 
 // conv+bias -> relu -> maxpool -> grouped dilated conv + residual -> relu -> per-channel scale
 // -> concat with a depthwise conv -> avgpool (ceil, padded) -> outputs: the 4-d tensor and its
-// spatial mean.
-Network small_cnn() {
+// spatial mean. `seed` picks the weights.
+Network small_cnn(uint64_t seed = 0) {
   Network net;
   const TensorId x = net.add_input("x", DataType::kF32, {2, 6, 15, 13});
   ConvolutionParams c1 = conv(1);
   c1.post.has_bias = true;
   TensorId t =
-      net.add("conv1", c1, {x, constant(net, "w1", {8, 6, 3, 3}, 1), constant(net, "b1", {8}, 2)});
+      net.add("conv1", c1,
+              {x, constant(net, "w1", {8, 6, 3, 3}, seed + 1), constant(net, "b1", {8}, seed + 2)});
   t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
   PoolingParams mp;
   mp.kind = PoolingKind::kMax;
@@ -38,12 +39,13 @@ Network small_cnn() {
   mp.strides = {2, 2};
   mp.padding_begin = mp.padding_end = {1, 1};
   const TensorId pooled = net.add("maxpool", mp, {t});
-  t = net.add("conv2", conv(2, 1, 2, 2), {pooled, constant(net, "w2", {8, 4, 3, 3}, 3)});
+  t = net.add("conv2", conv(2, 1, 2, 2), {pooled, constant(net, "w2", {8, 4, 3, 3}, seed + 3)});
   t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, pooled});
   t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
-  t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1}, 4)});
+  t = net.add("scale", ElementwiseParams{BinaryOp::kMul},
+              {t, constant(net, "s", {8, 1, 1}, seed + 4)});
   const TensorId dw =
-      net.add("depthwise", conv(1, 1, 8), {t, constant(net, "w3", {8, 1, 3, 3}, 5)});
+      net.add("depthwise", conv(1, 1, 8), {t, constant(net, "w3", {8, 1, 3, 3}, seed + 5)});
   t = net.add("cat", ConcatParams{1, false}, {t, dw});
   PoolingParams ap;
   ap.kind = PoolingKind::kAverage;
@@ -116,16 +118,28 @@ TEST(Layout, ChannelsLastNetworkMatchesChannelsFirst) {
   }
 }
 
-TEST(Layout, CpuPlansAreChannelsLastByDefaultAndRefittablePlansNever) {
+// A refittable plan is channels-last too: a refit transposes the new weights again, and the plan
+// then answers as a build of the new weights does, bit for bit (the same kernels).
+TEST(Layout, CpuPlansAreChannelsLastByDefaultRefittableOnesToo) {
   const Network net = small_cnn();
   EXPECT_EQ(channels_last_layers(build(net, BuilderConfig{})), 5);
   BuilderConfig first;
   first.conv_layout = ConvLayout::kChannelsFirst;
   EXPECT_EQ(channels_last_layers(build(net, first)), 0);
-  BuilderConfig refit;
-  refit.conv_layout = ConvLayout::kChannelsLast;
-  refit.refittable = true;
-  EXPECT_EQ(channels_last_layers(build(net, refit)), 0);
+  BuilderConfig refittable;
+  refittable.refittable = true;
+  Plan plan = build(net, refittable);
+  EXPECT_EQ(channels_last_layers(plan), 5);
+  const Network tuned = small_cnn(/*seed=*/100);
+  const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {2, 6, 15, 13}, 9)};
+  const auto before = run(plan, in);
+  refit(plan, tuned, refittable, "small_cnn");
+  const auto got = run(plan, in), want = run(build(tuned, refittable), in);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 0, 0)) << "output " << i;
+    EXPECT_FALSE(testing::near(got[i], testing::to_doubles(before[i]), 1e-3, 1e-3)) << i;
+  }
 }
 
 TEST(Layout, ChannelsLastPlansRoundTrip) {

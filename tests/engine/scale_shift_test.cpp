@@ -73,11 +73,21 @@ TEST(ScaleShift, ConstantBatchNormsBecomeAScaleAndAShift) {
   }
 }
 
-TEST(ScaleShift, RefittablePlansKeepTheirBatchNorms) {
+// A refittable plan folds its batch norms too; a refit folds the new statistics again.
+TEST(ScaleShift, RefitFoldsTheNewStatistics) {
   BuilderConfig config;
   config.refittable = true;
-  const Plan plan = build(batch_norm_net({2, 3, 4, 5}, true, false), config);
-  EXPECT_EQ(normalization_layers(plan.network), 1);
+  Plan plan = build(batch_norm_net({2, 3, 4, 5}, true, false), config);
+  EXPECT_EQ(normalization_layers(plan.network), 0);
+  Network tuned = batch_norm_net({2, 3, 4, 5}, true, false);
+  tuned.add_weight("var", Weights::from_floats({3}, values(3, 1.5f, 0.5f)));
+  tuned.add_weight("w", Weights::from_floats({3}, values(3, -2.f, 1.f)));
+  refit(plan, tuned, config, "batch norm");
+  EXPECT_EQ(normalization_layers(plan.network), 0);
+  const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {2, 3, 4, 5}, 3)};
+  const auto want = run_engine(tuned, in);
+  EXPECT_TRUE(
+      testing::near(run_engine(plan.network, in)[0], testing::to_doubles(want[0]), 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // cuda builds with f16/bf16 enabled (the builder's precision pass) against the CPU engine in f32:
-// a conv net and a matmul/softmax net, weights folded into low-precision constants (or kept as
-// casts when refittable), outputs still f32 under their names.
+// a conv net and a matmul/softmax net, weights folded into low-precision constants (refittable
+// plans too: a refit casts the new weights again), outputs still f32 under their names.
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -60,7 +60,7 @@ Plan build_cuda(const std::vector<HostTensor>& inputs, const cuda_testing::Netwo
 
 // Every weight is a low-precision constant (casts folded), every float activation low but the
 // output, which is f32 and keeps its name.
-void expect_lowered(const Plan& plan, DataType low, bool refittable) {
+void expect_lowered(const Plan& plan, DataType low) {
   const Network& net = plan.network;
   int casts_of_constants = 0;
   for (const Layer& l : net.layers()) {
@@ -70,14 +70,10 @@ void expect_lowered(const Plan& plan, DataType low, bool refittable) {
           std::holds_alternative<ConstantParams>(p.params) && p.outputs[0] == l.inputs.at(0);
     }
   }
-  if (refittable) {
-    EXPECT_GT(casts_of_constants, 0);  // named weights stay f32 for refit; their casts run
-  } else {
-    EXPECT_EQ(casts_of_constants, 0);
-    for (const Layer& l : net.layers()) {
-      if (std::holds_alternative<ConstantParams>(l.params)) {
-        EXPECT_EQ(net.tensor(l.outputs[0]).dtype, low) << l.name;
-      }
+  EXPECT_EQ(casts_of_constants, 0);
+  for (const Layer& l : net.layers()) {
+    if (std::holds_alternative<ConstantParams>(l.params)) {
+      EXPECT_EQ(net.tensor(l.outputs[0]).dtype, low) << l.name;
     }
   }
   for (const Layer& l : net.layers()) {
@@ -104,7 +100,7 @@ TEST(CudaPrecision, ConvNetInF16MatchesCpuF32) {
     config.refittable = refittable;
     BuildReport report;
     const Plan plan = build_cuda(in, conv_net, config, &report);
-    expect_lowered(plan, DataType::kF16, refittable);
+    expect_lowered(plan, DataType::kF16);
     EXPECT_EQ(report.precision.count(DataType::kF16), 6) << report.to_string();
     EXPECT_NE(report.to_string().find("precision: 6 layers f16, 0 f32"), std::string::npos)
         << report.to_string();
@@ -121,7 +117,7 @@ TEST(CudaPrecision, MatMulSoftmaxNetInF16AndBf16MatchesCpuF32) {
     BuilderConfig config;
     config.enabled_precisions = {DataType::kF32, low};
     BuildReport report;
-    expect_lowered(build_cuda(in, matmul_softmax_net, config, &report), low, false);
+    expect_lowered(build_cuda(in, matmul_softmax_net, config, &report), low);
     EXPECT_EQ(report.precision.count(low), 5) << report.to_string();
     auto r = cuda_testing::run_both(in, matmul_softmax_net, config);
     // Probabilities near 1/16: a tighter floor. bf16 keeps 8 bits of mantissa to f16's 11.

@@ -351,6 +351,88 @@ TEST(GpuCompile, Tf32UnlessDisabled) {
   }
 }
 
+// Refit and the engine cache on the device (issue #33). A refittable engine built for CUDA takes
+// new weights in place; a compile of the new weights with a warm cache loads the weightless entry
+// and refits it; a default plan (weights inside) is served to a second compile of the same
+// weights. Each answers as CUDA eager does with its weights.
+class GpuRefit : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> engine_plans(const CompileReport& report) {
+  std::vector<std::string> plans;
+  for (const SegmentReport& s : report.segments) {
+    if (s.target == "engine") plans.push_back(s.plan);
+  }
+  return plans;
+}
+
+TEST_P(GpuRefit, RefitAndCachedEnginesAnswerAsEagerWithTheirWeights) {
+  SKIP_WITHOUT_CUDA();
+  at::globalContext().setAllowTF32CuDNN(false);
+  torch::NoGradGuard no_grad;
+  testing::TestModel m = testing::load_test_model(GetParam());
+  m.module.eval();
+  const torch::jit::Module tuned = testing::with_new_weights(m.module, 3);
+  CompileSpec spec;
+  std::vector<c10::IValue> x;
+  for (const c10::IValue& arg : m.args) {
+    const at::Tensor example = arg.toTensor();
+    const bool ids = example.scalar_type() == at::kLong;
+    spec.inputs.push_back(Input(example.sizes().vec(), ids ? DType::kI64 : DType::kF32));
+    x.push_back(
+        ids ? at::randint(0, 100, example.sizes(), at::TensorOptions(at::kLong).device(at::kCUDA))
+            : at::randn(example.sizes(), at::kCUDA));
+  }
+  spec.device = parse_device("cuda:0");
+  spec.disable_tf32 = true;
+  spec.refittable = true;
+  spec.engine_cache = true;
+  // A fresh directory in the test process's own temporary folder (removed at exit; not with
+  // std::filesystem::remove_all, which the torch wheel's libtorch.so breaks).
+  spec.engine_cache_dir =
+      testing::write_temp_file("gpu_refit_" + GetParam() + ".marker", "") + ".cache";
+  auto eager = [&](const torch::jit::Module& module) {
+    torch::jit::Module on_device = module.clone();
+    on_device.to(at::kCUDA);
+    return on_device.forward(x);
+  };
+  auto expect_matches = [&](const c10::IValue& y, const c10::IValue& want,
+                            const std::string& what) {
+    EXPECT_TRUE(all_on_cuda(y)) << what;
+    const Diff d = diff_of(y, want);
+    EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << what << ": max |diff| " << d.max_abs;
+  };
+  const c10::IValue want = eager(m.module), want_tuned = eager(tuned);
+  ASSERT_GT(diff_of(want, want_tuned).max_abs, 1e-3) << "the new weights change the answer";
+
+  CompileReport first, refit_report, hit;
+  torch::jit::Module compiled = compile(m.module, spec, &first);
+  ASSERT_FALSE(engine_plans(first).empty()) << first.summary();
+  for (const std::string& plan : engine_plans(first)) EXPECT_EQ(plan, "cache miss");
+  expect_matches(compiled.forward(x), want, "refittable compile");
+  torch::jit::Module refitted = refit(compiled, tuned, &refit_report);
+  for (const std::string& plan : engine_plans(refit_report)) EXPECT_EQ(plan, "refit");
+  expect_matches(refitted.forward(x), want_tuned, "refit");
+  torch::jit::Module from_cache = compile(tuned, spec, &hit);
+  for (const std::string& plan : engine_plans(hit)) EXPECT_EQ(plan, "cache hit");
+  expect_matches(from_cache.forward(x), want_tuned, "refittable cache hit with new weights");
+
+  spec.refittable = false;
+  CompileReport whole_first, whole_second;
+  compile(tuned, spec, &whole_first);
+  torch::jit::Module second = compile(tuned, spec, &whole_second);
+  for (const std::string& plan : engine_plans(whole_second)) {
+    EXPECT_TRUE(plan == "cache hit" || plan == "cache skip") << plan;
+  }
+  expect_matches(second.forward(x), want_tuned, "default plan from the cache");
+}
+
+// Convolutions with batch norms, attention and layer norms, embeddings with a mask.
+INSTANTIATE_TEST_SUITE_P(Models, GpuRefit,
+                         ::testing::Values("resnet18", "vit_tiny", "text_encoder"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
 TEST(GpuCompile, CudaCompileWithoutCudaSupportIsAClearError) {
   if (why_no_cuda().empty()) GTEST_SKIP() << "this machine runs CUDA models";
   testing::TestModel m = testing::load_test_model("resnet18");

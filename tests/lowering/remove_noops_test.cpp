@@ -1,4 +1,5 @@
-// remove_noops: detach, alias, x.t().t(), x.*_as(x), expand(x, x.size()) read x directly.
+// remove_noops: detach, alias, lift_fresh, x.t().t(), x.*_as(x), expand(x, x.size()) read x
+// directly.
 #include <gtest/gtest.h>
 
 #include "harness/ir_testing.h"
@@ -11,7 +12,8 @@ TEST(RemoveNoops, RemovesIdentityOps) {
   auto g = testing::parse(R"IR(
 graph(%x : Tensor):
   %f : bool = prim::Constant[value=0]()
-  %a : Tensor = aten::detach(%x)
+  %d : Tensor = aten::detach(%x)
+  %a : Tensor = aten::lift_fresh(%d)
   %t1 : Tensor = aten::t(%a)
   %t2 : Tensor = aten::t(%t1)
   %s : int[] = aten::size(%t2)
@@ -22,10 +24,11 @@ graph(%x : Tensor):
   return (%y))IR");
   auto before = g->copy();
   EXPECT_TRUE(remove_noops(g));
-  EXPECT_TRUE(testing::file_check(
-      "CHECK-NOT: aten::detach\nCHECK-NOT: aten::expand\nCHECK-NOT: aten::view_as\n"
-      "CHECK-NOT: aten::type_as\nCHECK: aten::sigmoid(%x)",
-      *g));
+  EXPECT_TRUE(
+      testing::file_check("CHECK-NOT: aten::detach\nCHECK-NOT: aten::lift_fresh\nCHECK-NOT: "
+                          "aten::expand\nCHECK-NOT: aten::view_as\n"
+                          "CHECK-NOT: aten::type_as\nCHECK: aten::sigmoid(%x)",
+                          *g));
   EXPECT_TRUE(testing::same_values(*before, *g, testing::random_inputs({{3, 4}})));
 }
 

@@ -6,8 +6,10 @@
 # names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test
 # log, the profiles and the benchmark's tables go to $OUT (a device call returns at most 8
 # files); build logs stay in /tmp/kiln-iterate. CACHE_BENCH="resnet50,hf_bert" also times
-# compiles with the engine cache and refit on the device (bench/compile_cache.py). Needs .deps/
-# from tools/device/pack-deps.sh.
+# compiles with the engine cache and refit on the device (bench/compile_cache.py). KILN_TESTS=filter
+# also builds kiln_tests and runs the tests of kiln_tests it selects (e.g. '*Gpu*'), PYTEST=args
+# runs the package's pytest with them (pytest installed from .deps/wheels when missing). Needs
+# .deps/ from tools/device/pack-deps.sh.
 # Example: PROFILE="bert:32" GTEST_FILTER='CudaAttention*' gpu-iterate.sh --models bert \
 #            --batches 1,32 --precisions fp16 --backends reduce-overhead,kiln
 set -uo pipefail
@@ -20,8 +22,9 @@ mkdir -p "$logs"
 source tools/device/common.sh
 start=$(date +%s)
 configure_gpu_build "$build" "$logs/configure.log" || exit 1
-cmake --build "$build" -j "$(nproc)" --target kilnc kiln-run kiln_runtime kiln_python_package kiln_engine_cuda_tests \
-  >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
+targets=(kilnc kiln-run kiln_runtime kiln_python_package kiln_engine_cuda_tests)
+[ -n "${KILN_TESTS:-}" ] && targets+=(kiln_tests)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 
 tests_log="$out/cuda_tests${PROFILE_TAG:-}.log"
@@ -29,6 +32,24 @@ tests_log="$out/cuda_tests${PROFILE_TAG:-}.log"
 echo "kiln_engine_cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$tests_log" | tr '\n' ' ')"
 grep -E "^\[  FAILED  \] [A-Za-z]" "$tests_log" | sort -u
 grep -B2 -A8 "Failure" "$tests_log" | head -60
+
+if [ -n "${KILN_TESTS:-}" ]; then
+  "$py" tests/models/make_models.py --out "$build/tests/models" >"$logs/models.log" 2>&1 ||
+    tail -20 "$logs/models.log"
+  log="$out/kiln_tests${PROFILE_TAG:-}.log"
+  NVIDIA_TF32_OVERRIDE=0 "$build/bin/kiln_tests" --gtest_filter="$KILN_TESTS" >"$log" 2>&1
+  echo "kiln_tests ($KILN_TESTS): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$log" | sort -u
+  grep -B2 -A8 "Failure" "$log" | head -60
+fi
+if [ -n "${PYTEST:-}" ]; then
+  "$py" -c "import pytest" 2>/dev/null ||
+    "$py" -m pip install -q --no-index --find-links .deps/wheels pytest >"$logs/pip.log" 2>&1 ||
+    tail -5 "$logs/pip.log"
+  # shellcheck disable=SC2086
+  PYTHONPATH="$build/python" "$py" -m pytest -q -p no:cacheprovider tests/python $PYTEST 2>&1 |
+    tail -25 | tee "$out/pytest${PROFILE_TAG:-}.log"
+fi
 
 for job in ${PROFILE:-}; do
   IFS=: read -r model batch prec <<<"$job"

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
                  "excitation_projection=on|off, cast_into_shuffle=on|off");
   app.add_flag("--refittable", refittable,
-               "engines whose weights --refit can replace without a rebuild (some speed lost)");
+               "engines whose weights --refit can replace without a rebuild");
   app.add_option("--refit", refit_path,
                  "NEW_WEIGHTS (.ts or .pt2, the same architecture): write `input` (a module "
                  "compiled --refittable) with these weights to `output`, without rebuilding "

@@ -23,7 +23,7 @@ constexpr int64_t kMaxFoldedFillBytes = 1 << 20;
 
 }  // namespace
 
-int fold_constants(Network& net, bool refittable) {
+int fold_constants(Network& net) {
   int folded = 0;
   std::vector<Layer> layers;
   std::set<TensorId> constant;
@@ -34,7 +34,7 @@ int fold_constants(Network& net, bool refittable) {
       continue;
     }
     const TensorDesc& out0 = net.tensor(layer.outputs[0]);
-    // Shape tensors whose values inference already knows fold regardless of refit.
+    // Shape tensors whose values inference already knows.
     if (layer.outputs.size() == 1 && out0.values && is_static(out0.shape)) {
       const std::string name = layer.name + ":folded";
       std::vector<int64_t> values = *out0.values;
@@ -53,9 +53,8 @@ int fold_constants(Network& net, bool refittable) {
       ++folded;
       continue;
     }
-    // Fills take no weights, so refitting cannot change them.
     const bool fill = std::holds_alternative<FillParams>(layer.params) && layer.inputs.empty();
-    bool all_constant = fill || (!layer.inputs.empty() && !refittable);
+    bool all_constant = fill || !layer.inputs.empty();
     for (TensorId id : layer.inputs) all_constant = all_constant && constant.count(id);
     int64_t in_bytes = 0;
     for (TensorId id : layer.inputs) {

@@ -15,9 +15,9 @@
 
 namespace kiln::engine {
 
-// Layers whose inputs are all constants (none of them a named weight, for refittable plans) run
-// once on the CPU backend and become constants; shape tensors whose values are known fold always.
-int fold_constants(Network& net, bool refittable);
+// Layers whose inputs are all constants run once on the CPU backend and become constants (a
+// refit runs them again on the new weights); so do shape tensors whose values are known.
+int fold_constants(Network& net);
 // Constant attention masks that keep every key go; causal-triangle ones become the causal flag.
 // Masks that are one of `keep` (a refittable plan's weights) stay as they are.
 int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {});

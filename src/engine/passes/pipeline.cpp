@@ -59,9 +59,8 @@ bool squeeze_excitation_on(const PassContext& c) {
 std::vector<Pass> make_pipeline() {
   std::vector<Pass> p;
   // First, so that every pass below (precision, layout, folding, fusion) sees a constant-stat
-  // batch norm as the elementwise scale and shift it is. Refittable plans keep their weights as
-  // named, so their batch norms stay.
-  p.push_back({"scale_shift", [](const PassContext& c) { return !c.config.refittable; },
+  // batch norm as the elementwise scale and shift it is.
+  p.push_back({"scale_shift", nullptr,
                [](Network& n, const PassContext&) { return batch_norm_to_scale_shift(n); }});
   // Before folding, so that the casts of f32 weights fold into low-precision constants. Only
   // backends that compute below f32 (cuda) have precision rules.
@@ -77,11 +76,10 @@ std::vector<Pass> make_pipeline() {
   // those that say no more than a flag become it, before the attention passes below, which take
   // only unmasked attention (the folding of the weight casts the precisions inserted is a side
   // effect; fold_constants below takes what later passes leave).
-  p.push_back({"fold_constants_early", nullptr, [](Network& n, const PassContext& c) {
-                 return fold_constants(n, c.config.refittable);
-               }});
-  // Refittable plans keep the masks refit may replace: one read from such a weight would not
-  // follow the refit (masks folded from fills are the plan's own).
+  p.push_back({"fold_constants_early", nullptr,
+               [](Network& n, const PassContext& c) { return fold_constants(n); }});
+  // Refittable plans keep the masks that are weights: what this pass makes of a mask depends on
+  // its values, which a refit may change (masks folded from fills are the plan's own).
   p.push_back({"attention_masks", nullptr, [](Network& n, const PassContext& c) {
                  return simplify_attention_masks(n, c.refit_weights);
                }});
@@ -102,11 +100,11 @@ std::vector<Pass> make_pipeline() {
                  return fold_attention_heads(n, c.backend.packed_heads);
                }});
   // After the precisions (the choice depends on them), before folding (weight transposes fold
-  // into constants). Refittable plans stay channels-first: their weights must not be rewritten.
+  // into constants).
   p.push_back({"layout",
                [](const PassContext& c) {
                  return c.config.conv_layout != ConvLayout::kChannelsFirst &&
-                        !c.config.refittable && c.backend.channels_last != nullptr;
+                        c.backend.channels_last != nullptr;
                },
                [](Network& n, const PassContext& c) {
                  const bool all = c.config.conv_layout == ConvLayout::kChannelsLast;
@@ -116,9 +114,8 @@ std::vector<Pass> make_pipeline() {
                  return c.report.layout.convolutions;
                }});
   // Every rewrite above may leave layers of constants (casts, transposes of weights).
-  p.push_back({"fold_constants", nullptr, [](Network& n, const PassContext& c) {
-                 return fold_constants(n, c.config.refittable);
-               }});
+  p.push_back({"fold_constants", nullptr,
+               [](Network& n, const PassContext& c) { return fold_constants(n); }});
   // After folding (a crop of a folded constant is folded instead); the reshapes it makes join
   // the shuffle chains below.
   p.push_back({"identity_layers", nullptr,

@@ -1,6 +1,7 @@
 // No-op removal (peephole): ops that return their input's values unchanged are replaced by it.
 //
-// detach and alias; x.t().t(); expand/expand_as, view_as, reshape_as and type_as of a tensor to
+// detach, alias and lift_fresh (export's constant tensors; lift_fresh_copy too, as exported graphs
+// are functional); x.t().t(); expand/expand_as, view_as, reshape_as and type_as of a tensor to
 // itself; expand to its own size(). Each result aliases or equals its input, so uses can read the
 // input directly.
 #include "ir/graph_utils.h"
@@ -17,7 +18,10 @@ Value* noop_source(Node* node) {
   if (node->outputs().size() != 1 || node->inputs().empty()) return nullptr;
   Value* self = node->input(0);
   const auto kind = node->kind();
-  if (kind == c10::aten::detach || kind == c10::aten::alias) {
+  static const auto lift_fresh = c10::Symbol::fromQualString("aten::lift_fresh");
+  static const auto lift_fresh_copy = c10::Symbol::fromQualString("aten::lift_fresh_copy");
+  if (kind == c10::aten::detach || kind == c10::aten::alias || kind == lift_fresh ||
+      kind == lift_fresh_copy) {
     return node->inputs().size() == 1 ? self : nullptr;
   }
   if (kind == c10::aten::t && node->inputs().size() == 1 && self->node()->kind() == c10::aten::t &&
