@@ -111,6 +111,16 @@ struct Pipeline {
       options.input_types.push_back(
           std::make_pair(conversion::to_scalar_type(engine_dtype(in.dtype)),
                          static_cast<int64_t>(in.opt_shape.size())));
+      std::vector<std::optional<int64_t>> dims;
+      for (size_t d = 0; d < in.opt_shape.size(); ++d) {
+        if (d < in.min_shape.size() && d < in.max_shape.size() &&
+            in.min_shape[d] == in.max_shape[d]) {
+          dims.push_back(in.opt_shape[d]);
+        } else {
+          dims.push_back(std::nullopt);
+        }
+      }
+      options.input_sizes.push_back(std::move(dims));
     }
     auto graph = lowering::lower_module(module, options);
     if (spec.debug) KILN_LOG(kDebug, "lowered graph:\n", graph->toString());

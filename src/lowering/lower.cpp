@@ -44,6 +44,7 @@ std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module
     v->setType(c10::TensorType::get()->withScalarType(dtype)->withDim(static_cast<size_t>(rank)));
     typed.push_back(v);
   }
+  fold_static_sizes(graph, options.input_sizes);
   lowering_pipeline().run(graph, options.passes);
   for (torch::jit::Value* v : typed) v->setType(c10::TensorType::get());
   return graph;

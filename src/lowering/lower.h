@@ -23,6 +23,10 @@ struct LoweringOptions {
   // compile spec): tensor arguments carry them while the passes run, for rewrites that need a
   // rank (flip, repeat, movedim) or a dtype, and are plain Tensor again afterwards.
   std::vector<std::optional<std::pair<c10::ScalarType, int64_t>>> input_types;
+  // The dims of each forward argument the caller fixes (the spec's min == max; nullopt where
+  // dynamic): aten::size of such an argument becomes a constant before the passes, so the
+  // arithmetic on it folds and its consumers (a convolution's groups) can join an engine.
+  std::vector<std::optional<std::vector<std::optional<int64_t>>>> input_sizes;
 };
 
 // Clones `module`, puts the clone in eval mode, freezes it (methods inlined, parameters and

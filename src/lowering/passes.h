@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@ using GraphPtr = std::shared_ptr<torch::jit::Graph>;
 
 // Marks nodes inlined from modules of the given types (see lower.h); run right after freezing.
 bool mark_module_fallback(GraphPtr& graph, const std::vector<std::string>& module_types);
+
+// The dims of a forward argument known at compile time (nullopt where dynamic); nullopt when the
+// argument's rank is unknown.
+using StaticDims = std::optional<std::vector<std::optional<int64_t>>>;
+// aten::size, aten::dim and aten::numel of the forward arguments (inputs[i] is graph input i + 1)
+// become constants where the dims they read are known.
+bool fold_static_sizes(GraphPtr& graph, const std::vector<StaticDims>& inputs);
 
 // Removes nodes whose outputs are unused and that have no side effects, in every block.
 bool eliminate_dead_code(GraphPtr& graph);

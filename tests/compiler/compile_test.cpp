@@ -146,6 +146,33 @@ def forward(self, a):
   }
 }
 
+// Non-tensor values known at compile time (seed 002): a convolution whose groups is the channel
+// count of an argument the spec fixes, and a reshape by arithmetic on it, join the engine; with a
+// dynamic batch the channel dim is still fixed, and the batch stays a run-time size.
+TEST(Compile, SizesTheSpecFixesAreConstantsForTheOpsThatReadThem) {
+  torch::jit::Module m("M");
+  m.register_parameter("w", at::randn({8, 1, 3, 3}), false);
+  m.define(R"(
+def forward(self, x):
+    g = x.size(1)
+    y = torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], g).relu()
+    return y.reshape([x.size(0), g // 2, -1]) * x.dim()
+)");
+  for (const Input& in :
+       {Input({2, 8, 10, 10}), Input({1, 8, 10, 10}, {2, 8, 10, 10}, {4, 8, 10, 10})}) {
+    CompileSpec spec;
+    spec.inputs = {in};
+    CompileReport report;
+    torch::jit::Module compiled = compile(m, spec, &report);
+    EXPECT_EQ(report.torch_ops, 0u) << report.summary();
+    EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
+    for (int64_t batch : {in.min_shape[0], in.max_shape[0]}) {
+      const at::Tensor x = at::randn({batch, 8, 10, 10});
+      EXPECT_TRUE(testing::matches_reference(compiled.forward({x}), m.forward({x}))) << batch;
+    }
+  }
+}
+
 TEST(Compile, WrongInputsAtRunTimeNameExpectedAndActual) {
   testing::TestModel m = testing::load_test_model("resnet18");
   torch::jit::Module compiled = compile(m.module, spec_for({m.args[0].toTensor()}));
