@@ -22,11 +22,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh, empty cache directory for one test.
+// A fresh, empty cache directory for one test, in the test process's own temporary folder (each
+// name once per process; not emptied with std::filesystem::remove_all, which the torch wheel's
+// libtorch.so breaks for directories with files).
 std::string fresh_dir(const std::string& name) {
   const fs::path dir = fs::path(testing::write_temp_file(name + ".marker", "")).parent_path() /
                        ("engine_cache_" + name);
-  fs::remove_all(dir);
+  EXPECT_FALSE(fs::exists(dir)) << dir << " is used twice";
   return dir.string();
 }
 
