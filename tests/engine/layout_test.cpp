@@ -142,6 +142,30 @@ TEST(Layout, CpuPlansAreChannelsLastByDefaultRefittableOnesToo) {
   }
 }
 
+// A refit whose passes would rewrite the network otherwise (here: other build settings) and one
+// of another network are refused, naming the engine, and leave the plan as it was.
+TEST(Layout, RefitsThatWouldRewriteOtherwiseAreRefused) {
+  BuilderConfig last;
+  last.refittable = true;
+  Plan plan = build(small_cnn(), last);
+  const std::vector<uint8_t> before = serialize_plan(plan);
+  BuilderConfig first = last;
+  first.conv_layout = ConvLayout::kChannelsFirst;
+  try {
+    refit(plan, small_cnn(/*seed=*/100), first, "engine `cnn`");
+    FAIL() << "refit with other settings succeeded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("engine `cnn`: the builder rewrites the network"),
+              std::string::npos)
+        << e.what();
+  }
+  Network other = small_cnn(/*seed=*/100);
+  other.add_weight("w1",
+                   Weights::from_floats({8, 6, 5, 5}, std::vector<float>(8 * 6 * 5 * 5, 0.5f)));
+  EXPECT_THROW(refit(plan, other, last, "engine `cnn`"), InvalidArgument);
+  EXPECT_EQ(serialize_plan(plan), before);
+}
+
 TEST(Layout, ChannelsLastPlansRoundTrip) {
   BuilderConfig last;
   last.conv_layout = ConvLayout::kChannelsLast;
