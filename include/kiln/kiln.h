@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,21 @@ struct CompileSpec {
   std::vector<std::string> torch_executed_ops;      // "aten::add" or "aten::add.Tensor"
   std::vector<std::string> torch_executed_modules;  // qualified module type names
   bool require_full_compilation = false;
+  // Several engine backends (seed 002's hierarchical partitioning): "cuda" (kiln's CUDA engine,
+  // on `device` when that is a GPU, else cuda:0) and "cpu" (kiln's CPU engine), in priority
+  // order; each op goes to the first backend whose entry in backend_support_map lists it ("aten::
+  // add" or "aten::add.Tensor"; a backend without an entry takes every op kiln converts) and the
+  // rest to PyTorch. PyTorch segments run on `device`; engine outputs come back to it. Empty:
+  // one backend, `device`'s engine. A backend in the map must be in the priority list.
+  std::vector<std::string> backend_priority;
+  std::map<std::string, std::vector<std::string>> backend_support_map;
+  // Resource partitioning (seed 002): engine segments whose estimated build memory (their
+  // weights times the builder's measured multiplier, engine::kBuildMemoryMultiplier) exceeds the
+  // budget are split, between atomic patterns (register_atomic_subgraph), until each piece fits;
+  // the pieces are built one after another. cpu_memory_budget 0 takes the machine's available
+  // memory.
+  bool enable_resource_partitioning = false;
+  uint64_t cpu_memory_budget = 0;
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
   // The most bytes an engine's activations (its memory arena at the opt shapes) may take; a build
   // over it fails with InvalidArgument. 0, the default, sets no limit (as Torch-TensorRT's 0).
@@ -95,6 +111,8 @@ struct CompileSpec {
 // What compile() did, for kilnc's summary and --report.
 struct SegmentReport {
   std::string target;  // "engine" or "torch"
+  // Where it runs, "cpu" or "cuda:N": the engine's backend (backend_priority) or the compile's.
+  std::string device;
   std::string engine_name;
   std::vector<std::string> ops;  // node kinds, in order (constants excluded)
   std::vector<std::string> input_shapes_opt, output_shapes_opt;

@@ -193,9 +193,23 @@ class _Progress:
 
 
 _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
-              "require_full_compilation", "workspace_size", "truncate_long_and_double",
+              "require_full_compilation", "backend_priority", "backend_support_map",
+              "enable_resource_partitioning", "cpu_memory_budget", "workspace_size", "truncate_long_and_double",
               "disable_tf32", "exact_gelu", "switches", "refittable", "engine_cache",
               "engine_cache_dir", "engine_cache_size", "print_after_all"}
+
+
+def _op_name(op, backend):
+    """"aten::add.Tensor" for torch.ops.aten.add.Tensor, "aten::add" for torch.ops.aten.add, a
+    string as it is."""
+    if isinstance(op, str):
+        return op
+    if isinstance(op, torch._ops.OpOverload):
+        return op.name()
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name
+    raise _kiln.InvalidArgument(
+        f"backend_support_map[{backend!r}]: expected op names or torch.ops overloads, got {op!r}")
 
 
 def _check_options(options):
@@ -217,7 +231,10 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     `enabled_precisions`: the dtypes layers may run in ({torch.float32} by default; float32 is
     always allowed). `device`: "cpu" (default unless the inputs are on a GPU), "cuda" or
     "cuda:N". Further options, as torch_tensorrt names them: min_block_size,
-    torch_executed_ops, torch_executed_modules, require_full_compilation, workspace_size,
+    torch_executed_ops, torch_executed_modules, require_full_compilation, backend_priority
+    and backend_support_map (engines of several backends: "cuda", "cpu"; each op to the first
+    whose map entry lists it, by name or torch.ops overload), enable_resource_partitioning and
+    cpu_memory_budget (engine segments split until each one's build fits), workspace_size,
     truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches, refittable
     (engines kiln.refit can give new weights without a rebuild), engine_cache (True: built
     engines are stored and loaded again by later compiles; engine_cache_dir, default
@@ -267,6 +284,20 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
             if isinstance(value, str) or not hasattr(value, "__iter__"):
                 raise _kiln.InvalidArgument(f"{key}: expected a list of names, got {value!r}")
             spec[key] = [str(v) for v in value]
+    if "backend_priority" in options:
+        value = options.pop("backend_priority")
+        if isinstance(value, str) or not hasattr(value, "__iter__"):
+            raise _kiln.InvalidArgument(
+                f"backend_priority: expected a list of backends, got {value!r}")
+        spec["backend_priority"] = [str(v) for v in value]
+    if "backend_support_map" in options:
+        value = options.pop("backend_support_map")
+        if not isinstance(value, dict):
+            raise _kiln.InvalidArgument(
+                f"backend_support_map: expected a dict of backend to op names, got {value!r}")
+        spec["backend_support_map"] = {
+            str(backend): sorted({_op_name(op, backend) for op in ops})
+            for backend, ops in value.items()}
     if isinstance(options.get("engine_cache_dir"), os.PathLike):
         options["engine_cache_dir"] = os.fspath(options["engine_cache_dir"])
     spec.update(options)

@@ -73,6 +73,51 @@ struct NodeRefused {
   Error error;
 };
 
+// An engine backend of CompileSpec::backend_priority.
+struct Backend {
+  std::string name;  // "cuda" or "cpu"
+  Device device;
+  std::set<std::string> ops;  // backend_support_map's entry; empty: every op kiln converts
+};
+
+// The backends of `spec` in priority order, checked; empty when the spec names none.
+std::vector<Backend> backends_of(const CompileSpec& spec) {
+  for (const auto& [name, ops] : spec.backend_support_map) {
+    KILN_CHECK(std::find(spec.backend_priority.begin(), spec.backend_priority.end(), name) !=
+                   spec.backend_priority.end(),
+               InvalidArgument, "backend_support_map: backend `", name,
+               "` is not in backend_priority; list the backends in the order they take ops");
+  }
+  std::vector<Backend> out;
+  for (const std::string& name : spec.backend_priority) {
+    KILN_CHECK(name == "cuda" || name == "cpu", InvalidArgument,
+               "backend_priority: unknown backend `", name,
+               "` (kiln's engines are `cuda` and `cpu`; what no backend takes runs in "
+               "PyTorch)");
+    for (const Backend& b : out) {
+      KILN_CHECK(b.name != name, InvalidArgument, "backend_priority: `", name, "` is listed twice");
+    }
+    Backend b;
+    b.name = name;
+    if (name == "cuda") {
+      b.device.kind = Device::Kind::kCuda;
+      b.device.index = spec.device.kind == Device::Kind::kCuda ? spec.device.index : 0;
+    }
+    if (auto it = spec.backend_support_map.find(name); it != spec.backend_support_map.end()) {
+      KILN_CHECK(!it->second.empty(), InvalidArgument, "backend_support_map: backend `", name,
+                 "` lists no op (leave it out of the map to let it take every op kiln converts)");
+      for (const std::string& op : it->second) {
+        KILN_CHECK(op.find("::") != std::string::npos && op.find("::") > 0, InvalidArgument,
+                   "backend_support_map: `", op, "` of backend `", name,
+                   "` is not an op name like aten::add or aten::add.Tensor");
+        b.ops.insert(op);
+      }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 // Everything compile() and the standalone-engine entry points share.
 struct Pipeline {
   const torch::jit::Module& module;
@@ -85,6 +130,8 @@ struct Pipeline {
   std::set<std::string> reused;
   // CompileSpec::engine_cache.
   std::optional<compiler::EngineCache> cache;
+  // CompileSpec::backend_priority with each backend's device and ops; empty: one backend.
+  std::vector<Backend> backends;
   Clock::time_point phase_start = Clock::now();
   std::string phase_name_;
 
@@ -167,9 +214,18 @@ struct Pipeline {
     return out;
   }
 
-  engine::BuilderConfig builder_config() const {
+  // Where an engine segment runs: its backend's device, or the compile's.
+  std::string device_of(const Segment& s) const {
+    if (s.backend.empty()) return spec.device.str();
+    for (const Backend& b : backends) {
+      if (b.name == s.backend) return b.device.str();
+    }
+    KILN_THROW(InternalError, "compile: a segment of unknown backend `", s.backend, "`");
+  }
+
+  engine::BuilderConfig builder_config(const std::string& device) const {
     engine::BuilderConfig config;
-    config.device = spec.device.str();  // "cpu" or "cuda:N"
+    config.device = device;  // "cpu" or "cuda:N"
     config.enabled_precisions.clear();
     for (DType d : spec.enabled_precisions) config.enabled_precisions.push_back(engine_dtype(d));
     // f32 is always allowed: layers that cannot run in a lower precision stay in it.
@@ -188,7 +244,7 @@ struct Pipeline {
 
   conversion::ConversionSettings conversion_settings() const {
     conversion::ConversionSettings s;
-    s.enabled_precisions = builder_config().enabled_precisions;
+    s.enabled_precisions = builder_config(spec.device.str()).enabled_precisions;
     s.truncate_long_and_double = spec.truncate_long_and_double;
     s.refittable = spec.refittable;
     return s;
@@ -228,13 +284,15 @@ struct Pipeline {
       }
       throw named;
     }
-    if (reuse) return refit_engine(position, name, converted.network, sr);
-    const engine::BuilderConfig config = builder_config();
+    const std::string device = device_of(s);
+    if (reuse) return refit_engine(position, name, converted.network, device, sr);
+    const engine::BuilderConfig config = builder_config(device);
     std::string cache_key;
     if (cache) {
       cache_key = compiler::engine_cache_key(converted.network, config);
       if (auto entry = cache->get(cache_key)) {
-        if (auto bytes = from_cache(*entry, converted.network, name, sr)) return std::move(*bytes);
+        if (auto bytes = from_cache(*entry, converted.network, name, device, sr))
+          return std::move(*bytes);
       }
     }
     const auto start = Clock::now();
@@ -270,11 +328,12 @@ struct Pipeline {
   // refittable; nullopt, with a warning, when the entry cannot be used (it is built again).
   std::optional<std::vector<uint8_t>> from_cache(const compiler::CacheEntry& entry,
                                                  const engine::Network& network,
-                                                 const std::string& name, SegmentReport& sr) {
+                                                 const std::string& name, const std::string& device,
+                                                 SegmentReport& sr) {
     try {
       engine::Plan plan = engine::deserialize_plan(entry.plan.data(), entry.plan.size());
       if (plan.source.refittable) {
-        engine::refit(plan, network, builder_config(), "engine `" + name + "`");
+        engine::refit(plan, network, builder_config(device), "engine `" + name + "`");
       }
       for (const auto& [weight, w] : plan.network.weights()) {
         KILN_CHECK(w.data != nullptr, CorruptInput, "weight `", weight, "` has no data");
@@ -295,14 +354,16 @@ struct Pipeline {
   // The compiled engine at `position` with the weights of `network`, the conversion of the new
   // module's segment there.
   std::vector<uint8_t> refit_engine(const std::string& position, const std::string& name,
-                                    const engine::Network& network, SegmentReport& sr) {
+                                    const engine::Network& network, const std::string& device,
+                                    SegmentReport& sr) {
     auto it = reuse->find(position);
     KILN_CHECK(it != reuse->end(), InvalidArgument, "refit: the new module's engine `", name,
                "` has no counterpart in the compiled module (the new module partitions "
                "differently: another graph or other ops)");
     const std::vector<uint8_t>& bytes = it->second->plan_bytes();
     engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
-    engine::refit(plan, network, builder_config(), "refit: engine `" + it->second->name() + "`");
+    engine::refit(plan, network, builder_config(device),
+                  "refit: engine `" + it->second->name() + "`");
     reused.insert(position);
     sr.layers = static_cast<int>(plan.network.layers().size());
     sr.shuffles = engine::count_moving_shuffles(plan.network.layers());
@@ -361,6 +422,7 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
     const std::string position = prefix + std::to_string(i);
     SegmentReport sr;
     sr.target = partitioning::target_name(s.target);
+    sr.device = s.target == Target::kEngine ? pipe.device_of(s) : pipe.spec.device.str();
     for (const torch::jit::Node* n : s.nodes) {
       if (!s.copied.count(n)) sr.ops.push_back(n->kind().toQualString());
     }
@@ -380,8 +442,8 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
                                               std::to_string(sr.ops.size()) + " ops)");
       }
       auto bytes = pipe.build_engine(s, position, sr.engine_name, sr);
-      engines[&s] = c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes),
-                                                               pipe.spec.device.str());
+      engines[&s] =
+          c10::make_intrusive<runtime::EngineHolder>(sr.engine_name, std::move(bytes), sr.device);
       sr.build_ms = ms_since(start);
       if (pipe.report) pipe.report->engine_ops += sr.ops.size();
     } else {
@@ -400,15 +462,15 @@ void build_engines(Pipeline& pipe, const partitioning::PartitionedGraph& p,
 
 // A cuda compile needs what running its engines needs, so that it fails before any work. Shape
 // analysis still runs the PyTorch segments on the CPU (it needs sizes only, not values).
-void check_device(const CompileSpec& spec) {
-  if (spec.device.kind != Device::Kind::kCuda) return;
+void check_device(const Device& device) {
+  if (device.kind != Device::Kind::kCuda) return;
   KILN_CHECK(
-      runtime::cuda_supported(), Unsupported, "compile: device ", spec.device.str(),
+      runtime::cuda_supported(), Unsupported, "compile: device ", device.str(),
       " needs kiln's CUDA backend and a libtorch with CUDA; this build has ",
       engine::cuda::built() ? "the CUDA backend but a CPU-only libtorch" : "no CUDA backend");
   const int count = engine::cuda::device_count();
-  KILN_CHECK(spec.device.index >= 0 && spec.device.index < count, DeviceError, "compile: device ",
-             spec.device.str(), " does not exist (this machine has ", count, " CUDA device",
+  KILN_CHECK(device.index >= 0 && device.index < count, DeviceError, "compile: device ",
+             device.str(), " does not exist (this machine has ", count, " CUDA device",
              count == 1 ? "" : "s", ")");
 }
 
@@ -454,7 +516,9 @@ namespace {
 torch::jit::Module compile_module(const torch::jit::Module& module, const CompileSpec& spec,
                                   CompileReport* report,
                                   std::map<std::string, const runtime::EngineHolder*>* reuse) {
-  check_device(spec);
+  check_device(spec.device);
+  std::vector<Backend> backends = backends_of(spec);
+  for (const Backend& b : backends) check_device(b.device);
   engine::BuilderConfig checked;  // bad switches fail before anything compiles
   for (const std::string& sw : spec.switches) engine::apply_switch(checked, sw);
   CompileReport local;
@@ -463,6 +527,7 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   const std::string method = "forward";
   Pipeline pipe{module, method, spec, report};
   pipe.reuse = reuse;
+  pipe.backends = std::move(backends);
   KILN_CHECK(!spec.engine_cache || spec.engine_cache_size > 0, InvalidArgument,
              "engine_cache_size: the engine cache needs room for at least one byte, got 0");
   if (spec.engine_cache && !reuse) {
@@ -476,12 +541,18 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   // partitioned again (unless the spec asks for one engine): a model that runs in PyTorch
   // compiles.
   compiler::RegistryCapability capability;
+  std::vector<partitioning::BackendSupport> supports;
+  for (const Backend& b : pipe.backends) supports.push_back({b.name, b.ops, &capability});
+  std::optional<partitioning::BackendCapability> by_backend;
+  if (!supports.empty()) by_backend.emplace(std::move(supports));
+  const partitioning::Capability& partition_capability =
+      by_backend ? static_cast<const partitioning::Capability&>(*by_backend) : capability;
   partitioning::PartitionedGraph partitioned;
   compiler::SegmentEngines engines;
   for (;;) {
     pipe.phase(Phase::kPartition);
-    partitioned =
-        partitioning::partition(graph, capability, pipe.settings(spec.require_full_compilation));
+    partitioned = partitioning::partition(graph, partition_capability,
+                                          pipe.settings(spec.require_full_compilation));
     report->fallback.clear();
     for (const auto& [node, decision] : partitioned.decisions) {
       if (!decision.supported && !packs_outputs(node)) {
@@ -537,7 +608,8 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
 
   pipe.phase(Phase::kStitch);
   std::string type_name = module.type()->name() ? module.type()->name()->name() : "Module";
-  auto compiled = compiler::stitch(partitioned, engines, "__torch__.kiln.Compiled_" + type_name);
+  auto compiled = compiler::stitch(partitioned, engines, "__torch__.kiln.Compiled_" + type_name,
+                                   spec.device.str());
   if (spec.device.kind == Device::Kind::kCuda) {
     move_tensor_constants(compiled.get_method(method).graph()->block(),
                           c10::Device(spec.device.str()));

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "kiln/kiln.h"
@@ -18,6 +19,7 @@ std::string CompileReport::to_json() const {
   nlohmann::json segs = nlohmann::json::array();
   for (const SegmentReport& s : segments) {
     nlohmann::json js = {{"target", s.target},
+                         {"device", s.device},
                          {"ops", s.ops},
                          {"input_shapes", s.input_shapes_opt},
                          {"output_shapes", s.output_shapes_opt}};
@@ -51,10 +53,14 @@ std::string CompileReport::summary() const {
        << "% in engines)";
   }
   os << "\n";
+  // Devices are named when there are several (backend_priority).
+  std::set<std::string> devices;
+  for (const auto& s : segments) devices.insert(s.device);
   for (size_t i = 0; i < segments.size(); ++i) {
     const SegmentReport& s = segments[i];
-    os << "  " << std::setw(2) << i << " " << std::setw(6) << s.target << " " << std::setw(4)
-       << s.ops.size() << " ops";
+    os << "  " << std::setw(2) << i << " " << std::setw(6) << s.target;
+    if (devices.size() > 1) os << " " << std::setw(6) << s.device;
+    os << " " << std::setw(4) << s.ops.size() << " ops";
     if (!s.engine_name.empty()) {
       os << "  " << s.engine_name << "  " << s.plan << " in " << std::fixed << std::setprecision(0)
          << s.build_ms << " ms";

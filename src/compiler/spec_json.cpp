@@ -27,6 +27,10 @@ std::string spec_to_json(const CompileSpec& spec) {
             {"torch_executed_ops", spec.torch_executed_ops},
             {"torch_executed_modules", spec.torch_executed_modules},
             {"require_full_compilation", spec.require_full_compilation},
+            {"backend_priority", spec.backend_priority},
+            {"backend_support_map", spec.backend_support_map},
+            {"enable_resource_partitioning", spec.enable_resource_partitioning},
+            {"cpu_memory_budget", spec.cpu_memory_budget},
             {"truncate_long_and_double", spec.truncate_long_and_double},
             {"workspace_size", spec.workspace_size},
             {"disable_tf32", spec.disable_tf32},
@@ -63,6 +67,12 @@ CompileSpec spec_from_json(const std::string& text, const std::string& where) {
     spec.torch_executed_ops = j.at("torch_executed_ops").get<std::vector<std::string>>();
     spec.torch_executed_modules = j.at("torch_executed_modules").get<std::vector<std::string>>();
     spec.require_full_compilation = j.at("require_full_compilation").get<bool>();
+    // Not in the specs of kilns before multi-backend and resource partitioning.
+    spec.backend_priority = j.value("backend_priority", std::vector<std::string>{});
+    spec.backend_support_map =
+        j.value("backend_support_map", std::map<std::string, std::vector<std::string>>{});
+    spec.enable_resource_partitioning = j.value("enable_resource_partitioning", false);
+    spec.cpu_memory_budget = j.value("cpu_memory_budget", uint64_t{0});
     spec.truncate_long_and_double = j.at("truncate_long_and_double").get<bool>();
     spec.workspace_size = j.at("workspace_size").get<size_t>();
     spec.disable_tf32 = j.at("disable_tf32").get<bool>();

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <unordered_map>
+#include <utility>
 
 #include "util/errors.h"
 
@@ -17,8 +18,9 @@ using torch::jit::Value;
 
 class Stitcher {
  public:
-  Stitcher(const SegmentEngines& engines, torch::jit::Module& module, Graph& out, Value* self)
-      : engines_(engines), module_(module), out_(out), self_(self) {}
+  Stitcher(const SegmentEngines& engines, torch::jit::Module& module, Graph& out, Value* self,
+           std::string device)
+      : engines_(engines), module_(module), out_(out), self_(self), device_(std::move(device)) {}
 
   void map(const Value* from, Value* to) { map_[from] = to; }
 
@@ -78,8 +80,17 @@ class Stitcher {
           c10::IValue(it->second));
     }
     Value* engine = out_.insertGetAttr(self_, attr);
+    // An engine of another backend (backend_priority) than the device the rest runs on gets
+    // its inputs moved to it, and its outputs moved back.
+    const std::string engine_device = it->second->device();
     std::vector<Value*> inputs;
-    for (Value* v : s.inputs) inputs.push_back(value_of(v));
+    for (Value* v : s.inputs) {
+      Value* in = value_of(v);
+      if (engine_device != device_) {
+        in = out_.insert(c10::aten::to, {in, c10::Device(engine_device)});
+      }
+      inputs.push_back(in);
+    }
     Value* list = out_.insertNode(out_.createList(c10::TensorType::get(), inputs))->output();
     Node* call = out_.insertNode(
         out_.create(c10::Symbol::fromQualString("kiln::execute_engine"), {list, engine}, 1));
@@ -93,6 +104,9 @@ class Stitcher {
           s.shapes[partitioning::kOpt].outputs[k].dtype == c10::ScalarType::Double) {
         out = out_.insert(c10::aten::to, {out, static_cast<int64_t>(c10::ScalarType::Double)});
       }
+      if (engine_device != device_) {
+        out = out_.insert(c10::aten::to, {out, c10::Device(device_)});
+      }
       map_[s.outputs[k]] = out;
     }
   }
@@ -101,13 +115,15 @@ class Stitcher {
   torch::jit::Module& module_;
   Graph& out_;
   Value* self_;
+  std::string device_;
   std::unordered_map<const Value*, Value*> map_;
 };
 
 }  // namespace
 
 torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
-                          const SegmentEngines& engines, const std::string& name) {
+                          const SegmentEngines& engines, const std::string& name,
+                          const std::string& device) {
   Graph& graph = *partitioned.graph;
   KILN_CHECK(
       !graph.inputs().empty() && graph.inputs()[0]->type()->kind() == c10::TypeKind::ClassType,
@@ -120,7 +136,7 @@ torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
                             c10::IValue(std::string(kRuntimeHint)));
   auto out = std::make_shared<Graph>();
   Value* self = out->addInput("self")->setType(module.type());
-  Stitcher stitcher(engines, module, *out, self);
+  Stitcher stitcher(engines, module, *out, self, device);
   for (size_t i = 1; i < graph.inputs().size(); ++i) {
     stitcher.map(graph.inputs()[i], out->addInput()->copyMetadata(graph.inputs()[i]));
   }

@@ -24,8 +24,11 @@ using SegmentEngines =
 
 // A new module whose forward is `partitioned.graph` with engine segments replaced by engine calls
 // and torch segments kept as they are. Graph input 0 must be `self`; the new module holds the
-// engines as attributes named after them. `name` becomes the module's type name.
+// engines as attributes named after them. `name` becomes the module's type name. The outputs of
+// an engine on another device than `device` ("cpu", "cuda:N": where the PyTorch segments run)
+// are moved to it.
 torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
-                          const SegmentEngines& engines, const std::string& name);
+                          const SegmentEngines& engines, const std::string& name,
+                          const std::string& device = "cpu");
 
 }  // namespace kiln::compiler

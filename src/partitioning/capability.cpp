@@ -4,6 +4,7 @@
 #include "ir/graph_utils.h"
 
 #include "partitioning/settings.h"
+#include "util/errors.h"
 
 namespace kiln::partitioning {
 
@@ -31,6 +32,8 @@ const char* reason_name(Reason reason) {
       return "conversion failed";
     case Reason::kRunFailed:
       return "failed on generated inputs";
+    case Reason::kNotInSupportMap:
+      return "not in backend_support_map";
   }
   return "unknown";
 }
@@ -71,6 +74,65 @@ Decision TableCapability::query(const torch::jit::Node* node) const {
     if (auto refusal = it->second(node)) return Decision::no(Reason::kValidator, *refusal);
   }
   return Decision::yes();
+}
+
+BackendCapability::BackendCapability(std::vector<BackendSupport> backends)
+    : backends_(std::move(backends)) {
+  KILN_CHECK(!backends_.empty(), InvalidArgument, "backend_priority: no backend given");
+  for (const BackendSupport& b : backends_) {
+    KILN_CHECK(b.capability != nullptr, InternalError, "backend `", b.name, "` has no capability");
+  }
+}
+
+Decision BackendCapability::query(const torch::jit::Node* node) const {
+  const std::string kind = node->kind().toQualString();
+  const std::string overload = overload_name(node);
+  // A node that makes no tensor (a size, integer arithmetic, a list of tensors) is no op of a
+  // backend's list: it goes where its first user goes, when that backend takes it.
+  bool makes_tensor = false;
+  for (const torch::jit::Value* v : node->outputs()) {
+    makes_tensor = makes_tensor || v->type()->kind() == c10::TypeKind::TensorType;
+  }
+  if (!makes_tensor) {
+    const torch::jit::Node* first = nullptr;
+    for (const torch::jit::Value* v : node->outputs()) {
+      for (const torch::jit::Use& u : v->uses()) {
+        if (u.user->owningBlock() != node->owningBlock()) continue;
+        if (first == nullptr || u.user->isBefore(first)) first = u.user;
+      }
+    }
+    std::string preferred;
+    if (first != nullptr && first->kind() != torch::jit::prim::Return) {
+      preferred = query(first).backend;
+    }
+    std::optional<Decision> refused;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const BackendSupport& b : backends_) {
+        if (pass == 0 && b.name != preferred) continue;
+        Decision d = b.capability->query(node);
+        if (d.supported) return Decision::yes(b.name);
+        if (!refused) refused = std::move(d);
+      }
+    }
+    return *refused;
+  }
+  std::optional<Decision> refused;
+  std::string listed_nowhere;
+  for (const BackendSupport& b : backends_) {
+    if (!b.ops.empty() && !b.ops.count(kind) && !b.ops.count(overload)) {
+      listed_nowhere += (listed_nowhere.empty() ? "" : ", ") + b.name;
+      continue;
+    }
+    Decision d = b.capability->query(node);
+    if (d.supported) return Decision::yes(b.name);
+    if (!refused) refused = std::move(d);
+  }
+  if (refused) return *refused;
+  // Listed nowhere: an op no engine converts says so, rather than that no list names it.
+  if (Decision d = backends_.front().capability->query(node); !d.supported) return d;
+  return Decision::no(Reason::kNotInSupportMap, "no backend of backend_priority (" +
+                                                    listed_nowhere + ") lists " + overload +
+                                                    " in backend_support_map");
 }
 
 bool is_constant(const torch::jit::Node* node) {

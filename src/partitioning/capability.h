@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace kiln::partitioning {
 
@@ -27,6 +28,7 @@ enum class Reason {
   kBelowMinBlockSize,  // its engine segment was shorter than min_block_size
   kConversionFailed,   // its converter accepted it, then failed to convert it (a compile retry)
   kRunFailed,          // its engine segment failed on shape analysis's generated inputs (a retry)
+  kNotInSupportMap,    // the engines convert it, but no backend of backend_priority lists it
 };
 
 // Stable short name used in reports and JSON ("no converter", "forced op", ...).
@@ -36,10 +38,15 @@ struct Decision {
   bool supported = false;
   Reason reason = Reason::kNone;
   std::string detail;  // names what is wrong, for error messages and reports
+  // Supported nodes: the engine backend that takes it (BackendCapability); empty when there is
+  // only one. Segments hold nodes of one backend.
+  std::string backend;
 
-  static Decision yes() { return {true, Reason::kNone, ""}; }
+  static Decision yes(std::string backend = "") {
+    return {true, Reason::kNone, "", std::move(backend)};
+  }
   static Decision no(Reason reason, std::string detail) {
-    return {false, reason, std::move(detail)};
+    return {false, reason, std::move(detail), ""};
   }
 };
 
@@ -67,6 +74,26 @@ class TableCapability : public Capability {
   std::map<std::string, CapabilityValidator> entries_;
   bool support_all_ = false;
   std::set<std::string> unsupported_;
+};
+
+// Several engine backends in priority order (seed 002's backend_support_map and
+// backend_priority): a node goes to the first backend whose op list names it ("aten::add" for
+// every overload, "aten::add.Tensor" for one; an empty list names every op) and whose capability
+// accepts it, and the decision carries that backend's name. A node no backend lists is refused
+// with kNotInSupportMap; one the capability refuses keeps the capability's reason.
+struct BackendSupport {
+  std::string name;
+  std::set<std::string> ops;  // empty: every op the capability accepts
+  const Capability* capability = nullptr;
+};
+
+class BackendCapability : public Capability {
+ public:
+  explicit BackendCapability(std::vector<BackendSupport> backends);
+  Decision query(const torch::jit::Node* node) const override;
+
+ private:
+  std::vector<BackendSupport> backends_;
 };
 
 // "aten::add.Tensor" for a node with a schema overload, else its kind ("prim::ListConstruct").

@@ -16,6 +16,7 @@ CoverageReport coverage(const PartitionedGraph& partitioned) {
     if (decision.supported) {
       ++op.supported;
       ++report.supported;
+      if (!decision.backend.empty()) ++report.backends[decision.backend];
     } else {
       ++op.reasons[std::string(reason_name(decision.reason)) + ": " + decision.detail];
     }
@@ -25,7 +26,13 @@ CoverageReport coverage(const PartitionedGraph& partitioned) {
 
 std::string to_text(const CoverageReport& report) {
   std::ostringstream os;
-  os << report.supported << '/' << report.total << " ops supported by the engine\n";
+  os << report.supported << '/' << report.total << " ops supported by the engine";
+  const char* sep = ", by backend: ";
+  for (const auto& [backend, n] : report.backends) {
+    os << sep << backend << ' ' << n;
+    sep = ", ";
+  }
+  os << '\n';
   // Unsupported ops first: they are what a reader of this report wants to act on.
   std::vector<const std::pair<const std::string, OpCoverage>*> rows;
   for (const auto& row : report.ops) rows.push_back(&row);
@@ -45,7 +52,9 @@ nlohmann::json to_json(const CoverageReport& report) {
   for (const auto& [name, op] : report.ops) {
     ops[name] = {{"supported", op.supported}, {"total", op.total}, {"reasons", op.reasons}};
   }
-  return {{"supported", report.supported}, {"total", report.total}, {"ops", ops}};
+  nlohmann::json out = {{"supported", report.supported}, {"total", report.total}, {"ops", ops}};
+  if (!report.backends.empty()) out["backends"] = report.backends;
+  return out;
 }
 
 }  // namespace kiln::partitioning

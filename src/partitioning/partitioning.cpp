@@ -85,7 +85,9 @@ void format_into(std::ostream& os, const std::vector<Segment>& segments,
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     const std::string id = prefix + std::to_string(i);
-    os << "segment " << id << ' ' << target_name(s.target) << ':';
+    os << "segment " << id << ' ' << target_name(s.target);
+    if (!s.backend.empty()) os << '[' << s.backend << ']';
+    os << ':';
     for (const Node* n : s.nodes) {
       if (is_constant(n)) continue;
       os << ' ';

@@ -36,6 +36,8 @@ struct PartitionedBlock;
 
 struct Segment {
   Target target = Target::kTorch;
+  // Engine segments: the backend of their nodes (Decision::backend; empty when there is one).
+  std::string backend;
   // In execution order. Includes the nodes in `copied`: non-tensor values this engine segment
   // recomputes itself (constants excluded: every segment recreates the constants it uses).
   std::vector<torch::jit::Node*> nodes;

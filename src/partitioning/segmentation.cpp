@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <unordered_set>
+#include <utility>
 
 namespace kiln::partitioning {
 namespace {
@@ -15,6 +16,11 @@ using torch::jit::Value;
 Target target_of(const Node* node, const Decisions& decisions) {
   auto it = decisions.find(node);
   return it != decisions.end() && it->second.supported ? Target::kEngine : Target::kTorch;
+}
+
+std::string backend_of(const Node* node, const Decisions& decisions) {
+  auto it = decisions.find(node);
+  return it != decisions.end() && it->second.supported ? it->second.backend : "";
 }
 
 // Calls `fn` on every value `node` reads, including those read inside its sub-blocks (and the
@@ -79,11 +85,13 @@ std::vector<Segment> segment_naive(Block* block, const Decisions& decisions) {
   for (Node* node : block->nodes()) {
     if (is_constant(node)) continue;
     const Target target = target_of(node, decisions);
+    const std::string backend = backend_of(node, decisions);
     const bool alone = !node->blocks().empty();
     if (segments.empty() || alone || segments.back().do_not_merge ||
-        segments.back().target != target) {
+        segments.back().target != target || segments.back().backend != backend) {
       segments.emplace_back();
       segments.back().target = target;
+      segments.back().backend = backend;
       segments.back().do_not_merge = alone;
     }
     segments.back().nodes.push_back(node);
@@ -93,55 +101,72 @@ std::vector<Segment> segment_naive(Block* block, const Decisions& decisions) {
 
 std::vector<Segment> segment_dependency_aware(Block* block, const Decisions& decisions) {
   std::vector<Segment> done;
-  // open[0] is the engine segment, open[1] the torch one; ids tell which open segment (if any)
-  // holds a node, so a finalized segment's nodes never match.
-  Segment open[2];
-  int open_id[2] = {0, 1};
-  int next_id = 2;
-  std::unordered_map<const Node*, int> segment_id;
-  open[0].target = Target::kEngine;
-  open[1].target = Target::kTorch;
-
-  auto finalize = [&](int t) {
-    if (!open[t].nodes.empty()) done.push_back(std::move(open[t]));
-    open[t] = Segment{};
-    open[t].target = t == 0 ? Target::kEngine : Target::kTorch;
-    open_id[t] = next_id++;
+  // One open segment per target and engine backend; ids tell which open segment (if any) holds a
+  // node, so a finalized segment's nodes never match. Open segments never depend on each other:
+  // a node that reads from another open segment finalizes that one first.
+  struct Open {
+    Segment segment;
+    int id;
   };
-  auto finalize_both = [&] {
-    // The two open segments never depend on each other; keep source order for readability.
-    const bool engine_first =
-        open[1].nodes.empty() ||
-        (!open[0].nodes.empty() && open[0].nodes[0]->isBefore(open[1].nodes[0]));
-    finalize(engine_first ? 0 : 1);
-    finalize(engine_first ? 1 : 0);
+  std::vector<Open> open;
+  int next_id = 0;
+  std::unordered_map<const Node*, int> segment_id;
+
+  auto finalize = [&](Open& o) {
+    if (!o.segment.nodes.empty()) {
+      Segment fresh;
+      fresh.target = o.segment.target;
+      fresh.backend = o.segment.backend;
+      done.push_back(std::exchange(o.segment, std::move(fresh)));
+    }
+    o.id = next_id++;
+  };
+  auto finalize_all = [&] {
+    // In source order of their first nodes, for readability.
+    std::vector<Open*> order;
+    for (Open& o : open)
+      if (!o.segment.nodes.empty()) order.push_back(&o);
+    std::sort(order.begin(), order.end(), [](const Open* a, const Open* b) {
+      return a->segment.nodes[0]->isBefore(b->segment.nodes[0]);
+    });
+    for (Open* o : order) finalize(*o);
+  };
+  auto open_for = [&](Target target, const std::string& backend) -> Open& {
+    for (Open& o : open)
+      if (o.segment.target == target && o.segment.backend == backend) return o;
+    open.push_back({});
+    open.back().segment.target = target;
+    open.back().segment.backend = backend;
+    open.back().id = next_id++;
+    return open.back();
   };
 
   for (Node* node : block->nodes()) {
     if (is_constant(node)) continue;
     const Target target = target_of(node, decisions);
+    const std::string backend = backend_of(node, decisions);
     if (is_barrier(node)) {
-      finalize_both();
+      finalize_all();
       Segment alone;
       alone.target = target;
+      alone.backend = backend;
       alone.do_not_merge = !node->blocks().empty();
       alone.nodes.push_back(node);
       done.push_back(std::move(alone));
       continue;
     }
-    const int mine = target == Target::kEngine ? 0 : 1;
-    const int other = 1 - mine;
+    const int mine = open_for(target, backend).id;
     for (Node* producer : producers_in(node, block)) {
-      auto it = segment_id.find(producer);
-      if (it != segment_id.end() && it->second == open_id[other]) {
-        finalize(other);
-        break;
-      }
+      auto id = segment_id.find(producer);
+      if (id == segment_id.end() || id->second == mine) continue;
+      for (Open& o : open)
+        if (o.id == id->second) finalize(o);
     }
-    open[mine].nodes.push_back(node);
-    segment_id[node] = open_id[mine];
+    Open& o = open_for(target, backend);  // `open` may have grown: look it up again
+    o.segment.nodes.push_back(node);
+    segment_id[node] = o.id;
   }
-  finalize_both();
+  finalize_all();
   return done;
 }
 
@@ -169,7 +194,8 @@ void absorb(Segment& into, const Segment& from, const NodeOrder& order) {
 std::vector<Segment> merge_adjacent(std::vector<Segment> segments, const NodeOrder& order) {
   std::vector<Segment> merged;
   for (Segment& segment : segments) {
-    if (!merged.empty() && merged.back().target == segment.target && !merged.back().do_not_merge &&
+    if (!merged.empty() && merged.back().target == segment.target &&
+        merged.back().backend == segment.backend && !merged.back().do_not_merge &&
         !segment.do_not_merge) {
       absorb(merged.back(), segment, order);
     } else {

@@ -91,8 +91,8 @@ std::vector<Segment> merge_global(std::vector<Segment> segments, const torch::ji
       for (size_t j = i + 1; j < segments.size() && !merged; ++j) {
         const Segment& a = segments[i];
         const Segment& b = segments[j];
-        if (a.target != b.target || a.do_not_merge || b.do_not_merge || has_barrier(a) ||
-            has_barrier(b)) {
+        if (a.target != b.target || a.backend != b.backend || a.do_not_merge || b.do_not_merge ||
+            has_barrier(a) || has_barrier(b)) {
           continue;
         }
         if (reaches_through_other(succ, i, j) || reaches_through_other(succ, j, i)) continue;

@@ -113,6 +113,20 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   spec.torch_executed_modules =
       strings(j.value("torch_executed_modules", nlohmann::json::array()), "torch_executed_modules");
   spec.require_full_compilation = flag(j, "require_full_compilation");
+  spec.backend_priority =
+      strings(j.value("backend_priority", nlohmann::json::array()), "backend_priority");
+  if (j.contains("backend_support_map")) {
+    const nlohmann::json& map = j["backend_support_map"];
+    KILN_CHECK(map.is_object(), InvalidArgument,
+               "backend_support_map: expected a dict of backend to op names, got ", map.dump());
+    for (const auto& [backend, ops] : map.items()) {
+      KILN_CHECK(ops.is_array(), InvalidArgument, "backend_support_map[", backend,
+                 "]: expected a list of op names, got ", ops.dump());
+      spec.backend_support_map[backend] = strings(ops, "backend_support_map");
+    }
+  }
+  spec.enable_resource_partitioning = flag(j, "enable_resource_partitioning");
+  spec.cpu_memory_budget = count(j, "cpu_memory_budget", 0, 0);
   spec.truncate_long_and_double = flag(j, "truncate_long_and_double");
   spec.workspace_size = count(j, "workspace_size", spec.workspace_size, 0);
   spec.disable_tf32 = flag(j, "disable_tf32");

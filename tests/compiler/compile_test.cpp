@@ -7,6 +7,7 @@
 #include "harness/process.h"
 #include "harness/test_models.h"
 #include "kiln_test_paths.h"
+#include "runtime/engine_class.h"
 #include "util/errors.h"
 
 namespace kiln {
@@ -45,6 +46,68 @@ TEST(Compile, LgammaFallsBackAroundTheUnsupportedOps) {
       testing::run_in_fresh_cpp_process(compiled, {a, b}, "lgamma"), expected));
   EXPECT_TRUE(testing::matches_reference(
       testing::run_in_fresh_python_process(compiled, {a, b}, "lgamma"), expected));
+}
+
+TEST(Compile, BackendSupportMapSendsEachOpToItsBackendOrPyTorch) {
+  testing::TestModel m = testing::load_test_model("lgamma");
+  const at::Tensor x = m.args[0].toTensor(), y = m.args[1].toTensor();
+  CompileSpec spec = spec_for({x, y});
+  spec.min_block_size = 1;
+  spec.backend_priority = {"cpu"};
+  spec.backend_support_map = {{"cpu", {"aten::add", "aten::cat"}}};
+  CompileReport report;
+  torch::jit::Module compiled = compile(m.module, spec, &report);
+  // mul, div (not listed) and the lgammas (no converter) in PyTorch; add joins the cat's engine.
+  ASSERT_EQ(report.segments.size(), 2u) << report.summary();
+  EXPECT_EQ(report.segments[0].target, "torch");
+  EXPECT_EQ(report.segments[0].device, "cpu");
+  EXPECT_EQ(report.segments[0].fallback_reason, "no converter x3, not in backend_support_map x2");
+  EXPECT_EQ(report.segments[1].target, "engine");
+  EXPECT_EQ(report.segments[1].device, "cpu");
+  EXPECT_EQ(report.segments[1].ops,
+            (std::vector<std::string>{"aten::add", "prim::ListConstruct", "aten::cat"}));
+  bool named = false;
+  for (const std::string& f : report.fallback) {
+    named = named || f == "aten::mul.Tensor: not in backend_support_map (no backend of "
+                          "backend_priority (cpu) lists aten::mul.Tensor in backend_support_map)";
+  }
+  EXPECT_TRUE(named) << report.to_json();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(testing::matches_reference(compiled.forward({x, y}), m.expected));
+}
+
+TEST(Compile, BadBackendsNameWhatIsWrong) {
+  testing::TestModel m = testing::load_test_model("lgamma");
+  CompileSpec spec = spec_for({m.args[0].toTensor(), m.args[1].toTensor()});
+  spec.backend_priority = {"tpu"};
+  std::string err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("backend_priority: unknown backend `tpu` (kiln's engines are `cuda` and "
+                     "`cpu`"),
+            std::string::npos)
+      << err;
+  spec.backend_priority = {"cpu", "cpu"};
+  err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("`cpu` is listed twice"), std::string::npos) << err;
+  spec.backend_priority = {"cpu"};
+  spec.backend_support_map = {{"cuda", {"aten::add"}}};
+  err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("backend_support_map: backend `cuda` is not in backend_priority"),
+            std::string::npos)
+      << err;
+  spec.backend_support_map = {{"cpu", {"add"}}};
+  err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("`add` of backend `cpu` is not an op name like aten::add"), std::string::npos)
+      << err;
+  spec.backend_support_map = {{"cpu", {}}};
+  err = error_of([&] { compile(m.module, spec); });
+  EXPECT_NE(err.find("backend `cpu` lists no op"), std::string::npos) << err;
+  if (!runtime::cuda_supported()) {
+    spec.backend_support_map.clear();
+    spec.backend_priority = {"cuda", "cpu"};
+    err = error_of([&] { compile(m.module, spec); });
+    EXPECT_NE(err.find("compile: device cuda:0 needs kiln's CUDA backend"), std::string::npos)
+        << err;
+  }
 }
 
 TEST(Compile, ControlFlowKeepsTheBranchAndLoopInPyTorch) {

@@ -231,6 +231,44 @@ def forward(self, x):
   EXPECT_TRUE(at::allclose(loaded.forward({x.cuda()}).toTensor().cpu(), expected, 1e-5, 1e-6));
 }
 
+TEST(GpuCompile, SupportMapSplitsAModelAcrossCudaCpuAndPyTorch) {
+  SKIP_WITHOUT_CUDA();
+  torch::jit::Module m("M");
+  m.register_parameter("w", torch::randn({8}), false);
+  m.define(R"(
+def forward(self, x):
+    a = torch.relu(x) * self.w
+    b = torch.sigmoid(a) + 1.0
+    c = torch.lgamma(b)
+    return torch.tanh(c) * 2.0
+)");
+  m.eval();
+  torch::NoGradGuard no_grad;
+  CompileSpec spec;
+  spec.inputs = {Input({4, 8}, DType::kF32)};
+  spec.device = parse_device("cuda:0");
+  spec.min_block_size = 1;
+  spec.backend_priority = {"cuda", "cpu"};
+  spec.backend_support_map = {{"cuda", {"aten::relu", "aten::mul", "aten::tanh"}},
+                              {"cpu", {"aten::sigmoid", "aten::add"}}};
+  CompileReport report;
+  torch::jit::Module compiled = compile(m, spec, &report);
+  std::vector<std::string> where;
+  for (const SegmentReport& s : report.segments) where.push_back(s.target + " " + s.device);
+  EXPECT_EQ(where, (std::vector<std::string>{"engine cuda:0", "engine cpu", "torch cuda:0",
+                                             "engine cuda:0"}))
+      << report.summary();
+  const at::Tensor x = at::randn({4, 8});
+  const at::Tensor expected = m.forward({x}).toTensor();
+  const at::Tensor y = compiled.forward({x.cuda()}).toTensor();
+  ASSERT_TRUE(y.is_cuda());
+  EXPECT_TRUE(at::allclose(y.cpu(), expected, 1e-5, 1e-5));
+  const std::string path = testing::write_temp_file("three_backends.kiln.ts", "");
+  compiled.save(path);
+  torch::jit::Module loaded = torch::jit::load(path);
+  EXPECT_TRUE(at::allclose(loaded.forward({x.cuda()}).toTensor().cpu(), expected, 1e-5, 1e-5));
+}
+
 TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
   SKIP_WITHOUT_CUDA();
   at::globalContext().setAllowTF32CuDNN(false);

@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "kiln/kiln.h"
 #include "kiln/logging.h"
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> precisions;
   size_t min_block_size = 3;
   std::vector<std::string> torch_ops, torch_modules;
+  std::vector<std::string> backend_priority, backend_ops;
+  bool resource_partitioning = false;
+  uint64_t memory_budget = 0;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
        disable_tf32 = false, exact_gelu = false, print_after_all = false, refittable = false;
   std::string refit_path, cache_dir;
@@ -76,6 +80,18 @@ int main(int argc, char** argv) {
   app.add_option("--torch-executed-module", torch_modules,
                  "keep this module type in PyTorch (repeatable)");
   app.add_flag("--require-full-compilation", full, "fail unless the whole graph is one engine");
+  app.add_option("--backend-priority", backend_priority,
+                 "engine backends in priority order, cuda | cpu (repeatable; default: --device's)")
+      ->delimiter(',');
+  app.add_option(
+      "--backend-ops", backend_ops,
+      "BACKEND=OP[,OP...]: the ops a backend of --backend-priority may take (repeatable; "
+      "a backend without it takes every op kiln converts)");
+  app.add_flag("--resource-partitioning", resource_partitioning,
+               "split engine segments until each one's build fits --cpu-memory-budget");
+  app.add_option("--cpu-memory-budget", memory_budget,
+                 "bytes an engine build may take (implies --resource-partitioning; default: the "
+                 "machine's available memory)");
   app.add_flag("--truncate-long-double", truncate, "accepted for compatibility (int64 is native)");
   app.add_option("--workspace-size", workspace,
                  "the most bytes an engine's activations may take at the opt shapes (0, the "
@@ -202,6 +218,21 @@ int main(int argc, char** argv) {
     spec.torch_executed_ops = torch_ops;
     spec.torch_executed_modules = torch_modules;
     spec.require_full_compilation = full;
+    spec.backend_priority = backend_priority;
+    for (const std::string& entry : backend_ops) {
+      const size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size()) {
+        return fail(kExitInputError, "--backend-ops: `" + entry +
+                                         "` is not BACKEND=OP[,OP...], e.g. cpu=aten::lgamma");
+      }
+      std::vector<std::string>& ops = spec.backend_support_map[entry.substr(0, eq)];
+      std::stringstream list(entry.substr(eq + 1));
+      for (std::string op; std::getline(list, op, ',');) {
+        if (!op.empty()) ops.push_back(op);
+      }
+    }
+    spec.enable_resource_partitioning = resource_partitioning || memory_budget > 0;
+    spec.cpu_memory_budget = memory_budget;
     spec.truncate_long_and_double = truncate;
     spec.workspace_size = workspace;
     spec.disable_tf32 = disable_tf32;
