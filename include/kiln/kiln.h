@@ -47,6 +47,21 @@ struct Device {
 enum class Phase { kLower, kPartition, kShapeAnalysis, kConvert, kBuild, kStitch };
 const char* phase_name(Phase phase);
 
+// What converting and building an engine takes in memory, as a multiple of the bytes of its
+// weights: the converted network, the builder's rewritten copies (folded batch norms,
+// channels-last and f16 copies), the serialized plan and the engine made from it, which the
+// compiled module keeps. Measured by bench/build_memory.py as the peak RSS of the convert phase
+// over the weights (CPU: resnet50 2.76, vgg16 2.08, transformers' BertModel 1.99; bench/NOTES.md).
+inline constexpr double kBuildMemoryMultiplier = 2.8;
+
+// Registers an atomic subgraph for every later compile of this process: a chain of ops (each
+// "aten::relu", "aten::add.Tensor", or alternatives "aten::relu|aten::gelu"), each step's tensor
+// output read only by the next, which partitioning never splits across two segments (resource
+// partitioning, min_block_size); built in: conv -> batch norm -> activation, conv -> activation,
+// mul -> add, mul -> mul. Registering a name again replaces it. InvalidArgument for a chain of
+// fewer than two ops or a name that is not an op's.
+void register_atomic_subgraph(const std::string& name, const std::vector<std::string>& ops);
+
 struct CompileSpec {
   std::vector<Input> inputs;  // one per forward argument (self excluded)
   Device device;
@@ -64,10 +79,9 @@ struct CompileSpec {
   std::vector<std::string> backend_priority;
   std::map<std::string, std::vector<std::string>> backend_support_map;
   // Resource partitioning (seed 002): engine segments whose estimated build memory (their
-  // weights times the builder's measured multiplier, engine::kBuildMemoryMultiplier) exceeds the
-  // budget are split, between atomic patterns (register_atomic_subgraph), until each piece fits;
-  // the pieces are built one after another. cpu_memory_budget 0 takes the machine's available
-  // memory.
+  // weights times kBuildMemoryMultiplier) exceeds the budget are split, between atomic patterns
+  // (register_atomic_subgraph), until each piece fits; the pieces are built one after another.
+  // cpu_memory_budget 0 takes the machine's available memory (MemAvailable).
   bool enable_resource_partitioning = false;
   uint64_t cpu_memory_budget = 0;
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native

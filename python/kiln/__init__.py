@@ -27,8 +27,8 @@ RUNTIME_LIBRARY = _os.path.join(_os.path.dirname(_EXTENSION.origin), "libkiln_ru
 _torch.ops.load_library(RUNTIME_LIBRARY)
 
 from . import _kiln  # noqa: E402
-from ._compile import (Input, SupportReport, compile, load, refit, save,  # noqa: E402
-                       support_report)
+from ._compile import (Input, SupportReport, compile, load, refit,  # noqa: E402
+                       register_atomic_subgraph, save, support_report)
 from ._logging import set_log_level  # noqa: E402
 
 Error = _kiln.Error
@@ -42,5 +42,6 @@ InternalError = _kiln.InternalError
 from . import dynamo as _dynamo  # noqa: E402  (registers torch.compile's backend "kiln")
 
 __all__ = ["compile", "Input", "save", "load", "refit", "support_report", "SupportReport",
+           "register_atomic_subgraph",
            "set_log_level", "Error", "InvalidArgument", "Unsupported", "ShapeMismatch",
            "DeviceError", "CorruptInput", "InternalError", "RUNTIME_LIBRARY"]

@@ -199,7 +199,7 @@ _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
               "engine_cache_dir", "engine_cache_size", "print_after_all"}
 
 
-def _op_name(op, backend):
+def _op_name(op, where):
     """"aten::add.Tensor" for torch.ops.aten.add.Tensor, "aten::add" for torch.ops.aten.add, a
     string as it is."""
     if isinstance(op, str):
@@ -209,7 +209,56 @@ def _op_name(op, backend):
     if isinstance(op, torch._ops.OpOverloadPacket):
         return op._qualified_op_name
     raise _kiln.InvalidArgument(
-        f"backend_support_map[{backend!r}]: expected op names or torch.ops overloads, got {op!r}")
+        f"{where}: expected op names or torch.ops overloads, got {op!r}")
+
+
+def _pattern_ops(module):
+    """The op chain of an nn.Module's forward, scripted: its nodes but constants and list
+    packing, in order."""
+    try:
+        graph = torch.jit.script(module).inlined_graph
+    except Exception as e:  # noqa: BLE001 (any scripting failure, named)
+        raise _kiln.InvalidArgument(
+            f"register_atomic_subgraph: cannot script {type(module).__name__}: "
+            f"{str(e).strip().splitlines()[0]}") from e
+    skip = {"prim::Constant", "prim::ListConstruct", "prim::TupleConstruct", "prim::GetAttr"}
+    ops = []
+    for node in graph.nodes():
+        if node.kind() in skip:
+            continue
+        if list(node.blocks()):
+            raise _kiln.InvalidArgument(
+                f"register_atomic_subgraph: {type(module).__name__} has control flow "
+                f"({node.kind()}); a pattern is a chain of ops")
+        ops.append(node.kind())
+    return ops
+
+
+def register_atomic_subgraph(pattern=None, *, name=None, init_args=()):
+    """Registers an atomic subgraph: an op chain kiln never splits across two segments (resource
+    partitioning, min_block_size), as the engine fuses it. `pattern` is a list of ops (each a
+    name "aten::relu", a torch.ops overload, or a list of alternatives) or an nn.Module class,
+    whose forward (scripted, built with `init_args`) gives the chain; as a decorator,
+    @kiln.register_atomic_subgraph or @kiln.register_atomic_subgraph(init_args=...). Built in:
+    conv -> batch norm -> activation, conv -> activation, mul -> add, mul -> mul."""
+    if pattern is None:
+        return lambda cls: register_atomic_subgraph(cls, name=name, init_args=init_args)
+    if isinstance(pattern, type) and issubclass(pattern, torch.nn.Module):
+        _kiln.register_atomic_subgraph(name or pattern.__qualname__,
+                                       _pattern_ops(pattern(*init_args)))
+        return pattern
+    if isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__iter__"):
+        raise _kiln.InvalidArgument(
+            f"register_atomic_subgraph: expected a list of ops or an nn.Module class, got "
+            f"{pattern!r}")
+    if name is None:
+        raise _kiln.InvalidArgument("register_atomic_subgraph: a list of ops needs a name=")
+    steps = []
+    for step in pattern:
+        alternatives = step if isinstance(step, (list, tuple, set)) else [step]
+        steps.append("|".join(_op_name(op, "pattern") for op in alternatives))
+    _kiln.register_atomic_subgraph(name, steps)
+    return pattern
 
 
 def _check_options(options):
@@ -296,7 +345,8 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
             raise _kiln.InvalidArgument(
                 f"backend_support_map: expected a dict of backend to op names, got {value!r}")
         spec["backend_support_map"] = {
-            str(backend): sorted({_op_name(op, backend) for op in ops})
+            str(backend): sorted({_op_name(op, f"backend_support_map[{backend!r}]")
+                                  for op in ops})
             for backend, ops in value.items()}
     if isinstance(options.get("engine_cache_dir"), os.PathLike):
         options["engine_cache_dir"] = os.fspath(options["engine_cache_dir"])

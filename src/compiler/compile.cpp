@@ -1,9 +1,12 @@
 // kiln::compile: lower, partition, analyze shapes, convert and build each engine segment, stitch.
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iomanip>
 #include <set>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -19,6 +22,7 @@
 #include "engine/plan.h"
 #include "kiln/kiln.h"
 #include "lowering/lower.h"
+#include "partitioning/atomic.h"
 #include "partitioning/coverage.h"
 #include "partitioning/partitioning.h"
 #include "partitioning/shape_analysis.h"
@@ -72,6 +76,23 @@ struct NodeRefused {
   const torch::jit::Node* node;
   Error error;
 };
+
+// The memory this machine has available (MemAvailable), for a resource-partitioning budget the
+// spec leaves at 0.
+uint64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  KILN_CHECK(pages > 0 && page > 0, Unsupported,
+             "enable_resource_partitioning: cannot read the available memory; set "
+             "cpu_memory_budget");
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
 
 // An engine backend of CompileSpec::backend_priority.
 struct Backend {
@@ -181,6 +202,11 @@ struct Pipeline {
     s.torch_executed_modules = {spec.torch_executed_modules.begin(),
                                 spec.torch_executed_modules.end()};
     s.require_full_compilation = full;
+    if (spec.enable_resource_partitioning) {
+      const uint64_t budget = spec.cpu_memory_budget ? spec.cpu_memory_budget : available_memory();
+      s.max_engine_weight_bytes = std::max<uint64_t>(
+          1, static_cast<uint64_t>(static_cast<double>(budget) / kBuildMemoryMultiplier));
+    }
     return s;
   }
 
@@ -621,6 +647,24 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
 }
 
 }  // namespace
+
+void register_atomic_subgraph(const std::string& name, const std::vector<std::string>& ops) {
+  partitioning::AtomicPattern pattern;
+  pattern.name = name;
+  for (const std::string& step : ops) {
+    std::set<std::string> names;
+    size_t from = 0;
+    for (;;) {
+      const size_t bar = step.find('|', from);
+      const std::string op = step.substr(from, bar == std::string::npos ? bar : bar - from);
+      if (!op.empty()) names.insert(op);
+      if (bar == std::string::npos) break;
+      from = bar + 1;
+    }
+    pattern.steps.push_back(std::move(names));
+  }
+  partitioning::register_atomic_pattern(std::move(pattern));
+}
 
 torch::jit::Module compile(const torch::jit::Module& module, const CompileSpec& spec,
                            CompileReport* report) {

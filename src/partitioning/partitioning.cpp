@@ -2,9 +2,13 @@
 #include "partitioning/partitioning.h"
 
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "ir/verifier.h"
+#include "partitioning/atomic.h"
 #include "partitioning/dependency.h"
 #include "partitioning/strategies.h"
 #include "util/errors.h"
@@ -17,14 +21,24 @@ using torch::jit::Node;
 
 struct Context {
   const PartitionSettings& settings;
+  const std::vector<AtomicPattern>& patterns;
   size_t min_block_size;
   const Decisions& base;  // static decisions; what non-tensor analysis may copy
   Decisions& decisions;   // final decisions, only ever moved toward PyTorch
   const NodeOrder& order;
 };
 
-// Engine segments with too few ops fall back whole; returns true when any did.
+// Engine segments with too few ops fall back whole, and with them every atomic pattern they
+// hold part of (its other part may lie in another engine segment); returns true when any did.
 bool apply_min_block_size(const std::vector<Segment>& segments, const Context& ctx) {
+  std::vector<Node*> engine_nodes;
+  for (const Segment& s : segments) {
+    if (s.target != Target::kEngine) continue;
+    for (Node* n : s.nodes)
+      if (!s.copied.count(n)) engine_nodes.push_back(n);
+  }
+  const auto groups = atomic_groups(engine_nodes, ctx.patterns);
+  std::set<size_t> falling_groups;
   bool changed = false;
   for (const Segment& s : segments) {
     if (s.target != Target::kEngine) continue;
@@ -36,10 +50,122 @@ bool apply_min_block_size(const std::vector<Segment>& segments, const Context& c
           Decision::no(Reason::kBelowMinBlockSize, "its engine segment has " + std::to_string(ops) +
                                                        " op(s), fewer than min_block_size " +
                                                        std::to_string(ctx.min_block_size));
+      if (auto g = groups.find(n); g != groups.end()) falling_groups.insert(g->second);
       changed = true;
     }
   }
+  for (const auto& [n, g] : groups) {
+    if (!falling_groups.count(g) || !ctx.decisions.at(n).supported) continue;
+    ctx.decisions[n] = Decision::no(
+        Reason::kBelowMinBlockSize,
+        "fused with ops whose engine segment has fewer ops than min_block_size (an atomic "
+        "pattern is never split)");
+  }
   return changed;
+}
+
+// The bytes of the tensor constants `node` reads that `seen` does not hold yet (added to it).
+uint64_t new_weight_bytes(const Node* node, std::unordered_set<const torch::jit::Value*>& seen) {
+  uint64_t bytes = 0;
+  for (const torch::jit::Value* v : node->inputs()) {
+    if (!is_constant(v->node()) || v->type()->kind() != c10::TypeKind::TensorType) continue;
+    if (!seen.insert(v).second) continue;
+    if (auto value = torch::jit::toIValue(v); value && value->isTensor()) {
+      bytes += value->toTensor().nbytes();
+    }
+  }
+  return bytes;
+}
+
+// Resource partitioning: splits each engine segment whose weights exceed
+// max_engine_weight_bytes into consecutive pieces (execution order, so every piece reads only
+// what earlier ones or other segments make). A cut never falls inside an atomic pattern: where
+// the budget runs out inside one, the cut moves to the pattern's side holding most of its nodes.
+// The pieces hold owned nodes only; the caller recomputes copies. Returns true when any split.
+bool split_oversized(std::vector<Segment>& segments, const Context& ctx) {
+  const uint64_t max_bytes = ctx.settings.max_engine_weight_bytes;
+  std::vector<Segment> out;
+  bool split = false;
+  for (Segment& s : segments) {
+    std::vector<Node*> nodes;
+    for (Node* n : s.nodes)
+      if (!s.copied.count(n)) nodes.push_back(n);
+    std::unordered_set<const torch::jit::Value*> all;
+    uint64_t total = 0;
+    for (const Node* n : nodes) total += new_weight_bytes(n, all);
+    if (s.target != Target::kEngine || s.do_not_merge || total <= max_bytes) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    // cut_ok[i]: a cut just before nodes[i] splits no atomic pattern.
+    const auto groups = atomic_groups(nodes, ctx.patterns);
+    std::map<size_t, std::pair<size_t, size_t>> span;  // group -> first, last index
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto g = groups.find(nodes[i]);
+      if (g == groups.end()) continue;
+      auto [it, fresh] = span.emplace(g->second, std::make_pair(i, i));
+      if (!fresh) it->second.second = i;
+    }
+    std::vector<bool> cut_ok(nodes.size() + 1, true);
+    for (const auto& [g, range] : span) {
+      for (size_t i = range.first + 1; i <= range.second; ++i) cut_ok[i] = false;
+    }
+    std::vector<size_t> cuts;  // piece starts after the first
+    size_t start = 0;
+    std::unordered_set<const torch::jit::Value*> seen;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const uint64_t more = new_weight_bytes(nodes[i], seen);
+      if (more == 0 || bytes + more <= max_bytes || i == start) {
+        bytes += more;
+        continue;
+      }
+      // Cut before nodes[i], or where the pattern holding it lets.
+      size_t cut = i;
+      if (!cut_ok[i]) {
+        size_t back = i, fwd = i;
+        while (back > start && !cut_ok[back]) --back;
+        while (fwd < nodes.size() && !cut_ok[fwd]) ++fwd;
+        size_t before = 0, after = 0;  // of the pattern whose span holds nodes[i]
+        for (const auto& [g, range] : span) {
+          if (range.first >= i || i > range.second) continue;
+          for (size_t k = range.first; k <= range.second; ++k) {
+            auto m = groups.find(nodes[k]);
+            if (m != groups.end() && m->second == g) ++(k < i ? before : after);
+          }
+        }
+        cut = (before > after || back == start) ? fwd : back;
+      }
+      if (cut >= nodes.size() || cut == start) {
+        bytes += more;
+        continue;
+      }
+      cuts.push_back(cut);
+      start = cut;
+      seen.clear();
+      bytes = 0;
+      for (size_t k = start; k <= i; ++k) bytes += new_weight_bytes(nodes[k], seen);
+      if (cut > i) i = cut - 1;  // the pattern went to the earlier piece
+    }
+    if (cuts.empty()) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    split = true;
+    cuts.push_back(nodes.size());
+    size_t from = 0;
+    for (size_t to : cuts) {
+      Segment piece;
+      piece.target = s.target;
+      piece.backend = s.backend;
+      piece.nodes.assign(nodes.begin() + static_cast<std::ptrdiff_t>(from),
+                         nodes.begin() + static_cast<std::ptrdiff_t>(to));
+      out.push_back(std::move(piece));
+      from = to;
+    }
+  }
+  segments = std::move(out);
+  return split;
 }
 
 void mark_loop_body(Node* loop, Decisions& decisions) {
@@ -65,6 +191,11 @@ std::vector<Segment> partition_block(Block* block, const Context& ctx) {
     if (resolve_non_tensor_boundaries(segments, block, ctx.base, ctx.decisions, ctx.order))
       continue;
     if (apply_min_block_size(segments, ctx)) continue;
+    if (ctx.settings.max_engine_weight_bytes > 0 && split_oversized(segments, ctx)) {
+      compute_boundaries(segments, block);
+      if (resolve_non_tensor_boundaries(segments, block, ctx.base, ctx.decisions, ctx.order))
+        continue;
+    }
     break;
   }
   for (Segment& s : segments) {
@@ -151,8 +282,10 @@ PartitionedGraph partition(std::shared_ptr<torch::jit::Graph> graph, const Capab
   const Decisions base = classify_graph(*graph, capability, settings);
   result.decisions = base;
   const NodeOrder order = number_nodes(*graph);
-  const Context ctx{settings, settings.require_full_compilation ? 1 : settings.min_block_size, base,
-                    result.decisions, order};
+  const std::vector<AtomicPattern> patterns = atomic_patterns();
+  const Context ctx{
+      settings, patterns,         settings.require_full_compilation ? 1 : settings.min_block_size,
+      base,     result.decisions, order};
   result.segments = partition_block(graph->block(), ctx);
   if (settings.require_full_compilation) throw_if_not_fully_supported(*graph, result.decisions);
   return result;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -25,6 +26,11 @@ struct PartitionSettings {
   // min_block_size is ignored: a fully compiled graph needs no minimum.
   bool require_full_compilation = false;
   Strategy strategy = Strategy::kDependencyAware;
+  // Resource partitioning (seed 002): an engine segment whose weights (the bytes of the tensor
+  // constants its nodes read, each counted once) exceed this is split into consecutive pieces
+  // that each hold at most this much, cutting only between atomic patterns (atomic.h); a node
+  // whose own weights exceed it is a piece alone. 0: no splitting.
+  uint64_t max_engine_weight_bytes = 0;
 };
 
 }  // namespace kiln::partitioning

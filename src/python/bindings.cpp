@@ -206,6 +206,9 @@ PYBIND11_MODULE(_kiln, m) {
     }
   });
 
+  m.attr("BUILD_MEMORY_MULTIPLIER") = kiln::kBuildMemoryMultiplier;
+  m.def("register_atomic_subgraph", &kiln::register_atomic_subgraph,
+        "an op chain partitioning never splits (kiln.register_atomic_subgraph)");
   m.def("shares_torch_types", &shares_torch_types,
         "whether modules can cross as torch._C.ScriptModule objects (else as bytes)");
   m.def(

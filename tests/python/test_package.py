@@ -483,3 +483,70 @@ def test_modules_cross_as_bytes_where_torch_types_are_not_shared(monkeypatch):
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x))
         torch.testing.assert_close(r(x), m(x))
+
+
+def test_backend_support_map_sends_unlisted_ops_to_pytorch():
+    m = conv_net()
+    x = torch.randn(2, 3, 16, 16)
+    c = kiln.compile(m, inputs=[x], min_block_size=1, backend_priority=["cpu"],
+                     backend_support_map={"cpu": {torch.ops.aten.conv2d, "aten::batch_norm",
+                                                  torch.ops.aten.relu.default}})
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), atol=1e-5, rtol=1e-5)
+    segments = c.kiln_report["segments"]
+    assert [s["device"] for s in segments] == ["cpu"] * len(segments)
+    assert any("not in backend_support_map" in s.get("fallback_reason", "") for s in segments)
+    assert segments[0]["target"] == "engine"
+    for bad, message in [({"backend_priority": "cpu"}, "expected a list of backends"),
+                         ({"backend_priority": ["tpu"]}, "unknown backend `tpu`"),
+                         ({"backend_priority": ["cpu"], "backend_support_map": {"cpu": [1]}},
+                          "expected op names or torch.ops overloads, got 1"),
+                         ({"backend_support_map": ["cpu"]}, "expected a dict")]:
+        with pytest.raises(kiln.InvalidArgument, match=message):
+            kiln.compile(m, inputs=[x], **bad)
+
+
+class ReluMul(torch.nn.Module):
+    """neg -> relu -> mul(weight), twice: a weight budget of 1.5 weights cuts the second chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.rand(4096) + 0.5)
+        self.w2 = torch.nn.Parameter(torch.rand(4096) + 0.5)
+
+    def forward(self, x):
+        y = torch.relu(torch.neg(x)) * self.w1
+        return torch.relu(torch.neg(y)) * self.w2
+
+
+def test_resource_partitioning_keeps_registered_patterns_whole():
+    m = ReluMul().eval()
+    x = torch.randn(8, 4096)
+    budget = int(1.5 * 4096 * 4 * kiln._kiln.BUILD_MEMORY_MULTIPLIER)
+
+    def engines():
+        c = kiln.compile(m, inputs=[x], min_block_size=1, enable_resource_partitioning=True,
+                         cpu_memory_budget=budget)
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), m(x))
+        return [s["ops"] for s in c.kiln_report["segments"] if s["target"] == "engine"]
+
+    # Without a pattern the cut falls just before the second mul, whose weight overflows.
+    assert engines()[1] == ["aten::mul"]
+
+    @kiln.register_atomic_subgraph(name="relu_mul_test")
+    class Pattern(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.relu(x) * w
+
+    # The relu -> mul pattern moves whole to the later piece.
+    assert engines()[1] == ["aten::relu", "aten::mul"]
+    kiln.register_atomic_subgraph([torch.ops.aten.sub, ["aten::tanh", torch.ops.aten.sigmoid]],
+                                  name="sub_act_test")
+    for bad, message in [((["aten::relu"],), "at least two ops, got 1"),
+                         (("aten::relu",), "expected a list of ops or an nn.Module class"),
+                         ((["relu", "aten::mul"],), "`relu` is not an op name")]:
+        with pytest.raises(kiln.InvalidArgument, match=message):
+            kiln.register_atomic_subgraph(*bad, name="bad")
+    with pytest.raises(kiln.InvalidArgument, match="needs a name="):
+        kiln.register_atomic_subgraph(["aten::relu", "aten::mul"])

@@ -6,7 +6,9 @@
 # names) and runs bench/gpu/bench.py with the arguments given (none: no benchmark). The test
 # log, the profiles and the benchmark's tables go to $OUT (a device call returns at most 8
 # files); build logs stay in /tmp/kiln-iterate. CACHE_BENCH="resnet50,hf_bert" also times
-# compiles with the engine cache and refit on the device (bench/compile_cache.py). KILN_TESTS=filter
+# compiles with the engine cache and refit on the device (bench/compile_cache.py);
+# MEMORY_BENCH="resnet50,vgg16" the peak build memory with and without resource partitioning
+# (bench/build_memory.py). KILN_TESTS=filter
 # also builds kiln_tests and runs the tests of kiln_tests it selects (e.g. '*Gpu*'), PYTEST=args
 # runs the package's pytest with them (pytest installed from .deps/wheels when missing). Needs
 # .deps/ from tools/device/pack-deps.sh.
@@ -74,6 +76,11 @@ if [ -n "${CACHE_BENCH:-}" ]; then
     --models "$CACHE_BENCH" 2>&1 | grep -E "^\||^device" | tee "$out/compile_cache.md"
 fi
 
+# Peak build memory and resource partitioning (bench/build_memory.py), MEMORY_BENCH="models".
+if [ -n "${MEMORY_BENCH:-}" ]; then
+  PYTHONPATH="$build/python" PYTHONUNBUFFERED=1 "$py" bench/build_memory.py --device cuda \
+    --models "$MEMORY_BENCH" 2>&1 | grep -E "^\||^device" | tee "$out/build_memory.md"
+fi
 if [ $# -gt 0 ]; then
   check_runtime_libstdcxx "$build/lib/libkiln_runtime.so" || exit 1
   PYTHONUNBUFFERED=1 "$py" bench/gpu/bench.py --package-dir "$build/python" --kilnc "$build/bin/kilnc" \
