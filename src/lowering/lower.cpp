@@ -1,6 +1,7 @@
 // Lowering entry points: freeze a module, mark module fallback, then run the pass pipeline.
 #include "lowering/lower.h"
 
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 
 #include "ir/graph_utils.h"
@@ -19,6 +20,29 @@ bool is_torch_executed(const torch::jit::Node* node) {
   return node->hasAttribute(attr) && node->i(attr) != 0;
 }
 
+namespace {
+
+// A module traced or scripted on a GPU freezes into constants on it; the compile's device, not the
+// module's, decides where things run: constants move to the CPU here (shape analysis runs the
+// graph there; conversion reads weights there), and a cuda compile moves what stays in PyTorch
+// back to its device when stitching.
+void constants_to_cpu(torch::jit::Block* block) {
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* b : n->blocks()) constants_to_cpu(b);
+    if (n->kind() != c10::prim::Constant || !n->output()->type()->cast<c10::TensorType>()) continue;
+    const auto value = torch::jit::toIValue(n->output());
+    if (!value || !value->isTensor()) continue;
+    const at::Tensor t = value->toTensor();
+    if (!t.defined() || t.device().is_cpu()) continue;
+    at::Tensor on_cpu = t.detach().cpu();
+    on_cpu.set_requires_grad(t.requires_grad());
+    n->t_(c10::attr::value, on_cpu);
+    n->output()->inferTypeFrom(n->t(c10::attr::value));
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module,
                                                 const LoweringOptions& options) {
   KILN_CHECK(module.find_method("forward").has_value(), InvalidArgument, "lower_module: module `",
@@ -34,6 +58,7 @@ std::shared_ptr<torch::jit::Graph> lower_module(const torch::jit::Module& module
     KILN_THROW(Unsupported, "lower_module: cannot freeze module `",
                module.type()->name()->qualifiedName(), "`: ", e.msg());
   }
+  constants_to_cpu(graph->block());
   // Marks must be placed while the inlined call stacks still name every node's module.
   mark_module_fallback(graph, options.torch_executed_modules);
   std::vector<torch::jit::Value*> typed;

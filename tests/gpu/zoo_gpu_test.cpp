@@ -269,6 +269,28 @@ def forward(self, x):
   EXPECT_TRUE(at::allclose(loaded.forward({x.cuda()}).toTensor().cpu(), expected, 1e-5, 1e-5));
 }
 
+TEST(GpuCompile, ModulesWhoseWeightsAreOnTheGpuCompileToEngines) {
+  // A model moved to the GPU before tracing or compiling, as users have it.
+  SKIP_WITHOUT_CUDA();
+  testing::TestModel m = testing::load_test_model("resnet18");
+  torch::jit::Module on_gpu = m.module.clone();
+  on_gpu.to(at::kCUDA);
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = m.args[0].toTensor().cuda();
+  CompileSpec spec;
+  spec.inputs = {Input(x.sizes().vec(), DType::kF32)};
+  spec.device = parse_device("cuda:0");
+  spec.disable_tf32 = true;
+  CompileReport report;
+  torch::jit::Module compiled = compile(on_gpu, spec, &report);
+  EXPECT_EQ(report.torch_ops, 0u) << report.summary();
+  EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
+  const Diff d = diff_of(compiled.forward({x}), on_gpu.forward({x}));
+  EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << "relative " << d.relative();
+  // The module given stays where it was.
+  for (const auto& p : on_gpu.parameters()) EXPECT_TRUE(p.is_cuda());
+}
+
 TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
   SKIP_WITHOUT_CUDA();
   at::globalContext().setAllowTF32CuDNN(false);
