@@ -502,13 +502,20 @@ void check_device(const Device& device) {
 
 // The PyTorch segments of a cuda compile run on the device too: their tensor constants (frozen
 // weights the lowering left outside engines) move there, as `module.to(device)` would have moved
-// them. Zero-dim constants stay where they are: PyTorch takes CPU scalars next to CUDA tensors.
+// them, and so do the devices their ops are given (a traced `torch.arange(n, device=...)`).
+// Zero-dim constants stay where they are: PyTorch takes CPU scalars next to CUDA tensors.
 void move_tensor_constants(torch::jit::Block* block, const c10::Device& device) {
   std::vector<torch::jit::Node*> constants;
   for (torch::jit::Node* n : block->nodes()) {
     for (torch::jit::Block* b : n->blocks()) move_tensor_constants(b, device);
-    if (n->kind() == c10::prim::Constant && n->output()->type()->cast<c10::TensorType>()) {
-      constants.push_back(n);
+    if (n->kind() != c10::prim::Constant) continue;
+    if (n->output()->type()->cast<c10::TensorType>()) constants.push_back(n);
+    // The devices ops are given (lowering made the module's CPU ones): the compile's device.
+    if (n->output()->type()->kind() == c10::TypeKind::DeviceObjType) {
+      const auto value = torch::jit::toIValue(n->output());
+      if (value && value->isDevice() && value->toDevice().is_cpu()) {
+        n->s_(c10::attr::value, device.str());
+      }
     }
   }
   for (torch::jit::Node* n : constants) {

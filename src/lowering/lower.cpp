@@ -22,14 +22,21 @@ bool is_torch_executed(const torch::jit::Node* node) {
 
 namespace {
 
-// A module traced or scripted on a GPU freezes into constants on it; the compile's device, not the
-// module's, decides where things run: constants move to the CPU here (shape analysis runs the
-// graph there; conversion reads weights there), and a cuda compile moves what stays in PyTorch
-// back to its device when stitching.
+// A module traced or scripted on a GPU freezes into constants on it, tensors and devices; the
+// compile's device, not the module's, decides where things run: constants move to the CPU here
+// (shape analysis runs the graph there; conversion reads weights there), and a cuda compile moves
+// what stays in PyTorch to its device when stitching.
 void constants_to_cpu(torch::jit::Block* block) {
   for (torch::jit::Node* n : block->nodes()) {
     for (torch::jit::Block* b : n->blocks()) constants_to_cpu(b);
-    if (n->kind() != c10::prim::Constant || !n->output()->type()->cast<c10::TensorType>()) continue;
+    if (n->kind() != c10::prim::Constant) continue;
+    // Devices the trace recorded (`torch.arange(n, device=x.device)`) too.
+    if (n->output()->type()->kind() == c10::TypeKind::DeviceObjType) {
+      const auto value = torch::jit::toIValue(n->output());
+      if (value && value->isDevice() && !value->toDevice().is_cpu()) n->s_(c10::attr::value, "cpu");
+      continue;
+    }
+    if (!n->output()->type()->cast<c10::TensorType>()) continue;
     const auto value = torch::jit::toIValue(n->output());
     if (!value || !value->isTensor()) continue;
     const at::Tensor t = value->toTensor();

@@ -289,6 +289,23 @@ TEST(GpuCompile, ModulesWhoseWeightsAreOnTheGpuCompileToEngines) {
   EXPECT_LE(d.max_abs, kRel * d.scale + kAbs) << "relative " << d.relative();
   // The module given stays where it was.
   for (const auto& p : on_gpu.parameters()) EXPECT_TRUE(p.is_cuda());
+
+  // Ops given the GPU as their device (traces record `device=x.device` so) join engines too.
+  torch::jit::Module dev("D");
+  dev.register_parameter("w", torch::randn({8}).cuda(), false);
+  dev.define(R"(
+def forward(self, x):
+    pos = torch.arange(8, device=torch.device("cuda:0")).to(torch.float32)
+    return torch.relu(x * self.w + pos) - torch.sigmoid(x)
+)");
+  dev.eval();
+  spec.inputs = {Input({4, 8}, DType::kF32)};
+  spec.min_block_size = 1;
+  torch::jit::Module compiled_d = compile(dev, spec, &report);
+  EXPECT_EQ(report.torch_ops, 0u) << report.summary();
+  const at::Tensor y = at::randn({4, 8}, at::kCUDA);
+  EXPECT_TRUE(
+      at::allclose(compiled_d.forward({y}).toTensor(), dev.forward({y}).toTensor(), 1e-5, 1e-5));
 }
 
 TEST(GpuRuntime, DynamicBatchRunsOnCudaAtEveryBatch) {
