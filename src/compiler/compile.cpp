@@ -510,13 +510,6 @@ void move_tensor_constants(torch::jit::Block* block, const c10::Device& device) 
     for (torch::jit::Block* b : n->blocks()) move_tensor_constants(b, device);
     if (n->kind() != c10::prim::Constant) continue;
     if (n->output()->type()->cast<c10::TensorType>()) constants.push_back(n);
-    // The devices ops are given (lowering made the module's CPU ones): the compile's device.
-    if (n->output()->type()->kind() == c10::TypeKind::DeviceObjType) {
-      const auto value = torch::jit::toIValue(n->output());
-      if (value && value->isDevice() && value->toDevice().is_cpu()) {
-        n->s_(c10::attr::value, device.str());
-      }
-    }
   }
   for (torch::jit::Node* n : constants) {
     const auto value = torch::jit::toIValue(n->output());

@@ -1,5 +1,7 @@
 #include "compiler/stitch.h"
 
+#include <torch/csrc/jit/ir/constants.h>
+
 #include <functional>
 #include <unordered_map>
 #include <utility>
@@ -32,6 +34,13 @@ class Stitcher {
     KILN_CHECK(v->node()->kind() == torch::jit::prim::Constant, InternalError, "stitch: %",
                v->debugName(), " is used before any segment produced it");
     Node* c = out_.createClone(v->node(), [this](Value* x) { return value_of(x); });
+    // The device a PyTorch op is given (lowering made the module's the CPU): the compile's.
+    if (c->output()->type()->kind() == c10::TypeKind::DeviceObjType && device_ != "cpu") {
+      const auto device = torch::jit::toIValue(c->output());
+      if (device && device->isDevice() && device->toDevice().is_cpu()) {
+        c->s_(c10::attr::value, device_);
+      }
+    }
     c->insertAfter(out_.block()->param_node());
     return map_[v] = c->output();
   }

@@ -26,7 +26,8 @@ using SegmentEngines =
 // and torch segments kept as they are. Graph input 0 must be `self`; the new module holds the
 // engines as attributes named after them. `name` becomes the module's type name. The outputs of
 // an engine on another device than `device` ("cpu", "cuda:N": where the PyTorch segments run)
-// are moved to it.
+// are moved to it, and so are its inputs to the engine's; the CPU devices PyTorch ops are given
+// (`torch.arange(n, device=...)`, made the CPU by lowering) become `device`.
 torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
                           const SegmentEngines& engines, const std::string& name,
                           const std::string& device = "cpu");

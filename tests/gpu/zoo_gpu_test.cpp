@@ -295,7 +295,7 @@ TEST(GpuCompile, ModulesWhoseWeightsAreOnTheGpuCompileToEngines) {
   dev.register_parameter("w", torch::randn({8}).cuda(), false);
   dev.define(R"(
 def forward(self, x):
-    pos = torch.arange(8, device=torch.device("cuda:0")).to(torch.float32)
+    pos = torch.arange(8, device=torch.device("cuda:0")).float()
     return torch.relu(x * self.w + pos) - torch.sigmoid(x)
 )");
   dev.eval();
