@@ -16,14 +16,12 @@ For each model (bench/models.py), traced, compiled with kiln.compile's defaults 
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import make_model, max_diff  # noqa: E402
+from models import latency_ms, make_model, max_diff  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln import _compile  # noqa: E402
@@ -67,22 +65,6 @@ class PhaseMemory:
         # 0 when the phase never grew the process beyond its RSS at the start (freed memory
         # reused).
         return max(0, status_kib("VmHWM") - self.start_kib) * 1024
-
-
-def latency_ms(module, x, device, iters=20):
-    with torch.no_grad():
-        for _ in range(3):
-            module(x)
-        times = []
-        for _ in range(iters):
-            if device != "cpu":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            module(x)
-            if device != "cpu":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def compile_measured(traced, x, device, **options):

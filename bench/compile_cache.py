@@ -21,7 +21,6 @@ markdown table and checks that every refit or cached module answers as the model
 import argparse
 import copy
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import make_model, max_diff  # noqa: E402
+from models import latency_ms, make_model, max_diff  # noqa: E402
 
 import kiln  # noqa: E402
 
@@ -38,22 +37,6 @@ def timed(fn):
     start = time.perf_counter()
     out = fn()
     return out, (time.perf_counter() - start) * 1e3
-
-
-def latency_ms(module, x, device, iters=20):
-    with torch.no_grad():
-        for _ in range(3):
-            module(x)
-        times = []
-        for _ in range(iters):
-            if device != "cpu":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            module(x)
-            if device != "cpu":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def tuned(model):

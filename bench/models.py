@@ -10,6 +10,9 @@ returns the last hidden state), "fcn_resnet50" (torchvision segmentation, 224x22
 SUITE is the broad GPU suite of issue #28: every torchvision classification family, a
 segmentation and a video model, and the transformers models, each compiled as a user would.
 """
+import statistics
+import time
+
 import torch
 import torch.nn as nn
 
@@ -122,6 +125,24 @@ def realistic_(model, make_input):
         model.train()
         model(make_input(8))
         model.eval()
+
+
+def latency_ms(module, x, device, iters=20):
+    """The median wall time of module(x) over `iters` calls after 3 of warm-up (synchronized on
+    a GPU), in ms: the compile benchmarks' quick timing, not bench/gpu/bench.py's CUDA events."""
+    with torch.no_grad():
+        for _ in range(3):
+            module(x)
+        times = []
+        for _ in range(iters):
+            if device != "cpu":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            module(x)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
 
 
 def max_diff(a, b):

@@ -153,6 +153,32 @@ TEST(Kilnc, CheckMethodSupportAndSaveEngine) {
   EXPECT_NE(run.out.find("f32[1, 10]"), std::string::npos) << run.out;
 }
 
+TEST(Kilnc, BackendsAndResourcePartitioningFromFlags) {
+  const std::string out = testing::write_temp_file("kilnc_backends.ts", "");
+  const std::string report = testing::write_temp_file("kilnc_backends.json", "");
+  auto r = testing::run_process({KILNC_PATH, model("lgamma"), out, "(2,3)", "(2,3)",
+                                 "--min-block-size", "1", "--backend-priority", "cpu",
+                                 "--backend-ops", "cpu=aten::add,aten::cat", "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["segments"].size(), 2u) << j.dump(1);
+  EXPECT_EQ(j["segments"][0]["target"], "torch");
+  EXPECT_EQ(j["segments"][1]["device"], "cpu");
+  EXPECT_NE(j["segments"][0]["fallback_reason"].get<std::string>().find(
+                "not in backend_support_map x2"),
+            std::string::npos);
+  // A budget of one byte: every op with weights is an engine of its own.
+  r = testing::run_process({KILNC_PATH, model("resnet18"), out, "(1,3,64,64)",
+                            "--cpu-memory-budget", "1", "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in2(report);
+  const auto k = nlohmann::json::parse(in2);
+  size_t engines = 0;
+  for (const auto& s : k["segments"]) engines += s["target"] == "engine";
+  EXPECT_GE(engines, 10u) << r.out;
+}
+
 TEST(Kilnc, BadFlagsAndSpecsExit2NamingThem) {
   const std::string out = testing::write_temp_file("kilnc_bad.ts", "");
   struct Case {
@@ -171,6 +197,12 @@ TEST(Kilnc, BadFlagsAndSpecsExit2NamingThem) {
       {{"/nonexistent.ts", out, "(1)"}, "/nonexistent.ts: cannot open"},
       {{KILN_TEST_DATA_DIR "/lgamma.ir", out, "(1)"}, "not a TorchScript module"},
       {{model("resnet18"), out, "(1,3,64,64)", "--bogus"}, "--bogus"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--backend-ops", "cpu"},
+       "--backend-ops: `cpu` is not BACKEND=OP[,OP...]"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--backend-priority", "tpu"},
+       "unknown backend `tpu`"},
+      {{model("resnet18"), out, "(1,3,64,64)", "--backend-ops", "cpu=aten::relu"},
+       "backend `cpu` is not in backend_priority"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {KILNC_PATH};
