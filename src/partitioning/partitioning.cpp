@@ -134,7 +134,9 @@ bool split_oversized(std::vector<Segment>& segments, const Context& ctx) {
             if (m != groups.end() && m->second == g) ++(k < i ? before : after);
           }
         }
-        cut = (before > after || back == start) ? fwd : back;
+        // Most of it before the cut (or nothing fits before it): the cut moves after it.
+        const bool forward = (before > after && fwd < nodes.size()) || back == start;
+        cut = forward ? fwd : back;
       }
       if (cut >= nodes.size() || cut == start) {
         bytes += more;
