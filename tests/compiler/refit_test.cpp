@@ -25,6 +25,7 @@ struct Compiled {
 Compiled setup(const std::string& name) {
   Compiled c{testing::load_test_model(name), {}, {}};
   c.model.module.eval();
+  torch::manual_seed(0);  // the same inputs every run
   for (const c10::IValue& arg : c.model.args) {
     const at::Tensor example = arg.toTensor();
     const bool ids = example.scalar_type() == at::kLong;
@@ -57,7 +58,13 @@ TEST_P(Refit, AnswersAsAFreshCompileOfTheNewWeights) {
   // engines run the plans a fresh compile builds: the same answers to the bit.
   ASSERT_GT(max_diff(want, before), 1e-3);
   EXPECT_TRUE(testing::matches_reference(compiled.forward(c.x), before));
-  EXPECT_TRUE(testing::matches_reference(refitted.forward(c.x), want)) << GetParam();
+  // Against eager, within 1e-3 of the output's scale: the perturbed weights make deep models'
+  // outputs large (zoo_efficientnet_b0: ~1000), and the engine's summation order differs from
+  // libtorch's; the old weights' answers lie far outside that.
+  const double scale = max_diff(want, at::zeros_like(want.toTensor()));
+  const double bound = 1e-3 * scale + 1e-5;
+  EXPECT_LE(max_diff(refitted.forward(c.x), want), bound) << GetParam();
+  EXPECT_GT(max_diff(want, before), 10 * bound) << GetParam();
   EXPECT_EQ(max_diff(refitted.forward(c.x), fresh.forward(c.x)), 0.0) << GetParam();
   ASSERT_EQ(refit_report.segments.size(), compiled_report.segments.size());
   for (const SegmentReport& s : refit_report.segments) {
