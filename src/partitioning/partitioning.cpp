@@ -87,13 +87,17 @@ bool split_oversized(std::vector<Segment>& segments, const Context& ctx) {
   std::vector<Segment> out;
   bool split = false;
   for (Segment& s : segments) {
+    if (s.target != Target::kEngine || s.do_not_merge) {
+      out.push_back(std::move(s));
+      continue;
+    }
     std::vector<Node*> nodes;
     for (Node* n : s.nodes)
       if (!s.copied.count(n)) nodes.push_back(n);
     std::unordered_set<const torch::jit::Value*> all;
     uint64_t total = 0;
     for (const Node* n : nodes) total += new_weight_bytes(n, all);
-    if (s.target != Target::kEngine || s.do_not_merge || total <= max_bytes) {
+    if (total <= max_bytes) {
       out.push_back(std::move(s));
       continue;
     }

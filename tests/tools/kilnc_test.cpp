@@ -165,9 +165,9 @@ TEST(Kilnc, BackendsAndResourcePartitioningFromFlags) {
   ASSERT_EQ(j["segments"].size(), 2u) << j.dump(1);
   EXPECT_EQ(j["segments"][0]["target"], "torch");
   EXPECT_EQ(j["segments"][1]["device"], "cpu");
-  EXPECT_NE(j["segments"][0]["fallback_reason"].get<std::string>().find(
-                "not in backend_support_map x2"),
-            std::string::npos);
+  EXPECT_NE(
+      j["segments"][0]["fallback_reason"].get<std::string>().find("not in backend_support_map x2"),
+      std::string::npos);
   // A budget of one byte: every op with weights is an engine of its own.
   r = testing::run_process({KILNC_PATH, model("resnet18"), out, "(1,3,64,64)",
                             "--cpu-memory-budget", "1", "--report", report});
