@@ -5,7 +5,7 @@ classification constructor (224x224 images), "bert" (a BERT-base-sized nn.Transf
 "hf_bert", "hf_gpt2" and "hf_distilbert" (transformers' BertModel, GPT2Model and
 DistilBertModel at base size, random weights from their configs; sequence length 128; the module
 returns the last hidden state), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
-"out" map) and "r3d_18" (torchvision video, 16 frames of 112x112).
+"out" map), "r3d_18" (torchvision video, 16 frames of 112x112), and FALLBACK's models.
 
 SUITE is the broad GPU suite of issue #28: every torchvision classification family, a
 segmentation and a video model, and the transformers models, each compiled as a user would.
@@ -59,6 +59,44 @@ SUITE = [
 ]
 
 
+# Models with ops kiln's engines do not convert, which run in PyTorch or, with backend_priority
+# [..., "inductor"], in Inductor (issue #34): "gcnn_lm", a gated convolutional language model
+# (Dauphin et al. 2017: 8 residual blocks of causal conv1d and GLU, vocabulary 10000, width 512,
+# sequence length 128), and "beta_head", resnet18 with a head giving the log-density of a Beta
+# distribution per class on a grid of 32 points (lgamma between the elementwise ops).
+FALLBACK = ["gcnn_lm", "beta_head"]
+
+
+class GatedConvLM(nn.Module):
+    def __init__(self, vocab=10000, d=512, blocks=8, kernel=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.kernel = kernel
+        self.convs = nn.ModuleList(nn.Conv1d(d, 2 * d, kernel) for _ in range(blocks))
+        self.norm = nn.LayerNorm(d)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids).transpose(1, 2)  # (batch, d, seq)
+        for conv in self.convs:
+            x = x + nn.functional.glu(conv(nn.functional.pad(x, (self.kernel - 1, 0))), dim=1)
+        return self.out(self.norm(x.transpose(1, 2)))
+
+
+class BetaHead(nn.Module):
+    def __init__(self, classes=64, points=32):
+        super().__init__()
+        import torchvision
+        self.backbone = torchvision.models.resnet18(num_classes=2 * classes)
+        self.register_buffer("t", torch.linspace(0.02, 0.98, points))
+
+    def forward(self, x):
+        a, b = (nn.functional.softplus(self.backbone(x)) + 1).chunk(2, dim=1)
+        a, b = a.unsqueeze(-1), b.unsqueeze(-1)  # (batch, classes, 1)
+        log_norm = torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b)
+        return log_norm + (a - 1) * torch.log(self.t) + (b - 1) * torch.log1p(-self.t)
+
+
 class MainOutput(nn.Module):
     """A torchvision segmentation model returning its "out" map (a plain tensor, not a dict)."""
 
@@ -90,6 +128,11 @@ def make_model(name):
         model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
     elif name in ("hf_bert", "hf_gpt2", "hf_distilbert"):
         model, make_input = transformers_model(name)
+    elif name == "gcnn_lm":
+        model, make_input = GatedConvLM(), lambda b: torch.randint(0, 10000, (b, SEQ))
+    elif name == "beta_head":
+        model, make_input = BetaHead(), lambda b: torch.randn(b, 3, 224, 224)
+        realistic_(model, make_input)
     else:
         import torchvision
         if name == "fcn_resnet50":

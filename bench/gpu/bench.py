@@ -16,7 +16,10 @@ mean over models of kiln's speed-up against the best torch.compile mode of the s
 --disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32), kiln-exactgelu
 kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form),
 kiln-interp kiln with pointwise layers on the interpreter kernel instead of generated kernels
-(the switch cuda_codegen=off).
+(the switch cuda_codegen=off), kiln-inductor kiln with backend_priority ["cuda", "inductor"] (what
+the engines do not take compiled by Inductor instead of run in PyTorch; compiled from
+torch.export's program), and default torch.compile's default mode, which Inductor's pieces use.
+`--models fallback` runs bench/models.py's FALLBACK, models with ops kiln does not convert.
 
 Needs the package assembled in build/python (or, --via kilnc, build/bin/kilnc and
 build/lib/libkiln_runtime.so) built with CUDA (tools/device/gpu-bench.sh).
@@ -34,7 +37,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from models import SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
+from models import FALLBACK, SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
 from merge_results import COLUMNS, geomean_lines, row_line  # noqa: E402 (beside this file)
 
 
@@ -78,10 +81,11 @@ def model_flops(model, x):
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
                  "kiln-exactgelu": ["--exact-gelu"],
-                 "kiln-interp": ["--switch", "cuda_codegen=off"]}
+                 "kiln-interp": ["--switch", "cuda_codegen=off"], "kiln-inductor": None}
 # The same as kiln.compile options, and builder switches.
 KILN_OPTIONS = {"kiln": {}, "kiln-notf32": {"disable_tf32": True},
-                "kiln-exactgelu": {"exact_gelu": True}, "kiln-interp": {}}
+                "kiln-exactgelu": {"exact_gelu": True}, "kiln-interp": {},
+                "kiln-inductor": {"backend_priority": ["cuda", "inductor"]}}
 KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"]}
 
 
@@ -91,7 +95,7 @@ def kiln_compile_package(args, model, x, dtype, backend):
     for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s."""
     import kiln
     with torch.no_grad():
-        if args.via == "export":
+        if args.via == "export" or backend == "kiln-inductor":
             source = torch.export.export(model, (x.cpu(),))
         else:
             source = torch.jit.trace(model, x.cpu(), check_trace=False)
@@ -103,6 +107,12 @@ def kiln_compile_package(args, model, x, dtype, backend):
                             progress=False, **KILN_OPTIONS[backend])
     seconds = time.time() - start
     rep = compiled.kiln_report
+    if "pieces" in rep:  # split between kiln and Inductor
+        kiln_reports = [p["kiln_report"] for p in rep["pieces"] if "kiln_report" in p]
+        info = {k: sum(report_info(r)[k] for r in kiln_reports)
+                for k in ("engines", "torch_ops", "shuffles")}
+        info["torch_ops"] += sum(p["ops"] for p in rep["pieces"] if p["backend"] == "pytorch")
+        return compiled, seconds, info
     return compiled, seconds, report_info(rep)
 
 
@@ -162,7 +172,8 @@ def relative_error(out, ref):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert",
-                   help="comma-separated bench/models.py names, or `suite` (SUITE)")
+                   help="comma-separated bench/models.py names, `suite` (SUITE) or `fallback` "
+                        "(FALLBACK)")
     p.add_argument("--via", choices=["package", "export", "kilnc"], default="package",
                    help="compile through the Python package (default), torch.export's program "
                         "through the package's ATen frontend (export), or the kilnc program")
@@ -196,7 +207,7 @@ def main():
     # Models and plans of every row (GBs over a run); removed when the run ends, even by an error.
     tmp_dir = tempfile.TemporaryDirectory(prefix="kiln_bench_")
     tmp = tmp_dir.name
-    models = SUITE if args.models == "suite" else args.models.split(",")
+    models = {"suite": SUITE, "fallback": FALLBACK}.get(args.models, args.models.split(","))
     for name in models:
         for prec in args.precisions.split(","):
             dtype = torch.float16 if prec == "fp16" else torch.float32
@@ -226,13 +237,14 @@ def main():
                                 ts = torch.jit.freeze(torch.jit.trace(gpu_model, x, check_trace=False))
                                 fn = torch.jit.optimize_for_inference(ts)
                                 fn(x)
-                            elif backend in ("reduce-overhead", "max-autotune"):
+                            elif backend in ("default", "reduce-overhead", "max-autotune"):
                                 torch._dynamo.reset()
                                 fn = torch.compile(gpu_model, mode=backend)
                                 fn(x)
                                 fn(x)
                             elif backend in KILN_BACKENDS:
-                                if args.via in ("package", "export"):
+                                if args.via in ("package", "export") or \
+                                        backend == "kiln-inductor":
                                     fn, _, info = kiln_compile_package(args, model, x_cpu, dtype,
                                                                        backend)
                                 else:

@@ -172,6 +172,13 @@ torch::jit::Module refit(const torch::jit::Module& compiled, const torch::jit::M
 bool check_method_op_support(const torch::jit::Module& module,
                              const std::string& method = "forward", std::string* report = nullptr);
 
+// The coverage report, as JSON ({"supported": n, "total": n, "ops": {"aten::x": {"supported",
+// "total", "reasons"}}, "backends": {...}}), of forward lowered and partitioned with `spec`'s
+// settings (forced ops and modules, backend_priority and backend_support_map) and a block size
+// of 1; nothing is converted or built. The Python package splits graphs between kiln and
+// Inductor by it.
+std::string op_coverage_json(const torch::jit::Module& module, const CompileSpec& spec);
+
 // Compiles the whole method into one engine and returns its serialized plan (every op must be
 // supported, as with require_full_compilation).
 std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,

@@ -5,6 +5,8 @@
     kiln.save(compiled, "model.ts")      # kiln.load("model.ts") in another process
     kiln.refit(compiled, tuned_model)    # new weights, same engines (compile refittable=True)
     torch.compile(model, backend="kiln")  # the Dynamo backend
+    kiln.compile(model.eval(), inputs=[x], backend_priority=["cuda", "inductor"])
+                                         # what kiln's engines leave, compiled by Inductor
 
 The API follows torch_tensorrt's (compile, Input, save, load), so that switching is a change of
 import. Arguments are checked by the C++ compiler and its errors raised here with its message:
@@ -29,6 +31,7 @@ _torch.ops.load_library(RUNTIME_LIBRARY)
 from . import _kiln  # noqa: E402
 from ._compile import (Input, SupportReport, compile, load, refit,  # noqa: E402
                        register_atomic_subgraph, save, support_report)
+from ._inductor import KilnInductorModule  # noqa: E402
 from ._logging import set_log_level  # noqa: E402
 
 Error = _kiln.Error
@@ -42,6 +45,6 @@ InternalError = _kiln.InternalError
 from . import dynamo as _dynamo  # noqa: E402  (registers torch.compile's backend "kiln")
 
 __all__ = ["compile", "Input", "save", "load", "refit", "support_report", "SupportReport",
-           "register_atomic_subgraph",
+           "register_atomic_subgraph", "KilnInductorModule",
            "set_log_level", "Error", "InvalidArgument", "Unsupported", "ShapeMismatch",
            "DeviceError", "CorruptInput", "InternalError", "RUNTIME_LIBRARY"]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _kiln
+from . import _inductor, _kiln
 from ._logging import logger
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -271,6 +271,49 @@ def _check_options(options):
             f"{', '.join(sorted(known))})")
 
 
+def _export_bytes(program):
+    """An ExportedProgram as torch.export.save writes it, which kiln's ATen frontend reads."""
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    return buffer.getvalue()
+
+
+def _spec(specs, device, enabled_precisions, debug, options):
+    """The C++ compiler's spec (a dict, sent as JSON) of kiln.compile's arguments; `options`
+    are the checked further options (_check_options)."""
+    options = dict(options)
+    precisions = {_dtype_name(p, "enabled_precisions")
+                  for p in (enabled_precisions or {torch.float32})}
+    precisions.add("f32")
+    spec = {"inputs": [s._spec() for s in specs or []], "device": device,
+            "enabled_precisions": sorted(precisions), "debug": bool(debug)}
+    for key in ("torch_executed_ops", "torch_executed_modules", "switches"):
+        if key in options:
+            value = options.pop(key)
+            if isinstance(value, str) or not hasattr(value, "__iter__"):
+                raise _kiln.InvalidArgument(f"{key}: expected a list of names, got {value!r}")
+            spec[key] = [str(v) for v in value]
+    if "backend_priority" in options:
+        value = options.pop("backend_priority")
+        if isinstance(value, str) or not hasattr(value, "__iter__"):
+            raise _kiln.InvalidArgument(
+                f"backend_priority: expected a list of backends, got {value!r}")
+        spec["backend_priority"] = [str(v) for v in value]
+    if "backend_support_map" in options:
+        value = options.pop("backend_support_map")
+        if not isinstance(value, dict):
+            raise _kiln.InvalidArgument(
+                f"backend_support_map: expected a dict of backend to op names, got {value!r}")
+        spec["backend_support_map"] = {
+            str(backend): sorted({_op_name(op, f"backend_support_map[{backend!r}]")
+                                  for op in ops})
+            for backend, ops in value.items()}
+    if isinstance(options.get("engine_cache_dir"), os.PathLike):
+        options["engine_cache_dir"] = os.fspath(options["engine_cache_dir"])
+    spec.update(options)
+    return spec
+
+
 def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisions=None,
             device=None, debug=False, progress=None, **options):
     """Compiles `module` (an nn.Module in eval mode, traced with `inputs`, a ScriptModule, or a
@@ -282,7 +325,9 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     "cuda:N". Further options, as torch_tensorrt names them: min_block_size,
     torch_executed_ops, torch_executed_modules, require_full_compilation, backend_priority
     and backend_support_map (engines of several backends: "cuda", "cpu"; each op to the first
-    whose map entry lists it, by name or torch.ops overload), enable_resource_partitioning and
+    whose map entry lists it, by name or torch.ops overload; "inductor" last: what the engines
+    leave is compiled by Inductor, in a kiln.KilnInductorModule, which cannot be saved, unless
+    the engines take it all), enable_resource_partitioning and
     cpu_memory_budget (engine segments split until each one's build fits), workspace_size,
     truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches, refittable
     (engines kiln.refit can give new weights without a rebuild), engine_cache (True: built
@@ -312,45 +357,16 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
         inputs = arg_inputs
     specs, examples = _inputs(inputs)
     device = _device(device, examples)
-    precisions = {_dtype_name(p, "enabled_precisions")
-                  for p in (enabled_precisions or {torch.float32})}
-    precisions.add("f32")
+    if _inductor.INDUCTOR in (options.get("backend_priority") or ()):
+        return _inductor.compile(module, specs, examples, device, enabled_precisions, debug,
+                                 progress, options)
     if exported:
         # Through the ATen frontend, as torch.export.save writes it; without inputs, the
         # export's shapes and range constraints give them.
-        buffer = io.BytesIO()
-        torch.export.save(module, buffer)
-        data = buffer.getvalue()
+        data = _export_bytes(module)
     else:
         data = _script(module, specs, examples)
-    if specs is None:  # a ScriptModule without inputs: the C++ compiler says what is missing
-        specs = []
-    spec = {"inputs": [s._spec() for s in specs], "device": device,
-            "enabled_precisions": sorted(precisions), "debug": bool(debug)}
-    for key in ("torch_executed_ops", "torch_executed_modules", "switches"):
-        if key in options:
-            value = options.pop(key)
-            if isinstance(value, str) or not hasattr(value, "__iter__"):
-                raise _kiln.InvalidArgument(f"{key}: expected a list of names, got {value!r}")
-            spec[key] = [str(v) for v in value]
-    if "backend_priority" in options:
-        value = options.pop("backend_priority")
-        if isinstance(value, str) or not hasattr(value, "__iter__"):
-            raise _kiln.InvalidArgument(
-                f"backend_priority: expected a list of backends, got {value!r}")
-        spec["backend_priority"] = [str(v) for v in value]
-    if "backend_support_map" in options:
-        value = options.pop("backend_support_map")
-        if not isinstance(value, dict):
-            raise _kiln.InvalidArgument(
-                f"backend_support_map: expected a dict of backend to op names, got {value!r}")
-        spec["backend_support_map"] = {
-            str(backend): sorted({_op_name(op, f"backend_support_map[{backend!r}]")
-                                  for op in ops})
-            for backend, ops in value.items()}
-    if isinstance(options.get("engine_cache_dir"), os.PathLike):
-        options["engine_cache_dir"] = os.fspath(options["engine_cache_dir"])
-    spec.update(options)
+    spec = _spec(specs, device, enabled_precisions, debug, options)
     bar = _Progress(progress)
     previous_level, handler = _kiln.log_level(), None
     if debug:
@@ -394,9 +410,7 @@ def refit(compiled, module):
             "(model.load_state_dict(state_dict); kiln.refit(compiled, model))")
     exported = isinstance(module, torch.export.ExportedProgram)
     if exported:
-        buffer = io.BytesIO()
-        torch.export.save(module, buffer)
-        data = buffer.getvalue()
+        data = _export_bytes(module)
     else:
         spec = json.loads(compiled.kiln_spec)
         specs = [Input(min_shape=i["min"], opt_shape=i["opt"], max_shape=i["max"],
@@ -409,6 +423,11 @@ def refit(compiled, module):
 
 def save(module, path):
     """Saves a compiled module (any ScriptModule) to `path`, written whole or not at all."""
+    if isinstance(module, _inductor.KilnInductorModule):
+        raise _kiln.InvalidArgument(
+            "kiln.save: a module split between kiln and Inductor runs Inductor's Python code, "
+            "which TorchScript cannot save; compile without `inductor` in backend_priority to "
+            "save it (what the engines leave then runs in PyTorch)")
     if not isinstance(module, torch.jit.ScriptModule):
         raise _kiln.InvalidArgument(
             f"kiln.save: expected a compiled module (a torch.jit.ScriptModule), got "

@@ -1,5 +1,6 @@
 """torch.compile(model, backend="kiln"): each graph Dynamo hands over is traced to TorchScript and
-compiled by kiln; the ATen frontend will take Dynamo's graphs directly once it exists.
+compiled by kiln, or, with "inductor" in backend_priority, exported and split between kiln's
+engines and Inductor.
 Registered under the name "kiln" when the package is imported, and through the
 torch_dynamo_backends entry point of an installed package (no import needed)."""
 import torch
@@ -13,18 +14,21 @@ stats = {"compiled": 0, "in_pytorch": 0}
 class _WithWeights(torch.nn.Module):
     """Dynamo's graph with the module's parameters and buffers bound: Dynamo passes them as graph
     inputs (marked static), kiln wants them as constants, to fold batch norms, pre-pack weights
-    and build engines around them. Traced, they become constants of the TorchScript graph; like
-    any compiled engine, the result keeps the weights it was compiled with."""
+    and build engines around them. They are buffers of this module, which tracing and
+    torch.export both see as weights; like any compiled engine, the result keeps the weights it
+    was compiled with."""
 
     def __init__(self, gm, example_inputs, static):
         super().__init__()
         self.gm = gm
         self.count = len(example_inputs)
-        self.bound = {i: example_inputs[i].detach() for i in static}
+        self.static = sorted(static)
+        for i in self.static:
+            self.register_buffer(f"input_{i}", example_inputs[i].detach())
 
     def forward(self, *args):
         rest = iter(args)
-        return self.gm(*[self.bound[i] if i in self.bound else next(rest)
+        return self.gm(*[getattr(self, f"input_{i}") if i in self.static else next(rest)
                          for i in range(self.count)])
 
 
@@ -32,7 +36,9 @@ def backend(gm, example_inputs, options=None, mode=None):
     """A Dynamo backend: returns a callable running `gm` on kiln, or `gm` itself (with a warning)
     where a graph cannot be compiled; Dynamo's graph breaks and guards are its own business.
     torch.compile(..., options={...}) gives kiln.compile's options (enabled_precisions,
-    min_block_size, ...); a bad option is an error there, not a silent fallback."""
+    min_block_size, ...); a bad option is an error there, not a silent fallback. With
+    backend_priority=["cuda", "inductor"] (or "cpu") what kiln's engines do not take is
+    compiled by Inductor instead of running in PyTorch."""
     from ._compile import compile as kiln_compile, _check_options
     from . import Error, InvalidArgument
 
@@ -52,6 +58,8 @@ def backend(gm, example_inputs, options=None, mode=None):
               if getattr(x, "_dynamo_static_input_type", None) is not None}
     dynamic = [x for i, x in enumerate(example_inputs) if i not in static]
     try:
+        # With "inductor" in backend_priority kiln.compile exports the graph and splits it
+        # between kiln and Inductor.
         compiled = kiln_compile(_WithWeights(gm, example_inputs, static).eval(), inputs=dynamic,
                                 **options)
     except InvalidArgument:

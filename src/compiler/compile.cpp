@@ -113,8 +113,9 @@ std::vector<Backend> backends_of(const CompileSpec& spec) {
   for (const std::string& name : spec.backend_priority) {
     KILN_CHECK(name == "cuda" || name == "cpu", InvalidArgument,
                "backend_priority: unknown backend `", name,
-               "` (kiln's engines are `cuda` and `cpu`; what no backend takes runs in "
-               "PyTorch)");
+               "` (kiln's engines are `cuda` and `cpu`; `inductor` is a backend of the Python "
+               "package, kiln.compile and torch.compile's kiln backend; what no backend takes runs "
+               "in PyTorch)");
     for (const Backend& b : out) {
       KILN_CHECK(b.name != name, InvalidArgument, "backend_priority: `", name, "` is listed twice");
     }
@@ -701,18 +702,40 @@ torch::jit::Module refit(const torch::jit::Module& compiled, const torch::jit::M
   return compile_module(module, spec, report, &reuse);
 }
 
-bool check_method_op_support(const torch::jit::Module& module, const std::string& method,
-                             std::string* report) {
-  CompileSpec spec;
+namespace {
+
+// The partition of `method` with the spec's settings (forced ops and modules, backends) and no
+// block size, nothing converted or built: which ops the engines would take.
+partitioning::CoverageReport coverage_of(const torch::jit::Module& module,
+                                         const std::string& method, const CompileSpec& spec) {
   Pipeline pipe{module, method, spec, nullptr};
+  pipe.backends = backends_of(spec);
   auto graph = pipe.lower();
   compiler::RegistryCapability capability;
+  std::vector<partitioning::BackendSupport> supports;
+  for (const Backend& b : pipe.backends) supports.push_back({b.name, b.ops, &capability});
+  std::optional<partitioning::BackendCapability> by_backend;
+  if (!supports.empty()) by_backend.emplace(std::move(supports));
   auto settings = pipe.settings(false);
   settings.min_block_size = 1;
-  auto partitioned = partitioning::partition(graph, capability, settings);
-  const auto cov = partitioning::coverage(partitioned);
+  settings.max_engine_weight_bytes = 0;
+  const auto partitioned = partitioning::partition(
+      graph, by_backend ? static_cast<const partitioning::Capability&>(*by_backend) : capability,
+      settings);
+  return partitioning::coverage(partitioned);
+}
+
+}  // namespace
+
+bool check_method_op_support(const torch::jit::Module& module, const std::string& method,
+                             std::string* report) {
+  const auto cov = coverage_of(module, method, CompileSpec{});
   if (report) *report = partitioning::to_text(cov);
   return cov.supported == cov.total;
+}
+
+std::string op_coverage_json(const torch::jit::Module& module, const CompileSpec& spec) {
+  return partitioning::to_json(coverage_of(module, "forward", spec)).dump();
 }
 
 std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,

@@ -253,6 +253,19 @@ PYBIND11_MODULE(_kiln, m) {
       "torch.export.save bytes when `exported`); returns (torch._C.ScriptModule, report JSON, "
       "summary)");
   m.def(
+      "op_coverage",
+      [](const py::object& module, const std::string& spec_json, bool exported) {
+        kiln::CompileSpec spec = parse_spec(spec_json);
+        if (!exported) return kiln::op_coverage_json(to_module(module), spec);
+        const kiln::ExportedModule program =
+            kiln::load_exported_program_bytes(module.cast<std::string>(), "the ExportedProgram");
+        if (spec.inputs.empty()) spec.inputs = program.specs();
+        return kiln::op_coverage_json(program.module, spec);
+      },
+      py::arg("module"), py::arg("spec"), py::arg("exported"),
+      "the coverage report (JSON) of a module (torch._C.ScriptModule, or torch.export.save bytes "
+      "when `exported`) partitioned with the spec's settings and nothing built");
+  m.def(
       "check_method_op_support",
       [](const py::object& module, const std::string& method) {
         std::string report;

@@ -3,6 +3,8 @@
 // bad specs, and loading a compiled module without the runtime library.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "compiler/compiler_testing.h"
 #include "harness/process.h"
 #include "harness/test_models.h"
@@ -313,6 +315,28 @@ TEST(Compile, SupportCheckAndStandaloneEngine) {
   EXPECT_THROW(convert_method_to_engine(lg.module, "forward",
                                         spec_for({lg.args[0].toTensor(), lg.args[1].toTensor()})),
                Unsupported);
+}
+
+TEST(Compile, OpCoverageFollowsTheSpecsSettings) {
+  // The seed-000 graph: lgamma x3 has no converter; add, mul and cat do.
+  testing::TestModel lg = testing::load_test_model("lgamma");
+  CompileSpec spec;
+  auto ops = nlohmann::json::parse(op_coverage_json(lg.module, spec))["ops"];
+  EXPECT_EQ(ops["aten::lgamma"]["supported"], 0) << ops.dump();
+  EXPECT_EQ(ops["aten::lgamma"]["total"], 3) << ops.dump();
+  EXPECT_EQ(ops["aten::add.Tensor"]["supported"], 1) << ops.dump();
+  // A forced op and a backend whose map leaves an op out count as not taken, and min_block_size
+  // does not apply (the add alone would be below 3).
+  spec.torch_executed_ops = {"aten::mul"};
+  spec.backend_priority = {"cpu"};
+  spec.backend_support_map = {{"cpu", {"aten::add", "aten::lgamma"}}};
+  ops = nlohmann::json::parse(op_coverage_json(lg.module, spec))["ops"];
+  EXPECT_EQ(ops["aten::mul.Tensor"]["supported"], 0) << ops.dump();
+  EXPECT_EQ(ops["aten::cat"]["supported"], 0) << ops.dump();
+  EXPECT_EQ(ops["aten::add.Tensor"]["supported"], 1) << ops.dump();
+  spec.backend_priority = {"cpu", "inductor"};
+  const std::string err = testing::error_of([&] { op_coverage_json(lg.module, spec); });
+  EXPECT_NE(err.find("`inductor` is a backend of the Python package"), std::string::npos) << err;
 }
 
 TEST(InputSpec, ParsesShapesRangesDtypesAndDevices) {
