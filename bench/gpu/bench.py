@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 
@@ -265,7 +266,10 @@ def main():
                             row["err_fp32"] = relative_error(out, reference32)
                             row.update(time_cuda(fn, inp, args.warmup, args.iters))
                     except Exception as e:  # a backend that fails is a row that says so
-                        row["error"] = str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e)
+                        row["error"] = str(e).strip().splitlines()[0][:200] if str(e).strip() else repr(e)
+                        with open(os.path.join(args.out, "bench_errors.log"), "a") as log:
+                            log.write(f"== {name} {batch} {prec} {backend}\n")
+                            traceback.print_exc(file=log)
                     if "median" in row:
                         row["throughput"] = batch / (row["median"] * 1e-3)
                         if flops:

@@ -6,8 +6,10 @@ compiled instead of in eager PyTorch.
 The graph is an ATen graph (torch.export's; the Dynamo backend exports Dynamo's graph). kiln's
 partitioner says which ops its engines take (the coverage of the program lowered and
 partitioned with the spec's settings, nothing built); torch.fx's capability partitioner groups
-the nodes of those ops into pieces without cycles, min_block_size sends small pieces to
-Inductor, and the nodes between kiln's pieces become Inductor's pieces in graph order. Each
+the nodes of those ops into pieces without cycles, and the nodes between kiln's pieces become
+Inductor's pieces in graph order. min_block_size bounds both: a kiln piece of fewer ops goes to
+Inductor, an Inductor piece of fewer ops to kiln (which runs what its engines do not convert in
+PyTorch, within its module: a piece's calls cost more than a few ops save). Each
 kiln piece is exported again and compiled by kiln.compile (a ScriptModule running engines);
 each Inductor piece by torch._inductor.compile. The result is a torch.nn.Module (KilnInductorModule):
 Inductor's code is Python, so it cannot be saved with torch.jit.save."""
@@ -90,6 +92,7 @@ class _Support(torch.fx.passes.operator_support.OperatorSupportBase):
 
     def __init__(self, refused, spec):
         self.refused = refused
+        self.absorbed = set()  # nodes kiln takes whatever their op (runs too short for Inductor)
         self.forced = set(spec.get("torch_executed_ops", ()))
         maps = spec.get("backend_support_map", {})
         priority = spec.get("backend_priority") or ["engine"]
@@ -99,7 +102,7 @@ class _Support(torch.fx.passes.operator_support.OperatorSupportBase):
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
             return False
-        if node.target is operator.getitem:
+        if node.target is operator.getitem or node in self.absorbed:
             return True
         if not isinstance(node.target, torch._ops.OpOverload):
             return False
@@ -180,24 +183,28 @@ class KilnInductorModule(torch.nn.Module):
 
 
 def _inductor_piece(gm, args, name):
+    """Inductor's compile of one piece, and its outputs on `args`; a piece Inductor cannot
+    compile or run (no C++ compiler, no Triton) runs eagerly, with a warning."""
     nodes = _op_count(gm)
     try:
         # Inductor's code is specialized for its example inputs' strides: it gets contiguous
         # tensors, at compile time and at run time (a no-op for kiln's engines' outputs).
+        args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
         # Outside any compile in progress (the Dynamo backend calls this from Dynamo's): a
         # nested compile would add its guards to the outer one's.
         with torch._guards.tracing(None), torch._guards.compile_context(None):
-            compiled = torch._inductor.compile(
-                gm, [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
+            compiled = torch._inductor.compile(gm, args)
+            outputs = compiled(*args)  # kernels may be compiled at the first call
 
         def run(*xs):
             return compiled(*[x.contiguous() if isinstance(x, torch.Tensor) else x for x in xs])
 
-        return _Piece(run, INDUCTOR, nodes, module=gm)
+        return _Piece(run, INDUCTOR, nodes, module=gm), outputs
     except Exception as e:  # noqa: BLE001 (Inductor's own failure: the piece runs eagerly)
+        text = str(e).strip()
         logger.warning("kiln: Inductor could not compile %s (%d ops), which runs in PyTorch: %s",
-                       name, nodes, str(e).strip().splitlines()[0] if str(e).strip() else e)
-        return _Piece(gm, "pytorch", nodes, module=gm)
+                       name, nodes, text.splitlines()[0] if text else repr(e))
+        return _Piece(gm, "pytorch", nodes, module=gm), gm(*args)
 
 
 def _kiln_piece(gm, args, kiln_compile, options):
@@ -285,15 +292,33 @@ def compile_exported(program, args, device, enabled_precisions, debug, progress,
     if str(device).startswith("cuda"):
         gm = gm.to(device)
     out_spec = program.call_spec.out_spec
-    p = partitioner.CapabilityBasedPartitioner(gm, _Support(refused, spec),
-                                               allows_single_node_partition=True)
-    kept = [part for part in p.propose_partitions()
-            if len(_compute_nodes(part.nodes)) >= max(min_block, 1)]
-    compute = [n for n in gm.graph.nodes if n.op == "call_function"]
+    # kiln's partitions of min_block_size ops or more; a run of other ops (in graph order,
+    # between two of kiln's) shorter than that is not worth a piece of its own, whose calls cost
+    # more than its ops: kiln takes it, running what its engines do not convert in PyTorch
+    # within its module. Repeated until no run is absorbed.
+    compute = _compute_nodes(n for n in gm.graph.nodes if n.op == "call_function")
+    support = _Support(refused, spec)
+    while True:
+        p = partitioner.CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+        kept = [part for part in p.propose_partitions()
+                if len(_compute_nodes(part.nodes)) >= max(min_block, 1)]
+        in_kiln = {n for part in kept for n in part.nodes}
+        runs, run = [], []
+        for node in compute:
+            if node in in_kiln:
+                runs.append(run)
+                run = []
+            else:
+                run.append(node)
+        runs.append(run)
+        small = {n for r in runs if 0 < len(r) < min_block for n in r} - support.absorbed
+        if not small:
+            break
+        support.absorbed |= small
     kiln_ops = sum(len(_compute_nodes(part.nodes)) for part in kept)
     kiln_kwargs = dict(enabled_precisions=enabled_precisions, device=device, debug=debug,
                        progress=progress, **options)
-    if kiln_ops == len(_compute_nodes(compute)) or not compute:
+    if kiln_ops == len(compute) or not compute:
         # kiln's engines take it all: its ScriptModule, which saves like any other.
         return _compile.compile(program, inputs=list(args), **kiln_kwargs)
 
@@ -331,8 +356,9 @@ def compile_exported(program, args, device, enabled_precisions, debug, progress,
                 piece, compiled = _kiln_piece(sub, a, _compile.compile, kiln_kwargs)
                 lines.append(f"piece {len(pieces)} kiln ({piece.ops} ops): " +
                              compiled.kiln_summary.strip().replace("\n", "\n  "))
+                outputs = piece(*a)
             else:
-                piece = _inductor_piece(sub, a, f"piece {len(pieces)}")
+                piece, outputs = _inductor_piece(sub, a, f"piece {len(pieces)}")
                 ops = sorted({_op_key(n.target) for n in sub.graph.nodes
                               if n.op == "call_function" and
                               isinstance(n.target, torch._ops.OpOverload)})
@@ -340,7 +366,7 @@ def compile_exported(program, args, device, enabled_precisions, debug, progress,
                              ", ".join(ops[:8]) + (", ..." if len(ops) > 8 else ""))
             setattr(split, target, piece)
             pieces.append(piece)
-            return piece(*a)
+            return outputs
 
     with torch.no_grad():
         _Compile(split).run(*args)

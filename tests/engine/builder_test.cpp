@@ -9,6 +9,7 @@
 #include "engine/layer_kinds.h"
 #include "engine/memory_plan.h"
 #include "engine/passes/pass.h"
+#include "engine/passes/passes.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -49,6 +50,45 @@ TEST(Builder, FoldsConstantsRemovesDeadLayersAndFusesChains) {
   EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
                             testing::to_doubles(run_engine(net, {in})[0]), 1e-6, 1e-7));
   EXPECT_NE(report.to_string().find("arena"), std::string::npos);
+}
+
+// A backend's limits on one fused layer (the CUDA interpreter kernel's 8 inputs and 40 ops):
+// a longer chain with more inputs becomes several fused layers within them, computing the same.
+TEST(Builder, FusedGroupsStayWithinTheBackendsLimits) {
+  Network net;
+  std::vector<TensorId> xs;
+  for (int i = 0; i < 10; ++i)
+    xs.push_back(net.add_input("x" + std::to_string(i), DataType::kF32, {2, 8}));
+  TensorId s = xs[0];
+  for (int i = 1; i < 10; ++i) {
+    s = net.add("add" + std::to_string(i), ElementwiseParams{BinaryOp::kAdd}, {s, xs[i]});
+  }
+  s = net.add("exp", UnaryParams{UnaryOp::kExp}, {net.add("neg", UnaryParams{UnaryOp::kNeg}, {s})});
+  net.mark_output(s, "y");
+  std::vector<HostTensor> in;
+  for (int i = 0; i < 10; ++i) in.push_back(testing::random_tensor(DataType::kF32, {2, 8}, i));
+  const auto expected = testing::to_doubles(run_engine(net, in)[0]);
+
+  for (const auto& [max_inputs, max_ops] : {std::pair{0, 0}, {8, 40}, {0, 4}}) {
+    Network fused = net;
+    std::vector<std::string> lines;
+    fuse_elementwise(fused, lines, max_inputs, max_ops);
+    int layers = 0;
+    for (const Layer& l : fused.layers()) {
+      const auto* p = std::get_if<FusedElementwiseParams>(&l.params);
+      if (!p) continue;
+      ++layers;
+      if (max_inputs) {
+        EXPECT_LE(static_cast<int>(l.inputs.size()), max_inputs) << l.name;
+      }
+      if (max_ops) {
+        EXPECT_LE(static_cast<int>(p->fused_layers.size()), max_ops) << l.name;
+      }
+    }
+    // No limit: all 11 layers in one; 8 inputs: two groups; 4 ops: ceil(11 / 4) = 3 groups.
+    EXPECT_EQ(layers, max_inputs == 8 ? 2 : max_ops == 4 ? 3 : 1) << max_inputs << " " << max_ops;
+    EXPECT_TRUE(testing::near(run_engine(fused, in)[0], expected, 1e-6, 1e-7));
+  }
 }
 
 // A mask built from fills (zeros, regions of it replaced by other fills: swin's shifted-window

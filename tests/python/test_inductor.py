@@ -12,7 +12,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
 class Special(torch.nn.Module):
-    """Convolutions around two ops kiln's engines do not convert (lgamma, erfcx)."""
+    """Convolutions around a chain of three ops kiln's engines do not convert (digamma, erfcx,
+    lgamma)."""
 
     def __init__(self):
         super().__init__()
@@ -23,7 +24,7 @@ class Special(torch.nn.Module):
 
     def forward(self, x):
         y = torch.relu(self.bn(self.conv(x)))
-        y = torch.lgamma(y + 1) * 0.5 + torch.special.erfcx(y)
+        y = torch.lgamma(torch.special.erfcx(torch.digamma(y + 1))) * 0.5 + y
         y = torch.relu(self.conv2(y))
         return self.fc(y.mean((2, 3))), y.sum()
 
@@ -57,16 +58,16 @@ def test_inductor_compiles_what_kiln_does_not(split):
     assert isinstance(compiled, kiln.KilnInductorModule)
     assert backends(compiled) == ["kiln", "inductor", "kiln"], compiled.kiln_summary
     pieces = compiled.kiln_report["pieces"]
-    # The first engine takes conv, batch norm, relu and the add feeding lgamma, the second
-    # the mul and add after it, conv2, relu and the rest; Inductor lgamma and erfcx only.
-    assert pieces[1]["ops"] == 2, compiled.kiln_summary
-    assert "aten::lgamma" in compiled.kiln_summary and "aten::special_erfcx" in \
+    # The first engine takes conv, batch norm, relu and the add feeding digamma, the second
+    # the mul and add after lgamma, conv2, relu and the rest; Inductor the three between.
+    assert pieces[1]["ops"] == 3, compiled.kiln_summary
+    assert "inductor (3 ops): aten::digamma, aten::lgamma, aten::special_erfcx" in \
         compiled.kiln_summary
     for p in (pieces[0], pieces[2]):
         engines = [s for s in p["kiln_report"]["segments"] if s["target"] == "engine"]
         assert len(engines) == 1 and p["kiln_report"]["torch_ops"] == 0, p
     # kiln's pieces hold their weights as constants: they take the activations only (x; then
-    # lgamma's and erfcx's outputs).
+    # relu's and lgamma's outputs).
     for i, activations in ((0, 1), (2, 2)):
         inputs = list(compiled.pieces[i].module.graph.inputs())[1:]  # after self
         assert len(inputs) == activations, (i, inputs)
@@ -92,6 +93,34 @@ def test_a_model_the_engines_take_whole_stays_a_script_module():
     assert isinstance(compiled, torch.jit.ScriptModule)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_ops_too_few_for_a_piece_of_their_own_stay_with_kiln():
+    # One op kiln does not convert between convolutions: fewer than min_block_size (3), so kiln
+    # runs it in PyTorch within its module, which saves like any other.
+    class One(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 4, 3)
+            self.b = torch.nn.Conv2d(4, 4, 3)
+            self.c = torch.nn.Conv2d(4, 4, 3)
+
+        def forward(self, x):
+            y = torch.relu(self.b(torch.lgamma(torch.relu(self.a(x)) + 1)))
+            return torch.relu(self.c(y))
+
+    torch.manual_seed(0)
+    model = One().eval()
+    x = torch.randn(1, 3, 14, 14)
+    compiled = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
+    assert isinstance(compiled, torch.jit.ScriptModule), compiled.kiln_summary
+    assert compiled.kiln_report["torch_ops"] == 1, compiled.kiln_summary
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    # min_block_size=1 gives it to Inductor.
+    split = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"],
+                         min_block_size=1)
+    assert backends(split) == ["kiln", "inductor", "kiln"], split.kiln_summary
 
 
 def test_exported_programs_and_a_support_map_split_the_same_way():
@@ -131,7 +160,7 @@ def test_a_piece_inductor_cannot_compile_runs_in_pytorch(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="kiln"):
         compiled = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
     assert backends(compiled) == ["kiln", "pytorch", "kiln"], compiled.kiln_summary
-    assert "Inductor could not compile piece 1 (2 ops)" in caplog.text
+    assert "Inductor could not compile piece 1 (3 ops)" in caplog.text
     assert "no C++ compiler" in caplog.text
     assert_matches(compiled, model, x)
 

@@ -16,6 +16,11 @@
 
 namespace kiln::engine::cuda {
 
+// The interpreter kernel's limits on a fused elementwise program (its registers): the builder
+// fuses no more, so that every fused layer runs there too when its generated kernel does not.
+constexpr int kFusedMaxInputs = 8;
+constexpr int kFusedMaxOps = 40;
+
 // Whether this build of kiln has the CUDA backend (KILN_WITH_CUDA).
 bool built();
 // Number of CUDA devices; 0 without a driver or device (never throws).

@@ -11,8 +11,8 @@
 namespace kiln::engine::cuda {
 namespace {
 
-constexpr int kMaxInputs = 8;
-constexpr int kMaxOps = 40;
+constexpr int kMaxInputs = kFusedMaxInputs;
+constexpr int kMaxOps = kFusedMaxOps;
 
 struct Op {
   int kind, op, a, b;

@@ -40,6 +40,8 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   r.casts_into_shuffles = true;
   r.gelu_tanh_epilogues = true;
   r.check_supported = cuda::check_supported;
+  r.max_fused_inputs = cuda::kFusedMaxInputs;
+  r.max_fused_ops = cuda::kFusedMaxOps;
   if (std::find(target.switches.begin(), target.switches.end(), "cuda_codegen=off") ==
       target.switches.end()) {
     r.generate_kernels = cuda::generate_kernels;

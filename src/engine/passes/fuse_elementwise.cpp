@@ -24,22 +24,41 @@ bool fusible_elementwise(const Network& net, const Layer& l) {
 
 // Chains (and trees) of float elementwise layers whose intermediates have one consumer become
 // one FusedElementwise layer, placed where the chain's last layer was.
-int fuse_elementwise(Network& net, std::vector<std::string>& fusions) {
+int fuse_elementwise(Network& net, std::vector<std::string>& fusions, int max_inputs, int max_ops) {
   const auto& layers = net.layers();
   const NetworkIndex index(net);
-  // root[i]: the layer whose fused group absorbs layer i.
+  // root[i]: the layer whose fused group absorbs layer i. Layers come in topological order, so
+  // when layer i joins its consumer's group, the group under i is complete; `inputs` and `ops`
+  // hold each group's distinct inputs and layers so far, and a join that would pass the limits
+  // does not happen (i's group stays a layer of its own).
   std::vector<size_t> root(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) root[i] = i;
+  std::vector<std::set<TensorId>> inputs_of(layers.size());
+  std::vector<int> ops_of(layers.size(), 1);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    root[i] = i;
+    inputs_of[i].insert(layers[i].inputs.begin(), layers[i].inputs.end());
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (!fusible_elementwise(net, layers[i]) ||
         std::holds_alternative<FusedElementwiseParams>(layers[i].params)) {
       continue;
     }
     const auto j = index.single_consumer(layers[i].outputs[0]);
-    if (j && fusible_elementwise(net, layers[*j]) &&
-        !std::holds_alternative<FusedElementwiseParams>(layers[*j].params)) {
-      root[i] = *j;
+    if (!j || !fusible_elementwise(net, layers[*j]) ||
+        std::holds_alternative<FusedElementwiseParams>(layers[*j].params)) {
+      continue;
     }
+    std::set<TensorId> merged = inputs_of[*j];
+    merged.erase(layers[i].outputs[0]);
+    merged.insert(inputs_of[i].begin(), inputs_of[i].end());
+    const int ops = ops_of[*j] + ops_of[i];
+    if ((max_inputs > 0 && static_cast<int>(merged.size()) > max_inputs) ||
+        (max_ops > 0 && ops > max_ops)) {
+      continue;
+    }
+    root[i] = *j;
+    inputs_of[*j] = std::move(merged);
+    ops_of[*j] = ops;
   }
   auto find_root = [&](size_t i) {
     while (root[i] != i) i = root[i];

@@ -42,6 +42,9 @@ struct BackendRules {
   bool casts_into_shuffles = false;
   // f16/bf16 matmuls may compute a fused erf GELU in its tanh form (BuilderConfig::gelu_tanh).
   bool gelu_tanh_epilogues = false;
+  // The most distinct inputs and ops one fused elementwise layer may have (0: no limit).
+  int max_fused_inputs = 0;
+  int max_fused_ops = 0;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
   // Generates and compiles kernels for the built network into the target (cuda/codegen.h);

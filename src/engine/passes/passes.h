@@ -59,6 +59,9 @@ int fold_excitation_into_projection(
 // A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
 int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
 // Chains (and trees) of float elementwise layers become one FusedElementwise layer.
-int fuse_elementwise(Network& net, std::vector<std::string>& fusions);
+// A group grows only while it has at most `max_inputs` distinct inputs and `max_ops` layers
+// (0: no limit; BackendRules::max_fused_inputs/max_fused_ops).
+int fuse_elementwise(Network& net, std::vector<std::string>& fusions, int max_inputs = 0,
+                     int max_ops = 0);
 
 }  // namespace kiln::engine

@@ -178,7 +178,10 @@ std::vector<Pass> make_pipeline() {
                [](Network& n, const PassContext&) { return gelu_tanh_epilogues(n); }});
   // Last: every elementwise layer no other fusion took joins its neighbours.
   p.push_back({"fuse_elementwise", nullptr, [](Network& n, const PassContext& c) {
-                 return fusion(c, [&](auto& lines) { return fuse_elementwise(n, lines); });
+                 return fusion(c, [&](auto& lines) {
+                   return fuse_elementwise(n, lines, c.backend.max_fused_inputs,
+                                           c.backend.max_fused_ops);
+                 });
                }});
   return p;
 }
