@@ -1,4 +1,5 @@
-// decompose_ops: var/std, type_as, square, hardtanh, relu6, decompose_math's identities and the
+// decompose_ops: var/std, type_as, square, hardtanh, relu6, glu, decompose_math's identities and
+// the
 // `_copy` views become engine ops; native ops stay.
 #include <gtest/gtest.h>
 
@@ -55,6 +56,23 @@ graph(%x : Tensor, %y : Tensor):
   auto in = testing::random_inputs({{3, 4}, {3, 4}});
   in[0] = in[0].toTensor() * 8;
   EXPECT_TRUE(testing::same_values(*before, *g, in));
+}
+
+TEST(DecomposeOps, GluIsHalfTimesTheSigmoidOfTheOther) {
+  auto g = testing::parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %last : int = prim::Constant[value=-1]()
+  %a : Tensor = aten::glu(%x, %one)
+  %b : Tensor = aten::glu(%x, %last)
+  return (%a, %b))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check(
+      "CHECK-NOT: aten::glu\nCHECK: aten::chunk\nCHECK: prim::ListUnpack\nCHECK: aten::sigmoid"
+      "\nCHECK: aten::mul",
+      *g));
+  EXPECT_TRUE(testing::same_values(*before, *g, testing::random_inputs({{2, 6, 4}})));
 }
 
 // Each identity against torch's own op on the same inputs, infinities and NaN included where

@@ -3,11 +3,11 @@
 // Per op, the choice:
 // - decomposed: var/std (the engine has no variance reduce: mean, sub, mul, sum, div[, sqrt]);
 //   type_as (aten::to with `other`: one cast converter); square (mul); hardtanh and relu6
-//   (clamp, which is an engine activation); the math of decompose_math (acosh, atan2, fmod,
-//   logaddexp, addcmul, lerp, mv, outer, logsumexp, isnan/isinf/isfinite, the losses, cross,
-//   and, where the input's rank or dtype is known, flip, repeat, movedim, nan_to_num, ...);
-//   broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the view, when the
-//   copy is not written in place).
+//   (clamp, which is an engine activation); glu (chunk, sigmoid, mul); the math of decompose_math
+//   (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer, logsumexp, isnan/isinf/isfinite, the
+//   losses, cross, and, where the input's rank or dtype is known, flip, repeat, movedim,
+//   nan_to_num, ...); broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the
+//   view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
@@ -597,6 +597,14 @@ Value* decompose(GraphPtr& graph, Node* node) {
   }
   if (kind == c10::aten::relu6 && node->inputs().size() == 1) {
     return insert(graph, c10::aten::clamp, {node->input(0), 0.0, 6.0});
+  }
+  if (kind == c10::aten::glu && node->inputs().size() == 2) {
+    // glu(x, dim) = a * sigmoid(b), a and b the halves of x along dim (torch refuses an odd
+    // size, and so do the unequal chunks here: their product does not broadcast).
+    Value* halves = insert(graph, c10::aten::chunk, {node->input(0), 2, node->input(1)});
+    Node* unpack = graph->insertNode(graph->createListUnpack(halves, 2));
+    Value* gate = insert(graph, c10::aten::sigmoid, {unpack->output(1)});
+    return insert(graph, c10::aten::mul, {unpack->output(0), gate});
   }
   // The functional copies of views (`view_copy`, `permute_copy`, ...): the view itself, unless
   // the copy is written in place later.
