@@ -18,7 +18,8 @@ kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epi
 kiln-interp kiln with pointwise layers on the interpreter kernel instead of generated kernels
 (the switch cuda_codegen=off), kiln-inductor kiln with backend_priority ["cuda", "inductor"] (what
 the engines do not take compiled by Inductor instead of run in PyTorch; compiled from
-torch.export's program), and default torch.compile's default mode, which Inductor's pieces use.
+torch.export's program; kiln-inductor-all with min_block_size 1, so that Inductor takes even one
+op), and default torch.compile's default mode, which Inductor's pieces use.
 `--models fallback` runs bench/models.py's FALLBACK, models with ops kiln does not convert.
 
 Needs the package assembled in build/python (or, --via kilnc, build/bin/kilnc and
@@ -82,11 +83,14 @@ def model_flops(model, x):
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
                  "kiln-exactgelu": ["--exact-gelu"],
-                 "kiln-interp": ["--switch", "cuda_codegen=off"], "kiln-inductor": None}
+                 "kiln-interp": ["--switch", "cuda_codegen=off"], "kiln-inductor": None,
+                 "kiln-inductor-all": None}
 # The same as kiln.compile options, and builder switches.
 KILN_OPTIONS = {"kiln": {}, "kiln-notf32": {"disable_tf32": True},
                 "kiln-exactgelu": {"exact_gelu": True}, "kiln-interp": {},
-                "kiln-inductor": {"backend_priority": ["cuda", "inductor"]}}
+                "kiln-inductor": {"backend_priority": ["cuda", "inductor"]},
+                "kiln-inductor-all": {"backend_priority": ["cuda", "inductor"],
+                                      "min_block_size": 1}}
 KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"]}
 
 
@@ -96,7 +100,7 @@ def kiln_compile_package(args, model, x, dtype, backend):
     for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s."""
     import kiln
     with torch.no_grad():
-        if args.via == "export" or backend == "kiln-inductor":
+        if args.via == "export" or backend.startswith("kiln-inductor"):
             source = torch.export.export(model, (x.cpu(),))
         else:
             source = torch.jit.trace(model, x.cpu(), check_trace=False)
@@ -245,7 +249,7 @@ def main():
                                 fn(x)
                             elif backend in KILN_BACKENDS:
                                 if args.via in ("package", "export") or \
-                                        backend == "kiln-inductor":
+                                        backend.startswith("kiln-inductor"):
                                     fn, _, info = kiln_compile_package(args, model, x_cpu, dtype,
                                                                        backend)
                                 else:
