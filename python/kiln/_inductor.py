@@ -13,7 +13,9 @@ PyTorch, within its module: a piece's calls cost more than a few ops save). Each
 kiln piece is exported again and compiled by kiln.compile (a ScriptModule running engines);
 each Inductor piece by torch._inductor.compile. The result is a torch.nn.Module (KilnInductorModule):
 Inductor's code is Python, so it cannot be saved with torch.jit.save."""
+import copy
 import functools
+import itertools
 import json
 import operator
 
@@ -247,6 +249,31 @@ def _weights_inside(fused):
     return fused
 
 
+def _on_device(gm, device):
+    """`gm` with its weights on `device`: itself when they are there, else a copy, since the
+    program's weights are the user's model's (Module.to would move them)."""
+    def tensors(module):
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor):  # constants: attributes, not buffers
+                yield module, name, value
+        for name, value in itertools.chain(module._parameters.items(), module._buffers.items()):
+            if value is not None:
+                yield module, name, value
+
+    def elsewhere(t):
+        return t.device.type != device.type or (device.index is not None and
+                                                t.device.index != device.index)
+
+    if not any(elsewhere(t) for m in gm.modules() for _, _, t in tensors(m)):
+        return gm
+    gm = copy.deepcopy(gm).to(device)
+    for m in gm.modules():
+        for module, name, t in list(tensors(m)):
+            if elsewhere(t) and name in vars(module):
+                setattr(module, name, t.to(device))
+    return gm
+
+
 def compile(module, specs, examples, device, enabled_precisions, debug, progress, options):
     """kiln.compile with "inductor" in backend_priority (its arguments, checked)."""
     from . import _compile
@@ -260,8 +287,12 @@ def compile(module, specs, examples, device, enabled_precisions, debug, progress
         raise _kiln.InvalidArgument(
             "the module is in training mode; call .eval() on it before compiling")
     args = _examples(module, specs, examples, device)
-    program = module if isinstance(module, torch.export.ExportedProgram) else _export(module,
-                                                                                      args)
+    if isinstance(module, torch.export.ExportedProgram):
+        program = module
+    else:  # exported where its weights are; the pieces run on `device`
+        weight = next(itertools.chain(module.parameters(), module.buffers()), None)
+        where = weight.device if weight is not None else torch.device(device)
+        program = _export(module, [a.to(where) for a in args])
     return compile_exported(program, args, device, enabled_precisions, debug, progress, options,
                             _compile)
 
@@ -282,15 +313,12 @@ def compile_exported(program, args, device, enabled_precisions, debug, progress,
     refused = {op for op, c in coverage["ops"].items() if c["supported"] == 0}
     min_block = int(options.get("min_block_size", 3))
 
-    gm = program.module()
-    gm.requires_grad_(False)
+    gm = _on_device(program.module(), torch.device(device))
     # The export's input checks (KilnInductorModule checks its inputs itself).
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and not node.users and node.target.startswith("_guards"):
             gm.graph.erase_node(node)
     gm.recompile()
-    if str(device).startswith("cuda"):
-        gm = gm.to(device)
     out_spec = program.call_spec.out_spec
     # kiln's partitions of min_block_size ops or more; a run of other ops (in graph order,
     # between two of kiln's) shorter than that is not worth a piece of its own, whose calls cost

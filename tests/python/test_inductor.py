@@ -38,6 +38,15 @@ def backends(compiled):
     return [p["backend"] for p in compiled.kiln_report["pieces"]]
 
 
+def assert_matches_on(compiled, model, x):
+    """`compiled` (for cuda) against the CPU model, within the GPU's TF32 tolerance."""
+    with torch.no_grad():
+        expected = model(x)
+    got = compiled(x.cuda())
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.cpu(), e, atol=2e-3, rtol=2e-3)
+
+
 def assert_matches(compiled, model, x):
     with torch.no_grad():
         expected = model(x)
@@ -74,6 +83,14 @@ def test_inductor_compiles_what_kiln_does_not(split):
     assert compiled.kiln_report["ops"]["kiln"] == pieces[0]["ops"] + pieces[2]["ops"]
     assert_matches(compiled, special(), x)
     assert_matches(compiled, special(), torch.randn(2, 3, 16, 16))
+
+
+def test_the_users_model_is_left_as_it_was(split):
+    # The fixture compiled special(); a model compiled now keeps its weights' state.
+    model = special()
+    kiln.compile(model, inputs=[torch.randn(2, 3, 16, 16)], backend_priority=["cpu", "inductor"])
+    assert all(p.requires_grad and p.device.type == "cpu" for p in model.parameters())
+    assert model.training is False
 
 
 def test_the_split_module_checks_its_inputs(split):
@@ -186,6 +203,16 @@ def test_options_inductor_cannot_take_are_clear_errors():
     split = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
     with pytest.raises(kiln.InvalidArgument, match="Inductor"):
         kiln.save(split, "/tmp/unused.ts")
+
+
+@cuda
+def test_cuda_pieces_of_a_model_on_the_cpu_leave_its_weights_there():
+    model = special()
+    x = torch.randn(2, 3, 16, 16)
+    compiled = kiln.compile(model, inputs=[x], device="cuda",
+                            backend_priority=["cuda", "inductor"])
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert_matches_on(compiled, model, x)
 
 
 @cuda
