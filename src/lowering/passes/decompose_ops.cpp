@@ -243,7 +243,124 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       return g("aten::transpose", {x, -2, -1});
     }
     if (name == "aten::matrix_H") return g("aten::transpose", {x, 0, 1});
+    if (name == "aten::ravel") return g("aten::reshape", {x, std::vector<int64_t>{-1}});
+    // Views that only mark a complex tensor's negation or conjugation: real tensors as they are.
+    const auto type = scalar_type_of(x);
+    const bool real = type && !c10::isComplexType(*type);
+    const bool floating = type && c10::isFloatingType(*type);
+    if (real &&
+        (name == "aten::positive" || name == "aten::resolve_neg" || name == "aten::resolve_conj")) {
+      return x;
+    }
+    if (real && name == "aten::sgn") return g("aten::sign", {x});
+    if (real && name == "aten::sinc") {
+      Value* px = g("aten::mul", {x, kPi});
+      return g("aten::where",
+               {g("aten::eq", {x, 0}), 1.0, g("aten::div", {g("aten::sin", {px}), px})});
+    }
+    if (floating && name == "aten::special_entr") {
+      // As torch: nan stays nan, -x log x above 0, 0 at 0, -inf below (zeros and infinities of
+      // x's own dtype: x * 0, then minus inf).
+      Value* zero = g("aten::mul", {x, 0});
+      Value* below = g("aten::where", {g("aten::eq", {x, 0}), zero, g("aten::sub", {zero, kInf})});
+      Value* above = g("aten::neg", {g("aten::mul", {x, g("aten::log", {x})})});
+      return g("aten::where",
+               {g("aten::ne", {x, x}), x, g("aten::where", {g("aten::gt", {x, 0}), above, below})});
+    }
     if (name == "aten::dot" || name == "aten::vdot") return nullptr;  // two inputs, below
+  }
+  if (name == "aten::special_xlog1py" && overload.empty() && n == 2) {
+    const auto tx = scalar_type_of(in(0)), ty = scalar_type_of(in(1));
+    if (!tx || !ty || *tx != *ty || !c10::isFloatingType(*tx)) return nullptr;
+    // As torch: nan where y is nan, 0 where x is 0, else x log1p(y).
+    Value* product = g("aten::mul", {in(0), g("aten::log1p", {in(1)})});
+    Value* zero = g("aten::mul", {in(0), 0});
+    return g("aten::where", {g("aten::ne", {in(1), in(1)}), in(1),
+                             g("aten::where", {g("aten::eq", {in(0), 0}), zero, product})});
+  }
+  if ((name == "aten::threshold" && n == 3) ||
+      ((name == "aten::hardshrink" || name == "aten::softshrink") && n == 2)) {
+    const auto type = scalar_type_of(in(0));
+    auto a = constant_value(in(1));
+    if (!type || !c10::isFloatingType(*type) || !a || !(a->isDouble() || a->isInt())) {
+      return nullptr;
+    }
+    const double t = a->toScalar().toDouble();
+    Value* x = in(0);
+    if (name == "aten::threshold") {  // x <= threshold ? value : x (nan stays)
+      auto value = constant_value(in(2));
+      if (!value || !(value->isDouble() || value->isInt())) return nullptr;
+      return g("aten::where", {g("aten::le", {x, t}), value->toScalar().toDouble(), x});
+    }
+    if (name == "aten::hardshrink") {  // -l <= x <= l ? 0 : x
+      return g("aten::where",
+               {g("aten::logical_and", {g("aten::ge", {x, -t}), g("aten::le", {x, t})}), 0.0, x});
+    }
+    // softshrink: x > l ? x - l : (x < -l ? x + l : x * 0), nan stays nan.
+    return g("aten::where", {g("aten::gt", {x, t}), g("aten::sub", {x, t}),
+                             g("aten::where", {g("aten::lt", {x, -t}), g("aten::add", {x, t}),
+                                               g("aten::mul", {x, 0})})});
+  }
+  if (name == "aten::prelu" && n == 2) {
+    // x > 0 ? x : w x, w along dim 1 (the only dim of a 1-d input).
+    const auto rank = rank_of(in(0));
+    const auto type = scalar_type_of(in(0));
+    if (!rank || !type || !c10::isFloatingType(*type)) return nullptr;
+    Value* w = in(1);
+    if (*rank >= 2) {
+      std::vector<int64_t> shape(static_cast<size_t>(*rank - 1), 1);
+      shape[0] = -1;
+      w = g("aten::reshape", {w, shape});
+    }
+    return g("aten::where", {g("aten::gt", {in(0), 0}), in(0), g("aten::mul", {w, in(0)})});
+  }
+  if (name == "aten::rms_norm" && n == 4) {
+    // x / sqrt(mean(x^2 over the normalized dims) + eps) [* weight]; eps defaults to the
+    // dtype's epsilon, as torch's.
+    const auto type = scalar_type_of(in(0));
+    auto shape = constant_value(in(1));
+    auto eps = constant_value(in(3));
+    if (!type || !c10::isFloatingType(*type) || !shape || !shape->isIntList() || !eps) {
+      return nullptr;
+    }
+    double e = 0;
+    if (eps->isNone()) {
+      switch (*type) {
+        case c10::ScalarType::Float:
+          e = std::numeric_limits<float>::epsilon();
+          break;
+        case c10::ScalarType::Half:
+          e = 0.0009765625;
+          break;
+        case c10::ScalarType::BFloat16:
+          e = 0.0078125;
+          break;
+        case c10::ScalarType::Double:
+          e = std::numeric_limits<double>::epsilon();
+          break;
+        default:
+          return nullptr;
+      }
+    } else if (eps->isDouble()) {
+      e = eps->toDouble();
+    } else {
+      return nullptr;
+    }
+    const int64_t k = static_cast<int64_t>(shape->toIntVector().size());
+    if (k == 0) return nullptr;
+    std::vector<int64_t> dims;
+    for (int64_t d = -k; d < 0; ++d) dims.push_back(d);
+    // In f32 for the narrower types, as torch (x^2 overflows f16 from 256 on).
+    const bool narrow = *type == c10::ScalarType::Half || *type == c10::ScalarType::BFloat16;
+    Value* none = graph->insertConstant(c10::IValue());
+    auto cast = [&](Value* v, c10::ScalarType t) {
+      return g("aten::to", {v, static_cast<int64_t>(t), false, false, none});
+    };
+    Value* x = narrow ? cast(in(0), c10::ScalarType::Float) : in(0);
+    Value* ms = g("aten::mean", {g("aten::mul", {x, x}), dims, true});
+    Value* y = g("aten::mul", {x, g("aten::rsqrt", {g("aten::add", {ms, e})})});
+    if (narrow) y = cast(y, *type);
+    return is_constant_none(in(2)) ? y : g("aten::mul", {y, in(2)});
   }
   if (name == "aten::logit" && n == 2) {
     auto eps = constant_value(in(1));
