@@ -115,6 +115,32 @@ graph(%x : Float(2, 3, 4), %y : Float(2, 3, 4), %w : Float(3), %h : Half(2, 3, 4
   EXPECT_TRUE(testing::same_values(*before, *g, in, 2e-3, 1e-5));
 }
 
+TEST(DecomposeOps, TriangularMasksAndRepeatInterleaveReadSizesAtRunTime) {
+  auto g = testing::parse(R"IR(
+graph(%x : Float(2, 5, 7), %i : Long(3, 4)):
+  %zero : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %minus : int = prim::Constant[value=-2]()
+  %three : int = prim::Constant[value=3]()
+  %none : NoneType = prim::Constant()
+  %a : Tensor = aten::tril(%x, %zero)
+  %b : Tensor = aten::triu(%x, %one)
+  %c : Tensor = aten::tril(%i, %minus)
+  %d : Tensor = aten::repeat_interleave(%x, %three, %one, %none)
+  %e : Tensor = aten::repeat_interleave(%i, %three, %minus, %none)
+  return (%a, %b, %c, %d, %e))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::tril(\nCHECK-NOT: aten::triu(", *g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::repeat_interleave(", *g));
+  auto in = testing::random_inputs({{2, 5, 7}});
+  in.push_back(torch::randint(-9, 9, {3, 4}, torch::kLong));
+  EXPECT_TRUE(testing::same_values(*before, *g, in));
+  // Other sizes than the graph's types: the masks and repeats follow the inputs.
+  EXPECT_TRUE(
+      testing::same_values(*before, *g, {torch::randn({1, 3, 2}), torch::randint(0, 5, {4, 6})}));
+}
+
 // Each identity against torch's own op on the same inputs, infinities and NaN included where
 // the op defines them.
 TEST(DecomposeOps, MathIdentitiesMatchTorch) {

@@ -571,6 +571,48 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     x = g("aten::expand", {x, list(expanded)});
     return g("aten::reshape", {x, list(merged)});
   }
+  if ((name == "aten::tril" || name == "aten::triu") && n == 2) {
+    // Kept where column - row <= k (tril) or >= k (triu), else 0 of x's dtype; the matrix's
+    // sizes read at run time.
+    const auto rank = rank_of(in(0));
+    const auto type = scalar_type_of(in(0));
+    auto k = constant_value(in(1));
+    if (!rank || *rank < 2 || !type || *type == c10::ScalarType::Bool || !k || !k->isInt()) {
+      return nullptr;
+    }
+    Value* rows = g("aten::arange", {g("aten::size", {in(0), -2})});
+    Value* cols = g("aten::arange", {g("aten::size", {in(0), -1})});
+    Value* offset =
+        g("aten::sub", {g("aten::unsqueeze", {cols, 0}), g("aten::unsqueeze", {rows, 1})});
+    Value* keep = g(name == "aten::tril" ? "aten::le" : "aten::ge", {offset, k->toInt()});
+    return g("aten::where", {keep, in(0), int64_t{0}});
+  }
+  if (name == "aten::repeat_interleave" && overload == "self_int" && n == 4) {
+    // Each element `repeats` times along dim: [.., s, ..] -> [.., s, 1, ..] -> expanded to
+    // [.., s, r, ..] -> [.., s * r, ..].
+    const auto rank = rank_of(in(0));
+    auto repeats = constant_value(in(1));
+    auto dim = constant_value(in(2));
+    if (!rank || *rank < 1 || !repeats || !repeats->isInt() || !dim || !dim->isInt()) {
+      return nullptr;
+    }
+    int64_t d = dim->toInt();
+    if (d < -*rank || d >= *rank) return nullptr;
+    if (d < 0) d += *rank;
+    const int64_t r = repeats->toInt();
+    std::vector<Value*> expanded, merged;
+    for (int64_t i = 0; i < *rank; ++i) {
+      Value* size = g("aten::size", {in(0), i});
+      expanded.push_back(size);
+      merged.push_back(i == d ? g("aten::mul", {size, r}) : size);
+      if (i == d) expanded.push_back(graph->insertConstant(r));
+    }
+    auto list = [&](const std::vector<Value*>& v) {
+      return graph->insertNode(graph->createList(c10::IntType::get(), v))->output();
+    };
+    Value* x = g("aten::expand", {g("aten::unsqueeze", {in(0), d + 1}), list(expanded)});
+    return g("aten::reshape", {x, list(merged)});
+  }
   if (name == "aten::isclose" && n == 5) {
     const auto type = scalar_type_of(in(0));
     auto rtol = constant_value(in(2)), atol = constant_value(in(3)), nan = constant_value(in(4));
