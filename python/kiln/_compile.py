@@ -357,7 +357,11 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
         inputs = arg_inputs
     specs, examples = _inputs(inputs)
     device = _device(device, examples)
-    if _inductor.INDUCTOR in (options.get("backend_priority") or ()):
+    priority = options.get("backend_priority")
+    if priority is not None and (isinstance(priority, str) or not hasattr(priority, "__iter__")):
+        raise _kiln.InvalidArgument(
+            f"backend_priority: expected a list of backends, got {priority!r}")
+    if priority is not None and _inductor.INDUCTOR in [str(b) for b in priority]:
         return _inductor.compile(module, specs, examples, device, enabled_precisions, debug,
                                  progress, options)
     if exported:

@@ -60,7 +60,9 @@ def _examples(module, specs, examples, device):
     if specs is None:
         if isinstance(module, torch.export.ExportedProgram):
             args, kwargs = module.example_inputs or ((), {})
-            if kwargs or not all(isinstance(a, torch.Tensor) for a in args):
+            wanted = len(module.graph_signature.user_inputs)
+            if kwargs or len(args) != wanted or not all(isinstance(a, torch.Tensor)
+                                                        for a in args):
                 raise _kiln.InvalidArgument(
                     "inputs: this ExportedProgram keeps no example tensors for its arguments; "
                     "give inputs")
@@ -187,6 +189,8 @@ class KilnInductorModule(torch.nn.Module):
 def _inductor_piece(gm, args, name):
     """Inductor's compile of one piece, and its outputs on `args`; a piece Inductor cannot
     compile or run (no C++ compiler, no Triton) runs eagerly, with a warning."""
+    import torch._inductor  # noqa: F401 (not imported by `import torch`)
+
     nodes = _op_count(gm)
     try:
         # Inductor's code is specialized for its example inputs' strides: it gets contiguous

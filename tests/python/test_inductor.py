@@ -187,6 +187,8 @@ def test_options_inductor_cannot_take_are_clear_errors():
     x = torch.randn(2, 3, 16, 16)
     with pytest.raises(kiln.InvalidArgument, match="comes last"):
         kiln.compile(model, inputs=[x], backend_priority=["inductor", "cpu"])
+    with pytest.raises(kiln.InvalidArgument, match="expected a list of backends"):
+        kiln.compile(model, inputs=[x], backend_priority="inductor")
     with pytest.raises(kiln.InvalidArgument, match="name kiln's engine before it"):
         kiln.compile(model, inputs=[x], backend_priority=["inductor"])
     with pytest.raises(kiln.InvalidArgument, match="give it no entry"):
@@ -200,6 +202,10 @@ def test_options_inductor_cannot_take_are_clear_errors():
                      backend_priority=["cpu", "inductor"])
     with pytest.raises(kiln.InvalidArgument, match="unknown backend `tpu`"):
         kiln.compile(model, inputs=[x], backend_priority=["tpu", "inductor"])
+    program = torch.export.export(model, (x,))
+    program.example_inputs = None  # as a program may come without them
+    with pytest.raises(kiln.InvalidArgument, match="keeps no example tensors"):
+        kiln.compile(program, backend_priority=["cpu", "inductor"])
     split = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
     with pytest.raises(kiln.InvalidArgument, match="Inductor"):
         kiln.save(split, "/tmp/unused.ts")

@@ -3,11 +3,15 @@
 // Per op, the choice:
 // - decomposed: var/std (the engine has no variance reduce: mean, sub, mul, sum, div[, sqrt]);
 //   type_as (aten::to with `other`: one cast converter); square (mul); hardtanh and relu6
-//   (clamp, which is an engine activation); glu (chunk, sigmoid, mul); the math of decompose_math
-//   (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer, logsumexp, isnan/isinf/isfinite, the
-//   losses, cross, and, where the input's rank or dtype is known, flip, repeat, movedim,
-//   nan_to_num, ...); broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the
-//   view, when the copy is not written in place).
+//   (clamp, which is an engine activation); glu (chunk, sigmoid, mul); where the dtype is
+//   known, rms_norm (mean of squares, rsqrt; in f32 for f16/bf16), prelu, threshold, hardshrink,
+//   softshrink, sinc, sgn, special_entr, special_xlog1py (where, NaN kept as torch keeps it),
+//   tril/triu (a mask of run-time aranges), repeat_interleave by an int along a dim (unsqueeze,
+//   expand, reshape), ravel; positive/resolve_neg/resolve_conj of real tensors are the tensor;
+//   the math of decompose_math (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
+//   logsumexp, isnan/isinf/isfinite, the losses, cross, and, where the input's rank or dtype is
+//   known, flip, repeat, movedim, nan_to_num, ...); broadcast_tensors taken apart (expand_as);
+//   the `_copy` variants of views (the view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
