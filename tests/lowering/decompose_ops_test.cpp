@@ -115,6 +115,7 @@ graph(%x : Float(2, 3, 4), %y : Float(2, 3, 4), %w : Float(3), %h : Half(2, 3, 4
   EXPECT_TRUE(testing::same_values(*before, *g, in, 2e-3, 1e-5));
 }
 
+// tril/triu, repeat_interleave, trace, nansum and nanmean (a column all NaN: nanmean's NaN).
 TEST(DecomposeOps, TriangularMasksAndRepeatInterleaveReadSizesAtRunTime) {
   auto g = testing::parse(R"IR(
 graph(%x : Float(2, 5, 7), %i : Long(3, 4)):
@@ -128,12 +129,27 @@ graph(%x : Float(2, 5, 7), %i : Long(3, 4)):
   %c : Tensor = aten::tril(%i, %minus)
   %d : Tensor = aten::repeat_interleave(%x, %three, %one, %none)
   %e : Tensor = aten::repeat_interleave(%i, %three, %minus, %none)
-  return (%a, %b, %c, %d, %e))IR");
+  %f : bool = prim::Constant[value=0]()
+  %t : bool = prim::Constant[value=1]()
+  %dims : int[] = prim::Constant[value=[1]]()
+  %m : Float(5, 7) = aten::select(%x, %zero, %zero)
+  %g : Tensor = aten::trace(%m)
+  %h : Tensor = aten::trace(%i)
+  %j : Tensor = aten::nansum(%x, %dims, %t, %none)
+  %k : Tensor = aten::nanmean(%x, %dims, %f, %none)
+  %l : Tensor = aten::nansum(%i, %none, %f, %none)
+  return (%a, %b, %c, %d, %e, %g, %h, %j, %k, %l))IR");
   auto before = g->copy();
   EXPECT_TRUE(decompose_ops(g));
   EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::tril(\nCHECK-NOT: aten::triu(", *g));
   EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::repeat_interleave(", *g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::trace(\nCHECK-NOT: aten::nansum(", *g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::nanmean(", *g));
   auto in = testing::random_inputs({{2, 5, 7}});
+  at::Tensor x = in[0].toTensor();
+  x.index_put_({0, 1, 2}, std::numeric_limits<float>::quiet_NaN());
+  x.index_put_({1, 2, 3}, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t r = 0; r < 5; ++r) x.index_put_({1, r, 6}, std::numeric_limits<float>::quiet_NaN());
   in.push_back(torch::randint(-9, 9, {3, 4}, torch::kLong));
   EXPECT_TRUE(testing::same_values(*before, *g, in));
   // Other sizes than the graph's types: the masks and repeats follow the inputs.

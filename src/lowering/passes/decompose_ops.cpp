@@ -7,7 +7,8 @@
 //   known, rms_norm (mean of squares, rsqrt; in f32 for f16/bf16), prelu, threshold, hardshrink,
 //   softshrink, sinc, sgn, special_entr, special_xlog1py (where, NaN kept as torch keeps it),
 //   tril/triu (a mask of run-time aranges), repeat_interleave by an int along a dim (unsqueeze,
-//   expand, reshape), ravel; positive/resolve_neg/resolve_conj of real tensors are the tensor;
+//   expand, reshape), trace (index_select of the flattened diagonal), nansum/nanmean (where),
+//   ravel; positive/resolve_neg/resolve_conj of real tensors are the tensor;
 //   the math of decompose_math (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
 //   logsumexp, isnan/isinf/isfinite, the losses, cross, and, where the input's rank or dtype is
 //   known, flip, repeat, movedim, nan_to_num, ...); broadcast_tensors taken apart (expand_as);
@@ -574,6 +575,37 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     Value* x = g("aten::reshape", {in(0), list(split)});
     x = g("aten::expand", {x, list(expanded)});
     return g("aten::reshape", {x, list(merged)});
+  }
+  if ((name == "aten::nansum" || name == "aten::nanmean") && overload.empty() && n == 4) {
+    // NaN as 0 in the sum; nanmean divides by the count of the others (0 / 0: NaN, as torch).
+    const auto type = scalar_type_of(in(0));
+    auto dims = constant_value(in(1));
+    auto keep = constant_value(in(2));
+    if (!type || *type == c10::ScalarType::Bool || !dims || !keep || !keep->isBool() ||
+        !is_constant_none(in(3)) || (name == "aten::nanmean" && !c10::isFloatingType(*type))) {
+      return nullptr;
+    }
+    if (dims->isNone() && keep->toBool()) return nullptr;
+    Value* x = in(0);
+    Value* nan = g("aten::ne", {x, x});
+    auto sum = [&](Value* v) {
+      return dims->isNone() ? g("aten::sum", {v}) : g("aten::sum", {v, in(1), in(2)});
+    };
+    Value* total = sum(g("aten::where", {nan, int64_t{0}, x}));
+    if (name == "aten::nansum") return total;
+    return g("aten::div", {total, sum(g("aten::logical_not", {nan}))});
+  }
+  if (name == "aten::trace" && n == 1) {
+    // The diagonal of the flattened matrix: elements 0, m + 1, 2 (m + 1), ... min(n, m) of them.
+    const auto rank = rank_of(in(0));
+    const auto type = scalar_type_of(in(0));
+    if (!rank || *rank != 2 || !type || *type == c10::ScalarType::Bool) return nullptr;
+    Value* rows = g("aten::size", {in(0), 0});
+    Value* cols = g("aten::size", {in(0), 1});
+    Value* index = g("aten::mul", {g("aten::arange", {g("prim::min", {rows, cols})}),
+                                   g("aten::add", {cols, 1})});
+    Value* flat = g("aten::reshape", {in(0), std::vector<int64_t>{-1}});
+    return g("aten::sum", {g("aten::index_select", {flat, 0, index})});
   }
   if ((name == "aten::tril" || name == "aten::triu") && n == 2) {
     // Kept where column - row <= k (tril) or >= k (triu), else 0 of x's dtype; the matrix's
