@@ -280,8 +280,6 @@ def _on_device(gm, device):
 
 def compile(module, specs, examples, device, enabled_precisions, debug, progress, options):
     """kiln.compile with "inductor" in backend_priority (its arguments, checked)."""
-    from . import _compile
-
     options = _kiln_options(options)
     if isinstance(module, torch.jit.ScriptModule):
         raise _kiln.InvalidArgument(
@@ -297,16 +295,13 @@ def compile(module, specs, examples, device, enabled_precisions, debug, progress
         weight = next(itertools.chain(module.parameters(), module.buffers()), None)
         where = weight.device if weight is not None else torch.device(device)
         program = _export(module, [a.to(where) for a in args])
-    return compile_exported(program, args, device, enabled_precisions, debug, progress, options,
-                            _compile)
+    return compile_exported(program, args, device, enabled_precisions, debug, progress, options)
 
 
-def compile_exported(program, args, device, enabled_precisions, debug, progress, options,
-                     _compile=None):
+def compile_exported(program, args, device, enabled_precisions, debug, progress, options):
     """The split compile of an ExportedProgram whose forward takes the tensors `args`;
     `options` are kiln's (backend_priority without Inductor)."""
-    if _compile is None:
-        from . import _compile
+    from . import _compile
     import torch.fx.passes.infra.partitioner as partitioner
     from torch.fx.passes.split_module import split_module
 

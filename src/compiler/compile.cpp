@@ -140,6 +140,26 @@ std::vector<Backend> backends_of(const CompileSpec& spec) {
   return out;
 }
 
+// What partitioning asks: the converter registry (which remembers refusals for a compile's
+// retries), through the backends of backend_priority when the spec names any.
+struct PartitionCapability {
+  compiler::RegistryCapability registry;
+  std::optional<partitioning::BackendCapability> by_backend;
+
+  explicit PartitionCapability(const std::vector<Backend>& backends) {
+    std::vector<partitioning::BackendSupport> supports;
+    for (const Backend& b : backends) supports.push_back({b.name, b.ops, &registry});
+    if (!supports.empty()) by_backend.emplace(std::move(supports));
+  }
+  PartitionCapability(const PartitionCapability&) = delete;  // by_backend points at registry
+  PartitionCapability& operator=(const PartitionCapability&) = delete;
+
+  const partitioning::Capability& get() const {
+    if (by_backend) return *by_backend;
+    return registry;
+  }
+};
+
 // Everything compile() and the standalone-engine entry points share.
 struct Pipeline {
   const torch::jit::Module& module;
@@ -567,18 +587,13 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   // A node whose converter accepted it and then failed goes to PyTorch, and the graph is
   // partitioned again (unless the spec asks for one engine): a model that runs in PyTorch
   // compiles.
-  compiler::RegistryCapability capability;
-  std::vector<partitioning::BackendSupport> supports;
-  for (const Backend& b : pipe.backends) supports.push_back({b.name, b.ops, &capability});
-  std::optional<partitioning::BackendCapability> by_backend;
-  if (!supports.empty()) by_backend.emplace(std::move(supports));
-  const partitioning::Capability& partition_capability =
-      by_backend ? static_cast<const partitioning::Capability&>(*by_backend) : capability;
+  PartitionCapability partition_capability(pipe.backends);
+  compiler::RegistryCapability& capability = partition_capability.registry;
   partitioning::PartitionedGraph partitioned;
   compiler::SegmentEngines engines;
   for (;;) {
     pipe.phase(Phase::kPartition);
-    partitioned = partitioning::partition(graph, partition_capability,
+    partitioned = partitioning::partition(graph, partition_capability.get(),
                                           pipe.settings(spec.require_full_compilation));
     report->fallback.clear();
     for (const auto& [node, decision] : partitioned.decisions) {
@@ -711,17 +726,11 @@ partitioning::CoverageReport coverage_of(const torch::jit::Module& module,
   Pipeline pipe{module, method, spec, nullptr};
   pipe.backends = backends_of(spec);
   auto graph = pipe.lower();
-  compiler::RegistryCapability capability;
-  std::vector<partitioning::BackendSupport> supports;
-  for (const Backend& b : pipe.backends) supports.push_back({b.name, b.ops, &capability});
-  std::optional<partitioning::BackendCapability> by_backend;
-  if (!supports.empty()) by_backend.emplace(std::move(supports));
+  const PartitionCapability capability(pipe.backends);
   auto settings = pipe.settings(false);
   settings.min_block_size = 1;
   settings.max_engine_weight_bytes = 0;
-  const auto partitioned = partitioning::partition(
-      graph, by_backend ? static_cast<const partitioning::Capability&>(*by_backend) : capability,
-      settings);
+  const auto partitioned = partitioning::partition(graph, capability.get(), settings);
   return partitioning::coverage(partitioned);
 }
 
