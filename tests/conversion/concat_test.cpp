@@ -89,6 +89,38 @@ graph(%x : Tensor):
                             {x}, 0, 0));
 }
 
+// tensor_split by sections (uneven: the first ones longer) and by indices (clamped, one past the
+// end, repeated), and vsplit/hsplit/dsplit with their implied dims.
+TEST(ConvertConcat, TensorSplitAndDirectionalSplits) {
+  const auto x = torch::randn({6, 7, 4});
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor):
+  %c3 : int = prim::Constant[value=3]()
+  %c1 : int = prim::Constant[value=1]()
+  %idx : int[] = prim::Constant[value=[2, -2, 9, 9]]()
+  %l : Tensor[] = aten::tensor_split(%x, %c3, %c1)
+  %p : Tensor, %q : Tensor, %r : Tensor = prim::ListUnpack(%l)
+  %l2 : Tensor[] = aten::tensor_split(%x, %idx, %c1)
+  %a : Tensor, %b : Tensor, %c : Tensor, %d : Tensor, %e : Tensor = prim::ListUnpack(%l2)
+  return (%p, %q, %r, %a, %b, %c, %d, %e))IR",
+                            {x}, 0, 0));
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor, %v : Tensor):
+  %c2 : int = prim::Constant[value=2]()
+  %idx : int[] = prim::Constant[value=[1, 3]]()
+  %l : Tensor[] = aten::vsplit(%x, %c2)
+  %p : Tensor, %q : Tensor = prim::ListUnpack(%l)
+  %l2 : Tensor[] = aten::hsplit(%x, %idx)
+  %a : Tensor, %b : Tensor, %c : Tensor = prim::ListUnpack(%l2)
+  %l3 : Tensor[] = aten::dsplit(%x, %c2)
+  %m1 : int = prim::Constant[value=-1]()
+  %d : Tensor = aten::__getitem__(%l3, %m1)
+  %l4 : Tensor[] = aten::hsplit(%v, %c2)
+  %e : Tensor, %f : Tensor = prim::ListUnpack(%l4)
+  return (%p, %q, %a, %b, %c, %d, %e, %f))IR",
+                            {x, torch::randn({6})}, 0, 0));
+}
+
 TEST(ConvertConcat, StaticListUnpackStillEvaluates) {
   EXPECT_TRUE(matches_torch(R"IR(
 graph(%x : Tensor):

@@ -3,10 +3,12 @@
 
 Every op of PyTorch's OpInfo database (torch.testing._internal's op_db), in each dtype asked for
 that torch supports on the CPU, with its first usable sample input, is traced into a module of that
-one op, compiled by the kiln package (CPU, min_block_size 1) and run next to PyTorch.
+one op, compiled by the kiln package (min_block_size 1; for the CPU, or with --device cuda for
+the GPU, where its inputs go to the GPU and its outputs come back) and run next to PyTorch on the
+CPU.
 
     conformance.py [--dtypes float32,float16,int64] [--budget N] [--ops NAME,...]
-                   [--json OUT] [--require-no-wrong]
+                   [--device cpu|cuda] [--json OUT] [--require-no-wrong]
 
 Outcomes, one per (op, dtype):
   engine         compiled, every op in engines, outputs match PyTorch
@@ -35,7 +37,7 @@ RANDOM_WORDS = ("dropout", "rand", "bernoulli", "multinomial", "normal", "unifor
 
 # Ops whose integer outputs are indices into their input along a dim: with ties (samples of f16
 # or integers), other indices of equal values are as right as torch's (its sort is not stable).
-INDEX_OPS = {"sort", "argsort", "topk", "msort"}
+INDEX_OPS = {"sort", "argsort", "topk", "msort", "kthvalue"}
 
 OUTCOMES = ["engine", "fallback", "wrong", "compile error", "run error", "crash", "skipped"]
 
@@ -147,7 +149,7 @@ def close(actual, expected, dtype):
     return "" if diff <= rtol * scale + atol else f"max diff {diff:.3g} at scale {scale:.3g}"
 
 
-def run_item(op, dtype_name, kiln):
+def run_item(op, dtype_name, kiln, device="cpu"):
     """The outcome of one op in one dtype: a dict with outcome and detail."""
     import torch
     dtype = getattr(torch, dtype_name)
@@ -174,13 +176,15 @@ def run_item(op, dtype_name, kiln):
     try:
         compiled = kiln.compile(traced, inputs=[kiln.Input(shape=tuple(t.shape), dtype=t.dtype)
                                                 for t in inputs],
-                                min_block_size=1, enabled_precisions=precisions, progress=False)
+                                min_block_size=1, enabled_precisions=precisions, progress=False,
+                                device=device)
     except Exception as e:  # noqa: BLE001
         return {"outcome": "compile error", "detail": first_line(e)}
     report = compiled.kiln_report
     try:
         with torch.no_grad():
-            actual = flat_tensors(compiled(*[t.clone() for t in inputs]))
+            actual = flat_tensors(compiled(*[t.clone().to(device) for t in inputs]))
+            actual = None if actual is None else [a.cpu() for a in actual]
     except Exception as e:  # noqa: BLE001
         return {"outcome": "run error", "detail": first_line(e)}
     if actual is None or len(actual) != len(expected):
@@ -199,13 +203,17 @@ def run_item(op, dtype_name, kiln):
 
 
 def same_values_at(x, actual, expected):
-    """Whether two index tensors pick equal values of x along some dim (ties)."""
+    """Whether two index tensors pick equal values of x along some dim (ties); indices of a
+    reduced dim (kthvalue without keepdim) are compared as if kept."""
     import torch
-    if actual.dtype != torch.int64 or actual.shape != expected.shape or actual.dim() != x.dim():
+    if actual.dtype != torch.int64 or actual.shape != expected.shape or \
+            actual.dim() not in (x.dim(), x.dim() - 1):
         return False
     for d in range(x.dim()):
+        a, e = (actual, expected) if actual.dim() == x.dim() else \
+            (actual.unsqueeze(d), expected.unsqueeze(d))
         try:
-            if torch.equal(torch.take_along_dim(x, actual, d), torch.take_along_dim(x, expected, d)):
+            if torch.equal(torch.take_along_dim(x, a, d), torch.take_along_dim(x, e, d)):
                 return True
         except (RuntimeError, IndexError):
             continue
@@ -229,7 +237,7 @@ def worker(args):
         name, d, i = items[k]
         print(json.dumps({"begin": k, "op": name, "dtype": d}), flush=True)
         torch.manual_seed(0)
-        result = run_item(op_db[i], d, kiln)
+        result = run_item(op_db[i], d, kiln, args.device)
         print(json.dumps(dict(result, end=k, op=name, dtype=d)), flush=True)
 
 
@@ -238,6 +246,8 @@ def main():
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--budget", type=int, default=0, help="items to run (0: all)")
     p.add_argument("--ops", default="", help="only these ops (comma-separated names)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="the device kiln compiles for (PyTorch's answers are the CPU's)")
     p.add_argument("--json", default="", help="write every item's outcome here")
     p.add_argument("--require-no-wrong", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -249,7 +259,8 @@ def main():
     results, start = [], 0
     while True:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--start", str(start),
-               "--dtypes", args.dtypes, "--budget", str(args.budget), "--ops", args.ops]
+               "--dtypes", args.dtypes, "--budget", str(args.budget), "--ops", args.ops,
+               "--device", args.device]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         current = None
         for line in proc.stdout:
@@ -280,7 +291,7 @@ def main():
 def report(results, args):
     counts = collections.Counter(r["outcome"] for r in results)
     counted = sum(n for o, n in counts.items() if o != "skipped")
-    print(f"# OpInfo conformance: {len(results)} items ({args.dtypes}"
+    print(f"# OpInfo conformance on {args.device}: {len(results)} items ({args.dtypes}"
           f"{', budget %d' % args.budget if args.budget else ''})\n")
     print("| outcome | items | share of counted |\n|---|---|---|")
     for o in OUTCOMES:

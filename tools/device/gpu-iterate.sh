@@ -8,7 +8,8 @@
 # files); build logs stay in /tmp/kiln-iterate. CACHE_BENCH="resnet50,hf_bert" also times
 # compiles with the engine cache and refit on the device (bench/compile_cache.py);
 # MEMORY_BENCH="resnet50,vgg16" the peak build memory with and without resource partitioning
-# (bench/build_memory.py). KILN_TESTS=filter
+# (bench/build_memory.py). OPINFO="--dtypes float32,float16" runs the OpInfo conformance
+# (tests/opinfo/conformance.py) compiled for cuda. KILN_TESTS=filter
 # also builds kiln_tests and runs the tests of kiln_tests it selects (e.g. '*Gpu*'), PYTEST=args
 # runs the package's pytest with them (pytest installed from .deps/wheels when missing). Needs
 # .deps/ from tools/device/pack-deps.sh.
@@ -51,6 +52,17 @@ if [ -n "${PYTEST:-}" ]; then
   # shellcheck disable=SC2086
   PYTHONPATH="$build/python" "$py" -m pytest -q -p no:cacheprovider tests/python $PYTEST 2>&1 |
     tail -25 | tee "$out/pytest${PROFILE_TAG:-}.log"
+fi
+
+if [ -n "${OPINFO:-}" ]; then
+  "$py" -c "import expecttest" 2>/dev/null ||
+    "$py" -m pip install -q --no-index --find-links .deps/wheels expecttest >"$logs/pip.log" 2>&1 ||
+    tail -5 "$logs/pip.log"
+  # shellcheck disable=SC2086
+  PYTHONPATH="$build/python" "$py" tests/opinfo/conformance.py --device cuda $OPINFO \
+    --json "$out/opinfo_cuda.json" >"$out/opinfo_cuda.md" 2>&1
+  head -14 "$out/opinfo_cuda.md" | tail -10
+  grep -E "^(wrong|crash|compile error|run error):" "$out/opinfo_cuda.md" | head -30
 fi
 
 for job in ${PROFILE:-}; do

@@ -15,4 +15,8 @@ mkdir -p .deps/lib
 .venv/bin/python cmake/private_onednn.py "$(readlink -f /usr/lib/x86_64-linux-gnu/libdnnl.so.2)" \
   .deps/lib/libkiln_dnnl.so.2 libkiln_dnnl.so.2
 cp -L /usr/lib/x86_64-linux-gnu/libOpenCL.so.1 .deps/lib/libOpenCL.so.1
+# Python packages the device's python3 lacks: pytest (the package's tests) and expecttest
+# (PyTorch's OpInfo samples, tests/opinfo/conformance.py).
+.venv/bin/pip download -q --no-deps -d .deps/wheels pytest iniconfig packaging pluggy pygments \
+  expecttest
 du -sh .deps

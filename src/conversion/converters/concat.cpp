@@ -1,6 +1,7 @@
 // Converters of the concat family: cat and stack to concat layers; split, split_with_sizes,
-// chunk and unbind to slices. A split's Tensor[] output is no engine tensor: the consumers of the
-// list (prim::ListUnpack, __getitem__, cat/stack) compute the pieces from the split node itself.
+// chunk, unbind, tensor_split and v/h/dsplit to slices. A split's Tensor[] output is no engine
+// tensor: the consumers of the list (prim::ListUnpack, __getitem__, cat/stack) compute the pieces
+// from the split node itself.
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <algorithm>
@@ -23,8 +24,27 @@ const std::vector<std::string>& split_keys() {
   static const std::vector<std::string> keys = existing_schemas(
       {"aten::split.Tensor", "aten::split.sizes", "aten::split", "aten::split_with_sizes",
        "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::chunk",
-       "aten::unsafe_chunk", "aten::unbind.int"});
+       "aten::unsafe_chunk", "aten::unbind.int", "aten::tensor_split.sections",
+       "aten::tensor_split.indices", "aten::vsplit.int", "aten::vsplit.array", "aten::hsplit.int",
+       "aten::hsplit.array", "aten::dsplit.int", "aten::dsplit.array"});
   return keys;
+}
+
+// The split family's dim: an argument (split, chunk, unbind, tensor_split) or implied by the
+// name (vsplit 0, hsplit 1 or 0 of a 1-d tensor, dsplit 2); nullopt where it is an argument.
+std::optional<int64_t> implied_split_dim(const std::string& kind, size_t rank) {
+  if (kind == "aten::vsplit") return 0;
+  if (kind == "aten::hsplit") return rank == 1 ? 0 : 1;
+  if (kind == "aten::dsplit") return 2;
+  return std::nullopt;
+}
+
+// The inputs a split-like node needs static: its sizes (or sections, or indices) and its dim.
+std::vector<size_t> split_static_inputs(const Node* n) {
+  const std::string kind = n->kind().toQualString();
+  if (kind == "aten::unbind") return {1};
+  if (implied_split_dim(kind, 2)) return {1};
+  return {1, 2};
 }
 
 bool is_split(const Node* n) {
@@ -43,7 +63,12 @@ std::vector<TensorId> split_pieces(ConversionContext& ctx, const Node* n) {
   const engine::Shape shape = ctx.desc(x).shape;
   const std::string kind = n->kind().toQualString();
   const bool unbind = kind == "aten::unbind";
-  const int64_t axis = axis_of(static_int(ctx, n->input(unbind ? 1 : 2)), shape.size(), n);
+  const auto implied = implied_split_dim(kind, shape.size());
+  KILN_CHECK(!implied || static_cast<int64_t>(shape.size()) > *implied, InvalidArgument, kind,
+             " needs a tensor of at least ", *implied + 1, " dims, got ",
+             engine::shape_to_string(shape));
+  const int64_t axis =
+      implied ? *implied : axis_of(static_int(ctx, n->input(unbind ? 1 : 2)), shape.size(), n);
   const int64_t size = shape[static_cast<size_t>(axis)];
   KILN_CHECK(size != kDynamic, Unsupported, "splitting dim ", axis, " of ",
              engine::shape_to_string(shape),
@@ -51,8 +76,27 @@ std::vector<TensorId> split_pieces(ConversionContext& ctx, const Node* n) {
              "sizes must be known at compile time");
   std::vector<int64_t> sizes;
   const c10::IValue* arg = unbind ? nullptr : &ctx.ivalue(n->input(1));
+  const bool sections = kind == "aten::tensor_split" || implied;  // torch.tensor_split's rules
   if (unbind) {
     sizes.assign(static_cast<size_t>(size), 1);
+  } else if (sections && arg->isIntList()) {
+    // Split before each index (clamped to [previous, size]), as tensor_split.
+    int64_t start = 0;
+    for (int64_t index : arg->toIntVector()) {
+      if (index < 0) index += size;
+      const int64_t end = std::min(std::max(index, start), size);
+      sizes.push_back(end - start);
+      start = end;
+    }
+    sizes.push_back(size - start);
+  } else if (sections) {
+    // n sections: the first size % n one element longer; v/h/dsplit want them equal.
+    const int64_t count = arg->toInt();
+    KILN_CHECK(count > 0, InvalidArgument, kind, ": the number of sections must be positive, got ",
+               count);
+    KILN_CHECK(!implied || size % count == 0, InvalidArgument, kind, ": dim ", axis, " of size ",
+               size, " does not split into ", count, " equal sections");
+    for (int64_t i = 0; i < count; ++i) sizes.push_back(size / count + (i < size % count));
   } else if (arg->isIntList()) {
     sizes = arg->toIntVector();
   } else {
@@ -91,10 +135,7 @@ std::optional<std::string> list_reason(const Value* list) {
   if (p->kind() == torch::jit::prim::ListConstruct || p->kind() == torch::jit::prim::Constant) {
     return std::nullopt;
   }
-  if (is_split(p)) {
-    const bool unbind = std::string(p->kind().toQualString()) == "aten::unbind";
-    return static_inputs(unbind ? std::vector<size_t>{1} : std::vector<size_t>{1, 2})(p);
-  }
+  if (is_split(p)) return static_inputs(split_static_inputs(p))(p);
   return "the list of tensors %" + list->debugName() + " comes from `" + ir::node_to_string(p) +
          "`, which has no converter";
 }

@@ -27,6 +27,7 @@ Value* int_list(GraphPtr& graph, const std::vector<Value*>& values) {
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLn10 = 2.30258509299404568402;
+constexpr double kSqrtHalf = 0.70710678118654752440;
 const double kInf = std::numeric_limits<double>::infinity();
 
 // movedim's permutation: dims `from` go to `to`, the others keep their order; empty when the
@@ -52,14 +53,6 @@ std::vector<int64_t> moved_dims(int64_t rank, std::vector<int64_t> from, std::ve
     used[static_cast<size_t>(next)] = true;
   }
   return perm;
-}
-
-// A loss's reduction: 0 none, 1 mean, 2 sum (torch's Reduction enum); nullptr for another.
-Value* reduce_loss(GraphPtr& graph, Value* loss, int64_t reduction) {
-  if (reduction == 0) return loss;
-  if (reduction == 1) return call(graph, "aten::mean", {loss});
-  if (reduction == 2) return call(graph, "aten::sum", {loss});
-  return nullptr;
 }
 
 }  // namespace
@@ -585,45 +578,174 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     return g("aten::sub", {g("aten::mul", {pick(in(0), first), pick(in(1), second)}),
                            g("aten::mul", {pick(in(0), second), pick(in(1), first)})});
   }
-  if ((name == "aten::mse_loss" || name == "aten::l1_loss") && n == 3 && overload.empty()) {
-    auto reduction = constant_value(in(2));
-    if (!reduction || !reduction->isInt()) return nullptr;
-    Value* d = g("aten::sub", {in(0), in(1)});
-    Value* loss = name == "aten::mse_loss" ? g("aten::mul", {d, d}) : g("aten::abs", {d});
-    return reduce_loss(graph, loss, reduction->toInt());
-  }
-  if ((name == "aten::huber_loss" || name == "aten::smooth_l1_loss") && n == 4 &&
-      overload.empty()) {
-    auto reduction = constant_value(in(2)), param = constant_value(in(3));
-    if (!reduction || !reduction->isInt() || !param || !param->isScalar()) return nullptr;
-    const double p = param->toScalar().toDouble();
-    Value* a = g("aten::abs", {g("aten::sub", {in(0), in(1)})});
-    Value* loss = nullptr;
-    if (name == "aten::huber_loss") {  // 0.5 d^2 below delta, delta (|d| - delta / 2) above
-      Value* quad = g("aten::mul", {g("aten::mul", {a, a}), 0.5});
-      loss = g("aten::where",
-               {g("aten::lt", {a, p}), quad, g("aten::mul", {g("aten::sub", {a, 0.5 * p}), p})});
-    } else if (p == 0) {  // smooth_l1 with beta 0 is l1
-      loss = a;
-    } else {  // 0.5 d^2 / beta below beta, |d| - beta / 2 above
-      Value* quad = g("aten::div", {g("aten::mul", {g("aten::mul", {a, a}), 0.5}), p});
-      loss = g("aten::where", {g("aten::lt", {a, p}), quad, g("aten::sub", {a, 0.5 * p})});
+  if (n == 1 && overload.empty() &&
+      (name == "aten::real" || name == "aten::conj_physical" || name == "aten::isreal" ||
+       name == "aten::angle" || name == "aten::special_ndtr")) {
+    const auto type = known_dtype(in(0));
+    if (!type || c10::isComplexType(*type)) return nullptr;
+    Value* x = in(0);
+    if (name == "aten::real" || name == "aten::conj_physical") return x;
+    if (name == "aten::isreal") {
+      return graph->insert(c10::aten::ones_like, {x},
+                           {torch::jit::NamedValue("dtype", c10::ScalarType::Bool)});
     }
-    return reduce_loss(graph, loss, reduction->toInt());
+    if (!c10::isFloatingType(*type)) {  // integers and bools: as torch, in the default float
+      Value* none = graph->insertConstant(c10::IValue());
+      x = g("aten::to", {x, static_cast<int64_t>(c10::ScalarType::Float), false, false, none});
+    }
+    const c10::ScalarType result = c10::isFloatingType(*type) ? *type : c10::ScalarType::Float;
+    if (name == "aten::special_ndtr") {  // erfc(-x / sqrt 2) / 2
+      return g("aten::mul", {g("aten::erfc", {g("aten::mul", {x, -kSqrtHalf})}), 0.5});
+    }
+    // angle: pi below zero, 0 from zero up (as x's dtype), NaN kept.
+    Value* none = graph->insertConstant(c10::IValue());
+    Value* a = g("aten::to", {g("aten::where", {g("aten::lt", {x, 0}), kPi, 0.0}),
+                              static_cast<int64_t>(result), false, false, none});
+    return g("aten::where", {g("aten::ne", {x, x}), x, a});
+  }
+  if (name == "aten::ldexp" && overload == "Tensor" && n == 2) {  // as torch: x * 2^e
+    return g("aten::mul", {in(0), g("aten::pow", {2.0, in(1)})});
+  }
+  if (name == "aten::isin" && overload == "Tensor_Tensor" && n == 4) {
+    // Equal to some test element: elements against the flattened tests along a new last dim.
+    auto invert = constant_value(in(3));
+    if (!invert || !invert->isBool()) return nullptr;
+    Value* hit = g("aten::eq", {g("aten::unsqueeze", {in(0), -1}),
+                                g("aten::reshape", {in(1), std::vector<int64_t>{-1}})});
+    Value* found = g("aten::any", {hit, -1, false});
+    return invert->toBool() ? g("aten::logical_not", {found}) : found;
+  }
+  if (name == "aten::bucketize" && overload == "Tensor" && n == 4) {
+    // The number of boundaries below x (right: not above), counted as "not at or above" so that
+    // NaN, above every boundary for torch, counts them all.
+    auto out_int32 = constant_value(in(2)), right = constant_value(in(3));
+    if (known_rank(in(1)) != 1 || !out_int32 || !out_int32->isBool() || !right ||
+        !right->isBool()) {
+      return nullptr;
+    }
+    Value* x = g("aten::unsqueeze", {in(0), -1});
+    Value* above = g(right->toBool() ? "aten::gt" : "aten::ge", {in(1), x});
+    Value* count =
+        g("aten::sum", {g("aten::logical_not", {above}), std::vector<int64_t>{-1}, false});
+    if (!out_int32->toBool()) return count;
+    Value* none = graph->insertConstant(c10::IValue());
+    return g("aten::to", {count, static_cast<int64_t>(c10::ScalarType::Int), false, false, none});
+  }
+  if (name == "aten::_safe_softmax" && n == 3) {
+    // softmax, with 0 for a slice all -inf (softmax's NaN there).
+    auto dim = constant_value(in(1));
+    if (!dim || !dim->isInt()) return nullptr;
+    Value* s = g("aten::softmax", {in(0), in(1), in(2)});
+    Value* empty =
+        g("aten::eq", {g("aten::amax", {in(0), std::vector<int64_t>{dim->toInt()}, true}), -kInf});
+    return g("aten::where", {empty, 0.0, s});
+  }
+  if (name == "aten::_softmax_backward_data" && n == 4) {
+    // y (g - sum(g y)) along dim, in the input's dtype.
+    auto dim = constant_value(in(2));
+    auto dtype = constant_value(in(3));
+    if (!dim || !dim->isInt() || !dtype || !dtype->isInt()) return nullptr;
+    Value* gy = g("aten::mul", {in(0), in(1)});
+    Value* sum = g("aten::sum", {gy, std::vector<int64_t>{dim->toInt()}, true});
+    Value* r = g("aten::sub", {gy, g("aten::mul", {in(1), sum})});
+    Value* none = graph->insertConstant(c10::IValue());
+    return g("aten::to", {r, dtype->toInt(), false, false, none});
+  }
+  if (name == "aten::take" && n == 2) {
+    // The flattened tensor at each index (negative ones from the end), shaped as the indices.
+    Value* flat = g("aten::reshape", {in(0), std::vector<int64_t>{-1}});
+    Value* index = g("aten::reshape", {in(1), std::vector<int64_t>{-1}});
+    Value* numel = graph->insert(c10::Symbol::fromQualString("aten::numel"), {in(0)});
+    index = g("aten::where", {g("aten::lt", {index, 0}), g("aten::add", {index, numel}), index});
+    Value* picked = g("aten::index_select", {flat, 0, index});
+    return g("aten::reshape_as", {picked, in(1)});
+  }
+  if (name == "aten::take_along_dim" && n == 3) {
+    // gather, both sides expanded to their broadcast sizes but along dim (as torch); no dim:
+    // the flattened tensor.
+    auto dim = constant_value(in(2));
+    if (!dim) return nullptr;
+    if (dim->isNone()) {
+      Value* flat = g("aten::reshape", {in(0), std::vector<int64_t>{-1}});
+      return g("aten::gather", {flat, 0, g("aten::reshape", {in(1), std::vector<int64_t>{-1}})});
+    }
+    const auto rank = known_rank(in(0));
+    if (!dim->isInt() || !rank || *rank < 1 || known_rank(in(1)) != rank) return nullptr;
+    int64_t d = dim->toInt();
+    if (d < -*rank || d >= *rank) return nullptr;
+    if (d < 0) d += *rank;
+    std::vector<Value*> sizes;
+    for (int64_t i = 0; i < *rank; ++i) {
+      sizes.push_back(
+          i == d ? graph->insertConstant(int64_t{-1})
+                 : g("prim::max", {g("aten::size", {in(0), i}), g("aten::size", {in(1), i})}));
+    }
+    Value* shape = int_list(graph, sizes);
+    return g("aten::gather",
+             {g("aten::expand", {in(0), shape}), d, g("aten::expand", {in(1), shape})});
+  }
+  if (name == "aten::rot90" && n == 3) {
+    // As torch: k = 1 flips the second dim and transposes, 2 flips both, 3 flips the first and
+    // transposes.
+    auto k = constant_value(in(1)), dims = constant_value(in(2));
+    if (!k || !k->isInt() || !dims || !dims->isIntList() || dims->toIntVector().size() != 2) {
+      return nullptr;
+    }
+    const std::vector<int64_t> d = dims->toIntVector();
+    const int64_t turns = ((k->toInt() % 4) + 4) % 4;
+    if (turns == 0) return g("aten::clone", {in(0), graph->insertConstant(c10::IValue())});
+    if (turns == 2) return g("aten::flip", {in(0), d});
+    Value* flipped = g("aten::flip", {in(0), std::vector<int64_t>{turns == 1 ? d[1] : d[0]}});
+    return g("aten::transpose", {flipped, d[0], d[1]});
+  }
+  if (name == "aten::sum_to_size" && n == 2) {
+    // Summed over the leading dims `size` lacks and, keeping them, over its dims of size 1.
+    const auto rank = known_rank(in(0));
+    auto size = constant_value(in(1));
+    if (!rank || !size || !size->isIntList()) return nullptr;
+    const std::vector<int64_t> target = size->toIntVector();
+    const int64_t lead = *rank - static_cast<int64_t>(target.size());
+    if (lead < 0) return nullptr;
+    Value* x = in(0);
+    std::vector<int64_t> ones;
+    for (size_t i = 0; i < target.size(); ++i) {
+      if (target[i] == 1) ones.push_back(lead + static_cast<int64_t>(i));
+    }
+    if (!ones.empty()) x = g("aten::sum", {x, ones, true});
+    if (lead > 0) {
+      std::vector<int64_t> leading;
+      for (int64_t i = 0; i < lead; ++i) leading.push_back(i);
+      x = g("aten::sum", {x, leading, false});
+    }
+    return x;
+  }
+  if (name == "aten::tile" && n == 2) {  // repeat, with leading 1s for dims it does not name
+    const auto rank = known_rank(in(0));
+    auto dims = constant_value(in(1));
+    if (!rank || !dims || !dims->isIntList()) return nullptr;
+    std::vector<int64_t> reps = dims->toIntVector();
+    while (static_cast<int64_t>(reps.size()) < *rank) reps.insert(reps.begin(), 1);
+    if (reps.empty()) return in(0);
+    return g("aten::repeat", {in(0), reps});
   }
   if (name == "aten::logsumexp" && n == 3) {
     auto dims = constant_value(in(1));
     auto keep = constant_value(in(2));
-    if (!dims || !keep || !dims->isIntList() || dims->toIntVector().empty() || !keep->isBool()) {
-      return nullptr;
+    if (!dims || !keep || !dims->isIntList() || !keep->isBool()) return nullptr;
+    Value* x = in(0);
+    Value* reduced = in(1);
+    if (dims->toIntVector().empty()) {  // every dim: the flattened tensor's one
+      if (keep->toBool()) return nullptr;
+      x = g("aten::reshape", {x, std::vector<int64_t>{-1}});
+      reduced = graph->insertConstant(std::vector<int64_t>{0});
     }
-    Value* m = g("aten::amax", {in(0), in(1), true});
+    Value* m = g("aten::amax", {x, reduced, true});
     // A slice all -inf (or with +inf) has no finite max to shift by: shift by 0 there.
     m = g("aten::where", {g("aten::eq", {g("aten::abs", {m}), kInf}), 0.0, m});
-    Value* sum = g("aten::sum", {g("aten::exp", {g("aten::sub", {in(0), m})}), in(1), true});
+    Value* sum = g("aten::sum", {g("aten::exp", {g("aten::sub", {x, m})}), reduced, true});
     Value* r = g("aten::add", {g("aten::log", {sum}), m});
     // Without keepdim, the reduced dims (now of size 1) go: a sum over them drops them.
-    return keep->toBool() ? r : g("aten::sum", {r, in(1), false});
+    return keep->toBool() ? r : g("aten::sum", {r, reduced, false});
   }
   return nullptr;
 }

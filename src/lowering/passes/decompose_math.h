@@ -1,4 +1,5 @@
-// decompose_ops' math identities (decompose_math.cpp), apart from the pass's own rewrites.
+// decompose_ops' math identities (decompose_math.cpp), tensor algebra (decompose_linalg.cpp) and
+// losses (decompose_losses.cpp), apart from the pass's own rewrites.
 #pragma once
 
 #include "lowering/passes.h"
@@ -9,5 +10,12 @@ namespace kiln::lowering {
 // point from ops the engine has layers for; nullptr when the overload, its constant arguments
 // or what the graph knows of its inputs' rank and dtype are not the ones handled.
 torch::jit::Value* decompose_math(GraphPtr& graph, torch::jit::Node* node);
+
+// The same for tensor algebra (decompose_linalg.cpp): diagonals, products, distances, renorm,
+// the trapezoid rules.
+torch::jit::Value* decompose_linalg(GraphPtr& graph, torch::jit::Node* node);
+
+// The same for the losses of torch.nn.functional (decompose_losses.cpp).
+torch::jit::Value* decompose_loss(GraphPtr& graph, torch::jit::Node* node);
 
 }  // namespace kiln::lowering

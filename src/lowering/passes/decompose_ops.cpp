@@ -1,27 +1,38 @@
 // Decompositions: composite ops rewritten into ops the engine has layers for (seed 001). This
 // file holds the pass and its structural rewrites (var/std, type_as, the clamps, glu,
-// broadcast_tensors, the `_copy` views); decompose_math.cpp the math identities.
+// broadcast_tensors, the `_copy` views, the ops of several outputs); decompose_math.cpp the
+// math identities, decompose_linalg.cpp the tensor algebra, decompose_losses.cpp the losses.
+// A rewrite may emit ops that decompose further (the walk repeats while it rewrites); one whose
+// ops do not take the node's arguments leaves the node as it was.
 //
 // Per op, the choice:
 // - decomposed: var/std (the engine has no variance reduce: mean, sub, mul, sum, div[, sqrt]);
-//   type_as (aten::to with `other`: one cast converter); square (mul); hardtanh and relu6
-//   (clamp, which is an engine activation); glu (chunk, sigmoid, mul); where the dtype is
-//   known, rms_norm (mean of squares, rsqrt; in f32 for f16/bf16), prelu, threshold, hardshrink,
-//   softshrink, sinc, sgn, special_entr, special_xlog1py (where, NaN kept as torch keeps it),
-//   tril/triu (a mask of run-time aranges), repeat_interleave by an int along a dim (unsqueeze,
-//   expand, reshape), trace (index_select of the flattened diagonal), nansum/nanmean (where),
-//   ravel; positive/resolve_neg/resolve_conj of real tensors are the tensor;
+//   var_mean/std_mean, aminmax, native_layer_norm (layer_norm with its mean and 1/std),
+//   kthvalue (element k - 1 of a sort); type_as (aten::to with `other`: one cast converter);
+//   square (mul); hardtanh and relu6 (clamp, which is an engine activation); glu (chunk,
+//   sigmoid, mul); where the dtype is known, rms_norm (mean of squares, rsqrt; in f32 for
+//   f16/bf16), prelu, threshold, hardshrink, softshrink, sinc, sgn, special_entr,
+//   special_xlog1py (where, NaN kept as torch keeps it), tril/triu (a mask of run-time aranges),
+//   repeat_interleave by an int along a dim (unsqueeze, expand, reshape), trace (index_select
+//   of the flattened diagonal), nansum/nanmean (where), ravel; positive/resolve_neg/
+//   resolve_conj/real/conj_physical of real tensors are the tensor;
 //   the math of decompose_math.cpp (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
-//   logsumexp, isnan/isinf/isfinite, the losses, cross, and, where the input's rank or dtype is
-//   known, flip, repeat, movedim, nan_to_num, ...); broadcast_tensors taken apart (expand_as);
-//   the `_copy` variants of views (the view, when the copy is not written in place).
+//   logsumexp, isnan/isinf/isfinite, cross, angle, ndtr, ldexp, isin, bucketize, take,
+//   take_along_dim, rot90, tile, sum_to_size, _safe_softmax, and, where the input's rank or
+//   dtype is known, flip, repeat, movedim, nan_to_num, ...); decompose_linalg.cpp's diagonals,
+//   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
+//   channel shuffles, unfold, msort/median/nanmedian, cov/corrcoef; decompose_losses.cpp's
+//   losses; broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the view,
+//   when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
 #include "ir/graph_utils.h"
 #include "lowering/passes.h"
 #include "lowering/passes/decompose_math.h"
+#include "lowering/passes/rewrite_builder.h"
 #include "lowering/rewrite_utils.h"
+#include "util/logging.h"
 
 namespace kiln::lowering {
 namespace {
@@ -41,7 +52,7 @@ Value* insert(GraphPtr& graph, c10::Symbol kind, std::vector<torch::jit::NamedVa
 // arguments are not constants this rewrite understands.
 Value* decompose_variance(GraphPtr& graph, Node* node) {
   const c10::FunctionSchema* schema = node->maybeSchema();
-  if (!schema || node->outputs().size() != 1) return nullptr;
+  if (!schema) return nullptr;
   const std::string& overload = schema->overload_name();
   Value* x = node->input(0);
   int64_t correction = 1;
@@ -144,6 +155,85 @@ bool decompose_broadcast_tensors(GraphPtr& graph) {
   return !unpacks.empty();
 }
 
+// Ops of several outputs: var_mean/std_mean (the variance's rewrite and a mean), aminmax
+// (amin, amax), native_layer_norm (layer_norm, and the mean and 1/std it computed); empty when
+// the node is not one of them or its arguments are not handled.
+std::vector<Value*> decompose_multi(GraphPtr& graph, Node* node) {
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (!schema) return {};
+  const std::string& name = schema->name();
+  if ((name == "aten::var_mean" || name == "aten::std_mean") && node->outputs().size() == 2) {
+    Value* var = decompose_variance(graph, node);
+    if (!var) return {};
+    torch::jit::WithInsertPoint guard(node);
+    Value* spread = name == "aten::std_mean" ? insert(graph, c10::aten::sqrt, {var}) : var;
+    // The variance's rewrite took the overload apart already: dims and keepdim are constants
+    // (no dims, or an empty list, without keepdim: the mean of everything).
+    const auto dims = node->inputs().size() == 4 ? constant_value(node->input(1)) : std::nullopt;
+    Value* mean =
+        !dims || dims->isNone() || dims->toIntVector().empty()
+            ? insert(graph, c10::aten::mean, {node->input(0)})
+            : insert(graph, c10::aten::mean, {node->input(0), node->input(1), node->input(3)});
+    return {spread, mean};
+  }
+  torch::jit::WithInsertPoint guard(node);
+  if (name == "aten::kthvalue" && node->outputs().size() == 2 && node->inputs().size() == 4) {
+    // The k-th smallest along dim and its index: element k - 1 of the sorted dim (NaN last).
+    auto k = constant_value(node->input(1)), dim = constant_value(node->input(2)),
+         keep = constant_value(node->input(3));
+    if (!k || !k->isInt() || k->toInt() < 1 || !dim || !dim->isInt() || !keep || !keep->isBool()) {
+      return {};
+    }
+    RewriteBuilder b(graph);
+    std::vector<Value*> sorted =
+        b.outputs("aten::sort", {node->input(0), node->input(2), b.constant(false)}, 2);
+    for (Value*& v : sorted) {
+      v = b("aten::select", {v, dim->toInt(), k->toInt() - 1});
+      if (keep->toBool()) v = b("aten::unsqueeze", {v, dim->toInt()});
+    }
+    return sorted;
+  }
+  if (name == "aten::aminmax" && node->outputs().size() == 2 && node->inputs().size() == 3) {
+    auto dim = constant_value(node->input(1));
+    auto keep = constant_value(node->input(2));
+    if (!dim || !keep || !keep->isBool()) return {};
+    if (dim->isInt()) {
+      Value* dims = graph->insertConstant(std::vector<int64_t>{dim->toInt()});
+      return {insert(graph, c10::aten::amin, {node->input(0), dims, node->input(2)}),
+              insert(graph, c10::aten::amax, {node->input(0), dims, node->input(2)})};
+    }
+    if (!dim->isNone() || keep->toBool()) return {};
+    // Over everything: the flattened tensor's only dim.
+    Value* flat = insert(graph, c10::aten::reshape, {node->input(0), std::vector<int64_t>{-1}});
+    Value* dims = graph->insertConstant(std::vector<int64_t>{0});
+    return {insert(graph, c10::aten::amin, {flat, dims, false}),
+            insert(graph, c10::aten::amax, {flat, dims, false})};
+  }
+  if (name == "aten::native_layer_norm" && node->outputs().size() == 3 &&
+      node->inputs().size() == 5) {
+    auto shape = constant_value(node->input(1));
+    auto eps = constant_value(node->input(4));
+    if (!shape || !shape->isIntList() || shape->toIntVector().empty() || !eps || !eps->isDouble()) {
+      return {};
+    }
+    std::vector<int64_t> dims;
+    for (int64_t d = -static_cast<int64_t>(shape->toIntVector().size()); d < 0; ++d) {
+      dims.push_back(d);
+    }
+    Value* x = node->input(0);
+    Value* out = insert(graph, c10::aten::layer_norm,
+                        {x, node->input(1), node->input(2), node->input(3), node->input(4), false});
+    Value* mean = insert(graph, c10::aten::mean, {x, dims, true});
+    Value* diff = insert(graph, c10::aten::sub, {x, mean});
+    Value* var =
+        insert(graph, c10::aten::mean, {insert(graph, c10::aten::mul, {diff, diff}), dims, true});
+    Value* rstd =
+        insert(graph, c10::aten::rsqrt, {insert(graph, c10::aten::add, {var, eps->toDouble()})});
+    return {out, mean, rstd};
+  }
+  return {};
+}
+
 Value* decompose(GraphPtr& graph, Node* node) {
   const auto kind = node->kind();
   if (kind == c10::aten::var) return decompose_variance(graph, node);
@@ -197,26 +287,55 @@ Value* decompose(GraphPtr& graph, Node* node) {
       return nullptr;  // no view op of that name takes these arguments
     }
   }
-  return decompose_math(graph, node);
+  if (Value* r = decompose_math(graph, node)) return r;
+  if (Value* r = decompose_linalg(graph, node)) return r;
+  return decompose_loss(graph, node);
 }
 
 }  // namespace
 
 bool decompose_ops(GraphPtr& graph) {
   bool changed = decompose_broadcast_tensors(graph);
-  ir::for_each_node(graph->block(), [&](Node* node) {
-    if (node->outputs().size() != 1) return;
-    Node* before = node->prev();  // the rewrite inserts between `before` and `node`
-    Value* replacement = decompose(graph, node);
-    if (!replacement) return;
-    for (Node* n = before->next(); n != node; n = n->next()) inherit_fallback_mark(node, n);
-    // The node's type, unless the rewrite knows more (a rank the node's type lacks).
-    if (!known_rank(replacement) || known_rank(node->output())) {
-      replacement->setType(node->output()->type());
-    }
-    replace_and_destroy(node, replacement);
+  // A rewrite may produce ops that decompose further (ndtr's erfc, tile's repeat): they sit
+  // before the node, where this walk has been, so the walk repeats while it rewrites (a few
+  // rounds: no rewrite produces its own op).
+  for (int round = 0; round < 4; ++round) {
+    bool rewrote = false;
+    ir::for_each_node(graph->block(), [&](Node* node) {
+      Node* before = node->prev();  // the rewrite inserts between `before` and `node`
+      std::vector<Value*> replacements;
+      try {
+        if (node->outputs().size() == 1) {
+          if (Value* r = decompose(graph, node)) replacements.push_back(r);
+        } else {
+          replacements = decompose_multi(graph, node);
+        }
+      } catch (const std::exception& e) {
+        // A rewrite whose ops did not take its arguments (an overload it did not foresee): the
+        // node stays as it was, for its converter or PyTorch.
+        KILN_LOG(kDebug, "decompose_ops: ", node->kind().toQualString(), " left whole: ", e.what());
+        replacements.clear();
+      }
+      if (replacements.empty()) {
+        // Whatever a rewrite inserted before giving up goes (its nodes use only each other).
+        while (node->prev() != before) node->prev()->destroy();
+        return;
+      }
+      for (Node* n = before->next(); n != node; n = n->next()) inherit_fallback_mark(node, n);
+      for (size_t i = 0; i < replacements.size(); ++i) {
+        Value* out = node->outputs()[i];
+        // The node's type, unless the rewrite knows more (a rank the node's type lacks).
+        if (!known_rank(replacements[i]) || known_rank(out)) {
+          replacements[i]->setType(out->type());
+        }
+        out->replaceAllUsesWith(replacements[i]);
+      }
+      node->destroy();
+      rewrote = true;
+    });
+    if (!rewrote) break;
     changed = true;
-  });
+  }
   return changed;
 }
 
