@@ -3,15 +3,17 @@
 
 Every op of PyTorch's OpInfo database (torch.testing._internal's op_db), in each dtype asked for
 that torch supports on the CPU, with its first usable sample input, is traced into a module of that
-one op, compiled by the kiln package (min_block_size 1; for the CPU, or with --device cuda for
-the GPU, where its inputs go to the GPU and its outputs come back) and run next to PyTorch on the
-CPU.
+one op, compiled by the kiln package (min_block_size 1, TF32 off: the ops' own semantics) for the
+CPU, or with --device cuda for the GPU (inputs to the GPU, outputs back), and run next to PyTorch
+on the same device.
 
     conformance.py [--dtypes float32,float16,int64] [--budget N] [--ops NAME,...]
                    [--device cpu|cuda] [--json OUT] [--require-no-wrong]
 
 Outcomes, one per (op, dtype):
   engine         compiled, every op in engines, outputs match PyTorch
+  no op          compiled to nothing: the op returns its input (atleast_2d of a matrix, contiguous,
+                 a cast to the input's own dtype), outputs match PyTorch
   fallback       compiled, some op left in PyTorch (with its reason), outputs match
   wrong          compiled and ran, outputs differ from PyTorch
   compile error  kiln.compile raised
@@ -39,7 +41,8 @@ RANDOM_WORDS = ("dropout", "rand", "bernoulli", "multinomial", "normal", "unifor
 # or integers), other indices of equal values are as right as torch's (its sort is not stable).
 INDEX_OPS = {"sort", "argsort", "topk", "msort", "kthvalue"}
 
-OUTCOMES = ["engine", "fallback", "wrong", "compile error", "run error", "crash", "skipped"]
+OUTCOMES = ["engine", "no op", "fallback", "wrong", "compile error", "run error", "crash",
+            "skipped"]
 
 
 def item_list(dtypes, ops, budget):
@@ -166,9 +169,12 @@ def run_item(op, dtype_name, kiln, device="cpu"):
     module, inputs = OneOp.build(op, sample)
     try:
         with torch.no_grad():
-            expected = flat_tensors(module(*[t.clone() for t in inputs]))
+            # PyTorch's answer on the device compiled for (its CUDA ops may differ from its CPU
+            # ones in what they support and in the dtypes of secondary outputs).
+            expected = flat_tensors(module(*[t.clone().to(device) for t in inputs]))
             if expected is None:
                 return {"outcome": "skipped", "detail": "output is not dense real tensors"}
+            expected = [e.cpu() for e in expected]
             traced = torch.jit.trace(module, tuple(t.clone() for t in inputs), check_trace=False)
     except Exception as e:  # noqa: BLE001
         return {"outcome": "skipped", "detail": f"PyTorch or tracing fails: {type(e).__name__}"}
@@ -177,7 +183,7 @@ def run_item(op, dtype_name, kiln, device="cpu"):
         compiled = kiln.compile(traced, inputs=[kiln.Input(shape=tuple(t.shape), dtype=t.dtype)
                                                 for t in inputs],
                                 min_block_size=1, enabled_precisions=precisions, progress=False,
-                                device=device)
+                                device=device, disable_tf32=True)
     except Exception as e:  # noqa: BLE001
         return {"outcome": "compile error", "detail": first_line(e)}
     report = compiled.kiln_report
@@ -198,6 +204,8 @@ def run_item(op, dtype_name, kiln, device="cpu"):
     engines = sum(1 for s in report["segments"] if s["target"] == "engine")
     if engines > 0 and report["torch_ops"] == 0:
         return {"outcome": "engine", "detail": ""}
+    if engines == 0 and report["torch_ops"] == 0 and not report["segments"]:
+        return {"outcome": "no op", "detail": "the op is its input (a view or no-op of it)"}
     reasons = sorted(set(report.get("fallback", []))) or ["no engine segment"]
     return {"outcome": "fallback", "detail": "; ".join(reasons)}
 
@@ -247,7 +255,7 @@ def main():
     p.add_argument("--budget", type=int, default=0, help="items to run (0: all)")
     p.add_argument("--ops", default="", help="only these ops (comma-separated names)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="the device kiln compiles for (PyTorch's answers are the CPU's)")
+                   help="the device kiln compiles for and PyTorch answers on")
     p.add_argument("--json", default="", help="write every item's outcome here")
     p.add_argument("--require-no-wrong", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -298,7 +306,9 @@ def report(results, args):
         share = f"{100.0 * counts[o] / counted:.1f}%" if counted and o != "skipped" else ""
         print(f"| {o} | {counts[o]} | {share} |")
     print(f"\nin an engine: {counts['engine']} of {counted} counted items "
-          f"({100.0 * counts['engine'] / max(counted, 1):.1f}%)\n")
+          f"({100.0 * counts['engine'] / max(counted, 1):.1f}%); nothing left in PyTorch (engine "
+          f"or no op): {counts['engine'] + counts['no op']} "
+          f"({100.0 * (counts['engine'] + counts['no op']) / max(counted, 1):.1f}%)\n")
     for o in ("wrong", "crash", "compile error", "run error"):
         for r in results:
             if r["outcome"] == o:
