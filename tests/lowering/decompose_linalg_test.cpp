@@ -153,6 +153,46 @@ TEST(DecomposeLinalg, StatisticsAndWindowsMatchTorch) {
   }
 }
 
+// Indexed writes: repeated indices add up (index_add, put with accumulate, scatter_reduce),
+// negative ones count from the end (index_fill, put), untouched elements keep x (or, for
+// scatter_reduce without self, the elements no update reaches).
+TEST(DecomposeScatter, IndexedWritesMatchTorch) {
+  const std::string sig =
+      "graph(%x : Float(4, 5), %src : Float(4, 3), %idx : Long(3), %rep : Long(3), %neg : Long(2), "
+      "%m : Bool(4, 1), %flat : Long(4), %sidx : Long(2, 5), %s2 : Float(2, 5), %z : Float(), "
+      "%zi : Long(1), %zs : Float(), %v4 : Float(4), %sm : Bool(5)):\n  %sum : str = "
+      "prim::Constant[value=\"sum\"]()\n"
+      "  %mean : str = prim::Constant[value=\"mean\"]()";
+  std::vector<torch::jit::IValue> in = {
+      torch::randn({4, 5}),
+      torch::randn({4, 3}),
+      at::tensor({4, 0, 2}, at::kLong),
+      at::tensor({1, 3, 1}, at::kLong),
+      at::tensor({-1, 1}, at::kLong),
+      at::tensor({1, 0, 1, 1}).to(at::kBool).reshape({4, 1}),
+      at::tensor({-20, 3, 3, 7}, at::kLong),
+      at::tensor({0, 1, 2, 3, 0, 0, 3, 2, 3, 1}, at::kLong).reshape({2, 5}),
+      torch::randn({2, 5}),
+      at::scalar_tensor(1.5f),
+      at::tensor({0}, at::kLong),
+      at::scalar_tensor(-4.f),
+      torch::randn({4}),
+      at::tensor({1, 1, 0, 1, 1}).to(at::kBool)};  // broadcast over the rows of %s2
+  for (const char* call :
+       {"aten::index_add(%x, %one, %idx, %src, %twof)",
+        "aten::index_add(%x, %one, %rep, %src, %onef)", "aten::index_copy(%x, %m1, %idx, %src)",
+        "aten::index_fill(%x, %zero, %neg, %half)", "aten::index_fill(%x, %one, %idx, %z)",
+        "aten::index_add(%z, %zero, %zi, %zs, %onef)", "aten::index_copy(%z, %zero, %zi, %zs)",
+        "aten::put(%x, %flat, %v4, %f)", "aten::put(%x, %flat, %v4, %t)",
+        "aten::masked_scatter(%s2, %sm, %x)",
+        "aten::scatter_reduce(%x, %zero, %sidx, %s2, %sum, %t)",
+        "aten::scatter_reduce(%x, %zero, %sidx, %s2, %sum, %f)",
+        "aten::scatter_reduce(%x, %zero, %sidx, %s2, %mean, %t)",
+        "aten::scatter_reduce(%x, %zero, %sidx, %s2, %mean, %f)"}) {
+    expect_decomposed(sig, call, in);
+  }
+}
+
 TEST(DecomposeLosses, MatchTorchInEveryReduction) {
   const std::string sig =
       "graph(%x : Float(4, 3), %y : Float(4, 3), %p : Float(4, 3), %sign : Float(4), "

@@ -1,7 +1,8 @@
 // Decompositions: composite ops rewritten into ops the engine has layers for (seed 001). This
 // file holds the pass and its structural rewrites (var/std, type_as, the clamps, glu,
 // broadcast_tensors, the `_copy` views, the ops of several outputs); decompose_math.cpp the
-// math identities, decompose_linalg.cpp the tensor algebra, decompose_losses.cpp the losses.
+// math identities, decompose_linalg.cpp the tensor algebra, decompose_losses.cpp the losses,
+// decompose_scatter.cpp the indexed writes.
 // A rewrite may emit ops that decompose further (the walk repeats while it rewrites); one whose
 // ops do not take the node's arguments leaves the node as it was.
 //
@@ -22,8 +23,9 @@
 //   dtype is known, flip, repeat, movedim, nan_to_num, ...); decompose_linalg.cpp's diagonals,
 //   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
 //   channel shuffles, unfold, msort/median/nanmedian, cov/corrcoef; decompose_losses.cpp's
-//   losses; broadcast_tensors taken apart (expand_as); the `_copy` variants of views (the view,
-//   when the copy is not written in place).
+//   losses; decompose_scatter.cpp's index_add/copy/fill, put, masked_scatter and
+//   scatter_reduce (sum, mean); broadcast_tensors taken apart (expand_as); the `_copy` variants of
+//   views (the view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
@@ -284,12 +286,14 @@ Value* decompose(GraphPtr& graph, Node* node) {
     try {
       return graph->insert(c10::Symbol::fromQualString(base), args, kwargs);
     } catch (const std::exception&) {
-      return nullptr;  // no view op of that name takes these arguments
+      // No view op of that name takes these arguments (index_copy is no copy of aten::index):
+      // the other rewrites may know the op.
     }
   }
   if (Value* r = decompose_math(graph, node)) return r;
   if (Value* r = decompose_linalg(graph, node)) return r;
-  return decompose_loss(graph, node);
+  if (Value* r = decompose_loss(graph, node)) return r;
+  return decompose_scatter(graph, node);
 }
 
 }  // namespace

@@ -1,0 +1,128 @@
+// decompose_ops' indexed writes (issue #35's coverage): index_add, index_copy, index_fill, put,
+// masked_scatter and scatter_reduce's sum and mean, into the engine's scatter layer (write or
+// add), gathers, cumulative sums and selects. A 0-d tensor is written as one of one element.
+#include "lowering/passes/decompose_math.h"
+#include "lowering/passes/rewrite_builder.h"
+#include "lowering/rewrite_utils.h"
+
+namespace kiln::lowering {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+// A 1-d index along `dim` of a rank-`rank` tensor, as a view that broadcasts against it
+// ([1, .., k, .., 1]).
+Value* along(RewriteBuilder& b, Value* index, int64_t rank, int64_t dim) {
+  std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+  shape[static_cast<size_t>(dim)] = -1;
+  return b("aten::reshape", {index, shape});
+}
+
+// Elements written per position of x by scatter_add of ones: how many updates reach each.
+Value* update_counts(RewriteBuilder& b, Value* x, int64_t dim, Value* index, Value* src) {
+  return b("aten::scatter_add",
+           {b("aten::zeros_like", {x}), dim, index, b("aten::ones_like", {src})});
+}
+
+}  // namespace
+
+Value* decompose_scatter(GraphPtr& graph, Node* node) {
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (!schema) return nullptr;
+  const std::string name = schema->name(), overload = schema->overload_name();
+  const auto in = [&](size_t i) { return node->input(i); };
+  const size_t n = node->inputs().size();
+  RewriteBuilder b(graph);
+
+  if ((name == "aten::index_add" && n == 5) || (name == "aten::index_copy" && n == 4) ||
+      (name == "aten::index_fill" && n == 4)) {
+    // index_add/index_copy: source's slices along dim to x's slices at `index` (added, or
+    // written); index_fill: x's slices at `index` (negative from the end) set to the value.
+    const auto rank = known_rank(in(0));
+    auto dim = constant_value(in(1));
+    if (!rank || !dim || !dim->isInt() || known_rank(in(2)) > 1) return nullptr;
+    const int64_t r = std::max<int64_t>(*rank, 1);
+    int64_t d = dim->toInt();
+    if (d < -r || d >= r) return nullptr;
+    if (d < 0) d += r;
+    Value* x = *rank == 0 ? b("aten::reshape", {in(0), std::vector<int64_t>{1}}) : in(0);
+    Value* index = b("aten::reshape", {in(2), std::vector<int64_t>{-1}});
+    Value* y = nullptr;
+    if (name == "aten::index_fill") {
+      Value* size = b.size(x, d);
+      Value* hit =
+          b("aten::any", {b("aten::eq", {b("aten::unsqueeze", {b("aten::arange", {size}), -1}),
+                                         b("aten::remainder", {index, size})}),
+                          -1, false});
+      y = b("aten::where", {along(b, hit, r, d), in(3), x});
+      if (known_dtype(in(0)) != known_dtype(in(3)) && !constant_value(in(3))) {
+        y = b("aten::type_as", {y, x});  // a tensor value of another dtype is cast to x's
+      }
+    } else {
+      if (known_rank(in(3)) != rank) return nullptr;
+      Value* source = *rank == 0 ? b("aten::reshape", {in(3), std::vector<int64_t>{1}}) : in(3);
+      Value* positions = b("aten::expand_as", {along(b, index, r, d), source});
+      if (name == "aten::index_copy") {
+        y = b("aten::scatter", {x, d, positions, source});
+      } else {
+        auto alpha = constant_value(in(4));
+        if (!alpha || !alpha->isScalar()) return nullptr;
+        if (alpha->toScalar().toDouble() != 1) source = b("aten::mul", {source, in(4)});
+        y = b("aten::scatter_add", {x, d, positions, source});
+      }
+    }
+    return *rank == 0 ? b("aten::reshape", {y, std::vector<int64_t>{}}) : y;
+  }
+  if (name == "aten::put" && n == 4) {
+    // The flattened tensor's elements at `index` (negative from the end) written (or added).
+    auto accumulate = constant_value(in(3));
+    if (!accumulate || !accumulate->isBool()) return nullptr;
+    Value* flat = b("aten::reshape", {in(0), std::vector<int64_t>{-1}});
+    Value* index = b("aten::reshape", {in(1), std::vector<int64_t>{-1}});
+    index = b("aten::where", {b("aten::lt", {index, 0}),
+                              b("aten::add", {index, b("aten::numel", {in(0)})}), index});
+    Value* source = b("aten::reshape", {in(2), std::vector<int64_t>{-1}});
+    Value* y =
+        b(accumulate->toBool() ? "aten::scatter_add" : "aten::scatter", {flat, 0, index, source});
+    return b("aten::reshape_as", {y, in(0)});
+  }
+  if (name == "aten::masked_scatter" && n == 3) {
+    // Where the (broadcast) mask is set, source's elements in order: the k-th set position takes
+    // source's k-th element (its index a running count of the mask).
+    Value* mask =
+        b("aten::reshape", {b("aten::expand_as", {in(1), in(0)}), std::vector<int64_t>{-1}});
+    Value* order =
+        b("aten::clamp", {b("aten::sub", {b("aten::cumsum", {mask, 0}), 1}), 0, b.none()});
+    Value* taken =
+        b("aten::index_select", {b("aten::reshape", {in(2), std::vector<int64_t>{-1}}), 0, order});
+    Value* y =
+        b("aten::where", {mask, taken, b("aten::reshape", {in(0), std::vector<int64_t>{-1}})});
+    return b("aten::reshape_as", {y, in(0)});
+  }
+  if (name == "aten::scatter_reduce" && overload == "two" && n == 6) {
+    // sum: scatter_add (onto x, or onto x zeroed where updates land); mean (floats): that sum
+    // over the number of terms, x where none land.
+    auto dim = constant_value(in(1)), reduce = constant_value(in(4)), self = constant_value(in(5));
+    const auto type = known_dtype(in(0));
+    if (!dim || !dim->isInt() || !reduce || !reduce->isString() || !self || !self->isBool() ||
+        !type) {
+      return nullptr;
+    }
+    const std::string how = reduce->toStringRef();
+    if (how != "sum" && !(how == "mean" && c10::isFloatingType(*type))) return nullptr;
+    const bool include_self = self->toBool();
+    Value* counts = (how == "mean" || !include_self)
+                        ? update_counts(b, in(0), dim->toInt(), in(2), in(3))
+                        : nullptr;
+    Value* base = in(0);
+    if (!include_self) base = b("aten::where", {b("aten::gt", {counts, 0}), 0, in(0)});
+    Value* sum = b("aten::scatter_add", {base, in(1), in(2), in(3)});
+    if (how == "sum") return sum;
+    if (include_self) return b("aten::div", {sum, b("aten::add", {counts, 1})});
+    return b("aten::where", {b("aten::gt", {counts, 0}), b("aten::div", {sum, counts}), in(0)});
+  }
+  return nullptr;
+}
+
+}  // namespace kiln::lowering
