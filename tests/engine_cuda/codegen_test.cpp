@@ -19,10 +19,6 @@ namespace {
 using cuda::PointwiseSpec;
 using testing::random_tensor;
 
-constexpr int kNumBinary = static_cast<int>(BinaryOp::kXor) + 1;
-constexpr int kNumUnary = static_cast<int>(UnaryOp::kIsNan) + 1;
-constexpr int kNumActivations = static_cast<int>(ActivationKind::kSelu) + 1;
-
 // A program using every float op once (comparisons and logical ops give 0/1 floats, as in a
 // fused chain), on inputs of the three float dtypes, ending in casts through f16 and bf16.
 PointwiseSpec every_op_spec(DataType output) {
@@ -31,15 +27,15 @@ PointwiseSpec every_op_spec(DataType output) {
   spec.output = output;
   int64_t last = 0;
   auto reg = [&] { return static_cast<int64_t>(spec.inputs.size() + spec.ops.size()) - 1; };
-  for (int op = 0; op < kNumBinary; ++op) {
+  for (int op = 0; op < kNumBinaryOps; ++op) {
     spec.ops.push_back({0, op, last, op % 3, 0, 0});
     last = reg();
   }
-  for (int op = 0; op < kNumUnary; ++op) {
+  for (int op = 0; op < kNumUnaryOps; ++op) {
     spec.ops.push_back({1, op, last, 0, 0, 0});
     last = reg();
   }
-  for (int op = 0; op < kNumActivations; ++op) {
+  for (int op = 0; op < kNumActivationKinds; ++op) {
     spec.ops.push_back({2, op, last, 0, 0.25 * op, 6.0});
     last = reg();
   }
