@@ -6,10 +6,12 @@
 // that all three have, and keeps its tables inside functions (device code cannot read host arrays).
 #pragma once
 
+// Not inlined on the device: the generic kernels' other ops would pay for these functions'
+// registers, and NVRTC would compile a copy per call site and entry point (a program with every
+// op takes 4x longer to compile inlined).
 #if defined(__CUDACC_RTC__)
-#define KILN_SPECIAL __device__
+#define KILN_SPECIAL __device__ __noinline__
 #elif defined(__CUDACC__)
-// Not inlined into the generic kernels, whose other ops would pay for these functions' registers.
 #define KILN_SPECIAL inline __host__ __device__ __noinline__
 #else
 #define KILN_SPECIAL inline
