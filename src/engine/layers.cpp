@@ -50,18 +50,40 @@ bool shuffle_moves_data(const ShuffleParams& params) {
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* const kNames[] = {"add", "sub",       "mul", "div", "pow", "max",
-                                       "min", "floor_div", "mod", "eq",  "ne",  "lt",
-                                       "le",  "gt",        "ge",  "and", "or",  "xor"};
+  static const char* const kNames[] = {
+      "add", "sub", "mul", "div", "pow", "max", "min",  "floor_div", "mod",    "eq",     "ne", "lt",
+      "le",  "gt",  "ge",  "and", "or",  "xor", "zeta", "polygamma", "igamma", "igammac"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumBinaryOps, "one name per binary op");
   const auto i = static_cast<size_t>(op);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* const kNames[] = {
-      "neg",   "abs",   "exp",  "log",  "sqrt", "rsqrt", "reciprocal", "sin",   "cos",
-      "tan",   "asin",  "acos", "atan", "sinh", "cosh",  "erf",        "floor", "ceil",
-      "round", "trunc", "sign", "not",  "log2", "log1p", "expm1",      "isnan"};
+  static const char* const kNames[] = {"neg",        "abs",
+                                       "exp",        "log",
+                                       "sqrt",       "rsqrt",
+                                       "reciprocal", "sin",
+                                       "cos",        "tan",
+                                       "asin",       "acos",
+                                       "atan",       "sinh",
+                                       "cosh",       "erf",
+                                       "floor",      "ceil",
+                                       "round",      "trunc",
+                                       "sign",       "not",
+                                       "log2",       "log1p",
+                                       "expm1",      "isnan",
+                                       "lgamma",     "digamma",
+                                       "erfinv",     "erfcx",
+                                       "ndtr",       "ndtri",
+                                       "log_ndtr",   "i0",
+                                       "i0e",        "i1",
+                                       "i1e",        "k0",
+                                       "k0e",        "k1",
+                                       "k1e",        "bessel_j0",
+                                       "bessel_j1",  "bessel_y0",
+                                       "bessel_y1",  "spherical_bessel_j0",
+                                       "airy_ai"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumUnaryOps, "one name per unary op");
   const auto i = static_cast<size_t>(op);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }
@@ -70,6 +92,8 @@ const char* activation_name(ActivationKind k) {
   static const char* const kNames[] = {"none",        "relu",     "sigmoid",    "tanh", "gelu",
                                        "gelu_tanh",   "silu",     "leaky_relu", "elu",  "hardswish",
                                        "hardsigmoid", "softplus", "clamp",      "mish", "selu"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumActivationKinds,
+                "one name per activation");
   const auto i = static_cast<size_t>(k);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }

@@ -24,7 +24,15 @@ enum class BinaryOp : unsigned char {
   kAnd,
   kOr,
   kXor,  // logical (bool) / bitwise (int)
+  // Special functions of floats (special_math.h): ζ(a, b) (Hurwitz), ψ^(a)(b) (a the order), the
+  // regularized incomplete gammas P(a, b) and Q(a, b).
+  kZeta,
+  kPolygamma,
+  kIgamma,
+  kIgammac,
 };
+constexpr int kNumBinaryOps = static_cast<int>(BinaryOp::kIgammac) + 1;
+
 enum class UnaryOp : unsigned char {
   kNeg,
   kAbs,
@@ -52,7 +60,31 @@ enum class UnaryOp : unsigned char {
   kLog1p,
   kExpm1,
   kIsNan,
+  // Special functions (special_math.h).
+  kLgamma,
+  kDigamma,
+  kErfinv,
+  kErfcx,
+  kNdtr,
+  kNdtri,
+  kLogNdtr,
+  kI0,
+  kI0e,
+  kI1,
+  kI1e,
+  kK0,
+  kK0e,
+  kK1,
+  kK1e,
+  kBesselJ0,
+  kBesselJ1,
+  kBesselY0,
+  kBesselY1,
+  kSphericalBesselJ0,
+  kAiryAi,
 };
+constexpr int kNumUnaryOps = static_cast<int>(UnaryOp::kAiryAi) + 1;
+
 enum class ActivationKind : unsigned char {
   kNone,
   kRelu,
@@ -70,5 +102,6 @@ enum class ActivationKind : unsigned char {
   kMish,
   kSelu,
 };
+constexpr int kNumActivationKinds = static_cast<int>(ActivationKind::kSelu) + 1;
 
 }  // namespace kiln::engine

@@ -154,6 +154,11 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
       return a | b;
     case BinaryOp::kXor:
       return a ^ b;
+    case BinaryOp::kZeta:  // special functions: rejected by inference for integers
+    case BinaryOp::kPolygamma:
+    case BinaryOp::kIgamma:
+    case BinaryOp::kIgammac:
+      return 0;
   }
   return 0;
 }

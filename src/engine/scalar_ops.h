@@ -2,7 +2,8 @@
 // for every place that computes them: the CPU kernels compile it as inline C++, the CUDA kernels
 // as __host__ __device__ functions, and the CUDA code generator (cuda/codegen.cpp) hands it to
 // NVRTC with the generated kernels, which call these functions with constant ops. So it includes
-// nothing NVRTC lacks: the float functions of <math.h> (built into NVRTC) and op_kinds.h.
+// nothing NVRTC lacks: the functions of <math.h> (built into NVRTC), op_kinds.h and
+// special_math.h.
 #pragma once
 
 #if !defined(__CUDACC_RTC__)
@@ -18,6 +19,8 @@
 #else
 #define KILN_SCALAR inline
 #endif
+
+#include "engine/special_math.h"
 
 namespace kiln::engine {
 
@@ -130,8 +133,61 @@ KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
       return (a != 0.f) || (b != 0.f);
     case BinaryOp::kXor:
       return (a != 0.f) != (b != 0.f);
+    case BinaryOp::kZeta:
+      return static_cast<float>(special::zeta(a, b));
+    case BinaryOp::kPolygamma:
+      return static_cast<float>(special::polygamma(a, b));
+    case BinaryOp::kIgamma:
+      return static_cast<float>(special::incomplete_gamma(a, b, false));
+    case BinaryOp::kIgammac:
+      return static_cast<float>(special::incomplete_gamma(a, b, true));
   }
   return 0.f;
+}
+
+// The unary special functions, in double.
+KILN_SCALAR float unary_special(UnaryOp op, double x) {
+  switch (op) {
+    case UnaryOp::kLgamma:
+      return static_cast<float>(lgamma(x));
+    case UnaryOp::kDigamma:
+      return static_cast<float>(special::digamma(x));
+    case UnaryOp::kErfinv:
+      return static_cast<float>(special::erfinv(x));
+    case UnaryOp::kErfcx:
+      return static_cast<float>(special::erfcx(x));
+    case UnaryOp::kNdtr:
+      return static_cast<float>(0.5 * erfc(-x / special::kSqrt2));
+    case UnaryOp::kNdtri:
+      return static_cast<float>(special::ndtri(x));
+    case UnaryOp::kLogNdtr:
+      return static_cast<float>(special::log_ndtr(x));
+    case UnaryOp::kI0:
+    case UnaryOp::kI0e:
+    case UnaryOp::kI1:
+    case UnaryOp::kI1e:
+      return static_cast<float>(
+          special::bessel_i(op >= UnaryOp::kI1, x, op == UnaryOp::kI0e || op == UnaryOp::kI1e));
+    case UnaryOp::kK0:
+    case UnaryOp::kK0e:
+    case UnaryOp::kK1:
+    case UnaryOp::kK1e:
+      return static_cast<float>(
+          special::bessel_k(op >= UnaryOp::kK1, x, op == UnaryOp::kK0e || op == UnaryOp::kK1e));
+    case UnaryOp::kBesselJ0:
+    case UnaryOp::kBesselJ1:
+    case UnaryOp::kBesselY0:
+    case UnaryOp::kBesselY1:
+      return static_cast<float>(
+          special::bessel_jy(op == UnaryOp::kBesselJ1 || op == UnaryOp::kBesselY1, x,
+                             op == UnaryOp::kBesselY0 || op == UnaryOp::kBesselY1));
+    case UnaryOp::kSphericalBesselJ0:
+      return static_cast<float>(special::spherical_bessel_j0(x));
+    case UnaryOp::kAiryAi:
+      return static_cast<float>(special::airy_ai(x));
+    default:
+      return static_cast<float>(x);
+  }
 }
 
 KILN_SCALAR float unary_float(UnaryOp op, float x) {
@@ -188,6 +244,8 @@ KILN_SCALAR float unary_float(UnaryOp op, float x) {
       return expm1f(x);
     case UnaryOp::kIsNan:
       return is_nan(x);
+    default:
+      return unary_special(op, x);
   }
   return x;
 }

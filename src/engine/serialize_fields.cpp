@@ -74,6 +74,15 @@ struct Reader {
       if constexpr (std::is_same_v<T, DataType>) {
         KILN_CHECK(raw < kNumDataTypes, CorruptInput, "plan: field ", name,
                    " holds unknown data type ", +raw);
+      } else if constexpr (std::is_same_v<T, UnaryOp>) {
+        KILN_CHECK(raw < kNumUnaryOps, CorruptInput, "plan: field ", name,
+                   " holds unknown unary op ", +raw);
+      } else if constexpr (std::is_same_v<T, BinaryOp>) {
+        KILN_CHECK(raw < kNumBinaryOps, CorruptInput, "plan: field ", name,
+                   " holds unknown binary op ", +raw);
+      } else if constexpr (std::is_same_v<T, ActivationKind>) {
+        KILN_CHECK(raw < kNumActivationKinds, CorruptInput, "plan: field ", name,
+                   " holds unknown activation ", +raw);
       }
       v = static_cast<T>(raw);
     } else {

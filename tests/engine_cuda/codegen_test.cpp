@@ -19,27 +19,26 @@ namespace {
 using cuda::PointwiseSpec;
 using testing::random_tensor;
 
-constexpr int kNumBinary = static_cast<int>(BinaryOp::kXor) + 1;
-constexpr int kNumUnary = static_cast<int>(UnaryOp::kIsNan) + 1;
-constexpr int kNumActivations = static_cast<int>(ActivationKind::kSelu) + 1;
-
 // A program using every float op once (comparisons and logical ops give 0/1 floats, as in a
-// fused chain), on inputs of the three float dtypes, ending in casts through f16 and bf16.
-PointwiseSpec every_op_spec(DataType output) {
+// fused chain), on inputs of the three float dtypes, ending in casts through f16 and bf16; with
+// or without the special functions (lgamma, zeta, Bessel, ...), which take NVRTC most of its time.
+PointwiseSpec every_op_spec(DataType output, bool special = true) {
   PointwiseSpec spec;
   spec.inputs = {DataType::kF32, DataType::kF16, DataType::kBF16};
   spec.output = output;
   int64_t last = 0;
   auto reg = [&] { return static_cast<int64_t>(spec.inputs.size() + spec.ops.size()) - 1; };
-  for (int op = 0; op < kNumBinary; ++op) {
+  const int binary_ops = special ? kNumBinaryOps : static_cast<int>(BinaryOp::kZeta);
+  const int unary_ops = special ? kNumUnaryOps : static_cast<int>(UnaryOp::kLgamma);
+  for (int op = 0; op < binary_ops; ++op) {
     spec.ops.push_back({0, op, last, op % 3, 0, 0});
     last = reg();
   }
-  for (int op = 0; op < kNumUnary; ++op) {
+  for (int op = 0; op < unary_ops; ++op) {
     spec.ops.push_back({1, op, last, 0, 0, 0});
     last = reg();
   }
-  for (int op = 0; op < kNumActivations; ++op) {
+  for (int op = 0; op < kNumActivationKinds; ++op) {
     spec.ops.push_back({2, op, last, 0, 0.25 * op, 6.0});
     last = reg();
   }
@@ -52,7 +51,7 @@ PointwiseSpec every_op_spec(DataType output) {
 
 TEST(CudaCodegen, EveryOpCompilesForEachArchitecture) {
   for (DataType out : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
-    const PointwiseSpec spec = every_op_spec(out);
+    const PointwiseSpec spec = every_op_spec(out, false);
     const std::string source = cuda::pointwise_source(spec);
     for (const char* entry : {"kiln_pw_vec", "kiln_pw_nd32", "kiln_pw_nd64"}) {
       EXPECT_NE(source.find(entry), std::string::npos) << entry;
@@ -68,6 +67,15 @@ TEST(CudaCodegen, EveryOpCompilesForEachArchitecture) {
       EXPECT_EQ(image[1], 'E');
     }
   }
+}
+
+// The special functions (special_math.h, NVRTC's third header) once, for the one architecture.
+TEST(CudaCodegen, SpecialFunctionsCompile) {
+  const auto image = cuda::compile_kernel(
+      "special functions", cuda::pointwise_source(every_op_spec(DataType::kF32)), 90);
+  ASSERT_GT(image.size(), 4u);
+  EXPECT_EQ(image[0], 0x7f);
+  EXPECT_EQ(image[1], 'E');
 }
 
 TEST(CudaCodegen, CompilesEachSourceOncePerProcess) {

@@ -64,22 +64,46 @@ TEST(CudaElementwise, IntegerBinaryOps) {
 
 TEST(CudaElementwise, UnaryOps) {
   KILN_REQUIRE_GPU();
-  for (int i = 0; i <= static_cast<int>(UnaryOp::kIsNan); ++i) {
+  for (int i = 0; i < kNumUnaryOps; ++i) {
     const auto op = static_cast<UnaryOp>(i);
     SCOPED_TRACE(unary_op_name(op));
     if (op == UnaryOp::kNot) {
       compare_layer(UnaryParams{op}, {random_tensor(DataType::kBool, {100}, 7, 0, 1)});
       continue;
     }
-    const bool domain = op == UnaryOp::kAsin || op == UnaryOp::kAcos;
+    const bool domain = op == UnaryOp::kAsin || op == UnaryOp::kAcos || op == UnaryOp::kErfinv;
     const bool positive = op == UnaryOp::kLog || op == UnaryOp::kSqrt || op == UnaryOp::kRsqrt ||
-                          op == UnaryOp::kLog2 || op == UnaryOp::kLog1p;
-    const double lo = domain ? -0.99 : (positive ? 0.05 : -3), hi = domain ? 0.99 : 3;
+                          op == UnaryOp::kLog2 || op == UnaryOp::kLog1p ||
+                          (op >= UnaryOp::kK0 && op <= UnaryOp::kK1e) || op == UnaryOp::kBesselY0 ||
+                          op == UnaryOp::kBesselY1;
+    const bool probability = op == UnaryOp::kNdtri;
+    // The Bessel and Airy functions over more than one branch of their algorithms.
+    const bool wide = op >= UnaryOp::kI0 && op <= UnaryOp::kAiryAi;
+    double lo = domain ? -0.99 : (positive ? 0.05 : -3), hi = domain ? 0.99 : 3;
+    if (probability) lo = 0.001, hi = 0.999;
+    if (wide) hi = 20, lo = positive ? 0.05 : -20;
     compare_layer(UnaryParams{op}, {random_tensor(DataType::kF32, {3, 257}, 8, lo, hi)}, 1e-5,
                   1e-6);
   }
   compare_layer(UnaryParams{UnaryOp::kNeg}, {random_tensor(DataType::kI64, {50}, 9, -100, 100)});
   compare_layer(UnaryParams{UnaryOp::kAbs}, {random_tensor(DataType::kI32, {50}, 10, -100, 100)});
+}
+
+// The binary special functions on their domains: ζ(s > 1, q), ψ^(n) with integer orders, and the
+// incomplete gammas from tiny to large shapes.
+TEST(CudaElementwise, SpecialBinaryOps) {
+  KILN_REQUIRE_GPU();
+  compare_layer(ElementwiseParams{BinaryOp::kZeta},
+                {random_tensor(DataType::kF32, {4, 1}, 19, 1.1, 8),
+                 random_tensor(DataType::kF32, {64}, 20, -9.5, 30)});
+  compare_layer(ElementwiseParams{BinaryOp::kPolygamma},
+                {testing::tensor_from(DataType::kF32, {5, 1}, {0, 1, 2, 3, 4}),
+                 random_tensor(DataType::kF32, {64}, 21, -9.5, 30)});
+  for (BinaryOp op : {BinaryOp::kIgamma, BinaryOp::kIgammac}) {
+    SCOPED_TRACE(binary_op_name(op));
+    compare_layer(ElementwiseParams{op}, {random_tensor(DataType::kF32, {4, 1}, 22, 0.01, 200),
+                                          random_tensor(DataType::kF32, {64}, 23, 0, 250)});
+  }
 }
 
 TEST(CudaElementwise, Activations) {

@@ -1,5 +1,5 @@
 // Converters of elementwise ops: arithmetic and comparisons with tensors or scalars (torch type
-// promotion), logical ops, and unary math.
+// promotion), logical ops, unary math and the special functions.
 #include "conversion/converters/operands.h"
 #include "conversion/converters/shuffle_helpers.h"
 #include "conversion/dtypes.h"
@@ -23,8 +23,8 @@ std::optional<std::string> alpha_is_static(const Node* n) {
 engine::TensorId binary(ConversionContext& ctx, const Node* n, BinaryOp op,
                         const torch::jit::Value* a, const torch::jit::Value* b) {
   BinaryOperands o = binary_operands(ctx, n, a, b);
-  if (op == BinaryOp::kDiv && !engine::is_floating(o.dtype)) {
-    // True division of integers gives floats, as in torch.
+  if ((op == BinaryOp::kDiv || op >= BinaryOp::kZeta) && !engine::is_floating(o.dtype)) {
+    // True division and the special functions of integers give floats, as in torch.
     o.a = ctx.cast(n, o.a, DataType::kF32);
     o.b = ctx.cast(n, o.b, DataType::kF32);
   }
@@ -137,6 +137,57 @@ ConvertFn unary(UnaryOp op, bool integers_stay = false) {
   };
 }
 
+// A floating tensor of `n`'s input `i`: integers computed in f32, as torch does for float ops.
+engine::TensorId float_input(ConversionContext& ctx, const Node* n, size_t i) {
+  auto x = ctx.tensor(n->input(i));
+  return engine::is_floating(ctx.desc(x).dtype) ? x : ctx.cast(n, x, DataType::kF32);
+}
+
+// A 0-d constant of x's dtype.
+engine::TensorId scalar_like(ConversionContext& ctx, engine::TensorId x, double v,
+                             const std::string& name) {
+  return ctx.constant(at::scalar_tensor(v).to(to_scalar_type(ctx.desc(x).dtype)), name);
+}
+
+// The int argument `i` of polygamma (its order) or mvlgamma (its p), which must be a constant of
+// at least `least`: others are left to torch, which rejects them.
+CapabilityValidator static_int_at_least(size_t i, int64_t least, const char* what) {
+  return [=](const Node* n) -> std::optional<std::string> {
+    const auto v = torch::jit::toIValue(n->input(i));
+    if (v && v->isInt() && v->toInt() >= least) return std::nullopt;
+    return std::string(what) + " must be a constant integer >= " + std::to_string(least);
+  };
+}
+
+// polygamma(n, x): one layer, ψ^(n) of the order as a constant operand.
+void convert_polygamma(ConversionContext& ctx, const Node* n) {
+  const auto x = float_input(ctx, n, 1);
+  const auto order = scalar_like(ctx, x, static_number(ctx, n->input(0)), "order");
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::ElementwiseParams{BinaryOp::kPolygamma}, {order, x}));
+}
+
+// mvlgamma(x, p) = Σ_{i<p} lgamma(x - i/2) + p (p - 1)/4 log π, summed in torch's order. (torch
+// raises where some x <= (p - 1)/2; the engine cannot raise on values, and computes there too.)
+void convert_mvlgamma(ConversionContext& ctx, const Node* n) {
+  const auto x = float_input(ctx, n, 0);
+  const int64_t p = torch::jit::toIValue(n->input(1))->toInt();
+  engine::TensorId sum = -1;
+  for (int64_t i = p - 1; i >= 0; --i) {
+    auto shifted = x;
+    if (i > 0) {
+      const auto half = scalar_like(ctx, x, 0.5 * static_cast<double>(i), "shift");
+      shifted = ctx.add(n, engine::ElementwiseParams{BinaryOp::kSub}, {x, half}, "shift");
+    }
+    const auto term = ctx.add(n, engine::UnaryParams{UnaryOp::kLgamma}, {shifted}, "lgamma");
+    sum =
+        sum < 0 ? term : ctx.add(n, engine::ElementwiseParams{BinaryOp::kAdd}, {sum, term}, "sum");
+  }
+  const double log_pi = 1.14472988584940017414;
+  const auto c = scalar_like(ctx, x, static_cast<double>(p * (p - 1)) / 4 * log_pi, "constant");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kAdd}, {sum, c}));
+}
+
 void add_binary(Registry& r, const std::string& name, ConvertFn fn, CapabilityValidator v = {}) {
   r.add_converter(
       {{name + ".Tensor", name + ".Scalar", name + "_.Tensor", name + "_.Scalar"}, fn, v});
@@ -204,6 +255,49 @@ void register_elementwise_converters(Registry& r) {
       {"aten::round", UnaryOp::kRound}, {"aten::trunc", UnaryOp::kTrunc},
       {"aten::sign", UnaryOp::kSign}};
   for (const auto& [name, op] : kAnyUnary) r.add_converter({{name}, unary(op, true)});
+  // Special functions (engine/special_math.h), with torch.special's aliases.
+  const std::pair<const char*, UnaryOp> kSpecialUnary[] = {
+      {"aten::lgamma", UnaryOp::kLgamma},
+      {"aten::special_gammaln", UnaryOp::kLgamma},
+      {"aten::digamma", UnaryOp::kDigamma},
+      {"aten::special_digamma", UnaryOp::kDigamma},
+      {"aten::special_psi", UnaryOp::kDigamma},
+      {"aten::erfinv", UnaryOp::kErfinv},
+      {"aten::special_erfinv", UnaryOp::kErfinv},
+      {"aten::special_erfcx", UnaryOp::kErfcx},
+      {"aten::special_ndtr", UnaryOp::kNdtr},
+      {"aten::special_ndtri", UnaryOp::kNdtri},
+      {"aten::special_log_ndtr", UnaryOp::kLogNdtr},
+      {"aten::i0", UnaryOp::kI0},
+      {"aten::special_i0", UnaryOp::kI0},
+      {"aten::special_modified_bessel_i0", UnaryOp::kI0},
+      {"aten::special_i0e", UnaryOp::kI0e},
+      {"aten::special_i1", UnaryOp::kI1},
+      {"aten::special_modified_bessel_i1", UnaryOp::kI1},
+      {"aten::special_i1e", UnaryOp::kI1e},
+      {"aten::special_modified_bessel_k0", UnaryOp::kK0},
+      {"aten::special_scaled_modified_bessel_k0", UnaryOp::kK0e},
+      {"aten::special_modified_bessel_k1", UnaryOp::kK1},
+      {"aten::special_scaled_modified_bessel_k1", UnaryOp::kK1e},
+      {"aten::special_bessel_j0", UnaryOp::kBesselJ0},
+      {"aten::special_bessel_j1", UnaryOp::kBesselJ1},
+      {"aten::special_bessel_y0", UnaryOp::kBesselY0},
+      {"aten::special_bessel_y1", UnaryOp::kBesselY1},
+      {"aten::special_spherical_bessel_j0", UnaryOp::kSphericalBesselJ0},
+      {"aten::special_airy_ai", UnaryOp::kAiryAi}};
+  for (const auto& [name, op] : kSpecialUnary) r.add_converter({{name}, unary(op)});
+  r.add_converter(
+      {{"aten::special_zeta", "aten::special_zeta.self_scalar", "aten::special_zeta.other_scalar"},
+       simple_binary(BinaryOp::kZeta)});
+  r.add_converter({{"aten::igamma", "aten::special_gammainc"}, simple_binary(BinaryOp::kIgamma)});
+  r.add_converter(
+      {{"aten::igammac", "aten::special_gammaincc"}, simple_binary(BinaryOp::kIgammac)});
+  r.add_converter({{"aten::polygamma", "aten::special_polygamma"},
+                   convert_polygamma,
+                   static_int_at_least(0, 0, "polygamma's order n")});
+  r.add_converter({{"aten::mvlgamma", "aten::special_multigammaln"},
+                   convert_mvlgamma,
+                   static_int_at_least(1, 1, "mvlgamma's p")});
 }
 
 }  // namespace kiln::conversion

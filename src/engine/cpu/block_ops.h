@@ -78,6 +78,10 @@ inline void binary_block(BinaryOp op, float* d, const float* a, const float* b, 
     KILN_BINARY_CASE(kAnd)
     KILN_BINARY_CASE(kOr)
     KILN_BINARY_CASE(kXor)
+    KILN_BINARY_CASE(kZeta)
+    KILN_BINARY_CASE(kPolygamma)
+    KILN_BINARY_CASE(kIgamma)
+    KILN_BINARY_CASE(kIgammac)
 #undef KILN_BINARY_CASE
   }
 }

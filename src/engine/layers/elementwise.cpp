@@ -9,8 +9,13 @@ bool is_comparison(BinaryOp op) {
   return op >= BinaryOp::kEq && op <= BinaryOp::kGe;
 }
 bool is_logical(BinaryOp op) {
-  return op >= BinaryOp::kAnd;
+  return op >= BinaryOp::kAnd && op <= BinaryOp::kXor;
 }
+namespace {
+bool is_special(BinaryOp op) {
+  return op >= BinaryOp::kZeta;
+}
+}  // namespace
 
 DataType binary_result_dtype(const std::string& layer, BinaryOp op, DataType a, DataType b) {
   KILN_CHECK(a == b, InvalidArgument, "layer `", layer, "` (", binary_op_name(op),
@@ -27,6 +32,8 @@ DataType binary_result_dtype(const std::string& layer, BinaryOp op, DataType a, 
   KILN_CHECK(op != BinaryOp::kDiv || is_floating(a), InvalidArgument, "layer `", layer,
              "` (div): true division needs floating operands, got ", dtype_name(a),
              " (use floor_div, or cast)");
+  KILN_CHECK(!is_special(op) || is_floating(a), InvalidArgument, "layer `", layer, "` (",
+             binary_op_name(op), "): needs floating operands, got ", dtype_name(a));
   return a;
 }
 
@@ -109,14 +116,15 @@ std::vector<FusedOp> decode_program(const std::string& layer, const FusedElement
       InvalidArgument, "layer `", layer, "`: malformed fused program (", p.program.size(),
       " ints, ", p.constants.size(), " constants)");
   std::vector<FusedOp> ops;
+  const int64_t kNumOps[] = {kNumBinaryOps, kNumUnaryOps, kNumActivationKinds, kNumDataTypes};
   for (size_t i = 0; i < p.program.size(); i += 4) {
     FusedOp op{p.program[i],     p.program[i + 1],   p.program[i + 2],
                p.program[i + 3], p.constants[i / 2], p.constants[i / 2 + 1]};
     const int64_t regs = static_cast<int64_t>(num_inputs + ops.size());
     // b is checked for every kind (the builder writes 0 where it is unused): kernels form its
-    // register address unconditionally. Op codes are bounded like the plan reader's enums.
+    // register address unconditionally. Op codes are bounded by their kind's number of ops.
     KILN_CHECK(op.kind >= 0 && op.kind <= 3 && op.a >= 0 && op.a < regs && op.b >= 0 &&
-                   op.b < regs && op.op >= 0 && op.op < (op.kind == 3 ? kNumDataTypes : 64),
+                   op.b < regs && op.op >= 0 && op.op < kNumOps[op.kind],
                InvalidArgument, "layer `", layer, "`: fused op ", ops.size(),
                " reads a register that is not yet written, or has unknown kind ", op.kind,
                " or op ", op.op);
