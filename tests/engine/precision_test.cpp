@@ -245,6 +245,46 @@ TEST(Precision, CastsAndFillsToF32AreRetargetedAndSumsKeepF16Range) {
   }
 }
 
+// A model that casts a 16-bit tensor up to f32 itself (an RMS norm's squares, which leave f16's
+// range from 256 on) computes in f32 until it casts back down; the rest runs low as before.
+TEST(Precision, TheModelsOwnCastsUpFromF16StayF32UntilItCastsBack) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF16, {2, 8});
+  auto up = net.add("up", CastParams{DataType::kF32}, {x});
+  auto sq = net.add("square", ElementwiseParams{BinaryOp::kMul}, {up, up});
+  auto ms = net.add("mean", ReduceParams{ReduceOp::kMean, {1}, true}, {sq});
+  auto r = net.add("rsqrt", UnaryParams{UnaryOp::kRsqrt}, {ms});
+  auto y = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {up, r});
+  auto down = net.add("down", CastParams{DataType::kF16}, {y});
+  auto z = net.add("after", CastParams{DataType::kF32}, {down});  // back in the model's f32...
+  z = net.add("exp", UnaryParams{UnaryOp::kExp}, {z});            // ...which it casts up again
+  auto w = net.add_input("w", DataType::kF32, {2, 8});
+  net.mark_output(net.add("plain", ElementwiseParams{BinaryOp::kAdd}, {w, w}), "plain");
+  net.mark_output(z, "z");
+  net.mark_output(down, "y");
+  const Network before = net;
+
+  PrecisionReport report;
+  ASSERT_TRUE(choose_precisions(net, {DataType::kF32, DataType::kF16}, runs_everything, &report));
+  for (const char* name : {"up", "square", "mean", "rsqrt", "scale", "after", "exp"}) {
+    const Layer& l = layer_named(net, name);
+    EXPECT_EQ(dtype_of(net, l.outputs.at(0)), DataType::kF32) << name;
+  }
+  EXPECT_EQ(dtype_of(net, layer_named(net, "plain").outputs.at(0)), DataType::kF16);
+  EXPECT_NE(report.summary().find("square: the model computes it in f32"), std::string::npos)
+      << report.summary();
+  // Values of 300: squares of 90000, inf in f16; the model's f32 keeps them.
+  HostTensor in = random_tensor(DataType::kF32, {2, 8}, 7, 250, 300);
+  HostTensor in16(DataType::kF16, {2, 8});
+  for (int64_t k = 0; k < 16; ++k) in16.as<uint16_t>()[k] = float_to_half(in.as<float>()[k]);
+  const auto w_in = random_tensor(DataType::kF32, {2, 8}, 8);
+  const auto want = run(before, {in16, w_in});
+  const auto got = run(net, {in16, w_in});
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_TRUE(testing::near(got[k], testing::to_doubles(want[k]), 1e-2, 1e-2)) << k;
+  }
+}
+
 TEST(Precision, DynamicShapesKeepTheirProfiles) {
   Network net;
   Profile p{{1, 16}, {4, 16}, {8, 16}};

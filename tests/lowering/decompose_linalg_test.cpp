@@ -266,7 +266,6 @@ TEST(DecomposeMath, IndexingAndSpecialFunctionsMatchTorch) {
                            "aten::isreal(%s)",
                            "aten::angle(%s)",
                            "aten::angle(%i)",
-                           "aten::special_ndtr(%s)",
                            "aten::ldexp(%a, %b)",
                            "aten::isin(%s, %a, %f, %f)",
                            "aten::isin(%i, %k, %f, %t)",

@@ -153,6 +153,24 @@ class PrecisionRewriter {
     return strip_layer_prefix(supports_(Layer{l.name, params, {}, {}}, in, out));
   }
 
+  // Whether the source network computes `l` in f32 on purpose: a cast up from f16/bf16 (the
+  // model's own, as in RMS norms written with `.float()`), and what reads its results up to a
+  // cast back down. Marks l's f32 outputs so.
+  bool computed_in_f32_on_purpose(const Layer& l) {
+    bool pinned = false;
+    if (const auto* c = std::get_if<CastParams>(&l.params)) {
+      const DataType from = old_.tensor(l.inputs.at(0)).dtype;
+      if (c->to != DataType::kF32) return false;
+      pinned = from == DataType::kF16 || from == DataType::kBF16;
+    }
+    for (TensorId id : l.inputs) pinned = pinned || pinned_[static_cast<size_t>(id)];
+    if (!pinned) return false;
+    for (TensorId id : l.outputs) {
+      if (old_.tensor(id).dtype == DataType::kF32) pinned_[static_cast<size_t>(id)] = true;
+    }
+    return true;
+  }
+
   void add_layer(const Layer& l) {
     std::vector<DataType> before;
     bool floating = false;
@@ -172,6 +190,13 @@ class PrecisionRewriter {
       replay(l, l.params, before);
       return;
     }
+    if (computed_in_f32_on_purpose(l)) {
+      replay(l, l.params, before);
+      report_.layers.push_back({l.name, DataType::kF32,
+                                "the model computes it in f32 (after its own cast up from a "
+                                "16-bit float)"});
+      return;
+    }
     LayerParams low_params = retarget(l.params, low_);
     std::vector<DataType> low_inputs;
     const std::string why = why_not_low(l, low_params, low_inputs);
@@ -189,7 +214,8 @@ class PrecisionRewriter {
   const PrecisionSupportFn& supports_;
   PrecisionReport& report_;
   Network net_;
-  std::vector<TensorId> map_;                                // old tensor -> new tensor
+  std::vector<TensorId> map_;  // old tensor -> new tensor
+  std::vector<bool> pinned_ = std::vector<bool>(old_.num_tensors(), false);  // f32 on purpose
   std::map<std::pair<TensorId, DataType>, TensorId> casts_;  // (new tensor, dtype) -> its cast
 };
 

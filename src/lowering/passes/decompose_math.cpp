@@ -27,7 +27,6 @@ Value* int_list(GraphPtr& graph, const std::vector<Value*>& values) {
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLn10 = 2.30258509299404568402;
-constexpr double kSqrtHalf = 0.70710678118654752440;
 const double kInf = std::numeric_limits<double>::infinity();
 
 // movedim's permutation: dims `from` go to `to`, the others keep their order; empty when the
@@ -580,7 +579,7 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
   }
   if (n == 1 && overload.empty() &&
       (name == "aten::real" || name == "aten::conj_physical" || name == "aten::isreal" ||
-       name == "aten::angle" || name == "aten::special_ndtr")) {
+       name == "aten::angle")) {
     const auto type = known_dtype(in(0));
     if (!type || c10::isComplexType(*type)) return nullptr;
     Value* x = in(0);
@@ -594,9 +593,6 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       x = g("aten::to", {x, static_cast<int64_t>(c10::ScalarType::Float), false, false, none});
     }
     const c10::ScalarType result = c10::isFloatingType(*type) ? *type : c10::ScalarType::Float;
-    if (name == "aten::special_ndtr") {  // erfc(-x / sqrt 2) / 2
-      return g("aten::mul", {g("aten::erfc", {g("aten::mul", {x, -kSqrtHalf})}), 0.5});
-    }
     // angle: pi below zero, 0 from zero up (as x's dtype), NaN kept.
     Value* none = graph->insertConstant(c10::IValue());
     Value* a = g("aten::to", {g("aten::where", {g("aten::lt", {x, 0}), kPi, 0.0}),

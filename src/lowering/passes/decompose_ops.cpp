@@ -18,7 +18,7 @@
 //   of the flattened diagonal), nansum/nanmean (where), ravel; positive/resolve_neg/
 //   resolve_conj/real/conj_physical of real tensors are the tensor;
 //   the math of decompose_math.cpp (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
-//   logsumexp, isnan/isinf/isfinite, cross, angle, ndtr, ldexp, isin, bucketize, take,
+//   logsumexp, isnan/isinf/isfinite, cross, angle, ldexp, isin, bucketize, take,
 //   take_along_dim, rot90, tile, sum_to_size, _safe_softmax, and, where the input's rank or
 //   dtype is known, flip, repeat, movedim, nan_to_num, ...); decompose_linalg.cpp's diagonals,
 //   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
@@ -218,6 +218,13 @@ std::vector<Value*> decompose_multi(GraphPtr& graph, Node* node) {
     if (!shape || !shape->isIntList() || shape->toIntVector().empty() || !eps || !eps->isDouble()) {
       return {};
     }
+    // Of 16-bit floats, torch's mean and 1/std are f32 on the GPU and of x's dtype on the CPU:
+    // a module traced on one and run on the other cannot tell which, so used ones stay whole.
+    const auto type = known_dtype(node->input(0));
+    if ((!type || *type == c10::kHalf || *type == c10::kBFloat16) &&
+        (node->outputs()[1]->hasUses() || node->outputs()[2]->hasUses())) {
+      return {};
+    }
     std::vector<int64_t> dims;
     for (int64_t d = -static_cast<int64_t>(shape->toIntVector().size()); d < 0; ++d) {
       dims.push_back(d);
@@ -300,9 +307,9 @@ Value* decompose(GraphPtr& graph, Node* node) {
 
 bool decompose_ops(GraphPtr& graph) {
   bool changed = decompose_broadcast_tensors(graph);
-  // A rewrite may produce ops that decompose further (ndtr's erfc, tile's repeat): they sit
-  // before the node, where this walk has been, so the walk repeats while it rewrites (a few
-  // rounds: no rewrite produces its own op).
+  // A rewrite may produce ops that decompose further (tile's repeat, triplet_margin_loss's
+  // pairwise_distance): they sit before the node, where this walk has been, so the walk repeats
+  // while it rewrites (a few rounds: no rewrite produces its own op).
   for (int round = 0; round < 4; ++round) {
     bool rewrote = false;
     ir::for_each_node(graph->block(), [&](Node* node) {
