@@ -14,6 +14,12 @@ std::optional<c10::IValue> constant_value(const torch::jit::Value* v) {
   return *iv;
 }
 
+std::optional<double> constant_number(const torch::jit::Value* v) {
+  auto c = constant_value(v);
+  if (!c || !(c->isDouble() || c->isInt())) return std::nullopt;
+  return c->toScalar().toDouble();
+}
+
 bool is_constant_bool(const torch::jit::Value* v, bool expected) {
   auto iv = constant_value(v);
   return iv && iv->isBool() && iv->toBool() == expected;

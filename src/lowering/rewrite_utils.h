@@ -12,6 +12,8 @@ std::optional<c10::IValue> constant_value(const torch::jit::Value* v);
 bool is_constant_bool(const torch::jit::Value* v, bool expected);
 bool is_constant_int(const torch::jit::Value* v, int64_t expected);
 bool is_constant_none(const torch::jit::Value* v);
+// A constant int or float as a double (nullopt for anything else).
+std::optional<double> constant_number(const torch::jit::Value* v);
 // Scalar 1 (int or float): the alpha/beta of add/addmm that makes them plain adds.
 bool is_constant_one(const torch::jit::Value* v);
 

@@ -12,8 +12,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
 class Special(torch.nn.Module):
-    """Convolutions around a chain of three ops kiln's engines do not convert (digamma, erfcx,
-    lgamma)."""
+    """Convolutions around a chain of three ops kiln's engines do not convert (the Laguerre,
+    Chebyshev and Hermite polynomials of constant degrees)."""
 
     def __init__(self):
         super().__init__()
@@ -24,7 +24,8 @@ class Special(torch.nn.Module):
 
     def forward(self, x):
         y = torch.relu(self.bn(self.conv(x)))
-        y = torch.lgamma(torch.special.erfcx(torch.digamma(y + 1))) * 0.5 + y
+        p = torch.special.laguerre_polynomial_l(y * 0.1, 2)
+        y = torch.special.hermite_polynomial_h(torch.special.chebyshev_polynomial_t(p, 3), 2) * 0.5 + y
         y = torch.relu(self.conv2(y))
         return self.fc(y.mean((2, 3))), y.sum()
 
@@ -67,16 +68,17 @@ def test_inductor_compiles_what_kiln_does_not(split):
     assert isinstance(compiled, kiln.KilnInductorModule)
     assert backends(compiled) == ["kiln", "inductor", "kiln"], compiled.kiln_summary
     pieces = compiled.kiln_report["pieces"]
-    # The first engine takes conv, batch norm, relu and the add feeding digamma, the second
-    # the mul and add after lgamma, conv2, relu and the rest; Inductor the three between.
+    # The first engine takes conv, batch norm, relu and the mul feeding the polynomials, the
+    # second the mul and add after them, conv2, relu and the rest; Inductor the three between.
     assert pieces[1]["ops"] == 3, compiled.kiln_summary
-    assert "inductor (3 ops): aten::digamma, aten::lgamma, aten::special_erfcx" in \
-        compiled.kiln_summary
+    assert "inductor (3 ops): aten::special_chebyshev_polynomial_t.n_scalar, " \
+        "aten::special_hermite_polynomial_h.n_scalar, " \
+        "aten::special_laguerre_polynomial_l.n_scalar" in compiled.kiln_summary
     for p in (pieces[0], pieces[2]):
         engines = [s for s in p["kiln_report"]["segments"] if s["target"] == "engine"]
         assert len(engines) == 1 and p["kiln_report"]["torch_ops"] == 0, p
     # kiln's pieces hold their weights as constants: they take the activations only (x; then
-    # relu's and lgamma's outputs).
+    # relu's output and the polynomials').
     for i, activations in ((0, 1), (2, 2)):
         inputs = list(compiled.pieces[i].module.graph.inputs())[1:]  # after self
         assert len(inputs) == activations, (i, inputs)

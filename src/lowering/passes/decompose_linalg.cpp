@@ -22,13 +22,6 @@ std::optional<int64_t> normalized_dim(int64_t d, int64_t rank) {
   return d < 0 ? d + rank : d;
 }
 
-// A constant scalar argument as a double.
-std::optional<double> number(const Value* v) {
-  auto c = constant_value(v);
-  if (!c || !(c->isDouble() || c->isInt())) return std::nullopt;
-  return c->toScalar().toDouble();
-}
-
 // The diagonal at `offset` of dims d1, d2 (normalized, distinct) of a rank-`rank` tensor, as
 // the last dim: those two dims moved last and flattened, and every (cols + 1)-th element from
 // the diagonal's first.
@@ -350,7 +343,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
     // As torch: each side divided by its norm clamped to eps, then the dot product along dim.
     const auto type = known_dtype(in(0));
     auto dim = constant_value(in(2));
-    const auto eps = number(in(3));
+    const auto eps = constant_number(in(3));
     if (!type || !c10::isFloatingType(*type) || !dim || !dim->isInt() || !eps) return nullptr;
     const std::vector<int64_t> dims = {dim->toInt()};
     auto unit = [&](Value* x) {
@@ -362,14 +355,14 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
   if ((name == "aten::pairwise_distance" && n == 5) || (name == "aten::dist" && n == 3) ||
       (name == "aten::cdist" && n == 4)) {
     const auto type = known_dtype(in(0));
-    const auto p = number(in(2));
+    const auto p = constant_number(in(2));
     if (!type || !c10::isFloatingType(*type) || known_dtype(in(1)) != type || !p || *p < 0 ||
         std::isnan(*p)) {
       return nullptr;
     }
     if (name == "aten::dist") return b.norm(b("aten::sub", {in(0), in(1)}), *p, {}, false, *type);
     if (name == "aten::pairwise_distance") {  // ||x1 - x2 + eps|| along the last dim
-      const auto eps = number(in(3));
+      const auto eps = constant_number(in(3));
       auto keep = constant_value(in(4));
       if (!eps || !keep || !keep->isBool()) return nullptr;
       Value* d = b("aten::add", {b("aten::sub", {in(0), in(1)}), *eps});
@@ -386,7 +379,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
     // Each slice along dim scaled to norm maxnorm where its p-norm is above (torch's 1e-7 too).
     const auto rank = known_rank(in(0));
     const auto type = known_dtype(in(0));
-    const auto p = number(in(1)), maxnorm = number(in(3));
+    const auto p = constant_number(in(1)), maxnorm = constant_number(in(3));
     auto dim = constant_value(in(2));
     if (!rank || *rank < 1 || !type || !c10::isFloatingType(*type) || !p || !(*p > 0) || !maxnorm ||
         !dim || !dim->isInt()) {
@@ -433,7 +426,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
       }
       areas = b("aten::mul", {b("aten::mul", {ends, dx}), 0.5});
     } else if (overload == "dx") {
-      const auto dx = number(in(1));
+      const auto dx = constant_number(in(1));
       if (!dx) return nullptr;
       areas = b("aten::mul", {ends, *dx * 0.5});
     } else {

@@ -22,12 +22,6 @@ Value* reduce(RewriteBuilder& b, Value* loss, int64_t reduction) {
   return nullptr;
 }
 
-std::optional<double> number(const Value* v) {
-  auto c = constant_value(v);
-  if (!c || !(c->isDouble() || c->isInt())) return std::nullopt;
-  return c->toScalar().toDouble();
-}
-
 std::optional<int64_t> integer(const Value* v) {
   auto c = constant_value(v);
   if (!c || !c->isInt()) return std::nullopt;
@@ -91,7 +85,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
   }
   if ((name == "aten::huber_loss" || name == "aten::smooth_l1_loss") && n == 4) {
     const auto reduction = integer(in(2));
-    const auto param = number(in(3));
+    const auto param = constant_number(in(3));
     if (!reduction || !param) return nullptr;
     const double p = *param;
     Value* a = b("aten::abs", {b("aten::sub", {in(0), in(1)})});
@@ -147,7 +141,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
     return reduce(b, loss, *reduction);
   }
   if (name == "aten::margin_ranking_loss" && n == 5) {  // max(0, -y (x1 - x2) + margin)
-    const auto margin = number(in(3));
+    const auto margin = constant_number(in(3));
     const auto reduction = integer(in(4));
     if (!margin || !reduction) return nullptr;
     Value* d = b("aten::mul", {b("aten::neg", {in(2)}), b("aten::sub", {in(0), in(1)})});
@@ -155,7 +149,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
   }
   if (name == "aten::hinge_embedding_loss" && n == 4) {
     // max(0, margin - x) where y is not 1, plus x where y is not -1.
-    const auto margin = number(in(2));
+    const auto margin = constant_number(in(2));
     const auto reduction = integer(in(3));
     if (!margin || !reduction) return nullptr;
     Value* x = in(0);
@@ -180,7 +174,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
     // exp(x) - t x (log_input), else x - t log(x + eps); full adds Stirling's t log t - t +
     // log(2 pi t) / 2 where t > 1.
     const auto log_input = flag(in(2)), full = flag(in(3));
-    const auto eps = number(in(4));
+    const auto eps = constant_number(in(4));
     const auto reduction = integer(in(5));
     if (!log_input || !full || !eps || !reduction) return nullptr;
     Value* x = in(0);
@@ -200,7 +194,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
   if (name == "aten::cosine_embedding_loss" && n == 5) {
     // cos = x1 . x2 / sqrt((|x1|^2 + 1e-12)(|x2|^2 + 1e-12)) along the last dim; 1 - cos where
     // y = 1, max(0, cos - margin) where y = -1.
-    const auto margin = number(in(3));
+    const auto margin = constant_number(in(3));
     const auto reduction = integer(in(4));
     const auto rank = known_rank(in(0));
     if (!margin || !reduction || !rank || *rank < 1) return nullptr;
@@ -221,7 +215,8 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
   if (name == "aten::triplet_margin_loss" && n == 8) {
     // max(0, margin + d(a, p) - d(a, n)), d the pairwise distance; swap takes min(d(a, n),
     // d(p, n)).
-    const auto margin = number(in(3)), p = number(in(4)), eps = number(in(5));
+    const auto margin = constant_number(in(3)), p = constant_number(in(4)),
+               eps = constant_number(in(5));
     const auto swap = flag(in(6));
     const auto reduction = integer(in(7));
     if (!margin || !p || !eps || !swap || !reduction) return nullptr;
@@ -252,7 +247,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
     const auto rank = known_rank(in(0));
     const auto reduction = integer(in(3));
     const auto ignore = integer(in(4));
-    const auto smoothing = number(in(5));
+    const auto smoothing = constant_number(in(5));
     if (!rank || *rank < 1 || !reduction || !ignore || !smoothing || *smoothing != 0) {
       return nullptr;
     }
@@ -276,7 +271,7 @@ Value* decompose_loss(GraphPtr& graph, Node* node) {
     // x [N, C] or [C] (a 0-d x: one class, the target's).
     const auto rank = known_rank(in(0));
     const auto p = integer(in(2));
-    const auto margin = number(in(3));
+    const auto margin = constant_number(in(3));
     const auto reduction = integer(in(5));
     if (!rank || *rank > 2 || !p || (*p != 1 && *p != 2) || !margin || !reduction ||
         known_dtype(in(1)) != c10::ScalarType::Long) {
