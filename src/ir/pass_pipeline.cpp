@@ -43,8 +43,8 @@ std::vector<std::string> PassPipeline::run(std::shared_ptr<torch::jit::Graph>& g
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      KILN_THROW(InternalError, "pass `", entry.name, "` failed: ",
-                 e.msg().empty() ? e.what_without_backtrace() : e.msg());
+      KILN_THROW(InternalError, "pass `", entry.name,
+                 "` failed: ", e.msg().empty() ? e.what_without_backtrace() : e.msg());
     } catch (const std::exception& e) {
       KILN_THROW(InternalError, "pass `", entry.name, "` failed: ", e.what());
     }

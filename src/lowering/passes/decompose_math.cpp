@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lowering/passes/rewrite_builder.h"
 #include "lowering/rewrite_utils.h"
 
 namespace kiln::lowering {
@@ -17,11 +18,6 @@ using torch::jit::Value;
 
 Value* call(GraphPtr& graph, const char* name, std::vector<torch::jit::NamedValue> args) {
   return graph->insert(c10::Symbol::fromQualString(name), args);
-}
-
-// An int[] of values known only at run time (sizes).
-Value* int_list(GraphPtr& graph, const std::vector<Value*>& values) {
-  return graph->insertNode(graph->createList(c10::IntType::get(), values))->output();
 }
 
 constexpr double kPi = 3.14159265358979323846;
@@ -424,9 +420,9 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       expanded.push_back(sizes[i]);
       merged.push_back(g("aten::mul", {sizes[i], r[i]}));
     }
-    Value* x = g("aten::reshape", {in(0), int_list(graph, split)});
-    x = g("aten::expand", {x, int_list(graph, expanded)});
-    return g("aten::reshape", {x, int_list(graph, merged)});
+    Value* x = g("aten::reshape", {in(0), RewriteBuilder(graph).list(split)});
+    x = g("aten::expand", {x, RewriteBuilder(graph).list(expanded)});
+    return g("aten::reshape", {x, RewriteBuilder(graph).list(merged)});
   }
   if ((name == "aten::nansum" || name == "aten::nanmean") && overload.empty() && n == 4) {
     // NaN as 0 in the sum; nanmean divides by the count of the others (0 / 0: NaN, as torch).
@@ -495,8 +491,9 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       merged.push_back(i == d ? g("aten::mul", {size, r}) : size);
       if (i == d) expanded.push_back(graph->insertConstant(r));
     }
-    Value* x = g("aten::expand", {g("aten::unsqueeze", {in(0), d + 1}), int_list(graph, expanded)});
-    return g("aten::reshape", {x, int_list(graph, merged)});
+    Value* x = g("aten::expand",
+                 {g("aten::unsqueeze", {in(0), d + 1}), RewriteBuilder(graph).list(expanded)});
+    return g("aten::reshape", {x, RewriteBuilder(graph).list(merged)});
   }
   if (name == "aten::isclose" && n == 5) {
     const auto type = known_dtype(in(0));
@@ -676,7 +673,7 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
           i == d ? graph->insertConstant(int64_t{-1})
                  : g("prim::max", {g("aten::size", {in(0), i}), g("aten::size", {in(1), i})}));
     }
-    Value* shape = int_list(graph, sizes);
+    Value* shape = RewriteBuilder(graph).list(sizes);
     return g("aten::gather",
              {g("aten::expand", {in(0), shape}), d, g("aten::expand", {in(1), shape})});
   }

@@ -1,5 +1,5 @@
-// The rewrite builder of decompose_linalg.cpp and decompose_losses.cpp: ops inserted at the
-// graph's insert point by name, with the lists and norms their rewrites share.
+// The rewrite builder of the decompose_* passes (decompose_ops.cpp and its files): ops inserted at
+// the graph's insert point by name, with the lists and norms their rewrites share.
 #pragma once
 
 #include <vector>
