@@ -22,4 +22,9 @@ torch::jit::Value* decompose_loss(GraphPtr& graph, torch::jit::Node* node);
 // masked_scatter, scatter_reduce's sum and mean.
 torch::jit::Value* decompose_scatter(GraphPtr& graph, torch::jit::Node* node);
 
+// The same for arrangements (decompose_arrange.cpp): meshgrid, cartesian_prod, block_diag,
+// linspace/logspace of tensor ends, fftshift, diagonal_scatter, gradient, the norms of
+// linalg_norm and linalg_matrix_norm that reductions compute, folded index lists.
+torch::jit::Value* decompose_arrange(GraphPtr& graph, torch::jit::Node* node);
+
 }  // namespace kiln::lowering

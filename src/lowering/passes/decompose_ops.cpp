@@ -300,6 +300,7 @@ Value* decompose(GraphPtr& graph, Node* node) {
   if (Value* r = decompose_math(graph, node)) return r;
   if (Value* r = decompose_linalg(graph, node)) return r;
   if (Value* r = decompose_loss(graph, node)) return r;
+  if (Value* r = decompose_arrange(graph, node)) return r;
   return decompose_scatter(graph, node);
 }
 

@@ -1,0 +1,154 @@
+// decompose_ops' arrangements (decompose_arrange.cpp): each op against torch's own, on the
+// graph's shapes and, where the rewrite reads sizes at run time, on others.
+#include <gtest/gtest.h>
+
+#include "harness/ir_testing.h"
+#include "lowering/passes.h"
+
+namespace kiln::lowering {
+namespace {
+
+constexpr const char* kConstants = R"IR(
+  %zero : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %three : int = prim::Constant[value=3]()
+  %five : int = prim::Constant[value=5]()
+  %m1 : int = prim::Constant[value=-1]()
+  %m2 : int = prim::Constant[value=-2]()
+  %twof : float = prim::Constant[value=2.]()
+  %half : float = prim::Constant[value=0.5]()
+  %inf : float = prim::Constant[value=inf]()
+  %minf : float = prim::Constant[value=-inf]()
+  %t : bool = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %fro : str = prim::Constant[value="fro"]()
+  %ij : str = prim::Constant[value="ij"]()
+  %xy : str = prim::Constant[value="xy"]()
+  %d0 : int[] = prim::Constant[value=[0]]()
+  %d01 : int[] = prim::Constant[value=[0, 1]]()
+  %d20 : int[] = prim::Constant[value=[2, 0]]()
+  %d21 : int[] = prim::Constant[value=[-2, -1]]()
+)IR";
+
+// Parses `signature` + constants + `%r : type = call`, decomposes it, checks the op is gone and
+// that the outputs match the original graph's on each input set.
+void expect_decomposed(const std::string& signature, const std::string& type,
+                       const std::string& call,
+                       const std::vector<std::vector<torch::jit::IValue>>& inputs,
+                       double tol = 1e-5) {
+  const std::string op = call.substr(0, call.find('('));
+  auto g =
+      testing::parse(signature + kConstants + "  %r : " + type + " = " + call + "\n  return (%r)");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g)) << call;
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: " + op + "(", *g)) << call << "\n" << *g;
+  for (const auto& in : inputs) {
+    try {
+      EXPECT_TRUE(testing::same_values(*before, *g, in, tol, tol)) << call;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << call << ": " << e.what() << "\n" << *g;
+    }
+  }
+}
+
+TEST(DecomposeArrange, GridsAndBlocksMatchTorch) {
+  const std::string sig =
+      "graph(%a : Float(3), %b : Float(4), %s : Float(), %m : Float(2, 3), "
+      "%i : Long(2)):";
+  const std::vector<std::vector<torch::jit::IValue>> in = {
+      {torch::randn({3}), torch::randn({4}), torch::randn({}), torch::randn({2, 3}),
+       torch::tensor({4, 5}, torch::kLong)},
+      {torch::randn({1}), torch::randn({5}), torch::randn({}), torch::randn({3, 1}),
+       torch::tensor({-1, 7}, torch::kLong)}};
+  const std::string lists =
+      "\n  %ab : Tensor[] = prim::ListConstruct(%a, %b)\n"
+      "  %asb : Tensor[] = prim::ListConstruct(%a, %s, %b)\n"
+      "  %mai : Tensor[] = prim::ListConstruct(%m, %a, %s, %i)\n"
+      "  %aa : Tensor[] = prim::ListConstruct(%a)";
+  for (const char* call : {"aten::meshgrid(%ab)", "aten::meshgrid(%asb, %ij)",
+                           "aten::meshgrid(%asb, %xy)", "aten::meshgrid(%aa, %xy)"}) {
+    expect_decomposed(sig + lists, "Tensor[]", call, in);
+  }
+  for (const char* call : {"aten::cartesian_prod(%ab)", "aten::cartesian_prod(%aa)",
+                           "aten::block_diag(%mai)", "aten::block_diag(%aa)"}) {
+    expect_decomposed(sig + lists, "Tensor", call, in);
+  }
+}
+
+TEST(DecomposeArrange, ShiftsRepeatsAndDiagonalWritesMatchTorch) {
+  const std::string sig =
+      "graph(%x : Float(4, 5, 3), %v : Float(4), %w : Float(5, 3), %s : Float()):";
+  const std::vector<std::vector<torch::jit::IValue>> in = {
+      {torch::randn({4, 5, 3}), torch::randn({4}), torch::randn({5, 3}), torch::randn({})},
+      {torch::randn({6, 5, 5}), torch::randn({5}), torch::randn({5, 5}), torch::randn({})}};
+  for (const char* call : {"aten::fft_fftshift(%x, %none)", "aten::fft_ifftshift(%x, %none)",
+                           "aten::fft_fftshift(%x, %d20)", "aten::fft_ifftshift(%x, %d0)",
+                           "aten::repeat_interleave(%x, %three, %none, %none)",
+                           "aten::repeat_interleave(%s, %two, %none, %none)",
+                           "aten::diagonal_scatter(%x, %w, %zero, %zero, %two)"}) {
+    expect_decomposed(sig, "Tensor", call, in);
+  }
+  // Diagonals off the main one, of the shapes torch takes (src as long as the diagonal).
+  expect_decomposed("graph(%x : Float(4, 6), %a : Float(3), %b : Float(4)):", "Tensor",
+                    "aten::diagonal_scatter(%x, %a, %three, %zero, %one)",
+                    {{torch::randn({4, 6}), torch::randn({3}), torch::randn({4})}});
+  expect_decomposed("graph(%x : Float(6, 4), %a : Float(3), %b : Float(4)):", "Tensor",
+                    "aten::diagonal_scatter(%x, %b, %m2, %zero, %one)",
+                    {{torch::randn({6, 4}), torch::randn({3}), torch::randn({4})}});
+  expect_decomposed("graph(%x : Float(4, 6), %a : Float(3), %b : Float(4)):", "Tensor",
+                    "aten::diagonal_scatter(%x, %a, %one, %one, %zero)",
+                    {{torch::randn({4, 6}), torch::randn({3}), torch::randn({4})}});
+}
+
+TEST(DecomposeArrange, GradientsNormsAndRangesMatchTorch) {
+  const std::string sig =
+      "graph(%x : Float(5, 6), %v : Float(7), %n : Long(6), %lo : Float(), "
+      "%hi : Float()):";
+  const std::vector<std::vector<torch::jit::IValue>> in = {
+      {torch::randn({5, 6}), torch::randn({7}), torch::randint(-9, 9, {6}, torch::kLong),
+       torch::scalar_tensor(-1.5), torch::scalar_tensor(2.25)},
+      {torch::randn({3, 4}), torch::randn({3}), torch::randint(-9, 9, {4}, torch::kLong),
+       torch::scalar_tensor(3.0), torch::scalar_tensor(-2.0)}};
+  for (const char* call :
+       {"aten::gradient(%x, %none, %none, %one)", "aten::gradient(%x, %twof, %m1, %two)",
+        "aten::gradient(%v, %half, %none, %two)", "aten::gradient(%n, %none, %none, %one)"}) {
+    expect_decomposed(sig, "Tensor[]", call, in);
+  }
+  for (const char* call : {"aten::linalg_norm(%x, %none, %none, %f, %none)",
+                           "aten::linalg_norm(%v, %three, %none, %t, %none)",
+                           "aten::linalg_norm(%x, %inf, %d0, %f, %none)",
+                           "aten::linalg_norm(%x, %inf, %none, %t, %none)",
+                           "aten::linalg_norm(%x, %minf, %d01, %f, %none)",
+                           "aten::linalg_norm(%x, %fro, %none, %f, %none)",
+                           "aten::linalg_matrix_norm(%x, %one, %d21, %t, %none)",
+                           "aten::linalg_matrix_norm(%x, %m1, %d21, %f, %none)",
+                           "aten::linalg_matrix_norm(%x, %fro, %d21, %f, %none)",
+                           "aten::linspace(%lo, %hi, %five, %none, %none, %none, %none)",
+                           "aten::linspace(%lo, %hi, %one, %none, %none, %none, %none)",
+                           "aten::logspace(%lo, %hi, %five, %twof, %none, %none, %none, %none)"}) {
+    expect_decomposed(sig, "Tensor", call, in);
+  }
+}
+
+TEST(DecomposeArrange, AnIndexListFoldedToAConstantIsAListAgain) {
+  auto g = testing::parse(R"IR(
+graph(%x : Float(5, 4)):
+  %il : int[] = prim::Constant[value=[1, 3]]()
+  %none : NoneType = prim::Constant()
+  %f : bool = prim::Constant[value=0]()
+  %i : Tensor = aten::tensor(%il, %none, %none, %f)
+  %l : Tensor?[] = prim::ListConstruct(%none, %i)
+  %r : Tensor = aten::index(%x, %l)
+  return (%r))IR");
+  propagate_constants(g);
+  ASSERT_TRUE(testing::file_check("CHECK-NOT: prim::ListConstruct", *g)) << *g;
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check("CHECK: prim::ListConstruct\nCHECK: aten::index", *g)) << *g;
+  EXPECT_TRUE(testing::same_values(*before, *g, {torch::randn({5, 4})}));
+}
+
+}  // namespace
+}  // namespace kiln::lowering
