@@ -100,7 +100,7 @@ std::vector<Seed> seeds() {
          auto idx = n.add_input("i", DataType::kI64, {4});
          auto g = n.add("gather", GatherParams{GatherMode::kDefault, 0}, {x, idx});
          auto c = n.add("cast", CastParams{DataType::kI32}, {g});
-         n.mark_output(n.add("cumsum", CumSumParams{1, false, false}, {c}), "y");
+         n.mark_output(n.add("cumsum", ScanParams{ScanOp::kSum, 1, false, false}, {c}), "y");
        }},
       {"pad_topk_argmax",
        [](Network& n) {

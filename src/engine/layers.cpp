@@ -25,7 +25,7 @@ const char* layer_kind_name(size_t index) {
                                        "resize",
                                        "topk",
                                        "argmax",
-                                       "cumsum",
+                                       "scan",
                                        "shape",
                                        "fill",
                                        "attention",

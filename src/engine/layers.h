@@ -17,7 +17,11 @@ enum class PoolingKind : uint8_t { kMax, kAverage };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
 enum class NormalizationKind : uint8_t { kBatch, kLayer, kGroup, kInstance };
 enum class GatherMode : uint8_t { kDefault /*index_select/embedding*/, kElements /*torch.gather*/ };
-enum class ScatterReduce : uint8_t { kNone, kAdd };
+// How scattered updates meet what a position holds: written over it, or combined (max/min keep
+// NaN, as torch's scatter_reduce amax/amin).
+enum class ScatterReduce : uint8_t { kNone, kAdd, kMul, kMax, kMin };
+// The running op of a scan: torch's cumsum, cumprod, cummax, cummin, logcumsumexp.
+enum class ScanOp : uint8_t { kSum, kProd, kMax, kMin, kLogSumExp };
 enum class PadMode : uint8_t { kConstant, kReflect, kReplicate };
 enum class ResizeMode : uint8_t { kNearest, kLinear, kCubic };
 enum class FillMode : uint8_t { kConstant /*value*/, kRange /*start + i*delta*/ };
@@ -316,11 +320,18 @@ struct ArgMaxParams {  // output i64 indices of the first max (or min)
     v("min", min);
   }
 };
-struct CumSumParams {
+// A running `op` along `axis` (in reverse: from the end). Integer and bool sums and products are
+// int64 (as torch); max and min keep the input's dtype and have a second output, the i64 index of
+// the element each running extreme came from (the last of equals, the last NaN, as torch's
+// cummax/cummin); logsumexp takes floating data. exclusive (sum, prod, logsumexp): each output
+// leaves out its own element.
+struct ScanParams {
+  ScanOp op = ScanOp::kSum;
   int64_t axis = 0;
   bool exclusive = false, reverse = false;
   template <class V>
   void fields(V& v) {
+    v("op", op);
     v("axis", axis);
     v("exclusive", exclusive);
     v("reverse", reverse);
@@ -442,7 +453,7 @@ using LayerParams =
     std::variant<ConvolutionParams, MatMulParams, ElementwiseParams, UnaryParams, ActivationParams,
                  PoolingParams, ReduceParams, SoftmaxParams, NormalizationParams, ConcatParams,
                  ShuffleParams, SliceParams, GatherParams, ScatterParams, SelectParams, CastParams,
-                 ConstantParams, PadParams, ResizeParams, TopKParams, ArgMaxParams, CumSumParams,
+                 ConstantParams, PadParams, ResizeParams, TopKParams, ArgMaxParams, ScanParams,
                  ShapeParams, FillParams, AttentionParams, FusedElementwiseParams,
                  SqueezeExcitationParams>;
 

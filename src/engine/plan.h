@@ -16,9 +16,10 @@ constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
 // parameters. 4: tf32 in convolution and matmul parameters. 5: the projection of
 // squeeze-excitation parameters, the cast of shuffle parameters. 6: the target's measurement
 // switches. 7: the target's generated kernels. 8: the source network's key and refit slots. 9: the
-// source's weights and the key of the network the passes made. Plans of older versions are refused
-// (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 9;
+// source's weights and the key of the network the passes made. 10: the scan layer (the cumsum layer
+// with an op: sum, prod, max, min, logsumexp), multiply/max/min scatter reductions. Plans of older
+// versions are refused (rebuilding them is the supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 10;
 
 // A weight of the network a plan was built from: its name there, dtype and shape.
 struct SourceWeight {

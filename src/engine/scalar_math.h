@@ -1,7 +1,7 @@
 // Scalar semantics shared by both backends beyond scalar_ops.h's float ops: dtype loads and
-// stores, the integer ops (with their errors) and arg_best. The CPU kernels compile it as inline
-// C++, the CUDA kernels as __host__ __device__ functions. Only what C++ and CUDA both have is used
-// here (no std::numeric_limits or isnan macros).
+// stores, the integer ops (with their errors), arg_best, the scans and the scatter reductions. The
+// CPU kernels compile it as inline C++, the CUDA kernels as __host__ __device__ functions. Only
+// what C++ and CUDA both have is used here (no std::numeric_limits or isnan macros).
 #pragma once
 
 #include <cstdint>
@@ -201,6 +201,105 @@ KILN_SCALAR int64_t arg_best(DataType t, const void* x, int64_t base, int64_t n,
     }
   }
   return best_i;
+}
+
+// Whether x is NaN, for a compute type C (false for integers).
+template <class C>
+KILN_SCALAR bool is_nan_of(C x) {
+  if constexpr (std::is_same_v<C, double> || std::is_same_v<C, float>) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+// log(exp(a) + exp(b)) as torch's logcumsumexp step: NaN stays NaN, two equal infinities are
+// themselves (their difference would be NaN).
+KILN_SCALAR double log_add_exp(double a, double b) {
+  if (is_nan_of(a) || is_nan_of(b)) return a + b;
+  const double lo = a < b ? a : b, hi = a < b ? b : a;
+  if (lo == hi && lo - lo != 0) return lo;
+  return log1p(exp(lo - hi)) + hi;
+}
+
+// The scan `op` of the n elements at base, base + step, ... of `x` (dtype xt) into `y` (dtype yt)
+// at the same positions, from the end when `reverse`; for max/min also the index along the axis of
+// each running extreme into `index`. C is the compute type: double for floating data (rounded to
+// yt once per element), int64_t for the rest, with wrap-around. Sums, products and logsumexp
+// start from their identity, as torch's. Max/min take a new element when it is NaN or, unless the
+// running value is NaN, when it is >= (<=) it: the last of equals and the last NaN, as torch's
+// cummax/cummin.
+template <class C>
+KILN_SCALAR void scan_row(ScanOp op, bool exclusive, bool reverse, DataType xt, const void* x,
+                          DataType yt, void* y, int64_t* index, int64_t base, int64_t n,
+                          int64_t step) {
+  C acc = op == ScanOp::kProd ? C(1) : C(0);
+  if constexpr (std::is_same_v<C, double>) {
+    if (op == ScanOp::kLogSumExp) acc = -HUGE_VAL;
+  }
+  int64_t best = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t k = reverse ? n - 1 - j : j, at = base + k * step;
+    const C v = load_as<C>(xt, x, at);
+    if (exclusive) store_as<C>(yt, y, at, acc);
+    switch (op) {
+      case ScanOp::kSum:
+        if constexpr (std::is_same_v<C, double>) {
+          acc += v;
+        } else {
+          acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+        }
+        break;
+      case ScanOp::kProd:
+        if constexpr (std::is_same_v<C, double>) {
+          acc *= v;
+        } else {
+          acc = static_cast<int64_t>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+        }
+        break;
+      case ScanOp::kMax:
+      case ScanOp::kMin:
+        if (j == 0 || is_nan_of(v) ||
+            (!is_nan_of(acc) && (op == ScanOp::kMax ? v >= acc : v <= acc))) {
+          acc = v;
+          best = k;
+        }
+        index[at] = best;
+        break;
+      case ScanOp::kLogSumExp:  // floating only (inference)
+        if constexpr (std::is_same_v<C, double>) acc = log_add_exp(acc, v);
+        break;
+    }
+    if (!exclusive) store_as<C>(yt, y, at, acc);
+  }
+}
+
+// What a scatter with `reduce` leaves at a position holding `a` when update `b` lands there, in the
+// compute type C (float or int64_t; integers wrap around): max/min take NaN from either side and
+// keep `a` among equals, as torch's scatter_reduce amax/amin.
+template <class C>
+KILN_SCALAR C scatter_combine(ScatterReduce reduce, C a, C b) {
+  switch (reduce) {
+    case ScatterReduce::kNone:
+      return b;
+    case ScatterReduce::kAdd:
+      if constexpr (std::is_same_v<C, int64_t>) {
+        return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+      } else {
+        return a + b;
+      }
+    case ScatterReduce::kMul:
+      if constexpr (std::is_same_v<C, int64_t>) {
+        return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+      } else {
+        return a * b;
+      }
+    case ScatterReduce::kMax:
+      return is_nan_of(b) || b > a ? b : a;
+    case ScatterReduce::kMin:
+      return is_nan_of(b) || b < a ? b : a;
+  }
+  return b;
 }
 
 }  // namespace kiln::engine

@@ -1,5 +1,5 @@
 // Indexing converters (slice, select, narrow, index_select, gather, embedding, index, scatter,
-// slice_scatter, select_scatter)
+// scatter_reduce, slice_scatter, select_scatter)
 // against libtorch on the CPU backend.
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
@@ -224,6 +224,44 @@ graph(%x : Tensor, %i : Tensor, %s : Tensor):
   return (%y))IR",
                             {x, torch::randint(0, 3, {4, 5}, torch::kLong), torch::randn({4, 5})},
                             1e-6, 1e-6));
+}
+
+// scatter_reduce.two with include_self: sum, prod, amax, amin (duplicates, NaN, integers, f16, an
+// index smaller than the source); the rest is the lowering's (decompose_scatter) and falls back.
+TEST(ConvertIndexing, ScatterReduceWithSelf) {
+  auto x = torch::randn({4, 5});
+  x[1][2] = NAN;
+  auto src = torch::randn({6, 5});
+  src[3][0] = NAN;
+  const auto idx = torch::randint(0, 4, {5, 5}, torch::kLong);
+  for (const char* how : {"sum", "prod", "amax", "amin"}) {
+    const std::string ir = std::string(R"IR(
+graph(%x : Tensor, %i : Tensor, %s : Tensor):
+  %d : int = prim::Constant[value=0]()
+  %r : str = prim::Constant[value=")IR") +
+                           how + R"IR("]()
+  %t : bool = prim::Constant[value=1]()
+  %y : Tensor = aten::scatter_reduce(%x, %d, %i, %s, %r, %t)
+  return (%y))IR";
+    EXPECT_TRUE(matches_torch(ir, {x, idx, src}, 1e-6, 1e-6)) << how;
+    EXPECT_TRUE(matches_torch(ir, {x.to(torch::kHalf), idx, src.to(torch::kHalf)}, 1e-3, 1e-3))
+        << how;
+    EXPECT_TRUE(matches_torch(ir,
+                              {torch::randint(-5, 5, {4, 5}, torch::kLong), idx,
+                               torch::randint(-5, 5, {6, 5}, torch::kLong)},
+                              0, 0))
+        << how;
+  }
+  auto g = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %i : Tensor, %s : Tensor):
+  %d : int = prim::Constant[value=0]()
+  %r : str = prim::Constant[value="mean"]()
+  %t : bool = prim::Constant[value=1]()
+  %y : Tensor = aten::scatter_reduce(%x, %d, %i, %s, %r, %t)
+  return (%y))IR");
+  const Support s = default_registry().supports(g->outputs()[0]->node());
+  EXPECT_FALSE(s.supported);
+  EXPECT_NE(s.reason.find("reduce \"mean\""), std::string::npos) << s.reason;
 }
 
 TEST(ConvertIndexing, ValidatorRejectsSeparatedIndexTensorsAndRuntimeDims) {

@@ -1,5 +1,5 @@
 // Pooling converters against libtorch: max/avg 1-3-D with stride, padding, dilation, ceil_mode,
-// count_include_pad; adaptive pooling; validator rejections (indices, divisor_override).
+// count_include_pad, divisor_override; adaptive pooling; max pooling with its indices.
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
@@ -112,30 +112,66 @@ TEST(ConvertPooling, AdaptivePooling) {
                             {torch::randn({2, 2, 5, 7, 4})}));
 }
 
-TEST(ConvertPooling, IndicesAndDivisorOverrideAreRejected) {
-  auto with_indices = kiln::testing::parse(
-      "graph(%x : Tensor):\n" + list_ir("k", {2, 2}) + list_ir("s", {2, 2}) + list_ir("p", {0, 0}) +
-      list_ir("d", {1, 1}) + bool_ir("c", false) +
-      "  %y : Tensor, %i : Tensor = aten::max_pool2d_with_indices(%x, %k, %s, %p, %d, %c)\n"
-      "  return (%y, %i)\n");
-  Support s = default_registry().supports(with_indices->outputs()[0]->node());
-  EXPECT_FALSE(s.supported);
-  EXPECT_NE(s.reason.find("return_indices"), std::string::npos) << s.reason;
+std::string with_indices_ir(const std::string& op, const std::vector<int64_t>& k,
+                            const std::vector<int64_t>& s, const std::vector<int64_t>& p,
+                            const std::vector<int64_t>& d, bool ceil) {
+  return "graph(%x : Tensor):\n" + list_ir("k", k) + list_ir("s", s) + list_ir("p", p) +
+         list_ir("d", d) + bool_ir("c", ceil) + "  %y : Tensor, %i : Tensor = " + op +
+         "(%x, %k, %s, %p, %d, %c)\n  return (%y, %i)\n";
+}
 
-  auto used_indices = kiln::testing::parse(
-      "graph(%x : Tensor):\n" + list_ir("o", {2, 2}) +
-      "  %y : Tensor, %i : Tensor = aten::adaptive_max_pool2d(%x, %o)\n  return (%y, %i)\n");
-  s = default_registry().supports(used_indices->outputs()[0]->node());
-  EXPECT_FALSE(s.supported);
-  EXPECT_NE(s.reason.find("indices"), std::string::npos) << s.reason;
+TEST(ConvertPooling, MaxPoolWithIndicesGathersItsWindows) {
+  torch::manual_seed(4);
+  // Ties (small integers as floats), -inf everywhere in some windows, NaN twice in a window:
+  // torch's index is the first of equals, the first inside the input, the last NaN.
+  auto x = torch::randint(-2, 3, {2, 3, 7, 6}).to(torch::kFloat);
+  x.index_put_({0, 0}, -std::numeric_limits<float>::infinity());
+  x.index_put_({1, 2, 0, 0}, NAN);
+  x.index_put_({1, 2, 1, 1}, NAN);
+  for (bool ceil : {false, true}) {
+    EXPECT_TRUE(matches_torch(
+        with_indices_ir("aten::max_pool2d_with_indices", {3, 3}, {2, 2}, {1, 1}, {1, 1}, ceil),
+        {x}));
+  }
+  EXPECT_TRUE(matches_torch(
+      with_indices_ir("aten::max_pool2d_with_indices", {2, 3}, {1, 2}, {1, 0}, {2, 1}, false),
+      {torch::randn({3, 9, 8})}));
+  EXPECT_TRUE(
+      matches_torch(with_indices_ir("aten::max_pool1d_with_indices", {3}, {2}, {1}, {1}, true),
+                    {torch::randint(-3, 3, {2, 3, 12}, torch::kLong)}));
+  EXPECT_TRUE(matches_torch(with_indices_ir("aten::max_pool3d_with_indices", {2, 3, 2}, {2, 1, 2},
+                                            {1, 1, 0}, {1, 1, 1}, true),
+                            {torch::randn({2, 2, 5, 6, 7})}));
+  for (const auto& [op, out] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"aten::adaptive_max_pool2d", {3, 4}},
+           {"aten::adaptive_max_pool1d", {5}},
+           {"aten::adaptive_max_pool3d", {2, 3, 3}}}) {
+    const auto input = out.size() == 1   ? torch::randn({2, 3, 12})
+                       : out.size() == 2 ? x
+                                         : torch::randn({2, 2, 5, 7, 4});
+    EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n" + list_ir("o", out) +
+                                  "  %y : Tensor, %i : Tensor = " + op +
+                                  "(%x, %o)\n  return (%y, %i)\n",
+                              {input}))
+        << op;
+  }
+}
 
-  auto divisor = kiln::testing::parse(
-      "graph(%x : Tensor):\n  %three : int = prim::Constant[value=3]()\n" + list_ir("k", {2, 2}) +
-      list_ir("p", {0, 0}) + bool_ir("c", false) +
-      "  %y : Tensor = aten::avg_pool2d(%x, %k, %k, %p, %c, %c, %three)\n  return (%y)\n");
-  s = default_registry().supports(divisor->outputs()[0]->node());
-  EXPECT_FALSE(s.supported);
-  EXPECT_NE(s.reason.find("divisor_override"), std::string::npos) << s.reason;
+TEST(ConvertPooling, AvgPoolDivisorOverride) {
+  torch::manual_seed(5);
+  const auto x = torch::randn({2, 3, 9, 8});
+  for (bool ceil : {false, true}) {
+    for (bool include_pad : {false, true}) {
+      // Stride 1: ceil_mode adds no partial window, so every window is whole.
+      EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n  %two : int = prim::Constant[value=2]()\n" +
+                                    list_ir("k", {3, 2}) + list_ir("s", {1, 1}) +
+                                    list_ir("p", {1, 1}) + bool_ir("c", ceil) +
+                                    bool_ir("i", include_pad) +
+                                    "  %y : Tensor = aten::avg_pool2d(%x, %k, %s, %p, %c, %i, "
+                                    "%two)\n  return (%y)\n",
+                                {x}));
+    }
+  }
 }
 
 }  // namespace

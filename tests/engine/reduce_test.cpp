@@ -1,4 +1,4 @@
-// Reduce family (reduce, argmax/argmin, topk, cumsum) on the CPU backend against float64
+// Reduce family (reduce, argmax/argmin, topk, scans) on the CPU backend against float64
 // references: every op, axes forms, keep_dims, zero-size dims, dtypes, ties, bad input.
 #include <algorithm>
 #include <cmath>
@@ -245,7 +245,7 @@ TEST(TopK, RandomAlongInnerAxisAndIntegers) {
   }
 }
 
-TEST(CumSum, ExclusiveReverseAndIntegers) {
+TEST(Scan, SumExclusiveReverseAndIntegers) {
   auto x = random_tensor(DataType::kF32, {3, 6, 2}, 17);
   const auto xs = to_doubles(x);
   for (bool exclusive : {false, true}) {
@@ -264,17 +264,113 @@ TEST(CumSum, ExclusiveReverseAndIntegers) {
           }
         }
       }
-      EXPECT_TRUE(near(run_one_layer(CumSumParams{-2, exclusive, reverse}, {x})[0], ref))
+      EXPECT_TRUE(
+          near(run_one_layer(ScanParams{ScanOp::kSum, -2, exclusive, reverse}, {x})[0], ref))
           << exclusive << reverse;
     }
   }
   auto i = tensor_from(DataType::kI32, {4}, {2000000000, 2000000000, -1, 5});
-  auto ci = run_one_layer(CumSumParams{0, false, false}, {i})[0];
+  auto ci = run_one_layer(ScanParams{ScanOp::kSum, 0, false, false}, {i})[0];
   EXPECT_EQ(ci.dtype(), DataType::kI64);
   EXPECT_EQ(ci.as<int64_t>()[1], 4000000000LL);
   EXPECT_EQ(ci.as<int64_t>()[3], 4000000004LL);
   HostTensor empty(DataType::kF32, {0, 3});
-  EXPECT_EQ(run_one_layer(CumSumParams{0, false, false}, {empty})[0].shape(), (Shape{0, 3}));
+  EXPECT_EQ(run_one_layer(ScanParams{ScanOp::kSum, 0, false, false}, {empty})[0].shape(),
+            (Shape{0, 3}));
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+ScanParams scan(ScanOp op, int64_t axis, bool exclusive = false, bool reverse = false) {
+  return ScanParams{op, axis, exclusive, reverse};
+}
+
+TEST(Scan, ProdOfFloatsAndIntegers) {
+  auto x = tensor_from(DataType::kF32, {4}, {2, -1, 0.5, 3});
+  EXPECT_TRUE(near(run_one_layer(scan(ScanOp::kProd, 0), {x})[0], {2, -2, -1, -3}, 0, 0));
+  // Exclusive from the end: each leaves out itself and what comes before it.
+  EXPECT_TRUE(
+      near(run_one_layer(scan(ScanOp::kProd, 0, true, true), {x})[0], {-1.5, 1.5, 3, 1}, 0, 0));
+  // Integers (and bools) multiply in int64, as torch.cumprod: 1e10 leaves int32.
+  auto i = tensor_from(DataType::kI32, {3}, {100000, 100000, 3});
+  auto pi = run_one_layer(scan(ScanOp::kProd, 0), {i})[0];
+  EXPECT_EQ(pi.dtype(), DataType::kI64);
+  EXPECT_EQ(pi.as<int64_t>()[1], 10000000000LL);
+  EXPECT_EQ(pi.as<int64_t>()[2], 30000000000LL);
+  auto b = run_one_layer(scan(ScanOp::kProd, 0), {tensor_from(DataType::kBool, {3}, {1, 0, 1})});
+  EXPECT_EQ(b[0].dtype(), DataType::kI64);
+  EXPECT_TRUE(near(b[0], {1, 0, 0}, 0, 0));
+  // f16 products run in double, rounded to f16 once per output (not per step).
+  auto h = tensor_from(DataType::kF16, {3}, {0.1, 0.1, 100});
+  auto ph = run_one_layer(scan(ScanOp::kProd, 0), {h})[0];
+  EXPECT_EQ(ph.dtype(), DataType::kF16);
+  const double h01 = half_to_float(float_to_half(0.1f));
+  EXPECT_TRUE(near(ph,
+                   {h01, half_to_float(float_to_half(static_cast<float>(h01 * h01))),
+                    half_to_float(float_to_half(static_cast<float>(h01 * h01 * 100)))},
+                   0, 0));
+}
+
+// torch.cummax/cummin: the last of equal values and the last NaN give the index; NaN stays.
+TEST(Scan, MaxMinTiesAndNaN) {
+  auto x = tensor_from(DataType::kF32, {8}, {1, 3, 3, 2, kNaN, 5, kNaN, 1});
+  auto mx = run_one_layer(scan(ScanOp::kMax, 0), {x});
+  ASSERT_EQ(mx.size(), 2u);
+  EXPECT_EQ(mx[0].dtype(), DataType::kF32);
+  EXPECT_EQ(mx[1].dtype(), DataType::kI64);
+  EXPECT_TRUE(near(mx[0], {1, 3, 3, 3, kNaN, kNaN, kNaN, kNaN}, 0, 0));
+  EXPECT_TRUE(near(mx[1], {0, 1, 2, 2, 4, 4, 6, 6}, 0, 0));
+  auto mn = run_one_layer(scan(ScanOp::kMin, 0), {x});
+  EXPECT_TRUE(near(mn[0], {1, 1, 1, 1, kNaN, kNaN, kNaN, kNaN}, 0, 0));
+  EXPECT_TRUE(near(mn[1], {0, 0, 0, 0, 4, 4, 6, 6}, 0, 0));
+  auto i = tensor_from(DataType::kI64, {8}, {1, 3, 3, 2, 0, 5, 5, 1});
+  auto mi = run_one_layer(scan(ScanOp::kMax, 0), {i});
+  EXPECT_EQ(mi[0].dtype(), DataType::kI64);
+  EXPECT_TRUE(near(mi[0], {1, 3, 3, 3, 3, 5, 5, 5}, 0, 0));
+  EXPECT_TRUE(near(mi[1], {0, 1, 2, 2, 2, 5, 6, 6}, 0, 0));
+  auto ni = run_one_layer(scan(ScanOp::kMin, 0), {i});
+  EXPECT_TRUE(near(ni[0], {1, 1, 1, 1, 0, 0, 0, 0}, 0, 0));
+  EXPECT_TRUE(near(ni[1], {0, 0, 0, 0, 4, 4, 4, 4}, 0, 0));
+  // Along dim 0 of [3, 2]; f16 and bool keep their dtype.
+  auto m = tensor_from(DataType::kF16, {3, 2}, {1, 5, 2, 5, 0, 7});
+  auto mm = run_one_layer(scan(ScanOp::kMax, 0), {m});
+  EXPECT_EQ(mm[0].dtype(), DataType::kF16);
+  EXPECT_TRUE(near(mm[0], {1, 5, 2, 5, 2, 7}, 0, 0));
+  EXPECT_TRUE(near(mm[1], {0, 0, 1, 1, 1, 2}, 0, 0));
+  auto b = run_one_layer(scan(ScanOp::kMax, 0), {tensor_from(DataType::kBool, {3}, {1, 0, 1})});
+  EXPECT_EQ(b[0].dtype(), DataType::kBool);
+  EXPECT_TRUE(near(b[0], {1, 1, 1}, 0, 0));
+  EXPECT_TRUE(near(b[1], {0, 0, 2}, 0, 0));
+  // Empty dims give empty values and indices.
+  auto e = run_one_layer(scan(ScanOp::kMin, 0), {HostTensor(DataType::kF32, {0, 3})});
+  EXPECT_EQ(e[0].shape(), (Shape{0, 3}));
+  EXPECT_EQ(e[1].shape(), (Shape{0, 3}));
+}
+
+// torch.logcumsumexp: -inf is the identity, equal infinities stay, NaN propagates.
+TEST(Scan, LogSumExpEdges) {
+  const auto run = [](const std::vector<double>& v, DataType t = DataType::kF32) {
+    return run_one_layer(scan(ScanOp::kLogSumExp, 0),
+                         {tensor_from(t, {static_cast<int64_t>(v.size())}, v)})[0];
+  };
+  EXPECT_TRUE(near(run({-kInf, -kInf, 1}), {-kInf, -kInf, 1}, 0, 0));
+  EXPECT_TRUE(near(run({kInf, kInf, 1}), {kInf, kInf, kInf}, 0, 0));
+  EXPECT_TRUE(near(run({1, kInf, -kInf}), {1, kInf, kInf}, 0, 0));
+  EXPECT_TRUE(near(run({kNaN, 1}), {kNaN, kNaN}, 0, 0));
+  EXPECT_TRUE(near(run({1, kNaN, kInf}), {1, kNaN, kNaN}, 0, 0));
+  EXPECT_TRUE(near(run({0, 0, 0}), {0, std::log(2.0), std::log(3.0)}, 1e-7, 0));
+  EXPECT_TRUE(near(run({1, 2}), {1, std::log(std::exp(1.0) + std::exp(2.0))}, 1e-7, 0));
+  // Large values do not overflow (the running value is the larger plus log1p).
+  EXPECT_TRUE(near(run({1000, 1000}), {1000, 1000 + std::log(2.0)}, 1e-7, 0));
+  // f16 rounds once: log(e + e^2) = 2.31326 is 2.3125 in f16.
+  auto h = run({1, 2}, DataType::kF16);
+  EXPECT_EQ(h.dtype(), DataType::kF16);
+  EXPECT_TRUE(near(h, {1, 2.3125}, 0, 0));
+  // Exclusive from the end.
+  EXPECT_TRUE(near(run_one_layer(scan(ScanOp::kLogSumExp, 0, true, true),
+                                 {tensor_from(DataType::kF32, {3}, {0, 0, 0})})[0],
+                   {std::log(2.0), 0, -kInf}, 1e-7, 0));
 }
 
 template <class E>
@@ -305,8 +401,13 @@ TEST(Reduce, BadInputNamesTheLayer) {
   expect_error_naming<InvalidArgument>(add("big_k", TopKParams{4, -1, true, true}, {x}), "big_k");
   expect_error_naming<InvalidArgument>(add("argmax_axis", ArgMaxParams{5, false, false}, {x}),
                                        "argmax_axis");
-  expect_error_naming<InvalidArgument>(add("cumsum_axis", CumSumParams{-3, false, false}, {x}),
-                                       "cumsum_axis");
+  expect_error_naming<InvalidArgument>(add("scan_axis", scan(ScanOp::kSum, -3), {x}), "scan_axis");
+  expect_error_naming<InvalidArgument>(add("int_logsumexp", scan(ScanOp::kLogSumExp, 0), {i}),
+                                       "int_logsumexp");
+  expect_error_naming<InvalidArgument>(add("exclusive_max", scan(ScanOp::kMax, 0, true), {x}),
+                                       "exclusive_max");
+  expect_error_naming<InvalidArgument>(add("bad_op", scan(static_cast<ScanOp>(9), 0), {x}),
+                                       "bad_op");
 }
 
 TEST(Reduce, DynamicDimsStaySymbolic) {

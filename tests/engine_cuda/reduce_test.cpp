@@ -1,5 +1,5 @@
 // The CUDA reduce family against the CPU backend: reduce ops over axes (float, integer, bool),
-// argmax/argmin, topk and cumsum.
+// argmax/argmin, topk and the scans.
 #include <cmath>
 
 #include "cuda_testing.h"
@@ -53,13 +53,44 @@ TEST(CudaReduce, ArgMaxTopKCumSum) {
     compare_layer(ArgMaxParams{axis, true, true}, {x});
     compare_layer(TopKParams{3, axis, true, true}, {x});
     compare_layer(TopKParams{2, axis, false, true}, {x});
-    compare_layer(CumSumParams{axis, false, false}, {x}, 1e-5, 1e-5);
-    compare_layer(CumSumParams{axis, true, true}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kSum, axis, false, false}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kSum, axis, true, true}, {x}, 1e-5, 1e-5);
   }
   const HostTensor ints = random_tensor(DataType::kI64, {5, 20}, 6, -3, 3);  // many ties
   compare_layer(TopKParams{4, 1, true, true}, {ints});
   compare_layer(ArgMaxParams{1, false, false}, {ints});
-  compare_layer(CumSumParams{1, false, false}, {ints});
+  compare_layer(ScanParams{ScanOp::kSum, 1, false, false}, {ints});
+}
+
+// Every scan op against the CPU: products, logsumexp, and max/min with their indices over ties
+// (integers), NaN and -inf/inf, f16 and bool.
+TEST(CudaReduce, Scans) {
+  KILN_REQUIRE_GPU();
+  HostTensor x = random_tensor(DataType::kF32, {4, 37, 6}, 7, 0.5, 1.5);
+  float* xf = static_cast<float*>(x.data());
+  xf[40] = NAN;
+  xf[100] = -INFINITY;
+  xf[101] = INFINITY;
+  xf[300] = NAN;
+  const HostTensor ints = random_tensor(DataType::kI64, {5, 20}, 8, -3, 3);
+  const HostTensor half = random_tensor(DataType::kF16, {3, 50}, 9);
+  for (int64_t axis : {0, 1, -1}) {
+    SCOPED_TRACE(axis);
+    compare_layer(ScanParams{ScanOp::kProd, axis, false, false}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kProd, axis, true, true}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kLogSumExp, axis, false, false}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kLogSumExp, axis, false, true}, {x}, 1e-5, 1e-5);
+    compare_layer(ScanParams{ScanOp::kMax, axis, false, false}, {x});
+    compare_layer(ScanParams{ScanOp::kMin, axis, false, true}, {x});
+  }
+  for (ScanOp op : {ScanOp::kSum, ScanOp::kProd, ScanOp::kMax, ScanOp::kMin}) {
+    SCOPED_TRACE(static_cast<int>(op));
+    compare_layer(ScanParams{op, 1, false, false}, {ints});
+    compare_layer(ScanParams{op, 1, false, false}, {half}, 1e-3, 1e-3);
+  }
+  compare_layer(ScanParams{ScanOp::kLogSumExp, 1, false, false}, {half}, 1e-3, 1e-3);
+  compare_layer(ScanParams{ScanOp::kMax, 0, false, false},
+                {random_tensor(DataType::kBool, {30, 3}, 10, 0, 1)});
 }
 
 }  // namespace

@@ -100,8 +100,21 @@ TEST(CudaGather, GatherAndScatter) {
                 {data, random_tensor(DataType::kI64, {5, 6, 3}, 16, 0, 6)});
   compare_layer(GatherParams{GatherMode::kElements, 0},
                 {data, random_tensor(DataType::kI64, {2, 6, 7}, 17, -5, 4)});
-  for (ScatterReduce reduce : {ScatterReduce::kNone, ScatterReduce::kAdd}) {
+  for (ScatterReduce reduce : {ScatterReduce::kNone, ScatterReduce::kAdd, ScatterReduce::kMul,
+                               ScatterReduce::kMax, ScatterReduce::kMin}) {
     SCOPED_TRACE(static_cast<int>(reduce));
+    // Many duplicates (the reductions combine in order), NaN in data and updates, f16.
+    HostTensor d = random_tensor(DataType::kF32, {6, 5}, 24);
+    HostTensor u = random_tensor(DataType::kF32, {8, 5}, 25);
+    static_cast<float*>(d.data())[7] = NAN;
+    static_cast<float*>(u.data())[12] = NAN;
+    compare_layer(ScatterParams{0, reduce},
+                  {d, random_tensor(DataType::kI64, {8, 4}, 26, 0, 2), u});
+    compare_layer(ScatterParams{-1, reduce},
+                  {random_tensor(DataType::kF16, {3, 9}, 27),
+                   random_tensor(DataType::kI32, {3, 12}, 28, -9, 8),
+                   random_tensor(DataType::kF16, {3, 12}, 29)},
+                  1e-3, 1e-3);
     compare_layer(ScatterParams{0, reduce}, {random_tensor(DataType::kF32, {4, 5}, 18),
                                              random_tensor(DataType::kI64, {3, 5}, 19, 0, 3),
                                              random_tensor(DataType::kF32, {3, 5}, 20)});

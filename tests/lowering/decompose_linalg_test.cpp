@@ -193,6 +193,61 @@ TEST(DecomposeScatter, IndexedWritesMatchTorch) {
   }
 }
 
+// scatter_reduce and index_reduce in every reduction, with and without self: floats with NaN
+// and ties, integers (mean rounds down, amax/amin start from the dtype's extremes without self).
+// prod/amax/amin with self stay scatter_reduce (the engine's scatter layer); without self they
+// first write the identity where updates land.
+TEST(DecomposeScatter, ReductionsMatchTorch) {
+  std::string sig =
+      "graph(%x : Float(4, 5), %s : Float(2, 5), %i : Long(2, 5), %xi : Long(4, 5), "
+      "%si : Long(2, 5), %rep : Long(3), %src : Float(4, 3), %srci : Long(4, 3)):\n";
+  for (const char* how : {"sum", "prod", "mean", "amax", "amin"}) {
+    sig += std::string("  %") + how + " : str = prim::Constant[value=\"" + how + "\"]()\n";
+  }
+  auto x = torch::randn({4, 5});
+  x[1][2] = NAN;
+  auto s = torch::randn({2, 5});
+  s[0][3] = NAN;
+  s[1][4] = s[0][4].item<float>();  // a tie at one position
+  const std::vector<torch::jit::IValue> in = {
+      x,
+      s,
+      at::tensor({0, 1, 2, 3, 0, 0, 3, 2, 3, 0}, at::kLong).reshape({2, 5}),
+      torch::randint(-7, 7, {4, 5}, torch::kLong),
+      torch::randint(-7, 7, {2, 5}, torch::kLong),
+      at::tensor({1, 3, 1}, at::kLong),
+      torch::randn({4, 3}),
+      torch::randint(-7, 7, {4, 3}, torch::kLong)};
+  for (const char* how : {"sum", "prod", "mean", "amax", "amin"}) {
+    for (const char* self : {"%t", "%f"}) {
+      const std::string h = std::string("%") + how + ", " + self + ")";
+      const bool stays =
+          std::string(self) == "%t" && std::string(how) != "sum" && std::string(how) != "mean";
+      for (const std::string& call : {"aten::scatter_reduce(%x, %zero, %i, %s, " + h,
+                                      "aten::scatter_reduce(%xi, %m2, %i, %si, " + h,
+                                      "aten::index_reduce(%x, %one, %rep, %src, " + h,
+                                      "aten::index_reduce(%xi, %m1, %rep, %srci, " + h}) {
+        if (call.rfind("aten::index_reduce", 0) == 0 && std::string(how) == "sum") continue;
+        const bool scatter = call.rfind("aten::scatter_reduce", 0) == 0;
+        if (!scatter || std::string(how) == "sum" || std::string(how) == "mean") {
+          expect_decomposed(sig, call, in);
+          continue;
+        }
+        // prod/amax/amin stay scatter_reduce with self (the converter's); without self, after a
+        // scatter of the identity.
+        auto g = testing::parse(sig + kConstants + "  %r : Tensor = " + call + "\n  return (%r)");
+        auto before = g->copy();
+        EXPECT_EQ(decompose_ops(g), !stays) << call;
+        EXPECT_TRUE(testing::file_check(
+            std::string(stays ? "" : "CHECK: aten::scatter(\n") + "CHECK: aten::scatter_reduce(",
+            *g))
+            << call;
+        EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0)) << call;
+      }
+    }
+  }
+}
+
 TEST(DecomposeLosses, MatchTorchInEveryReduction) {
   const std::string sig =
       "graph(%x : Float(4, 3), %y : Float(4, 3), %p : Float(4, 3), %sign : Float(4), "

@@ -404,6 +404,36 @@ ConvertFn scatter(engine::ScatterReduce reduce) {
   };
 }
 
+// scatter_reduce.two(self, dim, index, src, reduce, include_self=True): sum, prod, amax and amin
+// are the scatter layer's reductions. The lowering (decompose_scatter) writes include_self=False
+// and mean in these terms.
+std::optional<engine::ScatterReduce> scatter_reduction(const std::string& reduce) {
+  if (reduce == "sum") return engine::ScatterReduce::kAdd;
+  if (reduce == "prod") return engine::ScatterReduce::kMul;
+  if (reduce == "amax") return engine::ScatterReduce::kMax;
+  if (reduce == "amin") return engine::ScatterReduce::kMin;
+  return std::nullopt;
+}
+
+std::optional<std::string> scatter_reduce_capable(const Node* n) {
+  if (auto r = static_inputs({1, 4, 5})(n)) return r;
+  const std::string reduce = torch::jit::toIValue(n->input(4))->toStringRef();
+  if (!scatter_reduction(reduce)) {
+    return "reduce \"" + reduce + "\" (the engine scatters sum, prod, amax and amin)";
+  }
+  if (!torch::jit::toIValue(n->input(5))->toBool()) return std::string("include_self=False");
+  return std::nullopt;
+}
+
+void convert_scatter_reduce(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const int64_t axis = axis_of(static_int(ctx, n->input(1)), ctx.desc(x).shape.size(), n);
+  const TensorId idx = integer_index(ctx, n, n->input(2));
+  const TensorId upd = ctx.cast(n, ctx.tensor(n->input(3)), ctx.desc(x).dtype);
+  const auto reduce = scatter_reduction(ctx.ivalue(n->input(4)).toStringRef());
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ScatterParams{axis, *reduce}, {x, idx, upd}));
+}
+
 }  // namespace
 
 void register_indexing_converters(Registry& r) {
@@ -425,6 +455,8 @@ void register_indexing_converters(Registry& r) {
       {{"aten::scatter.value"}, scatter(engine::ScatterReduce::kNone), static_inputs({1, 3}), 0});
   r.add_converter(
       {{"aten::scatter_add"}, scatter(engine::ScatterReduce::kAdd), static_inputs({1}), 0});
+  r.add_converter(
+      {{"aten::scatter_reduce.two"}, convert_scatter_reduce, scatter_reduce_capable, 0});
 }
 
 }  // namespace kiln::conversion

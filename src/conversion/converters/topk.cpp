@@ -1,5 +1,5 @@
-// Converters of topk, sort/argsort (a top-k over the whole dim) and cumsum to engine top-k and
-// cumulative-sum layers.
+// Converters of topk, sort/argsort (a top-k over the whole dim) and the scans (cumsum, cumprod,
+// cummax, cummin, logcumsumexp) to engine top-k and scan layers.
 #include "conversion/converters/operands.h"
 #include "conversion/converters/shuffle_helpers.h"
 #include "util/errors.h"
@@ -42,21 +42,30 @@ void convert_sort(ConversionContext& ctx, const Node* n) {
   }
 }
 
-// cumsum(self, dim, dtype?): with a dtype the input is cast first, as torch does.
-void convert_cumsum(ConversionContext& ctx, const Node* n) {
-  TensorId x = ctx.tensor(n->input(0));
-  if (const auto dtype = static_dtype(ctx, n->input(2))) x = ctx.cast(n, x, *dtype);
-  const size_t rank = ctx.desc(x).shape.size();
-  engine::CumSumParams p;
-  if (rank == 0) {
-    x = insert_dim(ctx, n, x, 0, "1d");  // torch allows dim 0 / -1 on 0-d tensors
-    axis_of(static_int(ctx, n->input(1)), 1, n);
-  } else {
-    p.axis = axis_of(static_int(ctx, n->input(1)), rank, n);
-  }
-  TensorId y = ctx.add(n, p, {x});
-  if (rank == 0) y = drop_dim(ctx, n, y, 0, "0d");
-  ctx.set_tensor(n->output(), y);
+// cumsum/cumprod(self, dim, dtype?) (with a dtype the input is cast first, as torch does),
+// cummax/cummin(self, dim) -> (values, indices), logcumsumexp(self, dim). A 0-d input is scanned
+// as one element.
+ConvertFn scan(engine::ScanOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    TensorId x = ctx.tensor(n->input(0));
+    if (n->inputs().size() > 2) {
+      if (const auto dtype = static_dtype(ctx, n->input(2))) x = ctx.cast(n, x, *dtype);
+    }
+    const size_t rank = ctx.desc(x).shape.size();
+    engine::ScanParams p;
+    p.op = op;
+    if (rank == 0) {
+      x = insert_dim(ctx, n, x, 0, "1d");  // torch allows dim 0 / -1 on 0-d tensors
+      axis_of(static_int(ctx, n->input(1)), 1, n);
+    } else {
+      p.axis = axis_of(static_int(ctx, n->input(1)), rank, n);
+    }
+    const auto outs = ctx.add_layer(n, p, {x});
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      const TensorId y = outs.at(i);
+      ctx.set_tensor(n->output(i), rank == 0 ? drop_dim(ctx, n, y, 0, "0d") : y);
+    }
+  };
 }
 
 }  // namespace
@@ -65,7 +74,12 @@ void register_topk_converters(Registry& r) {
   r.add_converter({{"aten::topk"}, convert_topk, static_inputs({1, 2, 3, 4}), 0});
   r.add_converter({{"aten::sort"}, convert_sort, static_inputs({1, 2}), 0});
   r.add_converter({existing_schemas({"aten::argsort"}), convert_sort, static_inputs({1, 2})});
-  r.add_converter({{"aten::cumsum"}, convert_cumsum, static_inputs({1, 2}), 0});
+  r.add_converter({{"aten::cumsum"}, scan(engine::ScanOp::kSum), static_inputs({1, 2}), 0});
+  r.add_converter({{"aten::cumprod"}, scan(engine::ScanOp::kProd), static_inputs({1, 2}), 0});
+  r.add_converter({{"aten::cummax"}, scan(engine::ScanOp::kMax), static_inputs({1}), 0});
+  r.add_converter({{"aten::cummin"}, scan(engine::ScanOp::kMin), static_inputs({1}), 0});
+  r.add_converter(
+      {{"aten::logcumsumexp"}, scan(engine::ScanOp::kLogSumExp), static_inputs({1}), 0});
 }
 
 }  // namespace kiln::conversion

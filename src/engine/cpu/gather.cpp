@@ -1,5 +1,6 @@
-// CPU kernels of gather (index_select/embedding and torch.gather) and scatter (torch.scatter and
-// scatter_add). Indices are validated before any data moves, so bad indices throw, never crash.
+// CPU kernels of gather (index_select/embedding and torch.gather) and scatter (torch.scatter,
+// scatter_add and scatter_reduce's prod/amax/amin). Indices are validated before any data moves, so
+// bad indices throw, never crash.
 #include <cstring>
 
 #include "engine/cpu/convert.h"
@@ -70,9 +71,11 @@ void gather_kernel(KernelArgs& args) {
 }
 
 template <class C>
-void scatter_add(const TensorView& out, int64_t dst, const TensorView& upd, int64_t src) {
+void scatter_reduce(ScatterReduce reduce, const TensorView& out, int64_t dst, const TensorView& upd,
+                    int64_t src) {
   store_as<C>(out.dtype, out.data, dst,
-              load_as<C>(out.dtype, out.data, dst) + load_as<C>(upd.dtype, upd.data, src));
+              scatter_combine<C>(reduce, load_as<C>(out.dtype, out.data, dst),
+                                 load_as<C>(upd.dtype, upd.data, src)));
 }
 
 void scatter_kernel(KernelArgs& args) {
@@ -107,9 +110,9 @@ void scatter_kernel(KernelArgs& args) {
       if (p.reduce == ScatterReduce::kNone) {
         std::memcpy(dst + static_cast<size_t>(to) * es, src + static_cast<size_t>(from) * es, es);
       } else if (floating) {
-        scatter_add<float>(out, to, upd, from);
+        scatter_reduce<float>(p.reduce, out, to, upd, from);
       } else {
-        scatter_add<int64_t>(out, to, upd, from);
+        scatter_reduce<int64_t>(p.reduce, out, to, upd, from);
       }
     }
   }

@@ -1,4 +1,4 @@
-// CPU kernels of the reduce family: reduce, argmax/argmin, topk, cumsum. Floating data accumulates
+// CPU kernels of the reduce family: reduce, argmax/argmin, topk, scan. Floating data accumulates
 // in double (sums, products) so results match a float64 reference to the output's precision;
 // integer data accumulates in int64 with wrap-around, as torch does.
 #include <omp.h>
@@ -211,35 +211,26 @@ void topk_kernel(KernelArgs& args) {
 }
 
 template <class C>
-void cumsum_typed(const CumSumParams& p, const TensorView& in, const TensorView& out,
-                  const AxisSplit& s) {
+void scan_typed(const ScanParams& p, const TensorView& in, KernelArgs& args, const AxisSplit& s) {
+  const TensorView& out = args.outputs[0];
+  int64_t* index = args.outputs.size() > 1 ? args.outputs[1].as<int64_t>() : nullptr;
   const int64_t rows = s.outer * s.inner;
 #pragma omp parallel for if (rows * s.n > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
-    C acc = 0;
-    for (int64_t j = 0; j < s.n; ++j) {
-      const int64_t i = base + (p.reverse ? s.n - 1 - j : j) * s.inner;
-      const C v = load_as<C>(in.dtype, in.data, i);
-      if (p.exclusive) store_as<C>(out.dtype, out.data, i, acc);
-      if constexpr (std::is_same_v<C, double>) {
-        acc += v;
-      } else {
-        acc = wrap_add(acc, v);
-      }
-      if (!p.exclusive) store_as<C>(out.dtype, out.data, i, acc);
-    }
+    scan_row<C>(p.op, p.exclusive, p.reverse, in.dtype, in.data, out.dtype, out.data, index, base,
+                s.n, s.inner);
   }
 }
 
-void cumsum_kernel(KernelArgs& args) {
-  const auto& p = std::get<CumSumParams>(args.layer.params);
+void scan_kernel(KernelArgs& args) {
+  const auto& p = std::get<ScanParams>(args.layer.params);
   const TensorView& in = args.inputs[0];
-  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "cumsum"));
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "scan"));
   if (is_floating(in.dtype)) {
-    cumsum_typed<double>(p, in, args.outputs[0], s);
+    scan_typed<double>(p, in, args, s);
   } else {
-    cumsum_typed<int64_t>(p, in, args.outputs[0], s);
+    scan_typed<int64_t>(p, in, args, s);
   }
 }
 
@@ -249,7 +240,7 @@ void register_reduce(KernelTable& t) {
   t.set<ReduceParams>(reduce_kernel);
   t.set<ArgMaxParams>(argmax_kernel);
   t.set<TopKParams>(topk_kernel);
-  t.set<CumSumParams>(cumsum_kernel);
+  t.set<ScanParams>(scan_kernel);
 }
 
 }  // namespace kiln::engine::cpu

@@ -1,6 +1,7 @@
-// CUDA kernels of gather (index_select/embedding and torch.gather) and scatter (torch.scatter and
-// scatter_add). Out-of-range indices cannot throw on the device: they read zeros (gather) or are
-// skipped (scatter), never touching memory outside the tensors.
+// CUDA kernels of gather (index_select/embedding and torch.gather) and scatter (torch.scatter,
+// scatter_add and scatter_reduce's prod/amax/amin). Out-of-range indices cannot throw on the
+// device: they read zeros (gather) or are skipped (scatter), never touching memory outside the
+// tensors.
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
 
@@ -33,11 +34,12 @@ __global__ void gather_elements_kernel(const T* src, Dims d, int64_t axis_stride
 }
 
 // One thread per lane of the index tensor along the axis; positions along it run in order, so
-// the last duplicate wins as on the CPU.
+// the last duplicate wins and reductions combine in the CPU's order. Lanes write disjoint
+// elements (they differ outside the axis), so no atomics are needed.
 __global__ void scatter_kernel_t(void* out, DataType dt, const void* upd, DataType ut,
                                  const void* idx, DataType it, Dims dd, Dims ud, int64_t len,
                                  int64_t inner, int64_t d_axis_stride, int64_t u_axis_stride,
-                                 int64_t dim, bool add, int64_t lanes) {
+                                 int64_t dim, ScatterReduce reduce, int64_t lanes) {
   const bool floating = dt == DataType::kF32 || dt == DataType::kF16 || dt == DataType::kBF16;
   for (int64_t lane = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; lane < lanes;
        lane += int64_t(gridDim.x) * blockDim.x) {
@@ -50,10 +52,12 @@ __global__ void scatter_kernel_t(void* out, DataType dt, const void* upd, DataTy
       const int64_t to = doff + k * d_axis_stride, from = uoff + j * u_axis_stride;
       if (floating) {
         const float v = load_as<float>(ut, upd, from);
-        store_as<float>(dt, out, to, add ? load_as<float>(dt, out, to) + v : v);
+        store_as<float>(dt, out, to,
+                        scatter_combine<float>(reduce, load_as<float>(dt, out, to), v));
       } else {
         const int64_t v = load_as<int64_t>(ut, upd, from);
-        store_as<int64_t>(dt, out, to, add ? load_as<int64_t>(dt, out, to) + v : v);
+        store_as<int64_t>(dt, out, to,
+                          scatter_combine<int64_t>(reduce, load_as<int64_t>(dt, out, to), v));
       }
     }
   }
@@ -129,7 +133,7 @@ void scatter_kernel(KernelArgs& args) {
   const Dims ud = axis_dims(args.layer.name, idx.shape, us, a);
   scatter_kernel_t<<<grid_for(lanes), kThreads, 0, args.stream()>>>(
       out.data, out.dtype, upd.data, upd.dtype, idx.data, idx.dtype, dd, ud, len, inner, ds[a],
-      us[a], data.shape[a], p.reduce == ScatterReduce::kAdd, lanes);
+      us[a], data.shape[a], p.reduce, lanes);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 

@@ -1,8 +1,8 @@
 // CUDA kernels of the reduce family: reduce (sum/mean/max/min of a float tensor over one run of
 // dims: the [outer, m, inner] kernel, accumulating in float; otherwise one warp per output,
 // floating data in double and integers in int64 with wrap-around, as on the CPU), argmax/argmin
-// and cumsum (one thread per row) and topk (one thread per element, placed by its rank in the
-// row).
+// and scans (one thread per row: scalar_math.h's scan_row, as on the CPU) and topk (one thread per
+// element, placed by its rank in the row).
 #include <algorithm>
 #include <cmath>
 
@@ -377,38 +377,28 @@ void topk_kernel(KernelArgs& args) {
 }
 
 template <class C>
-__global__ void cumsum_kernel_t(const void* x, DataType xt, void* y, DataType yt, AxisSplit s,
-                                bool exclusive, bool reverse) {
+__global__ void scan_kernel_t(ScanParams p, const void* x, DataType xt, void* y, DataType yt,
+                              int64_t* index, AxisSplit s) {
   const int64_t rows = s.outer * s.inner;
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
        r += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (r / s.inner) * s.n * s.inner + r % s.inner;
-    C acc = 0;
-    for (int64_t j = 0; j < s.n; ++j) {
-      const int64_t i = base + (reverse ? s.n - 1 - j : j) * s.inner;
-      const C v = load_as<C>(xt, x, i);
-      if (exclusive) store_as<C>(yt, y, i, acc);
-      if constexpr (std::is_same_v<C, double>) {
-        acc += v;
-      } else {
-        acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
-      }
-      if (!exclusive) store_as<C>(yt, y, i, acc);
-    }
+    scan_row<C>(p.op, p.exclusive, p.reverse, xt, x, yt, y, index, base, s.n, s.inner);
   }
 }
 
-void cumsum_kernel(KernelArgs& args) {
-  const auto& p = std::get<CumSumParams>(args.layer.params);
+void scan_kernel(KernelArgs& args) {
+  const auto& p = std::get<ScanParams>(args.layer.params);
   const TensorView &in = args.inputs[0], &out = args.outputs[0];
-  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "cumsum"));
+  const AxisSplit s = split_at(in.shape, normalize_axis(p.axis, in.shape.size(), "scan"));
+  int64_t* index = args.outputs.size() > 1 ? static_cast<int64_t*>(args.outputs[1].data) : nullptr;
   const unsigned grid = grid_for(s.outer * s.inner);
   if (is_floating(in.dtype)) {
-    cumsum_kernel_t<double><<<grid, kThreads, 0, args.stream()>>>(
-        in.data, in.dtype, out.data, out.dtype, s, p.exclusive, p.reverse);
+    scan_kernel_t<double>
+        <<<grid, kThreads, 0, args.stream()>>>(p, in.data, in.dtype, out.data, out.dtype, index, s);
   } else {
-    cumsum_kernel_t<int64_t><<<grid, kThreads, 0, args.stream()>>>(
-        in.data, in.dtype, out.data, out.dtype, s, p.exclusive, p.reverse);
+    scan_kernel_t<int64_t>
+        <<<grid, kThreads, 0, args.stream()>>>(p, in.data, in.dtype, out.data, out.dtype, index, s);
   }
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
@@ -419,7 +409,7 @@ void register_reduce(KernelTable& t) {
   t.set<ReduceParams>(reduce_kernel, kAllTypes);
   t.set<ArgMaxParams>(argmax_kernel, dtype_bit(DataType::kI64));
   t.set<TopKParams>(topk_kernel, kAllTypes);
-  t.set<CumSumParams>(cumsum_kernel, kAllTypes);
+  t.set<ScanParams>(scan_kernel, kAllTypes);
 }
 
 }  // namespace kiln::engine::cuda

@@ -1,4 +1,4 @@
-// The reduce family (reduce, argmax/argmin, topk, cumsum): shape inference and the axis split
+// The reduce family (reduce, argmax/argmin, topk, scan): shape inference and the axis split
 // both backends' kernels use.
 #include <algorithm>
 
@@ -26,6 +26,22 @@ const char* reduce_op_name(ReduceOp op) {
       return "any";
     case ReduceOp::kAll:
       return "all";
+  }
+  return "?";
+}
+
+const char* scan_op_name(ScanOp op) {
+  switch (op) {
+    case ScanOp::kSum:
+      return "sum";
+    case ScanOp::kProd:
+      return "prod";
+    case ScanOp::kMax:
+      return "max";
+    case ScanOp::kMin:
+      return "min";
+    case ScanOp::kLogSumExp:
+      return "logsumexp";
   }
   return "?";
 }
@@ -113,12 +129,30 @@ std::vector<InferOutput> infer(const std::string& layer, const TopKParams& p,
   return {{in[0].dtype, out}, {DataType::kI64, out}};
 }
 
-std::vector<InferOutput> infer(const std::string& layer, const CumSumParams& p,
+std::vector<InferOutput> infer(const std::string& layer, const ScanParams& p,
                                const std::vector<InferInput>& in) {
   expect_input_count(layer, in, 1, 1);
-  normalize_axis(p.axis, in[0].shape.size(), "layer `" + layer + "` (cumsum)");
-  // As torch: integer and bool prefix sums are int64.
-  return {{is_floating(in[0].dtype) ? in[0].dtype : DataType::kI64, in[0].shape}};
+  const DataType t = in[0].dtype;
+  const std::string what = "layer `" + layer + "` (scan " + scan_op_name(p.op) + ")";
+  KILN_CHECK(static_cast<uint8_t>(p.op) <= static_cast<uint8_t>(ScanOp::kLogSumExp),
+             InvalidArgument, what, ": unknown scan op ", int(p.op));
+  normalize_axis(p.axis, in[0].shape.size(), what);
+  switch (p.op) {
+    case ScanOp::kSum:
+    case ScanOp::kProd:
+      // As torch: integer and bool prefix sums and products are int64.
+      return {{is_floating(t) ? t : DataType::kI64, in[0].shape}};
+    case ScanOp::kMax:
+    case ScanOp::kMin:
+      KILN_CHECK(!p.exclusive, InvalidArgument, what,
+                 ": an exclusive max/min has no value at the first position");
+      return {{t, in[0].shape}, {DataType::kI64, in[0].shape}};
+    case ScanOp::kLogSumExp:
+      KILN_CHECK(is_floating(t), InvalidArgument, what, ": needs a floating input, got ",
+                 dtype_name(t), " (as torch.logcumsumexp)");
+      break;
+  }
+  return {{t, in[0].shape}};
 }
 
 AxisSplit split_at(const Shape& s, int axis) {

@@ -248,6 +248,8 @@ std::vector<InferOutput> infer(const std::string& layer, const ScatterParams& p,
   expect_input_count(layer, in, 3, 3);
   const std::string what = "layer `" + layer + "`";
   const Shape &data = in[0].shape, &idx = in[1].shape, &upd = in[2].shape;
+  KILN_CHECK(static_cast<uint8_t>(p.reduce) <= static_cast<uint8_t>(ScatterReduce::kMin),
+             InvalidArgument, what, ": unknown scatter reduction ", int(p.reduce));
   KILN_CHECK(in[1].dtype == DataType::kI64 || in[1].dtype == DataType::kI32, InvalidArgument, what,
              ": indices must be i64 or i32, got ", dtype_name(in[1].dtype));
   KILN_CHECK(in[2].dtype == in[0].dtype, InvalidArgument, what, ": updates are ",

@@ -21,7 +21,9 @@ std::string range_reason(const LayerParams& params, DataType low) {
   if (const auto* r = std::get_if<ReduceParams>(&params)) {
     if (r->op == ReduceOp::kSum || r->op == ReduceOp::kProd) return "its result may overflow f16";
   }
-  if (std::holds_alternative<CumSumParams>(params)) return "its result may overflow f16";
+  if (const auto* s = std::get_if<ScanParams>(&params)) {
+    if (s->op == ScanOp::kSum || s->op == ScanOp::kProd) return "its result may overflow f16";
+  }
   return "";
 }
 

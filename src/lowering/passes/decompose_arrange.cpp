@@ -1,7 +1,7 @@
 // decompose_ops' arrangements (issue #35's coverage): tensors laid out from others (meshgrid,
 // cartesian_prod, block_diag, linspace/logspace of tensor ends), moved (fftshift, ifftshift),
 // repeated (repeat_interleave of the flattened tensor), split at a constant tensor's indices,
-// written into (diagonal_scatter), differentiated (gradient), measured (linalg_norm,
+// written into (diagonal_scatter, max_unpool), differentiated (gradient), measured (linalg_norm,
 // linalg_matrix_norm), and the index lists constant propagation folded into one constant given
 // back as a list. Sizes are read at run time (aten::size), so the rewrites hold for any shape of
 // the inputs' ranks.
@@ -273,6 +273,68 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     auto base = constant_number(in(3));
     if (!base) return nullptr;
     return b("aten::pow", {*base, values});
+  }
+  if (name == "aten::pad" && n == 4) {
+    // Circular padding: along each padded dim (pairs from the last dim), its last `left`
+    // elements before it and its first `right` after it.
+    auto mode = constant_value(in(2));
+    auto pads = constant_value(in(1));
+    const auto rank = known_rank(in(0));
+    if (!mode || !mode->isString() || mode->toStringRef() != "circular" || !pads ||
+        !pads->isIntList() || !rank) {
+      return nullptr;
+    }
+    const std::vector<int64_t> p = pads->toIntVector();
+    if (p.size() % 2 != 0 || static_cast<int64_t>(p.size() / 2) > *rank) return nullptr;
+    for (int64_t v : p) {
+      if (v < 0) return nullptr;  // cropping: left to torch
+    }
+    Value* x = in(0);
+    for (size_t i = 0; i < p.size() / 2; ++i) {
+      const int64_t d = *rank - 1 - static_cast<int64_t>(i);
+      const int64_t left = p[2 * i], right = p[2 * i + 1];
+      std::vector<Value*> parts;
+      if (left > 0) parts.push_back(b("aten::slice", {x, d, -left, b.none(), 1}));
+      parts.push_back(x);
+      if (right > 0) parts.push_back(b("aten::slice", {x, d, 0, right, 1}));
+      if (parts.size() > 1) x = b("aten::cat", {tensor_list(graph, parts), d});
+    }
+    return x;
+  }
+  if (name == "aten::_convolution_mode" && n == 7) {
+    // A traced convolution of string padding ("same", "valid"): the convNd overload that
+    // takes it, by the weight's rank.
+    const auto rank = known_rank(in(1));
+    if (!rank || *rank < 3 || *rank > 5) return nullptr;
+    const std::string conv = "aten::conv" + std::to_string(*rank - 2) + "d";
+    return b(conv.c_str(), {in(0), in(1), in(2), in(3), in(4), in(5), in(6)});
+  }
+  if ((name == "aten::max_unpool2d" && n == 3) || (name == "aten::max_unpool3d" && n == 5)) {
+    // Each value written at its index into the flattened output planes of zeros: [*, H W] or
+    // [*, D H W], the spatial dims joined, a scatter along them, the output size restored.
+    const int64_t spatial = name == "aten::max_unpool2d" ? 2 : 3;
+    const auto rank = known_rank(in(0));
+    auto size = constant_value(in(2));
+    if (!rank || (*rank != spatial + 1 && *rank != spatial + 2) || !size || !size->isIntList() ||
+        static_cast<int64_t>(size->toIntVector().size()) != spatial) {
+      return nullptr;
+    }
+    const std::vector<int64_t> out_size = size->toIntVector();
+    const int64_t lead = *rank - spatial;
+    std::vector<Value*> planes, shape;
+    for (int64_t d = 0; d < lead; ++d) planes.push_back(b.size(in(0), d));
+    shape = planes;
+    int64_t count = 1;
+    for (int64_t s : out_size) {
+      count *= s;
+      shape.push_back(b.constant(s));
+    }
+    planes.push_back(b.constant(count));
+    Value* values = b("aten::flatten", {in(0), lead, -1});
+    Value* index = b("aten::flatten", {in(1), lead, -1});
+    Value* zeros = b("aten::new_zeros", {values, b.list(planes)});
+    Value* written = b("aten::scatter", {zeros, -1, index, values});
+    return b("aten::reshape", {written, b.list(shape)});
   }
   if (name == "aten::diagonal_scatter" && n == 5) {
     // src written on the diagonal at `offset` of dims d1, d2: those two dims moved last and

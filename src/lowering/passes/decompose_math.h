@@ -18,8 +18,8 @@ torch::jit::Value* decompose_linalg(GraphPtr& graph, torch::jit::Node* node);
 // The same for the losses of torch.nn.functional (decompose_losses.cpp).
 torch::jit::Value* decompose_loss(GraphPtr& graph, torch::jit::Node* node);
 
-// The same for indexed writes (decompose_scatter.cpp): index_add/copy/fill, put,
-// masked_scatter, scatter_reduce's sum and mean.
+// The same for indexed writes (decompose_scatter.cpp): index_add/copy/fill/reduce, put,
+// masked_scatter, scatter_reduce.
 torch::jit::Value* decompose_scatter(GraphPtr& graph, torch::jit::Node* node);
 
 // The same for arrangements (decompose_arrange.cpp): meshgrid, cartesian_prod, block_diag,

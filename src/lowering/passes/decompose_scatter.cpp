@@ -1,6 +1,9 @@
-// decompose_ops' indexed writes (issue #35's coverage): index_add, index_copy, index_fill, put,
-// masked_scatter and scatter_reduce's sum and mean, into the engine's scatter layer (write or
-// add), gathers, cumulative sums and selects. A 0-d tensor is written as one of one element.
+// decompose_ops' indexed writes (issue #35's coverage): index_add, index_copy, index_fill,
+// index_reduce, put, masked_scatter and scatter_reduce, into the engine's scatter layer (write,
+// add, or scatter_reduce's prod/amax/amin with include_self), gathers, cumulative sums and
+// selects. A 0-d tensor is written as one of one element.
+#include <limits>
+
 #include "lowering/passes/decompose_math.h"
 #include "lowering/passes/rewrite_builder.h"
 #include "lowering/rewrite_utils.h"
@@ -19,10 +22,57 @@ Value* along(RewriteBuilder& b, Value* index, int64_t rank, int64_t dim) {
   return b("aten::reshape", {index, shape});
 }
 
-// Elements written per position of x by scatter_add of ones: how many updates reach each.
-Value* update_counts(RewriteBuilder& b, Value* x, int64_t dim, Value* index, Value* src) {
-  return b("aten::scatter_add",
-           {b("aten::zeros_like", {x}), dim, index, b("aten::ones_like", {src})});
+// What torch's scatter_reduce and index_reduce start a written position from when include_self is
+// False (they write it over x first): the reduction's identity, for amax/amin the dtype's
+// infinity, or its lowest/highest integer.
+std::optional<c10::IValue> reduce_identity(const std::string& how, c10::ScalarType type) {
+  if (how == "sum" || how == "mean") return c10::IValue(int64_t{0});
+  if (how == "prod") return c10::IValue(int64_t{1});
+  const bool max = how == "amax";
+  if (how != "amax" && how != "amin") return std::nullopt;
+  if (c10::isFloatingType(type)) {
+    return c10::IValue(max ? -std::numeric_limits<double>::infinity()
+                           : std::numeric_limits<double>::infinity());
+  }
+  const auto limit = [max](auto lowest, auto highest) {
+    return c10::IValue(static_cast<int64_t>(max ? lowest : highest));
+  };
+  switch (type) {
+    case c10::kLong:
+      return limit(std::numeric_limits<int64_t>::lowest(), std::numeric_limits<int64_t>::max());
+    case c10::kInt:
+      return limit(std::numeric_limits<int32_t>::lowest(), std::numeric_limits<int32_t>::max());
+    case c10::kShort:
+      return limit(std::numeric_limits<int16_t>::lowest(), std::numeric_limits<int16_t>::max());
+    case c10::kChar:
+      return limit(std::numeric_limits<int8_t>::lowest(), std::numeric_limits<int8_t>::max());
+    case c10::kByte:
+      return limit(std::numeric_limits<uint8_t>::lowest(), std::numeric_limits<uint8_t>::max());
+    default:
+      return std::nullopt;
+  }
+}
+
+// scatter_reduce(x, dim, index, src, how, include_self) as torch computes it: without include_self
+// the written positions start from the identity; sum is a scatter_add, prod/amax/amin stay
+// scatter_reduce with include_self (the engine's scatter reductions), mean is the sum over the
+// number of terms (x counting as one with include_self; at least one), floor-divided for integers.
+Value* scatter_reduce(RewriteBuilder& b, Value* x, Value* dim, Value* index, Value* src,
+                      const std::string& how, bool include_self, c10::ScalarType type) {
+  if (type == c10::kBool && how == "mean") return nullptr;
+  const auto identity = reduce_identity(how, type);
+  if (!identity) return nullptr;
+  Value* base = include_self ? x : b("aten::scatter", {x, dim, index, b.constant(*identity)});
+  if (how == "prod" || how == "amax" || how == "amin") {
+    return b("aten::scatter_reduce", {base, dim, index, src, how, true});
+  }
+  Value* sum = b("aten::scatter_add", {base, dim, index, src});
+  if (how == "sum") return sum;
+  Value* counts =
+      b("aten::scatter_add", {b(include_self ? "aten::ones_like" : "aten::zeros_like", {x}), dim,
+                              index, b("aten::ones_like", {src})});
+  if (!include_self) counts = b("aten::clamp", {counts, 1, b.none()});
+  return b(c10::isFloatingType(type) ? "aten::div" : "aten::floor_divide", {sum, counts});
 }
 
 }  // namespace
@@ -36,9 +86,10 @@ Value* decompose_scatter(GraphPtr& graph, Node* node) {
   RewriteBuilder b(graph);
 
   if ((name == "aten::index_add" && n == 5) || (name == "aten::index_copy" && n == 4) ||
-      (name == "aten::index_fill" && n == 4)) {
-    // index_add/index_copy: source's slices along dim to x's slices at `index` (added, or
-    // written); index_fill: x's slices at `index` (negative from the end) set to the value.
+      (name == "aten::index_fill" && n == 4) || (name == "aten::index_reduce" && n == 6)) {
+    // index_add/index_copy/index_reduce: source's slices along dim to x's slices at `index`
+    // (added, written, or reduced as scatter_reduce reduces); index_fill: x's slices at `index`
+    // (negative from the end) set to the value.
     const auto rank = known_rank(in(0));
     auto dim = constant_value(in(1));
     if (!rank || !dim || !dim->isInt() || known_rank(in(2)) > 1) return nullptr;
@@ -65,6 +116,13 @@ Value* decompose_scatter(GraphPtr& graph, Node* node) {
       Value* positions = b("aten::expand_as", {along(b, index, r, d), source});
       if (name == "aten::index_copy") {
         y = b("aten::scatter", {x, d, positions, source});
+      } else if (name == "aten::index_reduce") {
+        auto reduce = constant_value(in(4)), self = constant_value(in(5));
+        const auto type = known_dtype(in(0));
+        if (!reduce || !reduce->isString() || !self || !self->isBool() || !type) return nullptr;
+        y = scatter_reduce(b, x, b.constant(d), positions, source, reduce->toStringRef(),
+                           self->toBool(), *type);
+        if (!y) return nullptr;
       } else {
         auto alpha = constant_value(in(4));
         if (!alpha || !alpha->isScalar()) return nullptr;
@@ -101,26 +159,13 @@ Value* decompose_scatter(GraphPtr& graph, Node* node) {
     return b("aten::reshape_as", {y, in(0)});
   }
   if (name == "aten::scatter_reduce" && overload == "two" && n == 6) {
-    // sum: scatter_add (onto x, or onto x zeroed where updates land); mean (floats): that sum
-    // over the number of terms, x where none land.
-    auto dim = constant_value(in(1)), reduce = constant_value(in(4)), self = constant_value(in(5));
+    // prod/amax/amin with include_self are the engine's: only the rest is rewritten.
+    auto reduce = constant_value(in(4)), self = constant_value(in(5));
     const auto type = known_dtype(in(0));
-    if (!dim || !dim->isInt() || !reduce || !reduce->isString() || !self || !self->isBool() ||
-        !type) {
-      return nullptr;
-    }
+    if (!reduce || !reduce->isString() || !self || !self->isBool() || !type) return nullptr;
     const std::string how = reduce->toStringRef();
-    if (how != "sum" && !(how == "mean" && c10::isFloatingType(*type))) return nullptr;
-    const bool include_self = self->toBool();
-    Value* counts = (how == "mean" || !include_self)
-                        ? update_counts(b, in(0), dim->toInt(), in(2), in(3))
-                        : nullptr;
-    Value* base = in(0);
-    if (!include_self) base = b("aten::where", {b("aten::gt", {counts, 0}), 0, in(0)});
-    Value* sum = b("aten::scatter_add", {base, in(1), in(2), in(3)});
-    if (how == "sum") return sum;
-    if (include_self) return b("aten::div", {sum, b("aten::add", {counts, 1})});
-    return b("aten::where", {b("aten::gt", {counts, 0}), b("aten::div", {sum, counts}), in(0)});
+    if (self->toBool() && (how == "prod" || how == "amax" || how == "amin")) return nullptr;
+    return scatter_reduce(b, in(0), in(1), in(2), in(3), how, self->toBool(), *type);
   }
   return nullptr;
 }
