@@ -50,9 +50,15 @@ bool shuffle_moves_data(const ShuffleParams& params) {
 }
 
 const char* binary_op_name(BinaryOp op) {
+  // clang-format off
   static const char* const kNames[] = {
-      "add", "sub", "mul", "div", "pow", "max", "min",  "floor_div", "mod",    "eq",     "ne", "lt",
-      "le",  "gt",  "ge",  "and", "or",  "xor", "zeta", "polygamma", "igamma", "igammac"};
+      "add", "sub", "mul", "div", "pow", "max", "min", "floor_div", "mod",
+      "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
+      "zeta", "polygamma", "igamma", "igammac",
+      "chebyshev_t", "chebyshev_u", "chebyshev_v", "chebyshev_w",
+      "shifted_chebyshev_t", "shifted_chebyshev_u", "shifted_chebyshev_v", "shifted_chebyshev_w",
+      "hermite_h", "hermite_he", "laguerre_l", "legendre_p"};
+  // clang-format on
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumBinaryOps, "one name per binary op");
   const auto i = static_cast<size_t>(op);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";

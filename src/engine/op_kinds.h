@@ -30,8 +30,22 @@ enum class BinaryOp : unsigned char {
   kPolygamma,
   kIgamma,
   kIgammac,
+  // The orthogonal polynomials of x = a with degree n = b (orthogonal_polynomials.h): Chebyshev's
+  // four kinds, shifted to [0, 1] too, Hermite's H and He, Laguerre's L and Legendre's P.
+  kChebyshevT,
+  kChebyshevU,
+  kChebyshevV,
+  kChebyshevW,
+  kShiftedChebyshevT,
+  kShiftedChebyshevU,
+  kShiftedChebyshevV,
+  kShiftedChebyshevW,
+  kHermiteH,
+  kHermiteHe,
+  kLaguerreL,
+  kLegendreP,
 };
-constexpr int kNumBinaryOps = static_cast<int>(BinaryOp::kIgammac) + 1;
+constexpr int kNumBinaryOps = static_cast<int>(BinaryOp::kLegendreP) + 1;
 
 enum class UnaryOp : unsigned char {
   kNeg,

@@ -158,6 +158,18 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
     case BinaryOp::kPolygamma:
     case BinaryOp::kIgamma:
     case BinaryOp::kIgammac:
+    case BinaryOp::kChebyshevT:
+    case BinaryOp::kChebyshevU:
+    case BinaryOp::kChebyshevV:
+    case BinaryOp::kChebyshevW:
+    case BinaryOp::kShiftedChebyshevT:
+    case BinaryOp::kShiftedChebyshevU:
+    case BinaryOp::kShiftedChebyshevV:
+    case BinaryOp::kShiftedChebyshevW:
+    case BinaryOp::kHermiteH:
+    case BinaryOp::kHermiteHe:
+    case BinaryOp::kLaguerreL:
+    case BinaryOp::kLegendreP:
       return 0;
   }
   return 0;

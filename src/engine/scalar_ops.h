@@ -2,8 +2,8 @@
 // for every place that computes them: the CPU kernels compile it as inline C++, the CUDA kernels
 // as __host__ __device__ functions, and the CUDA code generator (cuda/codegen.cpp) hands it to
 // NVRTC with the generated kernels, which call these functions with constant ops. So it includes
-// nothing NVRTC lacks: the functions of <math.h> (built into NVRTC), op_kinds.h and
-// special_math.h.
+// nothing NVRTC lacks: the functions of <math.h> (built into NVRTC), op_kinds.h,
+// special_math.h and orthogonal_polynomials.h.
 #pragma once
 
 #if !defined(__CUDACC_RTC__)
@@ -21,6 +21,8 @@
 #endif
 
 #include "engine/special_math.h"
+// (after special_math.h, whose KILN_SPECIAL and quiet_nan it uses)
+#include "engine/orthogonal_polynomials.h"
 
 namespace kiln::engine {
 
@@ -141,6 +143,30 @@ KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
       return static_cast<float>(special::incomplete_gamma(a, b, false));
     case BinaryOp::kIgammac:
       return static_cast<float>(special::incomplete_gamma(a, b, true));
+    case BinaryOp::kChebyshevT:
+      return special::chebyshev_t(a, b);
+    case BinaryOp::kChebyshevU:
+      return special::chebyshev_u(a, b);
+    case BinaryOp::kChebyshevV:
+      return special::chebyshev_v(a, b);
+    case BinaryOp::kChebyshevW:
+      return special::chebyshev_w(a, b);
+    case BinaryOp::kShiftedChebyshevT:
+      return special::shifted_chebyshev_t(a, b);
+    case BinaryOp::kShiftedChebyshevU:
+      return special::shifted_chebyshev_u(a, b);
+    case BinaryOp::kShiftedChebyshevV:
+      return special::shifted_chebyshev_v(a, b);
+    case BinaryOp::kShiftedChebyshevW:
+      return special::shifted_chebyshev_w(a, b);
+    case BinaryOp::kHermiteH:
+      return special::hermite_h(a, b);
+    case BinaryOp::kHermiteHe:
+      return special::hermite_he(a, b);
+    case BinaryOp::kLaguerreL:
+      return special::laguerre_l(a, b);
+    case BinaryOp::kLegendreP:
+      return special::legendre_p(a, b);
   }
   return 0.f;
 }

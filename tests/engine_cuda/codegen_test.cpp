@@ -69,7 +69,8 @@ TEST(CudaCodegen, EveryOpCompilesForEachArchitecture) {
   }
 }
 
-// The special functions (special_math.h, NVRTC's third header) once, for the one architecture.
+// The special functions and orthogonal polynomials (special_math.h and orthogonal_polynomials.h,
+// NVRTC's third and fourth headers) once, for the one architecture.
 TEST(CudaCodegen, SpecialFunctionsCompile) {
   const auto image = cuda::compile_kernel(
       "special functions", cuda::pointwise_source(every_op_spec(DataType::kF32)), 90);

@@ -106,6 +106,22 @@ TEST(CudaElementwise, SpecialBinaryOps) {
   }
 }
 
+// The orthogonal polynomials over x in [-3, 3], inside and outside their intervals, at degrees
+// -1 to 40 (the recurrences, which round as on the CPU, and the trig forms, where the device's
+// cosf and acosf differ from libm's by ulps that the degree multiplies).
+TEST(CudaElementwise, OrthogonalPolynomials) {
+  KILN_REQUIRE_GPU();
+  std::vector<double> degrees;
+  for (int d = -1; d <= 40; ++d) degrees.push_back(d);
+  const HostTensor x = random_tensor(DataType::kF32, {64, 1}, 24, -3, 3);
+  const HostTensor n = testing::tensor_from(DataType::kF32, {1, 42}, degrees);
+  for (int i = static_cast<int>(BinaryOp::kChebyshevT); i < kNumBinaryOps; ++i) {
+    const auto op = static_cast<BinaryOp>(i);
+    SCOPED_TRACE(binary_op_name(op));
+    compare_layer(ElementwiseParams{op}, {x, n}, 1e-4, 1e-3);
+  }
+}
+
 TEST(CudaElementwise, Activations) {
   KILN_REQUIRE_GPU();
   for (int i = 1; i <= static_cast<int>(ActivationKind::kSelu); ++i) {  // 0 is kNone

@@ -82,6 +82,18 @@ inline void binary_block(BinaryOp op, float* d, const float* a, const float* b, 
     KILN_BINARY_CASE(kPolygamma)
     KILN_BINARY_CASE(kIgamma)
     KILN_BINARY_CASE(kIgammac)
+    KILN_BINARY_CASE(kChebyshevT)
+    KILN_BINARY_CASE(kChebyshevU)
+    KILN_BINARY_CASE(kChebyshevV)
+    KILN_BINARY_CASE(kChebyshevW)
+    KILN_BINARY_CASE(kShiftedChebyshevT)
+    KILN_BINARY_CASE(kShiftedChebyshevU)
+    KILN_BINARY_CASE(kShiftedChebyshevV)
+    KILN_BINARY_CASE(kShiftedChebyshevW)
+    KILN_BINARY_CASE(kHermiteH)
+    KILN_BINARY_CASE(kHermiteHe)
+    KILN_BINARY_CASE(kLaguerreL)
+    KILN_BINARY_CASE(kLegendreP)
 #undef KILN_BINARY_CASE
   }
 }

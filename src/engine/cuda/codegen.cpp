@@ -20,9 +20,10 @@
 
 namespace kiln::engine::cuda {
 namespace embedded {
-extern const char kOpKinds[];      // engine/op_kinds.h (generated/kernel_headers.cpp)
-extern const char kScalarOps[];    // engine/scalar_ops.h
-extern const char kSpecialMath[];  // engine/special_math.h
+extern const char kOpKinds[];                // engine/op_kinds.h (generated/kernel_headers.cpp)
+extern const char kScalarOps[];              // engine/scalar_ops.h
+extern const char kSpecialMath[];            // engine/special_math.h
+extern const char kOrthogonalPolynomials[];  // engine/orthogonal_polynomials.h
 }  // namespace embedded
 
 namespace {
@@ -303,11 +304,12 @@ std::vector<uint8_t> compile_kernel(const std::string& name, const std::string& 
   }
   KILN_CHECK(cc >= 50, InvalidArgument, "generated kernel `", name, "`: compute capability ", cc,
              " is not one NVRTC compiles for");
-  const char* header_sources[] = {embedded::kOpKinds, embedded::kScalarOps, embedded::kSpecialMath};
-  const char* header_names[] = {"engine/op_kinds.h", "engine/scalar_ops.h",
-                                "engine/special_math.h"};
+  const char* header_sources[] = {embedded::kOpKinds, embedded::kScalarOps, embedded::kSpecialMath,
+                                  embedded::kOrthogonalPolynomials};
+  const char* header_names[] = {"engine/op_kinds.h", "engine/scalar_ops.h", "engine/special_math.h",
+                                "engine/orthogonal_polynomials.h"};
   nvrtcProgram prog = nullptr;
-  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), "kiln_generated.cu", 3, header_sources,
+  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), "kiln_generated.cu", 4, header_sources,
                                       header_names);
   KILN_CHECK(rc == NVRTC_SUCCESS, DeviceError, "generated kernel `", name,
              "`: nvrtcCreateProgram failed: ", nvrtcGetErrorString(rc));
