@@ -95,14 +95,23 @@ KILN_SCALAR void store_as(DataType t, void* base, int64_t i, C v) {
   }
 }
 
+// Integer sums and products wrap around in two's complement, as torch's integer tensors do
+// (computed unsigned: no signed overflow). Narrower integer results are these modulo 2^bits.
+KILN_SCALAR int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+KILN_SCALAR int64_t wrapping_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+
 KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err) {
   switch (op) {
     case BinaryOp::kAdd:
-      return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+      return wrapping_add(a, b);
     case BinaryOp::kSub:
       return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
     case BinaryOp::kMul:
-      return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+      return wrapping_mul(a, b);
     case BinaryOp::kDiv:  // rejected by inference for integers; kept total
     case BinaryOp::kFloorDiv: {
       if (b == 0) {

@@ -1,11 +1,13 @@
 // CPU kernel of the matmul family: a cached oneDNN f32 matmul (transposes as strides, batch
 // dims broadcast by oneDNN) with bias and the first activation fused into the primitive where
-// oneDNN computes them exactly; the shared epilogue does the rest.
+// oneDNN computes them exactly; the shared epilogue does the rest. Integer products (i64, i32)
+// run our own cache-blocked loops, wrapping around as torch's do.
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
 
 #include "engine/cpu/onednn.h"
+#include "engine/layers/setup.h"
 
 namespace kiln::engine::cpu {
 
@@ -57,14 +59,104 @@ void pack_constant_b(MatMulState& s, const TensorView& b, const memory::desc& pl
   s.wei_source = b.data;
 }
 
+// Element offset of batch matrix t (row-major over `batch`) in an operand with these strides.
+int64_t batch_offset(const Shape& batch, const std::vector<int64_t>& strides, int64_t t) {
+  int64_t off = 0;
+  for (size_t d = batch.size(); d-- > 0;) {
+    off += (t % batch[d]) * strides[d];
+    t /= batch[d];
+  }
+  return off;
+}
+
+// y = a @ b (+ bias over N) in integers of type T, wrapping around in two's complement
+// (scalar_math.h). Each task is a block of output rows and columns of one batch matrix: it
+// copies a depth slice of b's columns into a contiguous panel (whatever b's transpose), which
+// every row of the block then reads in order, accumulating in int64 (the same result modulo
+// 2^32 for i32).
+template <class T>
+void integer_matmul(const MatMulGeometry& g, const T* a, const T* b, const T* bias,
+                    int64_t bias_size, T* y) {
+  constexpr int64_t kRows = 16, kDepth = 128, kCols = 128;
+  const int64_t m = g.m, n = g.n, k = g.k;
+  const int64_t row_blocks = (m + kRows - 1) / kRows, col_blocks = (n + kCols - 1) / kCols;
+  const int64_t tasks = g.batches() * row_blocks * col_blocks;
+#pragma omp parallel if (tasks > 1 && g.batches() * m * n * k > 64 * 1024)
+  {
+    std::vector<int64_t> panel(static_cast<size_t>(kDepth * kCols));
+    std::vector<int64_t> acc(static_cast<size_t>(kRows * kCols));
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t t = task / (row_blocks * col_blocks);
+      const int64_t i0 = (task / col_blocks % row_blocks) * kRows, i1 = std::min(m, i0 + kRows);
+      const int64_t j0 = task % col_blocks * kCols, nc = std::min(n, j0 + kCols) - j0;
+      const T* at = a + batch_offset(g.batch, g.a_batch_strides, t);
+      const T* bt = b + batch_offset(g.batch, g.b_batch_strides, t) + j0 * g.b_col;
+      std::fill(acc.begin(), acc.begin() + (i1 - i0) * nc, 0);
+      for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+        const int64_t kd = std::min(k, p0 + kDepth) - p0;
+        for (int64_t p = 0; p < kd; ++p) {
+          const T* src = bt + (p0 + p) * g.b_row;
+          int64_t* dst = panel.data() + p * nc;
+          for (int64_t j = 0; j < nc; ++j) dst[j] = src[j * g.b_col];
+        }
+        for (int64_t i = i0; i < i1; ++i) {
+          int64_t* row = acc.data() + (i - i0) * nc;
+          const T* ai = at + i * g.a_row + p0 * g.a_col;
+          for (int64_t p = 0; p < kd; ++p) {
+            const int64_t av = ai[p * g.a_col];
+            const int64_t* bp = panel.data() + p * nc;
+            for (int64_t j = 0; j < nc; ++j) row[j] = wrapping_add(row[j], wrapping_mul(av, bp[j]));
+          }
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t* row = acc.data() + (i - i0) * nc;
+        T* dst = y + (t * m + i) * n + j0;
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t v = bias ? wrapping_add(row[j], bias[bias_size == 1 ? 0 : j0 + j]) : row[j];
+          dst[j] = static_cast<T>(v);
+        }
+      }
+    }
+  }
+}
+
+// The residual post-op of an integer matmul: out += residual (broadcast), wrapping around.
+template <class T>
+void add_residual(const TensorView& residual, const TensorView& out) {
+  const BroadcastMap map(residual.shape, out.shape);
+  const T* r = residual.as<T>();
+  T* y = out.as<T>();
+  map.for_runs(0, out.numel(), [&](int64_t i, int64_t off, int64_t len, int64_t stride) {
+    for (int64_t j = 0; j < len; ++j) {
+      y[i + j] = static_cast<T>(wrapping_add(y[i + j], r[off + j * stride]));
+    }
+  });
+}
+
+template <class T>
+void integer_matmul_kernel(KernelArgs& args) {
+  const auto& p = std::get<MatMulParams>(args.layer.params);
+  const TensorView &a = args.inputs[0], &b = args.inputs[1], &out = args.outputs[0];
+  if (out.numel() == 0) return;
+  const auto post = onednn::post_inputs(p.post, args.inputs);
+  integer_matmul<T>(matmul_geometry(p, a.shape, b.shape), a.as<T>(), b.as<T>(),
+                    post.bias ? post.bias->as<T>() : nullptr, post.bias ? post.bias->numel() : 0,
+                    out.as<T>());
+  if (post.residual) add_residual<T>(*post.residual, out);
+}
+
 void matmul_kernel(KernelArgs& args) {
   const auto& p = std::get<MatMulParams>(args.layer.params);
   const std::string& layer = args.layer.name;
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
   const TensorView& out = args.outputs[0];
+  if (a.dtype == DataType::kI64) return integer_matmul_kernel<int64_t>(args);
+  if (a.dtype == DataType::kI32) return integer_matmul_kernel<int32_t>(args);
   KILN_CHECK(is_floating(a.dtype), InvalidArgument, "layer `", layer,
-             "` (matmul): integer matmul is not supported, got ", dtype_name(a.dtype));
+             "` (matmul): needs floating, i64 or i32 operands, got ", dtype_name(a.dtype));
   if (out.numel() == 0) return;
 
   // Promote rank-1 operands; a promoted a is [1, K] and a promoted b is [K, 1].

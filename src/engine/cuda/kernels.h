@@ -146,6 +146,10 @@ void launch_post_ops(cudaStream_t stream, const std::string& layer, const Tensor
                      const PostOpArgs& post);
 // matmul.cpp: the matmul layer's kernel (MatMulParams), for kernels that run a GEMM inside.
 void run_matmul(KernelArgs& args);
+// matmul_integer.cu: an i64 or i32 matmul layer (bias and residual post-ops, no activations),
+// wrapping around as torch's integer products do.
+void launch_integer_matmul(cudaStream_t stream, const std::string& layer, const MatMulParams& p,
+                           const std::vector<TensorView>& inputs, const TensorView& out);
 
 // depthwise.cu: channels-last depthwise 2-d convolution (one filter per channel) with every
 // post-op fused; `applies` says whether a convolution layer is one it runs.

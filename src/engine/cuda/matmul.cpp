@@ -3,6 +3,7 @@
 // allows TF32: then CUBLAS_COMPUTE_32F_FAST_TF32), batched by strides (broadcast batches
 // materialized in the workspace), with bias and ReLU/GELU(tanh) fused as cuBLASLt epilogues and
 // a full-shape residual added as the C operand (beta = 1); the post-op kernel does the rest.
+// Integer products (i64, i32) run our own kernel (matmul_integer.cu).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -168,6 +169,10 @@ void matmul_kernel(KernelArgs& args) {
   const auto& p = std::get<MatMulParams>(args.layer.params);
   const std::string& name = args.layer.name;
   const TensorView &a = args.inputs[0], &b = args.inputs[1], &out = args.outputs[0];
+  if (!is_floating(out.dtype)) {
+    launch_integer_matmul(args.stream(), name, p, args.inputs, out);
+    return;
+  }
   const bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
   const bool ta = p.transpose_a && !a_vec, tb = p.transpose_b && !b_vec;
   const Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
@@ -387,9 +392,6 @@ std::string matmul_support(const Layer&, const std::vector<DataType>& in,
     return std::string("operands must have the output's dtype, got ") + dtype_name(in[0]) +
            " and " + dtype_name(in[1]);
   }
-  for (DataType t : in) {
-    if (!is_floating(t)) return std::string("non-floating input ") + dtype_name(t);
-  }
   return "";
 }
 
@@ -400,7 +402,9 @@ void run_matmul(KernelArgs& args) {
 }
 
 void register_matmul(KernelTable& t) {
-  t.set<MatMulParams>(matmul_kernel, kFloatTypes, matmul_support);
+  t.set<MatMulParams>(matmul_kernel,
+                      kFloatTypes | dtype_bit(DataType::kI64) | dtype_bit(DataType::kI32),
+                      matmul_support);
 }
 
 }  // namespace kiln::engine::cuda

@@ -1,5 +1,9 @@
-// Shape inference of the matmul family: torch.matmul semantics with transposes and post-ops.
+// Shape inference of the matmul family: torch.matmul semantics with transposes and post-ops; and
+// its geometry at concrete shapes, which the integer kernels of both backends walk.
+#include <algorithm>
+
 #include "engine/layers/infer.h"
+#include "engine/layers/setup.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -22,8 +26,15 @@ std::vector<InferOutput> infer(const std::string& layer, const MatMulParams& p,
                " is ", dtype_name(in[i].dtype), " but input 0 is ", dtype_name(dt),
                "; insert a cast");
   }
-  KILN_CHECK(is_floating(dt), InvalidArgument, "layer `", layer,
-             "` (matmul): needs floating operands, got ", dtype_name(dt));
+  // Integer products wrap around in two's complement, as torch's; they have no activations
+  // (torch's have integer inputs to none).
+  KILN_CHECK(is_floating(dt) || dt == DataType::kI64 || dt == DataType::kI32, InvalidArgument,
+             "layer `", layer, "` (matmul): needs floating, i64 or i32 operands, got ",
+             dtype_name(dt));
+  KILN_CHECK(is_floating(dt) || (p.post.activation == ActivationKind::kNone &&
+                                 p.post.activation2 == ActivationKind::kNone),
+             InvalidArgument, "layer `", layer, "` (matmul): a ", dtype_name(dt),
+             " matmul takes no activation post-op");
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
   KILN_CHECK(!a.empty() && !b.empty(), InvalidArgument, "layer `", layer,
@@ -62,6 +73,38 @@ std::vector<InferOutput> infer(const std::string& layer, const MatMulParams& p,
                " does not broadcast to the output ", shape_to_string(out));
   }
   return {{dt, out}};
+}
+
+MatMulGeometry matmul_geometry(const MatMulParams& p, const Shape& a, const Shape& b) {
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  const bool ta = p.transpose_a && !a_vec, tb = p.transpose_b && !b_vec;
+  Shape as = a_vec ? Shape{1, a[0]} : a;
+  Shape bs = b_vec ? Shape{b[0], 1} : b;
+  const size_t rank = std::max(as.size(), bs.size());
+  as.insert(as.begin(), rank - as.size(), 1);
+  bs.insert(bs.begin(), rank - bs.size(), 1);
+  const int64_t a_cols = as[rank - 1], b_cols = bs[rank - 1];
+  MatMulGeometry g;
+  g.m = ta ? a_cols : as[rank - 2];
+  g.k = ta ? as[rank - 2] : a_cols;
+  g.n = tb ? bs[rank - 2] : b_cols;
+  g.a_row = ta ? 1 : a_cols;
+  g.a_col = ta ? a_cols : 1;
+  g.b_row = tb ? 1 : b_cols;
+  g.b_col = tb ? b_cols : 1;
+  // Batch strides: each operand's matrices lie one after another, row-major over its batch dims.
+  int64_t a_stride = as[rank - 2] * a_cols, b_stride = bs[rank - 2] * b_cols;
+  g.batch.assign(rank - 2, 1);
+  g.a_batch_strides.assign(rank - 2, 0);
+  g.b_batch_strides.assign(rank - 2, 0);
+  for (size_t d = rank - 2; d-- > 0;) {
+    g.batch[d] = as[d] == 1 ? bs[d] : as[d];
+    if (as[d] != 1) g.a_batch_strides[d] = a_stride;
+    if (bs[d] != 1) g.b_batch_strides[d] = b_stride;
+    a_stride *= as[d];
+    b_stride *= bs[d];
+  }
+  return g;
 }
 
 }  // namespace kiln::engine

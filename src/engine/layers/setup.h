@@ -46,4 +46,19 @@ AxisSplit split_at(const Shape& s, int axis);
 // Top-k's input split at its axis; InvalidArgument unless 0 <= k <= the axis' size.
 AxisSplit topk_split(const std::string& layer, const TopKParams& p, const Shape& in);
 
+// Matmul of dense a and b at concrete shapes, as torch.matmul: rank-1 operands promoted (a to
+// [1, K], b to [K, 1]), batch dims broadcast, the layer's transposes read as strides. The result
+// is [batch..., M, N] in memory whatever dims the output drops; its matrix t (row-major over
+// `batch`) reads a's element (i, p) at a_offset(t) + i * a_row + p * a_col and b's element (p, j)
+// at b_offset(t) + p * b_row + j * b_col, where an operand's offset is the sum over batch dims of
+// the dim's index times its batch stride (0 where it broadcasts).
+struct MatMulGeometry {
+  int64_t m = 0, n = 0, k = 0;
+  Shape batch;
+  std::vector<int64_t> a_batch_strides, b_batch_strides;
+  int64_t a_row = 0, a_col = 0, b_row = 0, b_col = 0;
+  int64_t batches() const { return volume(batch); }
+};
+MatMulGeometry matmul_geometry(const MatMulParams& p, const Shape& a, const Shape& b);
+
 }  // namespace kiln::engine
