@@ -1,12 +1,14 @@
 // The special-function converters (lgamma, digamma, polygamma, mvlgamma, erfinv, the Bessel and
-// Airy functions, zeta, igamma, ...) against libtorch on grids with zeros, negatives, poles, large
-// values, NaN and infinities, elementwise: their values span many magnitudes in one tensor.
+// Airy functions, zeta, igamma, the orthogonal polynomials, ...) against libtorch on grids with
+// zeros, negatives, poles, large values, NaN and infinities, elementwise: their values span many
+// magnitudes in one tensor.
 #include <cmath>
 #include <limits>
 
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
 namespace {
@@ -176,6 +178,94 @@ TEST(ConvertElementwiseSpecial, IntegerAndHalfInputs) {
   for (const char* op : {"aten::special_gammaln", "aten::digamma", "aten::erfinv", "aten::i0",
                          "aten::special_i0e", "aten::special_i1", "aten::special_ndtr"}) {
     EXPECT_TRUE(matches_torch_pointwise(unary_ir(op), {h}, 2e-3, 1e-3)) << op;
+  }
+}
+
+const char* const kPolynomials[] = {
+    "aten::special_chebyshev_polynomial_t",         "aten::special_chebyshev_polynomial_u",
+    "aten::special_chebyshev_polynomial_v",         "aten::special_chebyshev_polynomial_w",
+    "aten::special_shifted_chebyshev_polynomial_t", "aten::special_shifted_chebyshev_polynomial_u",
+    "aten::special_shifted_chebyshev_polynomial_v", "aten::special_shifted_chebyshev_polynomial_w",
+    "aten::special_hermite_polynomial_h",           "aten::special_hermite_polynomial_he",
+    "aten::special_laguerre_polynomial_l",          "aten::special_legendre_polynomial_p"};
+
+// Every pair of x (by eighths over [-3, 3], the ends of [-1, 1] and [0, 1], edges) and a degree
+// (negative, fractional, through the recurrences and the trig forms, NaN, inf). The engine rounds
+// as torch's float kernels do: 1e-6 leaves room for a libm that rounds cos or acos differently.
+// Not NaN x with n >= 2: torch's loop stops at once there and returns an uninitialized value.
+TEST(ConvertElementwiseSpecial, OrthogonalPolynomialsOfTwoTensors) {
+  std::vector<double> xs;
+  for (int i = -24; i <= 24; ++i) xs.push_back(i / 8.0);
+  for (double v : {-0.999, 0.001, 0.999, 1.001, 1e30, -1e30, -kInf, kInf, kNan}) xs.push_back(v);
+  std::vector<double> x, n;
+  for (double u : xs) {
+    for (double d :
+         {-1.0, 0.0, 0.5, 1.0, 2.0, 3.7, 5.0, 6.0, 7.0, 9.0, 12.0, 20.0, 40.0, -kInf, kInf, kNan}) {
+      if (std::isnan(u) && d >= 2) continue;
+      x.push_back(u);
+      n.push_back(d);
+    }
+  }
+  const std::string two = "graph(%x : Tensor, %n : Tensor):\n  %y : Tensor = ";
+  for (const char* op : kPolynomials) {
+    EXPECT_TRUE(matches_torch_pointwise(two + op + "(%x, %n)\n  return (%y)\n",
+                                        {floats(x), floats(n)}, 1e-6, 1e-6))
+        << op;
+  }
+}
+
+// The overloads of a number x or n, and integers, which torch computes in f32 (the degree an
+// integer tensor promoted with x, the number n truncated).
+TEST(ConvertElementwiseSpecial, OrthogonalPolynomialsOfNumbersAndIntegers) {
+  const at::Tensor x = torch::linspace(-1.5, 1.5, 25);
+  const at::Tensor degrees = torch::arange(-1, 24, torch::kLong);
+  const at::Tensor integers = torch::arange(-3, 4, torch::kLong);
+  for (const std::string op : kPolynomials) {
+    EXPECT_TRUE(matches_torch_pointwise(R"IR(
+graph(%x : Tensor):
+  %n : int = prim::Constant[value=11]()
+  %y : Tensor = )IR" + op + "(%x, %n)\n  return (%y)\n",
+                                        {x}, 1e-6, 1e-6))
+        << op << " n_scalar int";
+    EXPECT_TRUE(matches_torch_pointwise(R"IR(
+graph(%x : Tensor):
+  %n : float = prim::Constant[value=6.5]()
+  %y : Tensor = )IR" + op + "(%x, %n)\n  return (%y)\n",
+                                        {integers}, 1e-6, 1e-6))
+        << op << " n_scalar float of integers";
+    EXPECT_TRUE(matches_torch_pointwise(R"IR(
+graph(%n : Tensor):
+  %x : float = prim::Constant[value=0.3]()
+  %y : Tensor = )IR" + op + "(%x, %n)\n  return (%y)\n",
+                                        {degrees}, 1e-6, 1e-6))
+        << op << " x_scalar";
+    EXPECT_TRUE(matches_torch_pointwise(R"IR(
+graph(%n : Tensor):
+  %x : int = prim::Constant[value=2]()
+  %y : Tensor = )IR" + op + "(%x, %n)\n  return (%y)\n",
+                                        {degrees}, 1e-6, 1e-6))
+        << op << " x_scalar int";
+    EXPECT_TRUE(matches_torch_pointwise(
+        "graph(%x : Tensor, %n : Tensor):\n  %y : Tensor = " + op + "(%x, %n)\n  return (%y)\n",
+        {integers.reshape({7, 1}), torch::arange(0, 9, torch::kLong)}, 1e-6, 1e-6))
+        << op << " integer tensors";
+  }
+}
+
+// torch has no 16-bit float kernels of the polynomials (it raises); neither has kiln.
+TEST(ConvertElementwiseSpecial, OrthogonalPolynomialsOfHalfFloatsAreRejected) {
+  const std::string ir = R"IR(
+graph(%x : Tensor):
+  %n : int = prim::Constant[value=3]()
+  %y : Tensor = aten::special_legendre_polynomial_p(%x, %n)
+  return (%y))IR";
+  try {
+    run_converted(ir, {torch::linspace(-1, 1, 5).to(torch::kHalf)});
+    FAIL() << "converted f16";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(e.message().find("aten::special_legendre_polynomial_p of f16"), std::string::npos)
+        << e.message();
   }
 }
 

@@ -77,7 +77,7 @@ graph(%x : Tensor):
   EXPECT_TRUE(matches_torch(R"IR(
 graph(%x : Tensor):
   %d : int = prim::Constant[value=0]()
-  %dt : int = prim::Constant[value=7]()
+  %dt : int = prim::Constant[value=6]()
   %y : Tensor = aten::cumprod(%x, %d, %dt)
   return (%y))IR",
                             {torch::rand({5, 2}) + 0.5}, 1e-12, 0));

@@ -1,6 +1,8 @@
 // The CUDA matmul (cuBLASLt) against the CPU backend: transposes, batches (broadcast ones too),
 // vectors, constant weights, post-ops fused by the builder (bias, activations, residual), and
-// the timed choice of large GEMMs' algorithms.
+// the timed choice of large GEMMs' algorithms; integer products (our kernel) bit for bit.
+#include <cstring>
+
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -134,6 +136,65 @@ TEST(CudaMatMul, PostOpsOnTheLayer) {
            random_tensor(t, {n}, 46), random_tensor(t, {2, 9, n}, 47)},
           rtol, atol);
     }
+  }
+}
+
+// Every GPU output has the CPU's dtype, shape and bytes.
+void expect_same_bytes(const cuda_testing::BothResults& r) {
+  ASSERT_EQ(r.cpu.size(), r.gpu.size());
+  for (size_t i = 0; i < r.cpu.size(); ++i) {
+    ASSERT_EQ(r.gpu[i].dtype(), r.cpu[i].dtype());
+    ASSERT_EQ(r.gpu[i].shape(), r.cpu[i].shape());
+    EXPECT_EQ(std::memcmp(r.gpu[i].data(), r.cpu[i].data(), r.cpu[i].nbytes()), 0)
+        << "output " << i;
+  }
+}
+
+// Values spread over the dtype's range: nearly every product and sum wraps around.
+HostTensor wide_integers(DataType t, const Shape& shape, uint64_t seed) {
+  const double limit = t == DataType::kI64 ? 4e18 : 2e9;
+  return random_tensor(t, shape, seed, -limit, limit);
+}
+
+// i64 and i32 products (our tiled kernel) equal the CPU's loops exactly, both wrapping around as
+// torch's do: transposes, vectors, broadcast batches, several 64-wide tiles of rows, columns and
+// depth, K == 0; and the bias and residual adds the builder fuses into the layer.
+TEST(CudaMatMul, IntegerProductsEqualTheCpus) {
+  KILN_REQUIRE_GPU();
+  struct IntCase {
+    Shape a, b;
+    bool ta = false, tb = false;
+  };
+  const IntCase cases[] = {{{7, 13}, {13, 5}},
+                           {{13, 7}, {5, 13}, true, true},
+                           {{13}, {13, 5}},
+                           {{7, 13}, {13}},
+                           {{13}, {13}},
+                           {{2, 1, 7, 13}, {1, 3, 13, 5}},
+                           {{3, 7, 13}, {5, 13}, false, true},
+                           {{130, 70}, {70, 150}},
+                           {{70, 130}, {2, 150, 70}, true, true},
+                           {{4, 0}, {0, 6}}};
+  for (DataType t : {DataType::kI64, DataType::kI32}) {
+    for (const IntCase& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + shape_to_string(c.a) + (c.ta ? "T" : "") +
+                   " x " + shape_to_string(c.b) + (c.tb ? "T" : ""));
+      expect_same_bytes(cuda_testing::run_both_layer(
+          MatMulParams{c.ta, c.tb}, {wide_integers(t, c.a, 60), wide_integers(t, c.b, 61)}));
+    }
+    SCOPED_TRACE(std::string(dtype_name(t)) + " with bias and residual");
+    auto r =
+        cuda_testing::run_both({wide_integers(t, {3, 70, 40}, 62), wide_integers(t, {40, 90}, 63),
+                                wide_integers(t, {90}, 64), wide_integers(t, {3, 70, 90}, 65)},
+                               [](Network& net, const std::vector<TensorId>& in) {
+                                 auto y = net.add("mm", MatMulParams{}, {in[0], in[1]});
+                                 y = net.add("bias", ElementwiseParams{BinaryOp::kAdd}, {y, in[2]});
+                                 return std::vector<TensorId>{
+                                     net.add("res", ElementwiseParams{BinaryOp::kAdd}, {y, in[3]})};
+                               });
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "matmul"), 1);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "elementwise"), 0);
+    expect_same_bytes(r);
   }
 }
 

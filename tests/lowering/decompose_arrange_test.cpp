@@ -133,33 +133,21 @@ TEST(DecomposeArrange, GradientsNormsAndRangesMatchTorch) {
 }
 
 TEST(DecomposeArrange, MaxUnpoolWritesEachValueAtItsIndex) {
-  // The indices of a max pool of the same graph (of planes with and without a batch dim).
-  for (const char* shape : {"2, 3, 6, 8", "3, 4, 4, 5"}) {
-    const bool volume = std::string(shape) == "3, 4, 4, 5";
-    const std::string pool = volume ? "max_pool3d_with_indices" : "max_pool2d_with_indices";
-    const std::string unpool =
-        volume ? "aten::max_unpool3d(%v, %i, %os, %k, %p)" : "aten::max_unpool2d(%v, %i, %os)";
-    auto g = testing::parse(std::string("graph(%x : Float(") + shape + R"IR()):
-  %f : bool = prim::Constant[value=0]()
-  %k : int[] = prim::Constant[value=)IR" +
-                            (volume ? "[2, 2, 2]" : "[2, 2]") + R"IR(]()
-  %p : int[] = prim::Constant[value=)IR" +
-                            (volume ? "[0, 0, 0]" : "[0, 0]") + R"IR(]()
-  %d : int[] = prim::Constant[value=)IR" +
-                            (volume ? "[1, 1, 1]" : "[1, 1]") + R"IR(]()
-  %os : int[] = prim::Constant[value=)IR" +
-                            (volume ? "[4, 4, 5]" : "[6, 8]") + R"IR(]()
-  %v : Tensor, %i : Tensor = aten::)IR" +
-                            pool + R"IR((%x, %k, %k, %p, %d, %f)
-  %r : Tensor = )IR" + unpool +
-                            R"IR(
-  return (%r))IR");
-    auto before = g->copy();
-    EXPECT_TRUE(decompose_ops(g));
-    EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::max_unpool", *g)) << *g;
-    const auto x = volume ? torch::randn({3, 4, 4, 5}) : torch::randn({2, 3, 6, 8});
-    EXPECT_TRUE(testing::same_values(*before, *g, {x})) << *g;
-  }
+  // Values and indices of a max pool (planes with and without a batch dim).
+  const auto x2 = torch::randn({2, 3, 6, 8});
+  const auto [v2, i2] = at::max_pool2d_with_indices(x2, {2, 2}, {2, 2});
+  expect_decomposed(
+      "graph(%v : Float(2, 3, 3, 4), %i : Long(2, 3, 3, 4)):\n"
+      "  %os : int[] = prim::Constant[value=[6, 8]]()",
+      "Tensor", "aten::max_unpool2d(%v, %i, %os)", {{v2, i2}});
+  const auto x3 = torch::randn({3, 4, 4, 5});
+  const auto [v3, i3] = at::max_pool3d_with_indices(x3, {2, 2, 2}, {2, 2, 2});
+  expect_decomposed(
+      "graph(%v : Float(3, 2, 2, 2), %i : Long(3, 2, 2, 2)):\n"
+      "  %os : int[] = prim::Constant[value=[4, 4, 5]]()\n"
+      "  %k : int[] = prim::Constant[value=[2, 2, 2]]()\n"
+      "  %p : int[] = prim::Constant[value=[0, 0, 0]]()",
+      "Tensor", "aten::max_unpool3d(%v, %i, %os, %k, %p)", {{v3, i3}});
 }
 
 TEST(DecomposeArrange, AnIndexListFoldedToAConstantIsAListAgain) {

@@ -12,8 +12,9 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
 class Special(torch.nn.Module):
-    """Convolutions around a chain of three ops kiln's engines do not convert (the Laguerre,
-    Chebyshev and Hermite polynomials of constant degrees)."""
+    """Convolutions around a chain of three ops (the Laguerre, Chebyshev and Hermite polynomials
+    of constant degrees), which the tests keep out of kiln's engines as a user would
+    (torch_executed_ops=POLYNOMIALS), so that Inductor gets them."""
 
     def __init__(self):
         super().__init__()
@@ -28,6 +29,13 @@ class Special(torch.nn.Module):
         y = torch.special.hermite_polynomial_h(torch.special.chebyshev_polynomial_t(p, 3), 2) * 0.5 + y
         y = torch.relu(self.conv2(y))
         return self.fc(y.mean((2, 3))), y.sum()
+
+
+# The ops of Special's chain, forced to PyTorch: with "inductor" last in backend_priority, what
+# kiln leaves to PyTorch goes to Inductor.
+POLYNOMIALS = ["aten::special_laguerre_polynomial_l", "aten::special_chebyshev_polynomial_t",
+               "aten::special_hermite_polynomial_h"]
+TO_INDUCTOR = {"backend_priority": ["cpu", "inductor"], "torch_executed_ops": POLYNOMIALS}
 
 
 def special():
@@ -60,7 +68,7 @@ def assert_matches(compiled, model, x):
 @pytest.fixture(scope="module")
 def split():
     x = torch.randn(2, 3, 16, 16)
-    return kiln.compile(special(), inputs=[x], backend_priority=["cpu", "inductor"]), x
+    return kiln.compile(special(), inputs=[x], **TO_INDUCTOR), x
 
 
 def test_inductor_compiles_what_kiln_does_not(split):
@@ -90,7 +98,7 @@ def test_inductor_compiles_what_kiln_does_not(split):
 def test_the_users_model_is_left_as_it_was(split):
     # The fixture compiled special(); a model compiled now keeps its weights' state.
     model = special()
-    kiln.compile(model, inputs=[torch.randn(2, 3, 16, 16)], backend_priority=["cpu", "inductor"])
+    kiln.compile(model, inputs=[torch.randn(2, 3, 16, 16)], **TO_INDUCTOR)
     assert all(p.requires_grad and p.device.type == "cpu" for p in model.parameters())
     assert model.training is False
 
@@ -160,8 +168,7 @@ def test_torch_compile_with_inductor_in_backend_priority():
     x = torch.randn(2, 3, 16, 16)
     before = kiln._dynamo.stats["compiled"]
     with torch.no_grad():
-        compiled = torch.compile(model, backend="kiln",
-                                 options={"backend_priority": ["cpu", "inductor"]})
+        compiled = torch.compile(model, backend="kiln", options=TO_INDUCTOR)
         got = compiled(x)
         expected = model(x)
     assert kiln._dynamo.stats["compiled"] == before + 1
@@ -177,7 +184,7 @@ def test_a_piece_inductor_cannot_compile_runs_in_pytorch(monkeypatch, caplog):
     model = special()
     x = torch.randn(2, 3, 16, 16)
     with caplog.at_level(logging.WARNING, logger="kiln"):
-        compiled = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
+        compiled = kiln.compile(model, inputs=[x], **TO_INDUCTOR)
     assert backends(compiled) == ["kiln", "pytorch", "kiln"], compiled.kiln_summary
     assert "Inductor could not compile piece 1 (3 ops)" in caplog.text
     assert "no C++ compiler" in caplog.text
@@ -208,7 +215,7 @@ def test_options_inductor_cannot_take_are_clear_errors():
     program.example_inputs = None  # as a program may come without them
     with pytest.raises(kiln.InvalidArgument, match="keeps no example tensors"):
         kiln.compile(program, backend_priority=["cpu", "inductor"])
-    split = kiln.compile(model, inputs=[x], backend_priority=["cpu", "inductor"])
+    split = kiln.compile(model, inputs=[x], **TO_INDUCTOR)
     with pytest.raises(kiln.InvalidArgument, match="Inductor"):
         kiln.save(split, "/tmp/unused.ts")
 
@@ -217,8 +224,8 @@ def test_options_inductor_cannot_take_are_clear_errors():
 def test_cuda_pieces_of_a_model_on_the_cpu_leave_its_weights_there():
     model = special()
     x = torch.randn(2, 3, 16, 16)
-    compiled = kiln.compile(model, inputs=[x], device="cuda",
-                            backend_priority=["cuda", "inductor"])
+    compiled = kiln.compile(model, inputs=[x], device="cuda", backend_priority=["cuda", "inductor"],
+                            torch_executed_ops=POLYNOMIALS)
     assert all(p.device.type == "cpu" for p in model.parameters())
     assert_matches_on(compiled, model, x)
 

@@ -9,7 +9,9 @@
 # compiles with the engine cache and refit on the device (bench/compile_cache.py);
 # MEMORY_BENCH="resnet50,vgg16" the peak build memory with and without resource partitioning
 # (bench/build_memory.py). OPINFO="--dtypes float32,float16" runs the OpInfo conformance
-# (tests/opinfo/conformance.py) compiled for cuda. KILN_TESTS=filter
+# (tests/opinfo/conformance.py) compiled for cuda, OPINFO_CPU="..." the same for the CPU (the
+# device's 16 cores make it quick); ENGINE_TESTS=1 builds and runs kiln_engine_tests (the CPU
+# engine's own tests). KILN_TESTS=filter
 # also builds kiln_tests and runs the tests of kiln_tests it selects (e.g. '*Gpu*'), PYTEST=args
 # runs the package's pytest with them (pytest installed from .deps/wheels when missing). Needs
 # .deps/ from tools/device/pack-deps.sh.
@@ -27,6 +29,7 @@ start=$(date +%s)
 configure_gpu_build "$build" "$logs/configure.log" || exit 1
 targets=(kilnc kiln-run kiln_runtime kiln_python_package kiln_engine_cuda_tests)
 [ -n "${KILN_TESTS:-}" ] && targets+=(kiln_tests)
+[ -n "${ENGINE_TESTS:-}" ] && targets+=(kiln_engine_tests)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 
@@ -35,6 +38,13 @@ tests_log="$out/cuda_tests${PROFILE_TAG:-}.log"
 echo "kiln_engine_cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$tests_log" | tr '\n' ' ')"
 grep -E "^\[  FAILED  \] [A-Za-z]" "$tests_log" | sort -u
 grep -B2 -A8 "Failure" "$tests_log" | head -60
+
+if [ -n "${ENGINE_TESTS:-}" ]; then
+  log="$out/kiln_engine_tests${PROFILE_TAG:-}.log"
+  "$build/bin/kiln_engine_tests" --gtest_brief=1 >"$log" 2>&1
+  echo "kiln_engine_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$log" | tr '\n' ' ')"
+  grep -B2 -A8 "Failure" "$log" | head -40
+fi
 
 if [ -n "${KILN_TESTS:-}" ]; then
   "$py" tests/models/make_models.py --out "$build/tests/models" >"$logs/models.log" 2>&1 ||
@@ -63,6 +73,13 @@ if [ -n "${OPINFO:-}" ]; then
     --json "$out/opinfo_cuda.json" >"$out/opinfo_cuda.md" 2>&1
   head -14 "$out/opinfo_cuda.md" | tail -10
   grep -E "^(wrong|crash|compile error|run error):" "$out/opinfo_cuda.md" | head -30
+fi
+if [ -n "${OPINFO_CPU:-}" ]; then
+  # shellcheck disable=SC2086
+  PYTHONPATH="$build/python" "$py" tests/opinfo/conformance.py --device cpu $OPINFO_CPU \
+    --json "$out/opinfo_cpu.json" >"$out/opinfo_cpu.md" 2>&1
+  head -14 "$out/opinfo_cpu.md" | tail -10
+  grep -E "^(wrong|crash|compile error|run error):" "$out/opinfo_cpu.md" | head -30
 fi
 
 for job in ${PROFILE:-}; do

@@ -175,8 +175,15 @@ class Einsum {
       ellipsis_dims = std::max(ellipsis_dims, own_ellipsis.back());
       dtype = promote(dtype, ctx_.desc(tensors[i]).dtype);
     }
-    KILN_CHECK(engine::is_floating(dtype), Unsupported, "einsum of ", engine::dtype_name(dtype),
-               " tensors (the engine multiplies floating tensors only)");
+    // Integer products (i64, i32) wrap around; torch multiplies them of one dtype only.
+    const bool one_integer_dtype =
+        (dtype == engine::DataType::kI64 || dtype == engine::DataType::kI32) &&
+        std::all_of(tensors.begin(), tensors.end(),
+                    [&](engine::TensorId t) { return ctx_.desc(t).dtype == dtype; });
+    KILN_CHECK(engine::is_floating(dtype) || one_integer_dtype, Unsupported, "einsum of ",
+               engine::dtype_name(dtype),
+               " tensors (the engine multiplies floating tensors, and i64 or i32 ones of one "
+               "dtype)");
     for (size_t i = 0; i < tensors.size(); ++i) {
       ops.push_back({ctx_.cast(n_, tensors[i], dtype),
                      expand(parsed.inputs[i].labels, own_ellipsis[i], ellipsis_dims)});

@@ -20,15 +20,18 @@ std::optional<std::string> alpha_is_static(const Node* n) {
   return std::string("alpha must be a constant");
 }
 
-engine::TensorId binary(ConversionContext& ctx, const Node* n, BinaryOp op,
-                        const torch::jit::Value* a, const torch::jit::Value* b) {
-  BinaryOperands o = binary_operands(ctx, n, a, b);
+engine::TensorId binary(ConversionContext& ctx, const Node* n, BinaryOp op, BinaryOperands o) {
   if ((op == BinaryOp::kDiv || op >= BinaryOp::kZeta) && !engine::is_floating(o.dtype)) {
     // True division and the special functions of integers give floats, as in torch.
     o.a = ctx.cast(n, o.a, DataType::kF32);
     o.b = ctx.cast(n, o.b, DataType::kF32);
   }
   return ctx.add(n, engine::ElementwiseParams{op}, {o.a, o.b});
+}
+
+engine::TensorId binary(ConversionContext& ctx, const Node* n, BinaryOp op,
+                        const torch::jit::Value* a, const torch::jit::Value* b) {
+  return binary(ctx, n, op, binary_operands(ctx, n, a, b));
 }
 
 // add/sub with alpha: a + alpha * b.
@@ -188,6 +191,19 @@ void convert_mvlgamma(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kAdd}, {sum, c}));
 }
 
+// An orthogonal polynomial (x, n): x and n promoted together as torch does, integers and bools
+// computed in f32. torch implements them for f32 and f64 only and raises for 16-bit floats; so
+// does this.
+ConvertFn orthogonal_polynomial(BinaryOp op) {
+  return [op](ConversionContext& ctx, const Node* n) {
+    const BinaryOperands o = binary_operands(ctx, n, n->input(0), n->input(1));
+    KILN_CHECK(o.dtype != DataType::kF16 && o.dtype != DataType::kBF16, InvalidArgument,
+               n->kind().toQualString(), " of ", engine::dtype_name(o.dtype),
+               " operands: torch computes the orthogonal polynomials in f32 or f64 only");
+    ctx.set_tensor(n->output(), binary(ctx, n, op, o));
+  };
+}
+
 void add_binary(Registry& r, const std::string& name, ConvertFn fn, CapabilityValidator v = {}) {
   r.add_converter(
       {{name + ".Tensor", name + ".Scalar", name + "_.Tensor", name + "_.Scalar"}, fn, v});
@@ -300,6 +316,24 @@ void register_elementwise_converters(Registry& r) {
   r.add_converter({{"aten::mvlgamma", "aten::special_multigammaln"},
                    convert_mvlgamma,
                    static_int_at_least(1, 1, "mvlgamma's p")});
+  // The orthogonal polynomials (x, n) of two tensors, a number x or a number n.
+  const std::pair<const char*, BinaryOp> kPolynomials[] = {
+      {"aten::special_chebyshev_polynomial_t", BinaryOp::kChebyshevT},
+      {"aten::special_chebyshev_polynomial_u", BinaryOp::kChebyshevU},
+      {"aten::special_chebyshev_polynomial_v", BinaryOp::kChebyshevV},
+      {"aten::special_chebyshev_polynomial_w", BinaryOp::kChebyshevW},
+      {"aten::special_shifted_chebyshev_polynomial_t", BinaryOp::kShiftedChebyshevT},
+      {"aten::special_shifted_chebyshev_polynomial_u", BinaryOp::kShiftedChebyshevU},
+      {"aten::special_shifted_chebyshev_polynomial_v", BinaryOp::kShiftedChebyshevV},
+      {"aten::special_shifted_chebyshev_polynomial_w", BinaryOp::kShiftedChebyshevW},
+      {"aten::special_hermite_polynomial_h", BinaryOp::kHermiteH},
+      {"aten::special_hermite_polynomial_he", BinaryOp::kHermiteHe},
+      {"aten::special_laguerre_polynomial_l", BinaryOp::kLaguerreL},
+      {"aten::special_legendre_polynomial_p", BinaryOp::kLegendreP}};
+  for (const auto& [name, op] : kPolynomials) {
+    const std::string s = name;
+    r.add_converter({{s, s + ".x_scalar", s + ".n_scalar"}, orthogonal_polynomial(op)});
+  }
 }
 
 }  // namespace kiln::conversion

@@ -12,23 +12,37 @@ namespace {
 using engine::BinaryOp;
 using torch::jit::Node;
 
-engine::TensorId floating_operand(ConversionContext& ctx, const Node* n, size_t i) {
+// Operand i of a product whose first operand has dtype `dtype`. The engine multiplies floating
+// tensors (another float dtype is cast to the first's) and i64 or i32 ones, which torch requires
+// to be of one dtype: a mix with an integer operand is an error there, and stays one here.
+engine::TensorId product_operand(ConversionContext& ctx, const Node* n, size_t i,
+                                 engine::DataType dtype) {
   const engine::TensorId t = ctx.tensor(n->input(i));
-  KILN_CHECK(engine::is_floating(ctx.desc(t).dtype), Unsupported, "matrix product of a ",
-             engine::dtype_name(ctx.desc(t).dtype), " operand ", arg_name(n, i),
-             " (the engine multiplies floating tensors only)");
-  return t;
+  const engine::DataType own = ctx.desc(t).dtype;
+  KILN_CHECK(
+      engine::is_floating(own) || own == engine::DataType::kI64 || own == engine::DataType::kI32,
+      Unsupported, "matrix product of a ", engine::dtype_name(own), " operand ", arg_name(n, i),
+      " (the engine multiplies floating, i64 and i32 tensors)");
+  KILN_CHECK(own == dtype || (engine::is_floating(own) && engine::is_floating(dtype)), Unsupported,
+             "matrix product of a ", engine::dtype_name(own), " operand ", arg_name(n, i),
+             " with a ", engine::dtype_name(dtype), " one (torch multiplies one dtype)");
+  return ctx.cast(n, t, dtype);
+}
+
+// The first operand (input i) of a product: its dtype is the product's.
+engine::TensorId first_operand(ConversionContext& ctx, const Node* n, size_t i) {
+  return product_operand(ctx, n, i, ctx.desc(ctx.tensor(n->input(i))).dtype);
 }
 
 // linear(x, W, b) = x @ W^T + b: W stays [out, in] and the layer transposes it.
 void convert_linear(ConversionContext& ctx, const Node* n) {
-  const engine::TensorId x = floating_operand(ctx, n, 0);
+  const engine::TensorId x = first_operand(ctx, n, 0);
   const engine::DataType dtype = ctx.desc(x).dtype;
   engine::MatMulParams p;
   p.transpose_b = ctx.desc(ctx.tensor(n->input(1))).shape.size() >= 2;
-  std::vector<engine::TensorId> inputs = {x, ctx.cast(n, ctx.tensor(n->input(1)), dtype)};
+  std::vector<engine::TensorId> inputs = {x, product_operand(ctx, n, 1, dtype)};
   if (n->inputs().size() > 2 && !is_none(n->input(2))) {
-    const engine::TensorId b = ctx.cast(n, ctx.tensor(n->input(2)), dtype);
+    const engine::TensorId b = product_operand(ctx, n, 2, dtype);
     if (ctx.desc(b).shape.size() == 1 && p.transpose_b) {
       p.post.has_bias = true;
       inputs.push_back(b);
@@ -44,8 +58,8 @@ void convert_linear(ConversionContext& ctx, const Node* n) {
 
 // matmul, mm and bmm differ only in the ranks torch accepts; the engine follows torch.matmul.
 void convert_matmul(ConversionContext& ctx, const Node* n) {
-  const engine::TensorId a = floating_operand(ctx, n, 0);
-  const engine::TensorId b = ctx.cast(n, floating_operand(ctx, n, 1), ctx.desc(a).dtype);
+  const engine::TensorId a = first_operand(ctx, n, 0);
+  const engine::TensorId b = product_operand(ctx, n, 1, ctx.desc(a).dtype);
   ctx.set_tensor(n->output(), ctx.add(n, engine::MatMulParams{}, {a, b}));
 }
 
@@ -63,13 +77,14 @@ engine::TensorId scaled(ConversionContext& ctx, const Node* n, engine::TensorId 
 
 // addmm/baddbmm: beta * self + alpha * (m1 @ m2). The common case from nn.Linear (beta = alpha
 // = 1 and a [N] bias) is one matmul with a bias post-op; the rest is spelled out elementwise.
+// Integer products take beta and alpha truncated to integers, as torch does (alpha = 0.5 is 0).
 void convert_addmm(ConversionContext& ctx, const Node* n) {
   const double beta = static_number(ctx, n->input(3));
   const double alpha = static_number(ctx, n->input(4));
-  const engine::TensorId m1 = floating_operand(ctx, n, 1);
+  const engine::TensorId m1 = first_operand(ctx, n, 1);
   const engine::DataType dtype = ctx.desc(m1).dtype;
-  const engine::TensorId m2 = ctx.cast(n, floating_operand(ctx, n, 2), dtype);
-  const engine::TensorId self = ctx.cast(n, ctx.tensor(n->input(0)), dtype);
+  const engine::TensorId m2 = product_operand(ctx, n, 2, dtype);
+  const engine::TensorId self = product_operand(ctx, n, 0, dtype);
   const engine::Shape& ss = ctx.desc(self).shape;
   const engine::Shape& m2s = ctx.desc(m2).shape;
   const int64_t cols = m2s.back();

@@ -256,10 +256,6 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     const c10::ScalarType type =
         dtype->isNone() ? c10::kFloat : static_cast<c10::ScalarType>(dtype->toInt());
     if (!c10::isFloatingType(type) || type == c10::kDouble) return nullptr;
-    if (steps->toInt() == 0) {
-      return graph->insert(c10::aten::zeros, {std::vector<int64_t>{0}},
-                           {torch::jit::NamedValue("dtype", type)});
-    }
     const auto end_point = [&](Value* v) -> Value* {
       if (known_rank(v)) return v;
       auto number = constant_number(v);
@@ -268,7 +264,13 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     Value* start = end_point(in(0));
     Value* end = end_point(in(1));
     if (!start || !end) return nullptr;
-    Value* values = linear_steps(b, start, end, steps->toInt(), type);
+    // No steps: an empty slice of the start, on its device.
+    Value* values =
+        steps->toInt() == 0
+            ? b.cast(b("aten::slice",
+                       {b("aten::reshape", {start, std::vector<int64_t>{1}}), 0, 0, 0, 1}),
+                     type)
+            : linear_steps(b, start, end, steps->toInt(), type);
     if (name == "aten::linspace") return values;
     auto base = constant_number(in(3));
     if (!base) return nullptr;

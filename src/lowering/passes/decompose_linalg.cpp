@@ -74,6 +74,12 @@ bool is_real_number_type(const std::optional<c10::ScalarType>& t) {
   return t && *t != c10::ScalarType::Bool && !c10::isComplexType(*t);
 }
 
+// The dtypes whose matrix products the engine computes: floating ones, and i64 and i32 (wrapping
+// around, as torch's).
+bool is_product_type(c10::ScalarType t) {
+  return c10::isFloatingType(t) || t == c10::ScalarType::Long || t == c10::ScalarType::Int;
+}
+
 }  // namespace
 
 Value* decompose_linalg(GraphPtr& graph, Node* node) {
@@ -281,7 +287,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
     const auto ra = known_rank(in(0)), rb = known_rank(in(1));
     const auto type = known_dtype(in(0));
     auto da = constant_value(in(2)), db = constant_value(in(3));
-    if (!ra || !rb || !type || !c10::isFloatingType(*type) || known_dtype(in(1)) != type || !da ||
+    if (!ra || !rb || !type || !is_product_type(*type) || known_dtype(in(1)) != type || !da ||
         !db || !da->isIntList() || !db->isIntList() ||
         da->toIntVector().size() != db->toIntVector().size()) {
       return nullptr;
@@ -322,7 +328,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
   if (name == "aten::bilinear" && n == 4) {
     // y[..., o] = x1 W[o] x2 + bias[o]: x1 against W as [in1, out * in2], then x2 along in2.
     const auto type = known_dtype(in(0));
-    if (!type || !c10::isFloatingType(*type) || known_rank(in(2)) != 3) return nullptr;
+    if (!type || !is_product_type(*type) || known_rank(in(2)) != 3) return nullptr;
     Value* w = in(2);
     Value* outs = b.size(w, 0);
     Value* in2 = b.size(w, 2);

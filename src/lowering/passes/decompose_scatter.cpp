@@ -57,6 +57,13 @@ std::optional<c10::IValue> reduce_identity(const std::string& how, c10::ScalarTy
 // the written positions start from the identity; sum is a scatter_add, prod/amax/amin stay
 // scatter_reduce with include_self (the engine's scatter reductions), mean is the sum over the
 // number of terms (x counting as one with include_self; at least one), floor-divided for integers.
+// scatter_reduce with include_self (a keyword-only argument).
+Value* scatter_reduce_with_self(RewriteBuilder& b, Value* x, Value* dim, Value* index, Value* src,
+                                const std::string& how) {
+  return b.call("aten::scatter_reduce", {x, dim, index, src, how},
+                {torch::jit::NamedValue("include_self", true)});
+}
+
 Value* scatter_reduce(RewriteBuilder& b, Value* x, Value* dim, Value* index, Value* src,
                       const std::string& how, bool include_self, c10::ScalarType type) {
   if (type == c10::kBool && how == "mean") return nullptr;
@@ -64,7 +71,7 @@ Value* scatter_reduce(RewriteBuilder& b, Value* x, Value* dim, Value* index, Val
   if (!identity) return nullptr;
   Value* base = include_self ? x : b("aten::scatter", {x, dim, index, b.constant(*identity)});
   if (how == "prod" || how == "amax" || how == "amin") {
-    return b("aten::scatter_reduce", {base, dim, index, src, how, true});
+    return scatter_reduce_with_self(b, base, dim, index, src, how);
   }
   Value* sum = b("aten::scatter_add", {base, dim, index, src});
   if (how == "sum") return sum;

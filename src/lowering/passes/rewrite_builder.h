@@ -17,6 +17,11 @@ class RewriteBuilder {
   Value* operator()(const char* op, std::vector<torch::jit::NamedValue> args) {
     return graph_->insert(c10::Symbol::fromQualString(op), args);
   }
+  // With keyword-only arguments (which insert() does not take by position).
+  Value* call(const char* op, std::vector<torch::jit::NamedValue> args,
+              std::vector<torch::jit::NamedValue> kwargs) {
+    return graph_->insert(c10::Symbol::fromQualString(op), args, kwargs);
+  }
   Value* none() { return graph_->insertConstant(c10::IValue()); }
   Value* size(Value* x, int64_t dim) { return (*this)("aten::size", {x, dim}); }
   // An int[] of values known at run time.
