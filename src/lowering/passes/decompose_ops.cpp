@@ -2,6 +2,7 @@
 // file holds the pass and its structural rewrites (var/std, type_as, the clamps, glu,
 // broadcast_tensors, the `_copy` views, the ops of several outputs); decompose_math.cpp the
 // math identities, decompose_linalg.cpp the tensor algebra, decompose_losses.cpp the losses,
+// decompose_arrange.cpp the arrangements (grids, shifts, norms, unpooling, circular pads),
 // decompose_scatter.cpp the indexed writes.
 // A rewrite may emit ops that decompose further (the walk repeats while it rewrites); one whose
 // ops do not take the node's arguments leaves the node as it was.
