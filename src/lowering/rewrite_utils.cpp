@@ -43,6 +43,11 @@ bool is_constant_one(const torch::jit::Value* v) {
   return false;
 }
 
+std::optional<int64_t> normalized_dim(int64_t d, int64_t rank) {
+  if (d < -rank || d >= rank) return std::nullopt;
+  return d < 0 ? d + rank : d;
+}
+
 std::optional<int64_t> known_rank(const torch::jit::Value* v) {
   if (auto iv = constant_value(v); iv && iv->isTensor()) return iv->toTensor().dim();
   if (auto t = v->type()->cast<c10::TensorType>()) {

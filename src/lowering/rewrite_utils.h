@@ -17,6 +17,9 @@ std::optional<double> constant_number(const torch::jit::Value* v);
 // Scalar 1 (int or float): the alpha/beta of add/addmm that makes them plain adds.
 bool is_constant_one(const torch::jit::Value* v);
 
+// A torch dim (negative from the end) in [0, rank), or nullopt when it is out of range.
+std::optional<int64_t> normalized_dim(int64_t d, int64_t rank);
+
 // The rank of a tensor value when its type or constant value tells it.
 std::optional<int64_t> known_rank(const torch::jit::Value* v);
 std::optional<c10::ScalarType> known_dtype(const torch::jit::Value* v);

@@ -18,11 +18,6 @@ namespace {
 using torch::jit::Node;
 using torch::jit::Value;
 
-std::optional<int64_t> normalized_dim(int64_t d, int64_t rank) {
-  if (d < -rank || d >= rank) return std::nullopt;
-  return d < 0 ? d + rank : d;
-}
-
 // The dims an optional int or int[] argument names, normalized; all of them for None; nullopt
 // when it is not a constant or names a dim out of range or twice.
 std::optional<std::vector<int64_t>> dims_argument(const Value* v, int64_t rank) {

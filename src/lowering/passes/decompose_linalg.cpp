@@ -17,11 +17,6 @@ namespace {
 using torch::jit::Node;
 using torch::jit::Value;
 
-std::optional<int64_t> normalized_dim(int64_t d, int64_t rank) {
-  if (d < -rank || d >= rank) return std::nullopt;
-  return d < 0 ? d + rank : d;
-}
-
 // The diagonal at `offset` of dims d1, d2 (normalized, distinct) of a rank-`rank` tensor, as
 // the last dim: those two dims moved last and flattened, and every (cols + 1)-th element from
 // the diagonal's first.

@@ -25,8 +25,8 @@
 //   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
 //   channel shuffles, unfold, msort/median/nanmedian, cov/corrcoef; decompose_losses.cpp's
 //   losses; decompose_scatter.cpp's index_add/copy/fill/reduce, put, masked_scatter and
-//   scatter_reduce (but prod/amax/amin with include_self); broadcast_tensors taken apart (expand_as); the `_copy` variants of
-//   views (the view, when the copy is not written in place).
+//   scatter_reduce (but prod/amax/amin with include_self); broadcast_tensors taken apart
+//   (expand_as); the `_copy` variants of views (the view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
