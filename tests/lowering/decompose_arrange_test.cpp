@@ -1,5 +1,6 @@
-// decompose_ops' arrangements (decompose_arrange.cpp): each op against torch's own, on the
-// graph's shapes and, where the rewrite reads sizes at run time, on others.
+// decompose_ops' arrangements (decompose_arrange.cpp) and spectral transforms
+// (decompose_spectral.cpp): each op against torch's own, on the graph's shapes and, where the
+// rewrite reads sizes at run time, on others.
 #include <gtest/gtest.h>
 
 #include "harness/ir_testing.h"
@@ -30,6 +31,13 @@ constexpr const char* kConstants = R"IR(
   %d01 : int[] = prim::Constant[value=[0, 1]]()
   %d20 : int[] = prim::Constant[value=[2, 0]]()
   %d21 : int[] = prim::Constant[value=[-2, -1]]()
+  %seven : int = prim::Constant[value=7]()
+  %s47 : int[] = prim::Constant[value=[4, 7]]()
+  %s349 : int[] = prim::Constant[value=[3, 4, 9]]()
+  %s2 : int[] = prim::Constant[value=[2]]()
+  %ortho : str = prim::Constant[value="ortho"]()
+  %forward : str = prim::Constant[value="forward"]()
+  %backward : str = prim::Constant[value="backward"]()
 )IR";
 
 // Parses `signature` + constants + `%r : type = call`, decomposes it, checks the op is gone and
@@ -129,6 +137,35 @@ TEST(DecomposeArrange, GradientsNormsAndRangesMatchTorch) {
                            "aten::linspace(%lo, %hi, %one, %none, %none, %none, %none)",
                            "aten::logspace(%lo, %hi, %five, %twof, %none, %none, %none, %none)"}) {
     expect_decomposed(sig, "Tensor", call, in);
+  }
+}
+
+// The inverse real FFTs and the Hermitian ones of real tensors (f32 and int64), with their
+// default lengths (read at run time: the second input set has other sizes), lengths that trim or
+// pad the spectrum, and each norm.
+TEST(DecomposeSpectral, InverseRealAndHermitianFftsMatchTorch) {
+  const std::string sig = "graph(%x : Float(3, 5, 6), %n : Long(4, 5)):";
+  const std::vector<std::vector<torch::jit::IValue>> in = {
+      {torch::randn({3, 5, 6}), torch::randint(-9, 9, {4, 5}, torch::kLong)},
+      {torch::randn({2, 4, 9}), torch::randint(-9, 9, {3, 2}, torch::kLong)}};
+  for (const std::string op : {"aten::fft_irfft", "aten::fft_hfft"}) {
+    for (const std::string args :
+         {"(%x, %none, %m1, %none)", "(%x, %seven, %one, %ortho)", "(%x, %two, %zero, %forward)",
+          "(%n, %none, %zero, %backward)"}) {
+      expect_decomposed(sig, "Tensor", op + args, in, 1e-4);
+    }
+  }
+  for (const std::string op : {"aten::fft_irfft2", "aten::fft_hfft2"}) {
+    for (const std::string args : {"(%x, %none, %d21, %none)", "(%x, %s47, %d20, %ortho)",
+                                   "(%n, %none, %d21, %forward)"}) {
+      expect_decomposed(sig, "Tensor", op + args, in, 1e-4);
+    }
+  }
+  for (const std::string op : {"aten::fft_irfftn", "aten::fft_hfftn"}) {
+    for (const std::string args : {"(%x, %none, %none, %none)", "(%x, %s349, %none, %forward)",
+                                   "(%x, %s2, %d0, %ortho)", "(%n, %none, %none, %none)"}) {
+      expect_decomposed(sig, "Tensor", op + args, in, 1e-4);
+    }
   }
 }
 

@@ -27,4 +27,8 @@ torch::jit::Value* decompose_scatter(GraphPtr& graph, torch::jit::Node* node);
 // linalg_norm and linalg_matrix_norm that reductions compute, folded index lists.
 torch::jit::Value* decompose_arrange(GraphPtr& graph, torch::jit::Node* node);
 
+// The same for the spectral transforms of real output (decompose_spectral.cpp): irfft, irfft2,
+// irfftn, hfft, hfft2, hfftn of real tensors, by DFT matrices.
+torch::jit::Value* decompose_spectral(GraphPtr& graph, torch::jit::Node* node);
+
 }  // namespace kiln::lowering

@@ -3,7 +3,7 @@
 // broadcast_tensors, the `_copy` views, the ops of several outputs); decompose_math.cpp the
 // math identities, decompose_linalg.cpp the tensor algebra, decompose_losses.cpp the losses,
 // decompose_arrange.cpp the arrangements (grids, shifts, norms, unpooling, circular pads),
-// decompose_scatter.cpp the indexed writes.
+// decompose_scatter.cpp the indexed writes, decompose_spectral.cpp the inverse real FFTs.
 // A rewrite may emit ops that decompose further (the walk repeats while it rewrites); one whose
 // ops do not take the node's arguments leaves the node as it was.
 //
@@ -302,6 +302,7 @@ Value* decompose(GraphPtr& graph, Node* node) {
   if (Value* r = decompose_linalg(graph, node)) return r;
   if (Value* r = decompose_loss(graph, node)) return r;
   if (Value* r = decompose_arrange(graph, node)) return r;
+  if (Value* r = decompose_spectral(graph, node)) return r;
   return decompose_scatter(graph, node);
 }
 
