@@ -57,7 +57,7 @@ const char* binary_op_name(BinaryOp op) {
       "zeta", "polygamma", "igamma", "igammac",
       "chebyshev_t", "chebyshev_u", "chebyshev_v", "chebyshev_w",
       "shifted_chebyshev_t", "shifted_chebyshev_u", "shifted_chebyshev_v", "shifted_chebyshev_w",
-      "hermite_h", "hermite_he", "laguerre_l", "legendre_p"};
+      "hermite_h", "hermite_he", "laguerre_l", "legendre_p", "copysign"};
   // clang-format on
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumBinaryOps, "one name per binary op");
   const auto i = static_cast<size_t>(op);

@@ -44,8 +44,10 @@ enum class BinaryOp : unsigned char {
   kHermiteHe,
   kLaguerreL,
   kLegendreP,
+  // a's magnitude with b's sign bit (-0 and NaNs of either sign too), of floats.
+  kCopysign,
 };
-constexpr int kNumBinaryOps = static_cast<int>(BinaryOp::kLegendreP) + 1;
+constexpr int kNumBinaryOps = static_cast<int>(BinaryOp::kCopysign) + 1;
 
 enum class UnaryOp : unsigned char {
   kNeg,

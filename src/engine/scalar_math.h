@@ -163,7 +163,7 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
       return a | b;
     case BinaryOp::kXor:
       return a ^ b;
-    case BinaryOp::kZeta:  // special functions: rejected by inference for integers
+    case BinaryOp::kZeta:  // special functions and copysign: rejected by inference for integers
     case BinaryOp::kPolygamma:
     case BinaryOp::kIgamma:
     case BinaryOp::kIgammac:
@@ -179,6 +179,7 @@ KILN_SCALAR int64_t binary_int(BinaryOp op, int64_t a, int64_t b, MathError& err
     case BinaryOp::kHermiteHe:
     case BinaryOp::kLaguerreL:
     case BinaryOp::kLegendreP:
+    case BinaryOp::kCopysign:
       return 0;
   }
   return 0;

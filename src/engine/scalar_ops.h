@@ -167,6 +167,8 @@ KILN_SCALAR float binary_float(BinaryOp op, float a, float b) {
       return special::laguerre_l(a, b);
     case BinaryOp::kLegendreP:
       return special::legendre_p(a, b);
+    case BinaryOp::kCopysign:
+      return copysignf(a, b);
   }
   return 0.f;
 }

@@ -53,6 +53,18 @@ std::optional<int64_t> known_rank(const torch::jit::Value* v) {
   if (auto t = v->type()->cast<c10::TensorType>()) {
     if (auto dim = t->dim()) return static_cast<int64_t>(*dim);
   }
+  // Through the ops whose rank follows from their input's: unsqueeze adds a dim, a cast, clone or
+  // contiguous keeps them.
+  const torch::jit::Node* n = v->node();
+  const auto k = n->kind();
+  if (n->inputs().empty() || n->outputs().size() != 1) return std::nullopt;
+  if (k == c10::aten::unsqueeze) {
+    auto r = known_rank(n->input(0));
+    return r ? std::optional<int64_t>(*r + 1) : std::nullopt;
+  }
+  if (k == c10::aten::to || k == c10::aten::clone || k == c10::aten::contiguous) {
+    return known_rank(n->input(0));
+  }
   return std::nullopt;
 }
 

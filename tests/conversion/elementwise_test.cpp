@@ -1,4 +1,6 @@
 // Elementwise converters against libtorch: broadcasting, scalars, type promotion, integers.
+#include <limits>
+
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
@@ -107,6 +109,49 @@ TEST(ConvertElementwise, UnaryMathAndIntegers) {
   }
   EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n  %y : Tensor = aten::neg(%x)\n  return (%y)\n",
                             {torch::randint(-9, 9, {5}, torch::kInt)}, 0, 0));
+}
+
+// copysign and signbit read the sign bit itself: -0 and NaNs of either sign included, in f32 and
+// f16; integers give copysign's floats and signbit's x < 0.
+TEST(ConvertElementwise, CopysignAndSignbitReadTheSignBit) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto a = torch::tensor({1.5f, -2.f, 0.f, -0.f, 3.f, nan, 4.f, -5.f});
+  const auto b = torch::tensor({-1.f, 2.f, -0.f, 0.f, -nan, -3.f, nan, 7.f});
+  const auto same = [](const at::Tensor& got, const at::Tensor& want) {
+    return got.scalar_type() == want.scalar_type() &&
+           at::equal(at::signbit(got), at::signbit(want)) &&
+           at::allclose(got.to(at::kFloat), want.to(at::kFloat), 0, 0, /*equal_nan=*/true);
+  };
+  const std::string copysign = binary_ir("aten::copysign");
+  for (const auto dtype : {at::kFloat, at::kHalf}) {
+    const auto x = a.to(dtype), y = b.to(dtype);
+    EXPECT_TRUE(same(testing::run_converted(copysign, {x, y})[0], at::copysign(x, y))) << dtype;
+    const std::string signbit = "graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
+                                "  return (%y)\n";
+    EXPECT_TRUE(same(testing::run_converted(signbit, {y})[0], at::signbit(y))) << dtype;
+  }
+  const auto i = torch::tensor({-3, 0, 4, -1}, torch::kLong);
+  const auto j = torch::tensor({2, -7, -1, 0}, torch::kLong);
+  EXPECT_TRUE(same(testing::run_converted(copysign, {i, j})[0], at::copysign(i, j)));
+  EXPECT_TRUE(same(testing::run_converted(R"IR(
+graph(%x : Tensor):
+  %s : float = prim::Constant[value=-2.5]()
+  %y : Tensor = aten::copysign(%x, %s)
+  return (%y))IR",
+                                          {a})[0],
+                   at::copysign(a, -2.5)));
+  EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
+                            "  return (%y)\n",
+                            {i}, 0, 0));
+}
+
+TEST(ConvertElementwise, BitwiseNotFlipsBitsOfIntegersAndNegatesBools) {
+  const std::string ir = "graph(%x : Tensor):\n  %y : Tensor = aten::bitwise_not(%x)\n"
+                         "  return (%y)\n";
+  EXPECT_TRUE(matches_torch(ir, {torch::tensor(std::vector<int64_t>{-3, 0, 7, INT64_MAX, INT64_MIN})}, 0, 0));
+  EXPECT_TRUE(matches_torch(ir, {torch::tensor({-3, 0, 7}, torch::kInt)}, 0, 0));
+  EXPECT_TRUE(matches_torch(ir, {torch::tensor({true, false})}, 0, 0));
+  EXPECT_THROW(testing::run_converted(ir, {torch::randn({3})}), Error);
 }
 
 TEST(ConvertElementwise, NonConstantAlphaIsRejected) {

@@ -169,6 +169,35 @@ TEST(DecomposeSpectral, InverseRealAndHermitianFftsMatchTorch) {
   }
 }
 
+// nearest-exact resizes by output size (mapped by in / out) and by scale factors (mapped by their
+// inverse), up and down; histograms over a given range and over the data's own (one value
+// included: its range widened by 1); combinations of one.
+TEST(DecomposeArrange, NearestExactHistogramsAndCombinationsMatchTorch) {
+  const std::string sig =
+      "graph(%x : Float(2, 3, 5), %y : Float(1, 2, 4, 6), %v : Float(9), %c : Float(7)):\n"
+      "  %o1 : int[] = prim::Constant[value=[8]]()\n"
+      "  %o2 : int[] = prim::Constant[value=[3, 13]]()\n"
+      "  %f1 : float[] = prim::Constant[value=[1.7]]()\n"
+      "  %f2 : float[] = prim::Constant[value=[0.6, 2.5]]()\n"
+      "  %sh : float = prim::Constant[value=0.75]()\n"
+      "  %bins : int = prim::Constant[value=4]()\n"
+      "  %lo : float = prim::Constant[value=-1.]()\n"
+      "  %hi : float = prim::Constant[value=1.5]()";
+  const auto x = torch::randn({2, 3, 5}), y = torch::randn({1, 2, 4, 6});
+  const std::vector<std::vector<torch::jit::IValue>> in = {
+      {x, y, torch::randn({9}), torch::randn({7})},
+      {x, y, torch::full({9}, 2.f), torch::randn({3})}};
+  for (const char* call : {"aten::_upsample_nearest_exact1d(%x, %o1, %none)",
+                           "aten::_upsample_nearest_exact1d(%x, %o1, %sh)",
+                           "aten::_upsample_nearest_exact2d(%y, %o2, %none, %none)",
+                           "aten::_upsample_nearest_exact1d(%x, %none, %f1)",
+                           "aten::_upsample_nearest_exact2d(%y, %none, %f2)",
+                           "aten::histc(%v, %bins, %lo, %hi)", "aten::histc(%v, %bins, %zero, %zero)",
+                           "aten::combinations(%c, %one, %f)", "aten::combinations(%c, %one, %t)"}) {
+    expect_decomposed(sig, "Tensor", call, in);
+  }
+}
+
 TEST(DecomposeArrange, MaxUnpoolWritesEachValueAtItsIndex) {
   // Values and indices of a max pool (planes with and without a batch dim).
   const auto x2 = torch::randn({2, 3, 6, 8});

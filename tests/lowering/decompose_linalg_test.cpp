@@ -43,6 +43,12 @@ constexpr const char* kConstants = R"IR(
   %d10 : int[] = prim::Constant[value=[1, 0]]()
   %empty : int[] = prim::ListConstruct()
   %six : int = prim::Constant[value=6]()
+  %q : float = prim::Constant[value=0.3]()
+  %linear : str = prim::Constant[value="linear"]()
+  %lower : str = prim::Constant[value="lower"]()
+  %higher : str = prim::Constant[value="higher"]()
+  %midpoint : str = prim::Constant[value="midpoint"]()
+  %nearest : str = prim::Constant[value="nearest"]()
 )IR";
 
 // Parses `signature` + constants + `%r = call`, decomposes it, checks the op is gone and that
@@ -149,6 +155,31 @@ TEST(DecomposeLinalg, StatisticsAndWindowsMatchTorch) {
         "aten::unfold(%v, %zero, %three, %two)", "aten::unfold(%z, %zero, %one, %one)",
         "aten::cov(%a, %one, %none, %none)", "aten::cov(%v, %zero, %none, %none)",
         "aten::corrcoef(%a)", "aten::corrcoef(%v)"}) {
+    expect_decomposed(sig, call, in, other);
+  }
+  // Quantiles in each interpolation (NaN rows: quantile's NaN, nanquantile's numbers), along a
+  // dim, kept or not, and of everything; row 0 of %n has a NaN, row 1 none.
+  for (const char* call :
+       {"aten::quantile(%a, %q, %one, %f, %linear)", "aten::quantile(%n, %q, %one, %t, %linear)",
+        "aten::quantile(%a, %half, %none, %f, %lower)",
+        "aten::quantile(%a, %q, %zero, %f, %higher)", "aten::quantile(%v, %q, %zero, %t, %midpoint)",
+        "aten::quantile(%a, %q, %none, %t, %nearest)", "aten::quantile(%z, %q, %none, %f, %linear)",
+        "aten::nanquantile(%n, %q, %one, %f, %linear)",
+        "aten::nanquantile(%n, %half, %none, %f, %nearest)",
+        "aten::nanquantile(%n, %q, %zero, %t, %midpoint)"}) {
+    expect_decomposed(sig, call, in, other);
+  }
+}
+
+// Powers n >= 0 of (batches of) square matrices: the identity, the matrix, products by squaring.
+TEST(DecomposeLinalg, MatrixPowersMatchTorch) {
+  const std::string sig = "graph(%a : Float(2, 4, 4)):\n  %five : int = prim::Constant[value=5]()";
+  const std::vector<torch::jit::IValue> in = {torch::randn({2, 4, 4}) * 0.5};
+  const std::vector<torch::jit::IValue> other = {torch::randn({3, 2, 2}) * 0.5};
+  for (const char* call : {"aten::linalg_matrix_power(%a, %zero)",
+                           "aten::linalg_matrix_power(%a, %one)",
+                           "aten::linalg_matrix_power(%a, %three)",
+                           "aten::linalg_matrix_power(%a, %five)"}) {
     expect_decomposed(sig, call, in, other);
   }
 }

@@ -263,8 +263,88 @@ graph(%x : Tensor, %v : Tensor):
   EXPECT_TRUE(testing::same_values(*before, *g, in, 0, 0));
 }
 
+// Shifts of int64 and int32 by tensors (negative and past the width included) and by numbers; lerp
+// by a number and by a tensor of weights on both sides of 0.5.
+TEST(DecomposeOps, ShiftsAndLerpMatchTorch) {
+  auto g = testing::parse(R"IR(
+graph(%a : Long(8), %s : Long(8), %i : Int(8), %j : Int(8)):
+  %three : int = prim::Constant[value=3]()
+  %big : int = prim::Constant[value=70]()
+  %b : Tensor = aten::bitwise_left_shift(%a, %s)
+  %c : Tensor = aten::bitwise_right_shift(%a, %s)
+  %d : Tensor = aten::__lshift__(%i, %j)
+  %e : Tensor = aten::__rshift__(%i, %j)
+  %f : Tensor = aten::__lshift__(%a, %three)
+  %h : Tensor = aten::__rshift__(%a, %big)
+  return (%b, %c, %d, %e, %f, %h))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: shift\nCHECK-NOT: aten::__", *g)) << *g;
+  const auto a = torch::tensor(std::vector<int64_t>{5, -7, INT64_MAX, INT64_MIN, 1, -1, 12345, 3});
+  const auto s = torch::tensor(std::vector<int64_t>{0, 3, 1, 63, 64, -2, 62, 40});
+  const auto j = torch::tensor({0, 3, 31, 32, 5, -1, 30, 7}, torch::kInt);
+  EXPECT_TRUE(testing::same_values(*before, *g, {a, s, a.to(torch::kInt), j}, 0, 0));
+
+  auto l = testing::parse(R"IR(
+graph(%x : Float(8), %y : Float(8), %w : Float(8)):
+  %q : float = prim::Constant[value=0.75]()
+  %a : Tensor = aten::lerp(%x, %y, %q)
+  %b : Tensor = aten::lerp(%x, %y, %w)
+  return (%a, %b))IR");
+  auto lerp = l->copy();
+  EXPECT_TRUE(decompose_ops(l));
+  EXPECT_TRUE(testing::file_check("CHECK-NOT: aten::lerp", *l));
+  EXPECT_TRUE(testing::same_values(
+      *lerp, *l, {torch::randn({8}) * 1e3, torch::randn({8}), torch::rand({8}) * 2 - 0.5}, 1e-6,
+      1e-6));
+}
+
+// Ops that torch computes in f32 when all their tensors are integers (a float result) take their
+// float rewrites on the inputs cast; threshold and isclose of integers have their own.
+TEST(DecomposeOps, IntegerInputsOfFloatOpsComputeInFloat) {
+  auto g = testing::parse(R"IR(
+graph(%i : Long(3, 4), %j : Long(3, 4), %k : Long(3, 4), %t : Long(3)):
+  %one : int = prim::Constant[value=1]()
+  %m1 : int = prim::Constant[value=-1]()
+  %zero_f : float = prim::Constant[value=0.]()
+  %one_f : float = prim::Constant[value=1.]()
+  %two_f : float = prim::Constant[value=2.]()
+  %lo : float = prim::Constant[value=1.5]()
+  %hi : float = prim::Constant[value=2.5]()
+  %eps : float = prim::Constant[value=1e-06]()
+  %t_ : bool = prim::Constant[value=1]()
+  %f_ : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %a : Tensor = aten::special_entr(%i)
+  %b : Tensor = aten::special_xlog1py(%i, %j)
+  %c : Tensor = aten::trapezoid(%i, %j, %m1)
+  %d : Tensor = aten::cumulative_trapezoid(%i, %j, %m1)
+  %e : Tensor = aten::cov(%i, %one, %none, %none)
+  %f : Tensor = aten::corrcoef(%i)
+  %g : Tensor = aten::pairwise_distance(%i, %j, %two_f, %eps, %f_)
+  %h : Tensor = aten::poisson_nll_loss(%i, %j, %t_, %f_, %eps, %one)
+  %l : Tensor = aten::margin_ranking_loss(%i, %j, %k, %one_f, %one)
+  %m : Tensor = aten::cosine_embedding_loss(%i, %j, %t, %zero_f, %one)
+  %n : Tensor = aten::triplet_margin_loss(%i, %j, %k, %one_f, %two_f, %eps, %f_, %one)
+  %o : Tensor = aten::threshold(%i, %lo, %hi)
+  %p : Tensor = aten::isclose(%i, %j, %lo, %one_f, %f_)
+  return (%a, %b, %c, %d, %e, %f, %g, %h, %l, %m, %n, %o, %p))IR");
+  auto before = g->copy();
+  EXPECT_TRUE(decompose_ops(g));
+  for (const char* op :
+       {"special_entr", "special_xlog1py", "trapezoid", "cumulative_trapezoid", "cov", "corrcoef",
+        "pairwise_distance", "poisson_nll_loss", "margin_ranking_loss", "cosine_embedding_loss",
+        "triplet_margin_loss", "threshold", "isclose"}) {
+    EXPECT_TRUE(testing::file_check(std::string("CHECK-NOT: aten::") + op + "(", *g)) << op;
+  }
+  const std::vector<c10::IValue> in = {
+      at::randint(-4, 5, {3, 4}, at::kLong), at::randint(-4, 5, {3, 4}, at::kLong),
+      at::randint(0, 2, {3, 4}, at::kLong) * 2 - 1, at::randint(0, 2, {3}, at::kLong) * 2 - 1};
+  EXPECT_TRUE(testing::same_values(*before, *g, in, 1e-5, 1e-5));
+}
+
 // Rewrites that need the input's rank or dtype (flip, repeat, movedim, T, atleast_nd,
-// round.decimals, nan_to_num, isclose, inner, copysign, fmod, heaviside): sizes are read at run
+// round.decimals, nan_to_num, isclose, inner, fmod, heaviside): sizes are read at run
 // time, so the values match at shapes other than any example's. Untyped inputs are left alone.
 TEST(DecomposeOps, RankAndDtypeRewritesReadSizesAtRunTime) {
   const std::vector<std::string> calls = {"aten::flip(%x, %d01)",
@@ -280,7 +360,6 @@ TEST(DecomposeOps, RankAndDtypeRewritesReadSizesAtRunTime) {
                                           "aten::nan_to_num(%s, %none, %none, %none)",
                                           "aten::isclose(%x, %y, %rtol, %atol, %f)",
                                           "aten::inner(%x, %w)",
-                                          "aten::copysign(%x, %s)",
                                           "aten::fmod(%x, %y)",
                                           "aten::heaviside(%s, %y)",
                                           "aten::count_nonzero(%s, %zero_i)",

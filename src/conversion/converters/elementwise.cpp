@@ -130,6 +130,20 @@ void convert_logical_not(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{UnaryOp::kNot}, {a}));
 }
 
+// ~x: not of bools, every bit flipped of integers (x ^ -1); floats have no bitwise ops.
+void convert_bitwise_not(ConversionContext& ctx, const Node* n) {
+  const engine::TensorId x = ctx.tensor(n->input(0));
+  const DataType dtype = ctx.desc(x).dtype;
+  if (dtype == DataType::kBool) {
+    ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{UnaryOp::kNot}, {x}));
+    return;
+  }
+  KILN_CHECK(engine::is_integer(dtype), InvalidArgument, "bitwise_not of a ",
+             engine::dtype_name(dtype), " tensor (bitwise ops take integers and bools)");
+  const auto ones = ctx.constant(at::scalar_tensor(-1).to(to_scalar_type(dtype)), "all_ones");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kXor}, {x, ones}));
+}
+
 // Unary math on floats: integer inputs are computed in f32, as torch does for these ops.
 ConvertFn unary(UnaryOp op, bool integers_stay = false) {
   return [op, integers_stay](ConversionContext& ctx, const Node* n) {
@@ -138,6 +152,34 @@ ConvertFn unary(UnaryOp op, bool integers_stay = false) {
       x = ctx.cast(n, x, DataType::kF32);
     ctx.set_tensor(n->output(), ctx.add(n, engine::UnaryParams{op}, {x}));
   };
+}
+
+// copysign(a, b): a's magnitude with b's sign bit, in torch's promoted dtype, integers and bools
+// in f32 (torch's float result).
+void convert_copysign(ConversionContext& ctx, const Node* n) {
+  BinaryOperands o = binary_operands(ctx, n, n->input(0), n->input(1));
+  if (!engine::is_floating(o.dtype)) {
+    o.a = ctx.cast(n, o.a, DataType::kF32);
+    o.b = ctx.cast(n, o.b, DataType::kF32);
+  }
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kCopysign}, {o.a, o.b}));
+}
+
+// signbit(x): the sign bit of floats (set for -0 and negative NaNs: copysign(1, x) < 0), x < 0 of
+// integers, false of bools.
+void convert_signbit(ConversionContext& ctx, const Node* n) {
+  engine::TensorId x = ctx.tensor(n->input(0));
+  const DataType dtype = ctx.desc(x).dtype;
+  if (dtype == DataType::kBool) {
+    ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kNe}, {x, x}));
+    return;
+  }
+  if (engine::is_floating(dtype)) {
+    const auto one = ctx.constant(at::scalar_tensor(1).to(to_scalar_type(dtype)), "one");
+    x = ctx.add(n, engine::ElementwiseParams{BinaryOp::kCopysign}, {one, x}, "copysign");
+  }
+  const auto zero = ctx.constant(at::scalar_tensor(0).to(to_scalar_type(dtype)), "zero");
+  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kLt}, {x, zero}));
 }
 
 // A floating tensor of `n`'s input `i`: integers computed in f32, as torch does for float ops.
@@ -238,6 +280,7 @@ void register_elementwise_converters(Registry& r) {
   r.add_converter({{"aten::logical_or"}, logical(BinaryOp::kOr)});
   r.add_converter({{"aten::logical_xor"}, logical(BinaryOp::kXor)});
   r.add_converter({{"aten::logical_not"}, convert_logical_not});
+  r.add_converter({{"aten::bitwise_not"}, convert_bitwise_not});
   for (const auto& [name, op] : {std::pair<std::string, BinaryOp>{"and", BinaryOp::kAnd},
                                  {"or", BinaryOp::kOr},
                                  {"xor", BinaryOp::kXor}}) {
@@ -308,6 +351,8 @@ void register_elementwise_converters(Registry& r) {
       {{"aten::special_zeta", "aten::special_zeta.self_scalar", "aten::special_zeta.other_scalar"},
        simple_binary(BinaryOp::kZeta)});
   r.add_converter({{"aten::igamma", "aten::special_gammainc"}, simple_binary(BinaryOp::kIgamma)});
+  r.add_converter({{"aten::copysign.Tensor", "aten::copysign.Scalar"}, convert_copysign});
+  r.add_converter({{"aten::signbit"}, convert_signbit});
   r.add_converter(
       {{"aten::igammac", "aten::special_gammaincc"}, simple_binary(BinaryOp::kIgammac)});
   r.add_converter({{"aten::polygamma", "aten::special_polygamma"},

@@ -94,6 +94,7 @@ inline void binary_block(BinaryOp op, float* d, const float* a, const float* b, 
     KILN_BINARY_CASE(kHermiteHe)
     KILN_BINARY_CASE(kLaguerreL)
     KILN_BINARY_CASE(kLegendreP)
+    KILN_BINARY_CASE(kCopysign)
 #undef KILN_BINARY_CASE
   }
 }

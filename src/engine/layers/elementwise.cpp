@@ -12,6 +12,7 @@ bool is_logical(BinaryOp op) {
   return op >= BinaryOp::kAnd && op <= BinaryOp::kXor;
 }
 namespace {
+// The special functions, the polynomials and copysign: of floats only.
 bool is_special(BinaryOp op) {
   return op >= BinaryOp::kZeta;
 }

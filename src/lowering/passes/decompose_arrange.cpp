@@ -7,6 +7,7 @@
 // the inputs' ranks.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "lowering/passes/decompose_math.h"
 #include "lowering/passes/rewrite_builder.h"
@@ -271,6 +272,98 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     if (!base) return nullptr;
     return b("aten::pow", {*base, values});
   }
+  if (name.rfind("aten::_upsample_nearest_exact", 0) == 0) {
+    // nearest-exact: output index o reads input index min(floor((o + 0.5) * scale), in - 1),
+    // scale = 1 / the scale factor given, else in / out, in f32 as torch computes it; an
+    // index_select along each spatial dim.
+    const std::string suffix = name.substr(std::string("aten::_upsample_nearest_exact").size());
+    if (suffix != "1d" && suffix != "2d" && suffix != "3d") return nullptr;
+    const int64_t spatial = suffix[0] - '0';
+    const auto rank = known_rank(in(0));
+    if (!rank || *rank != spatial + 2) return nullptr;
+    const bool vec = overload == "vec";
+    if (n != (vec ? 3u : 2u + static_cast<size_t>(spatial))) return nullptr;
+    auto size = constant_value(in(1));
+    std::vector<int64_t> out_size;
+    std::vector<double> factors(static_cast<size_t>(spatial), 0);
+    if (size && size->isIntList()) out_size = size->toIntVector();
+    if (vec) {
+      auto scales = constant_value(in(2));
+      if (!size || !scales || size->isNone() == scales->isNone()) return nullptr;
+      if (scales->isDoubleList()) factors = scales->toDoubleVector();
+    } else {
+      for (int64_t d = 0; d < spatial; ++d) {
+        auto s = constant_value(in(2 + static_cast<size_t>(d)));
+        if (!s || !(s->isNone() || s->isDouble())) return nullptr;
+        if (s->isDouble()) factors[static_cast<size_t>(d)] = s->toDouble();
+      }
+    }
+    if ((!out_size.empty() && static_cast<int64_t>(out_size.size()) != spatial) ||
+        static_cast<int64_t>(factors.size()) != spatial) {
+      return nullptr;
+    }
+    Value* x = in(0);
+    for (int64_t d = 0; d < spatial; ++d) {
+      const double factor = factors[static_cast<size_t>(d)];
+      if (out_size.empty() && !(factor > 0)) return nullptr;
+      Value* input = b.size(in(0), 2 + d);
+      Value* output = out_size.empty()
+                          ? b("aten::floor", {b("aten::mul", {input, factor})})
+                          : b.constant(out_size[static_cast<size_t>(d)]);
+      Value* scale = factor > 0 ? b.constant(1.0 / factor) : b("aten::div", {input, output});
+      Value* at = b("aten::add", {b.cast(b("aten::arange", {output}), c10::kFloat), 0.5});
+      Value* index = b.cast(b("aten::floor", {b("aten::mul", {at, scale})}), c10::kLong);
+      // At most in - 1 (a tensor of it: the clamp converter takes constant bounds only).
+      Value* last = b("aten::add", {b("aten::mul", {index, 0}), b("aten::sub", {input, 1})});
+      index = b("aten::minimum", {index, last});
+      x = b("aten::index_select", {x, 2 + d, index});
+    }
+    return x;
+  }
+  if (name == "aten::combinations" && n == 3) {
+    // Of r = 1: each element its own combination, [n, 1].
+    if (!is_constant_int(in(1), 1) || known_rank(in(0)) != 1) return nullptr;
+    return b("aten::unsqueeze", {in(0), 1});
+  }
+  if (name == "aten::histc" && n == 4) {
+    // As torch: `bins` equal bins over [min, max] (the data's own range when min == max, widened
+    // by 1 each way when that is one value), element e in bin (e - min) * bins / (max - min)
+    // (max in the last), others and NaN not counted; a range that is not finite (NaN in the data)
+    // is torch's error, NaN counts here. f32 only: torch rounds each step of f16's bin index to
+    // f16, which fused engine kernels do not.
+    const auto type = known_dtype(in(0));
+    auto bins = constant_value(in(1));
+    const auto lo = constant_number(in(2)), hi = constant_number(in(3));
+    if (type != c10::kFloat || !bins || !bins->isInt() || bins->toInt() < 1 ||
+        !lo || !hi || *lo > *hi) {
+      return nullptr;
+    }
+    Value* x = b("aten::reshape", {in(0), std::vector<int64_t>{-1}});
+    Value* low = nullptr;
+    Value* high = nullptr;
+    if (*lo == *hi) {
+      low = b("aten::amin", {x, std::vector<int64_t>{}, false});
+      high = b("aten::amax", {x, std::vector<int64_t>{}, false});
+      Value* same = b("aten::eq", {low, high});
+      low = b("aten::where", {same, b("aten::sub", {low, 1}), low});
+      high = b("aten::where", {same, b("aten::add", {high, 1}), high});
+    } else {
+      low = b.constant(at::scalar_tensor(*lo, *type));
+      high = b.constant(at::scalar_tensor(*hi, *type));
+    }
+    const int64_t k = bins->toInt();
+    Value* position = b("aten::div", {b("aten::mul", {b("aten::sub", {x, low}), k}),
+                                      b("aten::sub", {high, low})});
+    Value* bin = b("aten::clamp", {b.cast(b("aten::floor", {position}), c10::kLong), b.none(),
+                                   k - 1});
+    Value* inside = b("aten::logical_and", {b("aten::ge", {x, low}), b("aten::le", {x, high})});
+    Value* hits = b("aten::logical_and",
+                    {b("aten::eq", {b("aten::unsqueeze", {bin, 1}), b("aten::arange", {k})}),
+                     b("aten::unsqueeze", {inside, 1})});
+    Value* counts = b("aten::sum", {b.cast(hits, *type), std::vector<int64_t>{0}, false});
+    Value* finite = b("aten::logical_and", {b("aten::isfinite", {low}), b("aten::isfinite", {high})});
+    return b("aten::where", {finite, counts, b("aten::mul", {counts, std::numeric_limits<double>::quiet_NaN()})});
+  }
   if (name == "aten::pad" && n == 4) {
     // Circular padding: along each padded dim (pairs from the last dim), its last `left`
     // elements before it and its first `right` after it.
@@ -311,22 +404,21 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     // [*, D H W], the spatial dims joined, a scatter along them, the output size restored.
     const int64_t spatial = name == "aten::max_unpool2d" ? 2 : 3;
     const auto rank = known_rank(in(0));
-    auto size = constant_value(in(2));
-    if (!rank || (*rank != spatial + 1 && *rank != spatial + 2) || !size || !size->isIntList() ||
-        static_cast<int64_t>(size->toIntVector().size()) != spatial) {
-      return nullptr;
+    if (!rank || (*rank != spatial + 1 && *rank != spatial + 2)) return nullptr;
+    // The output size: a constant, or a list built in the graph (max_unpool1d's traced size).
+    std::vector<Value*> out_size;
+    if (auto size = constant_value(in(2)); size && size->isIntList()) {
+      for (int64_t s : size->toIntVector()) out_size.push_back(b.constant(s));
+    } else if (in(2)->node()->kind() == c10::prim::ListConstruct) {
+      out_size.assign(in(2)->node()->inputs().begin(), in(2)->node()->inputs().end());
     }
-    const std::vector<int64_t> out_size = size->toIntVector();
+    if (static_cast<int64_t>(out_size.size()) != spatial) return nullptr;
     const int64_t lead = *rank - spatial;
     std::vector<Value*> planes, shape;
     for (int64_t d = 0; d < lead; ++d) planes.push_back(b.size(in(0), d));
     shape = planes;
-    int64_t count = 1;
-    for (int64_t s : out_size) {
-      count *= s;
-      shape.push_back(b.constant(s));
-    }
-    planes.push_back(b.constant(count));
+    shape.insert(shape.end(), out_size.begin(), out_size.end());
+    planes.push_back(b.product(out_size));
     Value* values = b("aten::flatten", {in(0), lead, -1});
     Value* index = b("aten::flatten", {in(1), lead, -1});
     Value* zeros = b("aten::new_zeros", {values, b.list(planes)});

@@ -192,6 +192,94 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
         b("aten::gather", {sorted, 0, b("aten::reshape", {index, std::vector<int64_t>{1}})});
     return b("aten::reshape", {picked, std::vector<int64_t>{}});
   }
+  if ((name == "aten::quantile" || name == "aten::nanquantile") && overload == "scalar" &&
+      n == 5) {
+    // As torch: the sorted dim (NaN last) read at rank q (n - 1), n its length (nanquantile: its
+    // count of numbers), between the elements below and above the rank by `interpolation`;
+    // quantile is NaN where the dim has a NaN, nanquantile where it has no number.
+    const auto rank = known_rank(in(0));
+    const auto type = known_dtype(in(0));
+    const auto q = constant_number(in(1));
+    auto dim = constant_value(in(2)), keep = constant_value(in(3)), mode = constant_value(in(4));
+    if (!rank || !type || !c10::isFloatingType(*type) || !q || !(*q >= 0 && *q <= 1) || !dim ||
+        !(dim->isNone() || dim->isInt()) || !keep || !keep->isBool() || !mode ||
+        !mode->isString()) {
+      return nullptr;
+    }
+    const std::string how = mode->toStringRef();
+    if (how != "linear" && how != "lower" && how != "higher" && how != "midpoint" &&
+        how != "nearest") {
+      return nullptr;
+    }
+    Value* x = in(0);
+    int64_t d = 0;
+    if (dim->isNone()) {
+      x = b("aten::reshape", {x, std::vector<int64_t>{-1}});
+    } else {
+      const auto nd = normalized_dim(dim->toInt(), std::max<int64_t>(*rank, 1));
+      if (!nd) return nullptr;
+      d = *nd;
+      if (*rank == 0) x = b("aten::reshape", {x, std::vector<int64_t>{1}});
+    }
+    Value* sorted = b.outputs("aten::sort", {x, b.constant(d), b.constant(false)}, 2)[0];
+    Value* numbers = b("aten::logical_not", {b("aten::isnan", {x})});
+    Value* count = b.cast(b("aten::sum", {numbers, std::vector<int64_t>{d}, true}), *type);
+    Value* length = name == "aten::nanquantile"
+                        ? count
+                        : b("aten::add", {b("aten::mul", {count, 0}), b.size(x, d)});
+    Value* ranks =
+        b("aten::clamp", {b("aten::mul", {b("aten::sub", {length, 1}), *q}), 0, b.none()});
+    if (how == "nearest") ranks = b("aten::round", {ranks});
+    Value* below = b.cast(b("aten::floor", {ranks}), c10::kLong);
+    Value* above = b.cast(b("aten::ceil", {ranks}), c10::kLong);
+    Value* low = b("aten::gather", {sorted, d, below});
+    Value* high = b("aten::gather", {sorted, d, above});
+    Value* value = nullptr;
+    if (how == "lower" || how == "nearest") {
+      value = low;
+    } else if (how == "higher") {
+      value = high;
+    } else if (how == "midpoint") {
+      value = b("aten::lerp", {low, high, 0.5});
+    } else {
+      value = b("aten::lerp", {low, high, b("aten::sub", {ranks, b("aten::floor", {ranks})})});
+    }
+    if (name == "aten::quantile") {  // NaN where the dim has one (the last of the sorted dim)
+      Value* last = b("aten::narrow", {sorted, d, -1, 1});
+      value = b("aten::where", {b("aten::ne", {last, last}), last, value});
+    }
+    if (keep->toBool()) {
+      if (dim->isNone()) {
+        return b("aten::reshape", {value, std::vector<int64_t>(static_cast<size_t>(*rank), 1)});
+      }
+      return *rank == 0 ? b("aten::reshape", {value, std::vector<int64_t>{}}) : value;
+    }
+    return b("aten::squeeze", {value, d});
+  }
+  if (name == "aten::linalg_matrix_power" && n == 2) {
+    // A power n >= 0 of square matrices by squaring (n = 0: the identity, NaNs or not); negative
+    // powers need an inverse and stay.
+    const auto rank = known_rank(in(0));
+    const auto type = known_dtype(in(0));
+    auto power = constant_value(in(1));
+    if (!rank || *rank < 2 || !type || !power || !power->isInt() || power->toInt() < 0) {
+      return nullptr;
+    }
+    int64_t k = power->toInt();
+    if (k == 0) {
+      Value* i = b("aten::arange", {b.size(in(0), -1)});
+      Value* eye = b.cast(b("aten::eq", {b("aten::unsqueeze", {i, 1}), i}), *type);
+      return b("aten::expand_as", {eye, in(0)});
+    }
+    Value* result = nullptr;
+    Value* square = in(0);
+    while (k > 0) {
+      if (k & 1) result = result ? b("aten::matmul", {result, square}) : square;
+      k >>= 1;
+      if (k > 0) square = b("aten::matmul", {square, square});
+    }
+    return result == in(0) ? b("aten::clone", {in(0)}) : result;
+  }
   if (name == "aten::unfold" && n == 4) {
     // Windows of `size` every `step` along dim, as a new last dim: an index_select of the
     // windows' positions, the dim split into [windows, size] and size moved last.

@@ -61,6 +61,38 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
   auto g = [&](const char* op, std::vector<torch::jit::NamedValue> args) {
     return call(graph, op, std::move(args));
   };
+  if ((name == "aten::bitwise_left_shift" || name == "aten::__lshift__" ||
+       name == "aten::bitwise_right_shift" || name == "aten::__rshift__") &&
+      n == 2 && (overload == "Tensor" || overload == "Scalar" || overload == "Tensor_Scalar")) {
+    // Shifts of int64 and int32 by a tensor or a number as torch does them: a * 2^b for the left
+    // (wrapping), floor(a / 2^b) for the right (arithmetic); a shift by less than 0 or by the
+    // width or more gives 0 to the left and the sign (0 or -1) to the right.
+    const auto type = known_dtype(in(0));
+    if (type != c10::kLong && type != c10::kInt) return nullptr;
+    const int64_t width = type == c10::kLong ? 64 : 32;
+    const bool left = name == "aten::bitwise_left_shift" || name == "aten::__lshift__";
+    Value* a = in(0);
+    Value* sign = g("aten::where", {g("aten::lt", {a, 0}), g("aten::full_like", {a, -1}),
+                                    g("aten::full_like", {a, 0})});
+    if (auto amount = constant_value(in(1)); amount && amount->isInt()) {
+      const int64_t s = amount->toInt();
+      if (s < 0 || s >= width - (left ? 0 : 1)) return left ? g("aten::mul", {a, 0}) : sign;
+      const int64_t power = static_cast<int64_t>(uint64_t{1} << s);
+      return g(left ? "aten::mul" : "aten::floor_divide", {a, power});
+    }
+    if (known_dtype(in(1)) != type) return nullptr;
+    Value* s = in(1);
+    Value* in_range = g("aten::logical_and",
+                        {g("aten::ge", {s, 0}), g("aten::lt", {s, width - (left ? 0 : 1)})});
+    // 2^s where it is in range (else 2^0, unused): pow wraps 2^63 to -2^63, whose products
+    // wrap to the shifted bits.
+    Value* power = g("aten::pow", {2, g("aten::where", {in_range, s, g("aten::mul", {s, 0})})});
+    power = g("aten::to", {power, static_cast<int64_t>(*type), false, false, c10::IValue()});
+    if (left) {
+      return g("aten::where", {in_range, g("aten::mul", {a, power}), g("aten::mul", {a, 0})});
+    }
+    return g("aten::where", {in_range, g("aten::floor_divide", {a, power}), sign});
+  }
   if (n == 1 && overload.empty()) {
     Value* x = in(0);
     if (name == "aten::acosh") {
@@ -138,16 +170,22 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
       ((name == "aten::hardshrink" || name == "aten::softshrink") && n == 2)) {
     const auto type = known_dtype(in(0));
     auto a = constant_value(in(1));
-    if (!type || !c10::isFloatingType(*type) || !a || !(a->isDouble() || a->isInt())) {
-      return nullptr;
-    }
+    if (!type || !a || !(a->isDouble() || a->isInt())) return nullptr;
     const double t = a->toScalar().toDouble();
     Value* x = in(0);
     if (name == "aten::threshold") {  // x <= threshold ? value : x (nan stays)
       auto value = constant_value(in(2));
       if (!value || !(value->isDouble() || value->isInt())) return nullptr;
-      return g("aten::where", {g("aten::le", {x, t}), value->toScalar().toDouble(), x});
+      if (c10::isFloatingType(*type)) {
+        return g("aten::where", {g("aten::le", {x, t}), value->toScalar().toDouble(), x});
+      }
+      // Of integers: the value cast to x's dtype as torch does (2.5 -> 2), the comparison with
+      // the threshold as given (x <= 1.5).
+      if (!c10::isIntegralType(*type, /*includeBool=*/false)) return nullptr;
+      const int64_t v = static_cast<int64_t>(value->toScalar().toDouble());
+      return g("aten::where", {g("aten::le", {x, t}), g("aten::full_like", {x, v}), x});
     }
+    if (!c10::isFloatingType(*type)) return nullptr;
     if (name == "aten::hardshrink") {  // -l <= x <= l ? 0 : x
       return g("aten::where",
                {g("aten::logical_and", {g("aten::ge", {x, -t}), g("aten::le", {x, t})}), 0.0, x});
@@ -303,8 +341,18 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     Value* t = g(name == "aten::addcmul" ? "aten::mul" : "aten::div", {in(1), in(2)});
     return g("aten::add", {in(0), g("aten::mul", {t, in(3)})});
   }
-  if (name == "aten::lerp" && n == 3) {  // start + weight * (end - start)
-    return g("aten::add", {in(0), g("aten::mul", {g("aten::sub", {in(1), in(0)}), in(2)})});
+  if (name == "aten::lerp" && n == 3) {
+    // As torch computes it: start + weight * (end - start) for |weight| < 0.5, else
+    // end - (end - start) * (1 - weight), exact at both ends.
+    Value* diff = g("aten::sub", {in(1), in(0)});
+    if (auto w = constant_number(in(2))) {
+      if (std::abs(*w) < 0.5) return g("aten::add", {in(0), g("aten::mul", {diff, *w})});
+      return g("aten::sub", {in(1), g("aten::mul", {diff, 1.0 - *w})});
+    }
+    Value* near_start = g("aten::add", {in(0), g("aten::mul", {diff, in(2)})});
+    Value* near_end = g("aten::sub", {in(1), g("aten::mul", {diff, g("aten::rsub", {in(2), 1})})});
+    return g("aten::where",
+             {g("aten::lt", {g("aten::abs", {in(2)}), 0.5}), near_start, near_end});
   }
   if ((name == "aten::addmv" || name == "aten::addr") && n == 5) {
     auto beta = constant_value(in(3));
@@ -498,8 +546,9 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
   if (name == "aten::isclose" && n == 5) {
     const auto type = known_dtype(in(0));
     auto rtol = constant_value(in(2)), atol = constant_value(in(3)), nan = constant_value(in(4));
-    if (!type || !c10::isFloatingType(*type) || !rtol || !atol || !nan || !nan->isBool() ||
-        nan->toBool()) {
+    // Floats, and integers (whose error and allowance torch compares in float just the same).
+    if (!type || (!c10::isFloatingType(*type) && !c10::isIntegralType(*type, false)) || !rtol ||
+        !atol || !nan || !nan->isBool() || nan->toBool() || known_dtype(in(1)) != type) {
       return nullptr;
     }
     // As torch: equal, or a finite difference within atol + rtol * |other|.
@@ -516,18 +565,6 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     if (*rb == 1) return g("aten::sum", {g("aten::mul", {in(0), in(1)}), -1});
     if (*rb == 2) return g("aten::matmul", {in(0), g("aten::transpose", {in(1), 0, 1})});
     return nullptr;
-  }
-  if (name == "aten::copysign" && overload == "Tensor" && n == 2) {
-    const auto type = known_dtype(in(0));
-    if (!type || !c10::isFloatingType(*type)) return nullptr;
-    // b's sign bit: below zero, or -0 (whose reciprocal is -inf).
-    Value* b = in(1);
-    Value* negative = g("aten::logical_or",
-                        {g("aten::lt", {b, 0}),
-                         g("aten::logical_and", {g("aten::eq", {b, 0}),
-                                                 g("aten::lt", {g("aten::reciprocal", {b}), 0})})});
-    Value* a = g("aten::abs", {in(0)});
-    return g("aten::where", {negative, g("aten::neg", {a}), a});
   }
   if (name == "aten::fmod" && overload == "Tensor" && n == 2) {
     const auto type = known_dtype(in(0));
@@ -686,7 +723,7 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     }
     const std::vector<int64_t> d = dims->toIntVector();
     const int64_t turns = ((k->toInt() % 4) + 4) % 4;
-    if (turns == 0) return g("aten::clone", {in(0), graph->insertConstant(c10::IValue())});
+    if (turns == 0) return g("aten::clone", {in(0)});
     if (turns == 2) return g("aten::flip", {in(0), d});
     Value* flipped = g("aten::flip", {in(0), std::vector<int64_t>{turns == 1 ? d[1] : d[0]}});
     return g("aten::transpose", {flipped, d[0], d[1]});
@@ -726,6 +763,10 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     auto keep = constant_value(in(2));
     if (!dims || !keep || !dims->isIntList() || !keep->isBool()) return nullptr;
     Value* x = in(0);
+    // Of a 0-d tensor (over its dim 0, or none): the value itself, infinities and NaN included.
+    if (known_rank(x) == 0 && known_dtype(x) && c10::isFloatingType(*known_dtype(x))) {
+      return g("aten::clone", {x});
+    }
     Value* reduced = in(1);
     if (dims->toIntVector().empty()) {  // every dim: the flattened tensor's one
       if (keep->toBool()) return nullptr;

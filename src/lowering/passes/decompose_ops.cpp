@@ -19,17 +19,24 @@
 //   of the flattened diagonal), nansum/nanmean (where), ravel; positive/resolve_neg/
 //   resolve_conj/real/conj_physical of real tensors are the tensor;
 //   the math of decompose_math.cpp (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
-//   logsumexp, isnan/isinf/isfinite, cross, angle, ldexp, isin, bucketize, take,
+//   logsumexp, isnan/isinf/isfinite, cross, angle, ldexp, isin, bucketize, take, shifts,
 //   take_along_dim, rot90, tile, sum_to_size, _safe_softmax, and, where the input's rank or
 //   dtype is known, flip, repeat, movedim, nan_to_num, ...); decompose_linalg.cpp's diagonals,
 //   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
-//   channel shuffles, unfold, msort/median/nanmedian, cov/corrcoef; decompose_losses.cpp's
-//   losses; decompose_scatter.cpp's index_add/copy/fill/reduce, put, masked_scatter and
-//   scatter_reduce (but prod/amax/amin with include_self); broadcast_tensors taken apart
+//   channel shuffles, unfold, msort/median/nanmedian, quantile/nanquantile, cov/corrcoef,
+//   matrix_power (n >= 0); decompose_losses.cpp's losses; decompose_scatter.cpp's
+//   index_add/copy/fill/reduce, put, masked_scatter and scatter_reduce;
+//   decompose_arrange.cpp's grids, shifts, norms, unpooling, nearest-exact resizes, histc;
+//   decompose_spectral.cpp's irfft/hfft family; the ops torch computes in f32 for integer
+//   inputs (entr, xlog1py, trapezoid rules, cov, corrcoef, distance losses) on their inputs
+//   cast to f32; broadcast_tensors taken apart
 //   (expand_as); the `_copy` variants of views (the view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
 //   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
+#include <unordered_map>
+#include <unordered_set>
+
 #include "ir/graph_utils.h"
 #include "lowering/passes.h"
 #include "lowering/passes/decompose_math.h"
@@ -158,6 +165,46 @@ bool decompose_broadcast_tensors(GraphPtr& graph) {
   return !unpacks.empty();
 }
 
+// Ops that torch computes in its default float dtype when every tensor input is an integer or a
+// bool (their result is a float): the same op of those inputs cast to f32, which the float
+// rewrites then take.
+Value* with_float_inputs(GraphPtr& graph, Node* node) {
+  static const std::unordered_set<std::string> kOps = {
+      "aten::special_entr",      "aten::special_xlog1py",      "aten::trapezoid",
+      "aten::trapz",             "aten::cumulative_trapezoid", "aten::cov",
+      "aten::corrcoef",          "aten::margin_ranking_loss",  "aten::cosine_embedding_loss",
+      "aten::pairwise_distance", "aten::poisson_nll_loss",     "aten::triplet_margin_loss"};
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (!schema || !kOps.count(schema->name()) || node->outputs().size() != 1) return nullptr;
+  // cov's frequency weights must stay integers: with weights it is left as it is.
+  if (schema->name() == "aten::cov" &&
+      (node->inputs().size() != 4 || !is_constant_none(node->input(2)) ||
+       !is_constant_none(node->input(3)))) {
+    return nullptr;
+  }
+  std::vector<size_t> tensors;
+  for (size_t i = 0; i < node->inputs().size(); ++i) {
+    if (!node->input(i)->type()->cast<c10::TensorType>()) continue;
+    const auto type = known_dtype(node->input(i));
+    if (!type || !(c10::isIntegralType(*type, /*includeBool=*/true))) return nullptr;
+    tensors.push_back(i);
+  }
+  if (tensors.empty()) return nullptr;
+  std::unordered_map<Value*, Value*> cast;
+  for (size_t i : tensors) {
+    Value* x = node->input(i);
+    if (cast.count(x)) continue;
+    cast[x] = insert(graph, c10::aten::to,
+                     {x, static_cast<int64_t>(c10::kFloat), false, false, c10::IValue()});
+    cast[x]->setType(x->type()->expect<c10::TensorType>()->withScalarType(c10::kFloat));
+  }
+  Node* copy = graph->insertNode(graph->createClone(node, [&](Value* v) {
+    auto it = cast.find(v);
+    return it == cast.end() ? v : it->second;
+  }));
+  return copy->output();
+}
+
 // Ops of several outputs: var_mean/std_mean (the variance's rewrite and a mean), aminmax
 // (amin, amax), native_layer_norm (layer_norm, and the mean and 1/std it computed); empty when
 // the node is not one of them or its arguments are not handled.
@@ -274,6 +321,7 @@ Value* decompose(GraphPtr& graph, Node* node) {
     Value* gate = insert(graph, c10::aten::sigmoid, {unpack->output(1)});
     return insert(graph, c10::aten::mul, {unpack->output(0), gate});
   }
+  if (Value* r = with_float_inputs(graph, node)) return r;
   // The functional copies of views (`view_copy`, `permute_copy`, ...): the view itself, unless
   // the copy is written in place later.
   const std::string qualified = kind.toQualString();
