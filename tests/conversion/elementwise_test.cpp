@@ -126,8 +126,9 @@ TEST(ConvertElementwise, CopysignAndSignbitReadTheSignBit) {
   for (const auto dtype : {at::kFloat, at::kHalf}) {
     const auto x = a.to(dtype), y = b.to(dtype);
     EXPECT_TRUE(same(testing::run_converted(copysign, {x, y})[0], at::copysign(x, y))) << dtype;
-    const std::string signbit = "graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
-                                "  return (%y)\n";
+    const std::string signbit =
+        "graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
+        "  return (%y)\n";
     EXPECT_TRUE(same(testing::run_converted(signbit, {y})[0], at::signbit(y))) << dtype;
   }
   const auto i = torch::tensor({-3, 0, 4, -1}, torch::kLong);
@@ -140,15 +141,18 @@ graph(%x : Tensor):
   return (%y))IR",
                                           {a})[0],
                    at::copysign(a, -2.5)));
-  EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
-                            "  return (%y)\n",
-                            {i}, 0, 0));
+  EXPECT_TRUE(
+      matches_torch("graph(%x : Tensor):\n  %y : Tensor = aten::signbit(%x)\n"
+                    "  return (%y)\n",
+                    {i}, 0, 0));
 }
 
 TEST(ConvertElementwise, BitwiseNotFlipsBitsOfIntegersAndNegatesBools) {
-  const std::string ir = "graph(%x : Tensor):\n  %y : Tensor = aten::bitwise_not(%x)\n"
-                         "  return (%y)\n";
-  EXPECT_TRUE(matches_torch(ir, {torch::tensor(std::vector<int64_t>{-3, 0, 7, INT64_MAX, INT64_MIN})}, 0, 0));
+  const std::string ir =
+      "graph(%x : Tensor):\n  %y : Tensor = aten::bitwise_not(%x)\n"
+      "  return (%y)\n";
+  EXPECT_TRUE(matches_torch(
+      ir, {torch::tensor(std::vector<int64_t>{-3, 0, 7, INT64_MAX, INT64_MIN})}, 0, 0));
   EXPECT_TRUE(matches_torch(ir, {torch::tensor({-3, 0, 7}, torch::kInt)}, 0, 0));
   EXPECT_TRUE(matches_torch(ir, {torch::tensor({true, false})}, 0, 0));
   EXPECT_THROW(testing::run_converted(ir, {torch::randn({3})}), Error);

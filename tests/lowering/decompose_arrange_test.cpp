@@ -156,8 +156,8 @@ TEST(DecomposeSpectral, InverseRealAndHermitianFftsMatchTorch) {
     }
   }
   for (const std::string op : {"aten::fft_irfft2", "aten::fft_hfft2"}) {
-    for (const std::string args : {"(%x, %none, %d21, %none)", "(%x, %s47, %d20, %ortho)",
-                                   "(%n, %none, %d21, %forward)"}) {
+    for (const std::string args :
+         {"(%x, %none, %d21, %none)", "(%x, %s47, %d20, %ortho)", "(%n, %none, %d21, %forward)"}) {
       expect_decomposed(sig, "Tensor", op + args, in, 1e-4);
     }
   }
@@ -187,13 +187,14 @@ TEST(DecomposeArrange, NearestExactHistogramsAndCombinationsMatchTorch) {
   const std::vector<std::vector<torch::jit::IValue>> in = {
       {x, y, torch::randn({9}), torch::randn({7})},
       {x, y, torch::full({9}, 2.f), torch::randn({3})}};
-  for (const char* call : {"aten::_upsample_nearest_exact1d(%x, %o1, %none)",
-                           "aten::_upsample_nearest_exact1d(%x, %o1, %sh)",
-                           "aten::_upsample_nearest_exact2d(%y, %o2, %none, %none)",
-                           "aten::_upsample_nearest_exact1d(%x, %none, %f1)",
-                           "aten::_upsample_nearest_exact2d(%y, %none, %f2)",
-                           "aten::histc(%v, %bins, %lo, %hi)", "aten::histc(%v, %bins, %zero, %zero)",
-                           "aten::combinations(%c, %one, %f)", "aten::combinations(%c, %one, %t)"}) {
+  for (const char* call :
+       {"aten::_upsample_nearest_exact1d(%x, %o1, %none)",
+        "aten::_upsample_nearest_exact1d(%x, %o1, %sh)",
+        "aten::_upsample_nearest_exact2d(%y, %o2, %none, %none)",
+        "aten::_upsample_nearest_exact1d(%x, %none, %f1)",
+        "aten::_upsample_nearest_exact2d(%y, %none, %f2)", "aten::histc(%v, %bins, %lo, %hi)",
+        "aten::histc(%v, %bins, %zero, %zero)", "aten::combinations(%c, %one, %f)",
+        "aten::combinations(%c, %one, %t)"}) {
     expect_decomposed(sig, "Tensor", call, in);
   }
 }

@@ -162,7 +162,8 @@ TEST(DecomposeLinalg, StatisticsAndWindowsMatchTorch) {
   for (const char* call :
        {"aten::quantile(%a, %q, %one, %f, %linear)", "aten::quantile(%n, %q, %one, %t, %linear)",
         "aten::quantile(%a, %half, %none, %f, %lower)",
-        "aten::quantile(%a, %q, %zero, %f, %higher)", "aten::quantile(%v, %q, %zero, %t, %midpoint)",
+        "aten::quantile(%a, %q, %zero, %f, %higher)",
+        "aten::quantile(%v, %q, %zero, %t, %midpoint)",
         "aten::quantile(%a, %q, %none, %t, %nearest)", "aten::quantile(%z, %q, %none, %f, %linear)",
         "aten::nanquantile(%n, %q, %one, %f, %linear)",
         "aten::nanquantile(%n, %half, %none, %f, %nearest)",
@@ -176,10 +177,9 @@ TEST(DecomposeLinalg, MatrixPowersMatchTorch) {
   const std::string sig = "graph(%a : Float(2, 4, 4)):\n  %five : int = prim::Constant[value=5]()";
   const std::vector<torch::jit::IValue> in = {torch::randn({2, 4, 4}) * 0.5};
   const std::vector<torch::jit::IValue> other = {torch::randn({3, 2, 2}) * 0.5};
-  for (const char* call : {"aten::linalg_matrix_power(%a, %zero)",
-                           "aten::linalg_matrix_power(%a, %one)",
-                           "aten::linalg_matrix_power(%a, %three)",
-                           "aten::linalg_matrix_power(%a, %five)"}) {
+  for (const char* call :
+       {"aten::linalg_matrix_power(%a, %zero)", "aten::linalg_matrix_power(%a, %one)",
+        "aten::linalg_matrix_power(%a, %three)", "aten::linalg_matrix_power(%a, %five)"}) {
     expect_decomposed(sig, call, in, other);
   }
 }

@@ -162,7 +162,8 @@ void convert_copysign(ConversionContext& ctx, const Node* n) {
     o.a = ctx.cast(n, o.a, DataType::kF32);
     o.b = ctx.cast(n, o.b, DataType::kF32);
   }
-  ctx.set_tensor(n->output(), ctx.add(n, engine::ElementwiseParams{BinaryOp::kCopysign}, {o.a, o.b}));
+  ctx.set_tensor(n->output(),
+                 ctx.add(n, engine::ElementwiseParams{BinaryOp::kCopysign}, {o.a, o.b}));
 }
 
 // signbit(x): the sign bit of floats (set for -0 and negative NaNs: copysign(1, x) < 0), x < 0 of

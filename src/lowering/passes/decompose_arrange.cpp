@@ -307,9 +307,8 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
       const double factor = factors[static_cast<size_t>(d)];
       if (out_size.empty() && !(factor > 0)) return nullptr;
       Value* input = b.size(in(0), 2 + d);
-      Value* output = out_size.empty()
-                          ? b("aten::floor", {b("aten::mul", {input, factor})})
-                          : b.constant(out_size[static_cast<size_t>(d)]);
+      Value* output = out_size.empty() ? b("aten::floor", {b("aten::mul", {input, factor})})
+                                       : b.constant(out_size[static_cast<size_t>(d)]);
       Value* scale = factor > 0 ? b.constant(1.0 / factor) : b("aten::div", {input, output});
       Value* at = b("aten::add", {b.cast(b("aten::arange", {output}), c10::kFloat), 0.5});
       Value* index = b.cast(b("aten::floor", {b("aten::mul", {at, scale})}), c10::kLong);
@@ -334,8 +333,8 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
     const auto type = known_dtype(in(0));
     auto bins = constant_value(in(1));
     const auto lo = constant_number(in(2)), hi = constant_number(in(3));
-    if (type != c10::kFloat || !bins || !bins->isInt() || bins->toInt() < 1 ||
-        !lo || !hi || *lo > *hi) {
+    if (type != c10::kFloat || !bins || !bins->isInt() || bins->toInt() < 1 || !lo || !hi ||
+        *lo > *hi) {
       return nullptr;
     }
     Value* x = b("aten::reshape", {in(0), std::vector<int64_t>{-1}});
@@ -352,17 +351,19 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
       high = b.constant(at::scalar_tensor(*hi, *type));
     }
     const int64_t k = bins->toInt();
-    Value* position = b("aten::div", {b("aten::mul", {b("aten::sub", {x, low}), k}),
-                                      b("aten::sub", {high, low})});
-    Value* bin = b("aten::clamp", {b.cast(b("aten::floor", {position}), c10::kLong), b.none(),
-                                   k - 1});
+    Value* position = b(
+        "aten::div", {b("aten::mul", {b("aten::sub", {x, low}), k}), b("aten::sub", {high, low})});
+    Value* bin =
+        b("aten::clamp", {b.cast(b("aten::floor", {position}), c10::kLong), b.none(), k - 1});
     Value* inside = b("aten::logical_and", {b("aten::ge", {x, low}), b("aten::le", {x, high})});
     Value* hits = b("aten::logical_and",
                     {b("aten::eq", {b("aten::unsqueeze", {bin, 1}), b("aten::arange", {k})}),
                      b("aten::unsqueeze", {inside, 1})});
     Value* counts = b("aten::sum", {b.cast(hits, *type), std::vector<int64_t>{0}, false});
-    Value* finite = b("aten::logical_and", {b("aten::isfinite", {low}), b("aten::isfinite", {high})});
-    return b("aten::where", {finite, counts, b("aten::mul", {counts, std::numeric_limits<double>::quiet_NaN()})});
+    Value* finite =
+        b("aten::logical_and", {b("aten::isfinite", {low}), b("aten::isfinite", {high})});
+    return b("aten::where",
+             {finite, counts, b("aten::mul", {counts, std::numeric_limits<double>::quiet_NaN()})});
   }
   if (name == "aten::pad" && n == 4) {
     // Circular padding: along each padded dim (pairs from the last dim), its last `left`

@@ -192,8 +192,7 @@ Value* decompose_linalg(GraphPtr& graph, Node* node) {
         b("aten::gather", {sorted, 0, b("aten::reshape", {index, std::vector<int64_t>{1}})});
     return b("aten::reshape", {picked, std::vector<int64_t>{}});
   }
-  if ((name == "aten::quantile" || name == "aten::nanquantile") && overload == "scalar" &&
-      n == 5) {
+  if ((name == "aten::quantile" || name == "aten::nanquantile") && overload == "scalar" && n == 5) {
     // As torch: the sorted dim (NaN last) read at rank q (n - 1), n its length (nanquantile: its
     // count of numbers), between the elements below and above the rank by `interpolation`;
     // quantile is NaN where the dim has a NaN, nanquantile where it has no number.

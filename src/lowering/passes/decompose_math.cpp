@@ -82,8 +82,8 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     }
     if (known_dtype(in(1)) != type) return nullptr;
     Value* s = in(1);
-    Value* in_range = g("aten::logical_and",
-                        {g("aten::ge", {s, 0}), g("aten::lt", {s, width - (left ? 0 : 1)})});
+    Value* in_range =
+        g("aten::logical_and", {g("aten::ge", {s, 0}), g("aten::lt", {s, width - (left ? 0 : 1)})});
     // 2^s where it is in range (else 2^0, unused): pow wraps 2^63 to -2^63, whose products
     // wrap to the shifted bits.
     Value* power = g("aten::pow", {2, g("aten::where", {in_range, s, g("aten::mul", {s, 0})})});
@@ -351,8 +351,7 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     }
     Value* near_start = g("aten::add", {in(0), g("aten::mul", {diff, in(2)})});
     Value* near_end = g("aten::sub", {in(1), g("aten::mul", {diff, g("aten::rsub", {in(2), 1})})});
-    return g("aten::where",
-             {g("aten::lt", {g("aten::abs", {in(2)}), 0.5}), near_start, near_end});
+    return g("aten::where", {g("aten::lt", {g("aten::abs", {in(2)}), 0.5}), near_start, near_end});
   }
   if ((name == "aten::addmv" || name == "aten::addr") && n == 5) {
     auto beta = constant_value(in(3));

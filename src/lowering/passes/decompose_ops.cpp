@@ -169,11 +169,18 @@ bool decompose_broadcast_tensors(GraphPtr& graph) {
 // bool (their result is a float): the same op of those inputs cast to f32, which the float
 // rewrites then take.
 Value* with_float_inputs(GraphPtr& graph, Node* node) {
-  static const std::unordered_set<std::string> kOps = {
-      "aten::special_entr",      "aten::special_xlog1py",      "aten::trapezoid",
-      "aten::trapz",             "aten::cumulative_trapezoid", "aten::cov",
-      "aten::corrcoef",          "aten::margin_ranking_loss",  "aten::cosine_embedding_loss",
-      "aten::pairwise_distance", "aten::poisson_nll_loss",     "aten::triplet_margin_loss"};
+  static const std::unordered_set<std::string> kOps = {"aten::special_entr",
+                                                       "aten::special_xlog1py",
+                                                       "aten::trapezoid",
+                                                       "aten::trapz",
+                                                       "aten::cumulative_trapezoid",
+                                                       "aten::cov",
+                                                       "aten::corrcoef",
+                                                       "aten::margin_ranking_loss",
+                                                       "aten::cosine_embedding_loss",
+                                                       "aten::pairwise_distance",
+                                                       "aten::poisson_nll_loss",
+                                                       "aten::triplet_margin_loss"};
   const c10::FunctionSchema* schema = node->maybeSchema();
   if (!schema || !kOps.count(schema->name()) || node->outputs().size() != 1) return nullptr;
   // cov's frequency weights must stay integers: with weights it is left as it is.

@@ -1,10 +1,10 @@
 // decompose_ops' spectral transforms (issue #35's coverage): the inverse real FFTs (irfft,
-// irfft2, irfftn) and the Hermitian FFTs (hfft, hfft2, hfftn) of real tensors, the ones of torch.fft
-// whose output is real, as products with DFT matrices built in the graph. kiln has no complex
-// tensors, so the spectrum is real (its imaginary parts zero) and for such a spectrum hfftn is
-// irfftn scaled (by N for norm "backward", 1/N for "forward", the same for "ortho"). The matrices
-// are built from aten::arange and aten::size at run time, so the rewrites hold for any sizes;
-// their angles are (k * t mod n) * 2π / n, exact in the integers before the one rounding.
+// irfft2, irfftn) and the Hermitian FFTs (hfft, hfft2, hfftn) of real tensors, the ones of
+// torch.fft whose output is real, as products with DFT matrices built in the graph. kiln has no
+// complex tensors, so the spectrum is real (its imaginary parts zero) and for such a spectrum hfftn
+// is irfftn scaled (by N for norm "backward", 1/N for "forward", the same for "ortho"). The
+// matrices are built from aten::arange and aten::size at run time, so the rewrites hold for any
+// sizes; their angles are (k * t mod n) * 2π / n, exact in the integers before the one rounding.
 #include <algorithm>
 #include <cmath>
 
@@ -73,8 +73,7 @@ Value* inverse_real_dft(RewriteBuilder& b, const Complex& x, int64_t d, Value* n
                      1});
   Value* out = along(b, re, d, b("aten::mul", {cos, weight}));
   if (!x.im) return out;
-  return b("aten::sub",
-           {out, along(b, head(b, x.im, d, used), d, b("aten::mul", {sin, weight}))});
+  return b("aten::sub", {out, along(b, head(b, x.im, d, used), d, b("aten::mul", {sin, weight}))});
 }
 
 // The transform's dims and lengths from the op's constant arguments: `lengths` holds the
@@ -161,8 +160,8 @@ Value* decompose_spectral(GraphPtr& graph, Node* node) {
     const int64_t d = plan->dims[j];
     const bool last = j + 1 == count;
     Value* n = plan->lengths[j] != -1 ? b.constant(plan->lengths[j])
-               : last ? b("aten::mul", {b("aten::sub", {b.size(x, d), 1}), 2})
-                      : b.size(x, d);
+               : last                 ? b("aten::mul", {b("aten::sub", {b.size(x, d), 1}), 2})
+                                      : b.size(x, d);
     lengths.push_back(n);
     if (last) {
       out = inverse_real_dft(b, z, d, n);
