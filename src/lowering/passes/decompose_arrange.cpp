@@ -292,6 +292,7 @@ Value* decompose_arrange(GraphPtr& graph, Node* node) {
       if (!size || !scales || size->isNone() == scales->isNone()) return nullptr;
       if (scales->isDoubleList()) factors = scales->toDoubleVector();
     } else {
+      if (out_size.empty()) return nullptr;  // the size torch resizes to, not known here
       for (int64_t d = 0; d < spatial; ++d) {
         auto s = constant_value(in(2 + static_cast<size_t>(d)));
         if (!s || !(s->isNone() || s->isDouble())) return nullptr;

@@ -167,7 +167,8 @@ bool decompose_broadcast_tensors(GraphPtr& graph) {
 
 // Ops that torch computes in its default float dtype when every tensor input is an integer or a
 // bool (their result is a float): the same op of those inputs cast to f32, which the float
-// rewrites then take.
+// rewrites then take. Where torch subtracts the integers before its float math (the distance
+// losses), the two agree for values below 2^24, f32's exact integers.
 Value* with_float_inputs(GraphPtr& graph, Node* node) {
   static const std::unordered_set<std::string> kOps = {"aten::special_entr",
                                                        "aten::special_xlog1py",
