@@ -3,6 +3,7 @@
 // against an exact wrapping reference, alone and through the builder's passes.
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "engine/builder.h"
 #include "engine/plan.h"
@@ -107,25 +108,32 @@ struct Case {
 // absolute error is allowed at 1e-4 (relative 1e-5 still binds for large results).
 constexpr double kRtol = 1e-5, kAtol = 1e-4;
 
+// The shapes every dtype's test takes: each transpose, vectors, batches broadcast either way;
+// each test adds its own (empty dims, sizes that cross the kernels' blocks).
+std::vector<Case> cases_with(std::initializer_list<Case> more) {
+  std::vector<Case> cases = {{{3, 4}, {4, 5}},
+                             {{4, 3}, {4, 5}, true},
+                             {{3, 4}, {5, 4}, false, true},
+                             {{4, 3}, {5, 4}, true, true},
+                             {{7}, {7}},
+                             {{7}, {7, 3}},
+                             {{2, 5, 7}, {7}},
+                             {{2, 1, 3, 4}, {5, 4, 6}},
+                             {{3, 4}, {2, 4, 6}},
+                             {{2, 3, 4}, {2, 5, 4}, false, true}};
+  cases.insert(cases.end(), more);
+  return cases;
+}
+
 TEST(MatMul, ShapesTransposesAndBroadcastF32) {
-  const Case cases[] = {{{3, 4}, {4, 5}},
-                        {{4, 3}, {4, 5}, true},
-                        {{3, 4}, {5, 4}, false, true},
-                        {{4, 3}, {5, 4}, true, true},
-                        {{7}, {7}},
-                        {{7}, {7, 3}},
-                        {{2, 5, 7}, {7}},
-                        {{2, 1, 3, 4}, {5, 4, 6}},
-                        {{3, 4}, {2, 4, 6}},
-                        {{2, 3, 4}, {2, 5, 4}, false, true},
-                        {{1, 1}, {1, 1}},
-                        {{6, 1}, {1, 6}},
-                        {{0, 4}, {4, 5}},
-                        {{3, 0}, {0, 5}},
-                        {{2, 0, 3, 4}, {4, 2}},
-                        {{1, 70}, {70, 33}},
-                        {{65, 70}, {3, 70, 40}},
-                        {{5, 1, 4}, {1, 3}, true}};
+  const std::vector<Case> cases = cases_with({{{1, 1}, {1, 1}},
+                                              {{6, 1}, {1, 6}},
+                                              {{0, 4}, {4, 5}},
+                                              {{3, 0}, {0, 5}},
+                                              {{2, 0, 3, 4}, {4, 2}},
+                                              {{1, 70}, {70, 33}},
+                                              {{65, 70}, {3, 70, 40}},
+                                              {{5, 1, 4}, {1, 3}, true}});
   for (const auto& c : cases) {
     MatMulParams p;
     p.transpose_a = c.ta;
@@ -301,22 +309,12 @@ HostTensor wide_integers(DataType t, const Shape& shape, uint64_t seed) {
 // i64 and i32 products in our own loops, exactly torch's: two's-complement wrap-around, every
 // shape the float kernel takes (blocks of rows, depth and columns crossed: 37 x 150 x 140).
 TEST(MatMul, IntegerProductsWrapAroundExactly) {
-  const Case cases[] = {{{3, 4}, {4, 5}},
-                        {{4, 3}, {4, 5}, true},
-                        {{3, 4}, {5, 4}, false, true},
-                        {{4, 3}, {5, 4}, true, true},
-                        {{7}, {7}},
-                        {{7}, {7, 3}},
-                        {{2, 5, 7}, {7}},
-                        {{2, 1, 3, 4}, {5, 4, 6}},
-                        {{3, 4}, {2, 4, 6}},
-                        {{2, 3, 4}, {2, 5, 4}, false, true},
-                        {{0, 4}, {4, 5}},
-                        {{3, 0}, {0, 5}},
-                        {{37, 150}, {150, 140}},
-                        {{150, 37}, {140, 150}, true, true},
-                        {{2, 20, 130}, {130, 33}},
-                        {{5, 1, 4}, {1, 3}, true}};
+  const std::vector<Case> cases = cases_with({{{0, 4}, {4, 5}},
+                                              {{3, 0}, {0, 5}},
+                                              {{37, 150}, {150, 140}},
+                                              {{150, 37}, {140, 150}, true, true},
+                                              {{2, 20, 130}, {130, 33}},
+                                              {{5, 1, 4}, {1, 3}, true}});
   for (DataType t : {DataType::kI64, DataType::kI32}) {
     for (const auto& c : cases) {
       MatMulParams p;

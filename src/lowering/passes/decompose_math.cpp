@@ -87,7 +87,6 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     // 2^s where it is in range (else 2^0, unused): pow wraps 2^63 to -2^63, whose products
     // wrap to the shifted bits.
     Value* power = g("aten::pow", {2, g("aten::where", {in_range, s, g("aten::mul", {s, 0})})});
-    power = g("aten::to", {power, static_cast<int64_t>(*type), false, false, c10::IValue()});
     if (left) {
       return g("aten::where", {in_range, g("aten::mul", {a, power}), g("aten::mul", {a, 0})});
     }

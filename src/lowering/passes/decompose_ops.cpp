@@ -202,8 +202,7 @@ Value* with_float_inputs(GraphPtr& graph, Node* node) {
   for (size_t i : tensors) {
     Value* x = node->input(i);
     if (cast.count(x)) continue;
-    cast[x] = insert(graph, c10::aten::to,
-                     {x, static_cast<int64_t>(c10::kFloat), false, false, c10::IValue()});
+    cast[x] = RewriteBuilder(graph).cast(x, c10::kFloat);
     cast[x]->setType(x->type()->expect<c10::TensorType>()->withScalarType(c10::kFloat));
   }
   Node* copy = graph->insertNode(graph->createClone(node, [&](Value* v) {
