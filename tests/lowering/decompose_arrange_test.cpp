@@ -215,6 +215,19 @@ TEST(DecomposeArrange, MaxUnpoolWritesEachValueAtItsIndex) {
       "  %k : int[] = prim::Constant[value=[2, 2, 2]]()\n"
       "  %p : int[] = prim::Constant[value=[0, 0, 0]]()",
       "Tensor", "aten::max_unpool3d(%v, %i, %os, %k, %p)", {{v3, i3}});
+  // max_unpool1d as F.max_unpool1d traces it: 2-d unpooling of unsqueezed planes (whose rank
+  // comes from the unsqueeze) to a size list built in the graph.
+  const auto x1 = torch::randn({2, 3, 7});
+  const auto [v1, i1] = at::max_pool1d_with_indices(x1, {2}, {2});
+  expect_decomposed(
+      "graph(%v : Float(2, 3, 3), %i : Long(2, 3, 3)):\n"
+      "  %last : int = prim::Constant[value=-1]()\n"
+      "  %seven : int = prim::Constant[value=7]()\n"
+      "  %unit : int = prim::Constant[value=1]()\n"
+      "  %vu : Tensor = aten::unsqueeze(%v, %last)\n"
+      "  %iu : Tensor = aten::unsqueeze(%i, %last)\n"
+      "  %os : int[] = prim::ListConstruct(%seven, %unit)",
+      "Tensor", "aten::max_unpool2d(%vu, %iu, %os)", {{v1, i1}});
 }
 
 TEST(DecomposeArrange, AnIndexListFoldedToAConstantIsAListAgain) {
