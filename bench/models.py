@@ -2,8 +2,10 @@
 
 make_model(name) returns (module in eval mode, make_input(batch)). Names: any torchvision
 classification constructor (224x224 images), "bert" (a BERT-base-sized nn.TransformerEncoder),
-"hf_bert", "hf_gpt2" and "hf_distilbert" (transformers' BertModel, GPT2Model and
-DistilBertModel at base size, random weights from their configs; sequence length 128; the module
+"hf_bert", "hf_gpt2", "hf_distilbert", "hf_vit", "hf_clip_text" and "hf_llama" (transformers'
+BertModel, GPT2Model, DistilBertModel, ViTModel and CLIPTextModel at base size and a small
+LlamaModel (hidden 512, 8 layers, 8 heads in 2 key/value groups, SwiGLU, RMS norm, rotary), random
+weights from their configs; sequence length 128, CLIP's 77, ViT's 224x224 images; the module
 returns the last hidden state), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
 "out" map), "r3d_18" (torchvision video, 16 frames of 112x112), and FALLBACK's models.
 
@@ -36,15 +38,16 @@ class Bert(nn.Module):
 
 
 class LastHiddenState(nn.Module):
-    """A transformers model called with token ids only, returning its last hidden state (a plain
-    tensor, so every backend can trace or export it)."""
+    """A transformers model called with token ids (or, for vision models, pixel values) only,
+    returning its last hidden state (a plain tensor, so every backend can trace or export it)."""
 
-    def __init__(self, model):
+    def __init__(self, model, argument="input_ids"):
         super().__init__()
         self.model = model
+        self.argument = argument
 
-    def forward(self, ids):
-        return self.model(input_ids=ids, return_dict=False)[0]
+    def forward(self, x):
+        return self.model(**{self.argument: x}, return_dict=False)[0]
 
 
 SUITE = [
@@ -55,8 +58,9 @@ SUITE = [
     "regnet_y_1_6gf", "regnet_x_3_2gf", "convnext_tiny", "vit_b_16", "swin_t", "maxvit_t",
     "fcn_resnet50", "r3d_18",
     "mobilenet_v3_small", "convnext_small",
-    "bert", "hf_bert", "hf_gpt2", "hf_distilbert",
+    "bert", "hf_bert", "hf_gpt2", "hf_distilbert", "hf_vit", "hf_clip_text", "hf_llama",
 ]
+TRANSFORMERS = ["hf_bert", "hf_gpt2", "hf_distilbert", "hf_vit", "hf_clip_text", "hf_llama"]
 
 
 # Models with ops kiln's engines did not convert, which run in PyTorch or, with backend_priority
@@ -117,6 +121,21 @@ def transformers_model(name):
     elif name == "hf_distilbert":
         config = transformers.DistilBertConfig()  # 6 layers, hidden 768, 12 heads
         model = transformers.DistilBertModel(config)
+    elif name == "hf_vit":
+        config = transformers.ViTConfig()  # vit-base/16: 12 layers, hidden 768, 224x224
+        model = transformers.ViTModel(config, add_pooling_layer=False)
+        return (LastHiddenState(model.eval(), "pixel_values"),
+                lambda b: torch.randn(b, 3, config.image_size, config.image_size))
+    elif name == "hf_clip_text":
+        config = transformers.CLIPTextConfig()  # 12 layers, hidden 512, 8 heads, 77 positions
+        model = transformers.CLIPTextModel(config)
+        vocab, seq = config.vocab_size, config.max_position_embeddings
+        return LastHiddenState(model.eval()), lambda b: torch.randint(0, vocab, (b, seq))
+    elif name == "hf_llama":
+        config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376,
+                                          num_hidden_layers=8, num_attention_heads=8,
+                                          num_key_value_heads=2, max_position_embeddings=2048)
+        model = transformers.LlamaModel(config)
     else:
         config = transformers.GPT2Config()  # gpt2 (124M): 12 layers, hidden 768, 12 heads
         model = transformers.GPT2Model(config)
@@ -127,7 +146,7 @@ def transformers_model(name):
 def make_model(name):
     if name == "bert":
         model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
-    elif name in ("hf_bert", "hf_gpt2", "hf_distilbert"):
+    elif name in TRANSFORMERS:
         model, make_input = transformers_model(name)
     elif name == "gcnn_lm":
         model, make_input = GatedConvLM(), lambda b: torch.randint(0, 10000, (b, SEQ))

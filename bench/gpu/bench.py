@@ -16,7 +16,8 @@ mean over models of kiln's speed-up against the best torch.compile mode of the s
 --disable-tf32 (fp32 convolutions and matmuls in full f32 math instead of TF32), kiln-exactgelu
 kiln with --exact-gelu (erf GELU after fp16 matmuls in its own pass, not the epilogue's tanh form),
 kiln-interp kiln with pointwise layers on the interpreter kernel instead of generated kernels
-(the switch cuda_codegen=off), kiln-inductor kiln with backend_priority ["cuda", "inductor"] (what
+(the switch cuda_codegen=off), kiln-cudnn-grouped kiln with grouped convolutions on cuDNN instead of
+grouped.cu (cuda_grouped=cudnn), kiln-inductor kiln with backend_priority ["cuda", "inductor"] (what
 the engines do not take compiled by Inductor instead of run in PyTorch; compiled from
 torch.export's program; kiln-inductor-all with min_block_size 1, so that Inductor takes even one
 op), and default torch.compile's default mode, which Inductor's pieces use.
@@ -83,15 +84,18 @@ def model_flops(model, x):
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
 KILN_BACKENDS = {"kiln": [], "kiln-notf32": ["--disable-tf32"],
                  "kiln-exactgelu": ["--exact-gelu"],
-                 "kiln-interp": ["--switch", "cuda_codegen=off"], "kiln-inductor": None,
+                 "kiln-interp": ["--switch", "cuda_codegen=off"],
+                 "kiln-cudnn-grouped": ["--switch", "cuda_grouped=cudnn"], "kiln-inductor": None,
                  "kiln-inductor-all": None}
 # The same as kiln.compile options, and builder switches.
 KILN_OPTIONS = {"kiln": {}, "kiln-notf32": {"disable_tf32": True},
                 "kiln-exactgelu": {"exact_gelu": True}, "kiln-interp": {},
+                "kiln-cudnn-grouped": {},
                 "kiln-inductor": {"backend_priority": ["cuda", "inductor"]},
                 "kiln-inductor-all": {"backend_priority": ["cuda", "inductor"],
                                       "min_block_size": 1}}
-KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"]}
+KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"],
+                 "kiln-cudnn-grouped": ["cuda_grouped=cudnn"]}
 
 
 def kiln_compile_package(args, model, x, dtype, backend):

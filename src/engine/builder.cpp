@@ -77,13 +77,17 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     const char* other = name == "cuda_pointwise" ? "cudnn" : "strip";
     KILN_CHECK(value == "auto" || value == other, InvalidArgument, "switch `", name_value,
                "`: expected ", name, "=auto or ", name, "=", other);
+  } else if (name == "cuda_grouped") {  // read by the CUDA kernels too
+    KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
+               "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
   } else if (name == "gemm_fold" || name == "gemm_timing" || name == "cuda_codegen") {
     bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
     on_off(&on);
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, gemm_fold, gemm_timing, "
+               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, cuda_grouped, gemm_fold, "
+               "gemm_timing, "
                "cuda_codegen)");
   }
   config.switches.push_back(name_value);

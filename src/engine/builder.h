@@ -84,7 +84,8 @@ struct BuildReport {
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
 // excitation_projection=on|off, cast_into_shuffle=on|off set the fields above; the CUDA kernels'
-// cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, gemm_fold=on|off and gemm_timing=on|off
+// cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel,
+// gemm_fold=on|off and gemm_timing=on|off
 // are only recorded, and read from the plan when its engine is created (cuda::KernelOptions);
 // cuda_codegen=off builds no generated kernels (pointwise layers run on the interpreter kernel).
 // InvalidArgument names an unknown switch or value.

@@ -419,7 +419,7 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   EXPECT_EQ(config.squeeze_excitation, std::optional<bool>(true));
   for (const char* bad :
        {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on", "excitation_projection",
-        "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn"}) {
+        "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip"}) {
     try {
       BuilderConfig c;
       apply_switch(c, bad);

@@ -157,6 +157,100 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   }
 }
 
+// Which grouped convolutions grouped.cu takes (a host-side check, no GPU needed): under auto the
+// widths cuDNN is slow at (24, 48, 24 -> 48), not its power-of-two ones (8, 16, 32: resnext's),
+// which =kernel sends too; never 12-wide or 72-wide groups, f32, depthwise, channels-first,
+// misaligned data, or anything under =cudnn.
+TEST(CudaLayout, GroupedKernelTakesTheWidthsCudnnIsSlowAt) {
+  using cuda::GroupedPath;
+  alignas(16) static char buffer[64];
+  const auto check = [&](int64_t c, int64_t cout, int64_t groups, GroupedPath path,
+                         DataType dtype = DataType::kF16, bool channels_last = true,
+                         size_t offset = 0) {
+    ConvolutionParams p = conv(1, 1, groups);
+    p.channels_last = channels_last;
+    void* data = buffer + offset;
+    const cuda::TensorView x{dtype, {2, 14, 14, c}, data}, w{dtype, {cout, 3, 3, c / groups}, data},
+        out{dtype, {2, 14, 14, cout}, data}, bias{dtype, {cout}, data};
+    return cuda::grouped_nhwc_applies(p, x, w, &bias, nullptr, out, path);
+  };
+  EXPECT_TRUE(check(96, 96, 2, GroupedPath::kAuto));    // regnet_x: 48 a group
+  EXPECT_TRUE(check(120, 120, 5, GroupedPath::kAuto));  // regnet_y: 24
+  EXPECT_TRUE(check(48, 96, 2, GroupedPath::kAuto));    // 24 -> 48
+  for (int64_t width : {8, 16, 32, 64}) {
+    SCOPED_TRACE(width);
+    EXPECT_FALSE(check(32 * width, 32 * width, 32, GroupedPath::kAuto));
+    EXPECT_TRUE(check(32 * width, 32 * width, 32, GroupedPath::kKernel));
+    EXPECT_FALSE(check(32 * width, 32 * width, 32, GroupedPath::kCudnn));
+  }
+  EXPECT_FALSE(check(96, 96, 2, GroupedPath::kCudnn));
+  EXPECT_FALSE(check(48, 48, 4, GroupedPath::kKernel));    // 12 a group
+  EXPECT_FALSE(check(144, 144, 2, GroupedPath::kKernel));  // 72 a group
+  EXPECT_FALSE(check(96, 96, 2, GroupedPath::kKernel, DataType::kF32));
+  EXPECT_TRUE(check(96, 96, 2, GroupedPath::kKernel, DataType::kBF16));
+  EXPECT_FALSE(check(96, 96, 2, GroupedPath::kKernel, DataType::kF16, false));
+  EXPECT_FALSE(check(96, 96, 2, GroupedPath::kKernel, DataType::kF16, true, 8));
+  EXPECT_FALSE(check(96, 96, 96, GroupedPath::kKernel));  // depthwise
+}
+
+// Grouped convolutions on each path (cuda_grouped=auto: grouped.cu in f16/bf16 where groups are
+// 8-64 channels a side and not powers of two, cuDNN otherwise; =kernel: grouped.cu wherever it
+// can; =cudnn): regnet's 24 and 48 channels a group, 40, 56, 24 -> 48; tiles of several groups
+// (8 of 8, 4 of 16, 2 of 24) with a last tile of fewer, 16 -> 32, 32 -> 16, 64, a width the
+// kernel does not take (12); 3x3 stride 1 and 2, 5x5 dilated, 1x1, an asymmetric pad; maps whose
+// pixel count is no multiple of the kernel's 64-pixel tile; bias + ReLU, residual + ReLU, or
+// nothing fused.
+TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t c, cout, groups, k, stride, dilation;
+    bool asymmetric;
+    int post;  // 0: bias + ReLU, 1: bias, then + input and ReLU, 2: nothing fused
+  };
+  const Case cases[] = {
+      {96, 96, 2, 3, 1, 1, false, 1},  {96, 96, 2, 3, 2, 1, false, 0},
+      {48, 48, 2, 3, 1, 1, false, 0},  {120, 120, 5, 3, 2, 1, false, 2},
+      {64, 128, 4, 3, 1, 1, false, 0}, {64, 64, 8, 5, 1, 2, false, 1},
+      {128, 128, 2, 3, 1, 1, true, 2}, {64, 64, 4, 1, 1, 1, false, 0},
+      {48, 48, 4, 3, 1, 1, false, 0},  {96, 96, 12, 3, 1, 1, false, 1},
+      {80, 80, 5, 3, 2, 1, false, 0},  {128, 64, 4, 3, 1, 1, false, 2},
+      {80, 80, 2, 3, 1, 1, false, 1},  {112, 112, 2, 3, 2, 1, false, 0},
+      {48, 96, 2, 3, 1, 1, false, 2},
+  };
+  for (const Case& k : cases) {
+    for (DataType low : {DataType::kF16, DataType::kBF16}) {
+      for (const char* grouped :
+           {"cuda_grouped=auto", "cuda_grouped=kernel", "cuda_grouped=cudnn"}) {
+        SCOPED_TRACE(std::to_string(k.c) + "->" + std::to_string(k.cout) + " groups " +
+                     std::to_string(k.groups) + " k=" + std::to_string(k.k) + " stride " +
+                     std::to_string(k.stride) + " " + dtype_name(low) + " " + grouped);
+        BuilderConfig config = computing_in(low);
+        apply_switch(config, grouped);
+        auto r = cuda_testing::run_both(
+            {random_tensor(DataType::kF32, {2, k.c, 15, 13}, 30)},
+            [&](Network& net, const std::vector<TensorId>& in) {
+              ConvolutionParams p = conv(k.k / 2 * k.dilation, k.stride, k.groups, k.post != 2);
+              p.dilations = {k.dilation, k.dilation};
+              if (k.asymmetric) p.padding_end = {2, 0};
+              std::vector<TensorId> conv_in = {
+                  in[0], constant(net, "w", {k.cout, k.c / k.groups, k.k, k.k}, 31)};
+              if (p.post.has_bias) conv_in.push_back(constant(net, "b", {k.cout}, 32));
+              TensorId t = net.add("grouped", p, conv_in);
+              if (k.post == 2) return std::vector<TensorId>{t};
+              if (k.post == 1) t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, in[0]});
+              t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
+              return std::vector<TensorId>{t};
+            },
+            config);
+        EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 1);
+        // Sums of up to 64 x 25 products in f16/bf16.
+        const double tol = low == DataType::kF16 ? 3e-2 : 1.5e-1;
+        cuda_testing::expect_match(r, tol, tol);
+      }
+    }
+  }
+}
+
 // Patch embeddings (kernel == stride, no padding) run as a patch gather plus one GEMM: square and
 // non-square patches, a plane that the patches do not tile exactly, bias + GELU, and a residual.
 TEST(CudaLayout, PatchConvolutionsAsGemmMatchCpu) {

@@ -43,15 +43,17 @@ std::shared_ptr<const Engine> cuda_engine(const Network& net) {
 TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   const cuda::KernelOptions fast = cuda::kernel_options({"conv_layout=auto"});
   EXPECT_FALSE(fast.pointwise_on_cudnn);
+  EXPECT_EQ(fast.grouped, cuda::GroupedPath::kAuto);
   EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing);
   BuilderConfig config;
-  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "gemm_fold=off",
-                        "gemm_timing=off", "gemm_timing=on"}) {
+  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
+                        "gemm_fold=off", "gemm_timing=off", "gemm_timing=on"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
   EXPECT_TRUE(o.pointwise_on_cudnn);
   EXPECT_FALSE(o.depthwise_tiled);
+  EXPECT_EQ(o.grouped, cuda::GroupedPath::kCudnn);
   EXPECT_FALSE(o.gemm_fold);
   EXPECT_TRUE(o.gemm_timing);
 }

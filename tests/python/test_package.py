@@ -274,6 +274,75 @@ def test_exported_transformers_with_a_dynamic_batch_and_sequence(arch, device):
             c(torch.randint(0, 100, (2, 33), device=device))
 
 
+def transformers_family(transformers, family):
+    """A small model of one transformers family (random weights from its config) called as users
+    call it, with token ids and a padding attention mask (vision: pixel values), returning the
+    last hidden state; and its example inputs."""
+    T = transformers
+    text = {
+        "bert": lambda: T.BertModel(T.BertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            vocab_size=100, max_position_embeddings=64), add_pooling_layer=False),
+        "distilbert": lambda: T.DistilBertModel(T.DistilBertConfig(
+            dim=64, n_layers=2, n_heads=4, hidden_dim=128, vocab_size=100,
+            max_position_embeddings=64)),
+        "gpt2": lambda: T.GPT2Model(T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4,
+                                                 n_positions=64)),
+        "clip_text": lambda: T.CLIPTextModel(T.CLIPTextConfig(
+            vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, max_position_embeddings=64)),
+        # Rotary embeddings, RMS norm, SwiGLU, grouped-query attention (4 heads, 2 kv heads).
+        "llama": lambda: T.LlamaModel(T.LlamaConfig(
+            vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)),
+    }
+    if family == "vit":
+        vit = T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, hidden_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128), add_pooling_layer=False).eval()
+
+        class Vision(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = vit
+
+            def forward(self, pixels):
+                return self.model(pixel_values=pixels, return_dict=False)[0]
+
+        return Vision().eval(), (torch.randn(2, 3, 32, 32),)
+    model = text[family]().eval()
+
+    class Text(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, attention_mask):
+            return self.model(input_ids=ids, attention_mask=attention_mask, return_dict=False)[0]
+
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, 11:] = 0  # the second sequence is padded
+    return Text().eval(), (torch.randint(0, 100, (2, 16)), mask)
+
+
+# Issue #29 item 4: every op the transformers families trace or export to runs in the engine.
+@pytest.mark.parametrize("frontend", ["trace", "export"])
+@pytest.mark.parametrize("family", ["bert", "distilbert", "gpt2", "clip_text", "llama", "vit"])
+def test_transformers_families_compile_into_one_engine(family, frontend):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m, args = transformers_family(transformers, family)
+    with torch.no_grad():
+        source = (torch.export.export(m, args) if frontend == "export"
+                  else torch.jit.trace(m, args, check_trace=False))
+    c = kiln.compile(source, inputs=list(args), progress=False)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report["fallback"]
+    with torch.no_grad():
+        torch.testing.assert_close(c(*args), m(*args), atol=1e-5, rtol=1e-4)
+
+
 def test_float64_results_keep_their_dtype():
     # The engine computes in at most f32; what torch gives in double comes back as double.
     class ToDouble(torch.nn.Module):

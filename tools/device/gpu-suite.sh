@@ -33,7 +33,8 @@ shift || true
 # Heaviest first (longest compile and run), so that no GPU is left with a big model at the end
 # of a precision.
 HEAVY="vgg16 wide_resnet50_2 maxvit_t r3d_18 fcn_resnet50 swin_t convnext_small hf_gpt2 hf_bert
-       vit_b_16 bert resnet101 inception_v3 densenet121 efficientnet_v2_s hf_distilbert"
+       vit_b_16 hf_vit bert hf_llama resnet101 inception_v3 densenet121 efficientnet_v2_s
+       hf_distilbert hf_clip_text"
 
 start_suite() {
   local models=${1:-suite}

@@ -313,6 +313,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "cuda_pointwise=auto") o.pointwise_on_cudnn = false;
     if (s == "cuda_depthwise=strip") o.depthwise_tiled = false;
     if (s == "cuda_depthwise=auto") o.depthwise_tiled = true;
+    if (s == "cuda_grouped=auto") o.grouped = GroupedPath::kAuto;
+    if (s == "cuda_grouped=cudnn") o.grouped = GroupedPath::kCudnn;
+    if (s == "cuda_grouped=kernel") o.grouped = GroupedPath::kKernel;
     if (s == "gemm_fold=off" || s == "gemm_fold=on") o.gemm_fold = s == "gemm_fold=on";
     if (s == "gemm_timing=off" || s == "gemm_timing=on") o.gemm_timing = s == "gemm_timing=on";
     if (s == "cuda_codegen=off" || s == "cuda_codegen=on") o.codegen = s == "cuda_codegen=on";

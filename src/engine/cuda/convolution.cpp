@@ -7,9 +7,11 @@
 // next (see bench/NOTES.md G4 for why not by timing). Channels-last convolutions whose kernel
 // equals their stride (no padding: 1x1 convolutions of 32 or more input channels, ViT's 16x16/16
 // stem) run as one cuBLASLt GEMM (the matmul kernel) instead, on x itself or on a gather of its
-// patches; depthwise ones run depthwise.cu; 1x1 ones of 8-32 input channels over many pixels with
-// at most bias + ReLU/clamp/SiLU (mobilenet's and efficientnet's expansions) run pointwise.cu,
-// checked before the GEMM.
+// patches; depthwise ones run depthwise.cu, grouped f16/bf16 ones of 24, 40, 48 or 56 channels a
+// group grouped.cu (cuda_grouped=cudnn keeps them on cuDNN, =kernel sends every width it takes);
+// 1x1 ones of 8-32 input channels over many
+// pixels with at most bias + ReLU/clamp/SiLU (mobilenet's and efficientnet's expansions) run
+// pointwise.cu, checked before the GEMM.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -196,6 +198,10 @@ void convolution_kernel(KernelArgs& args) {
   if (depthwise_nhwc_applies(p, x, w, residual, out)) {
     launch_depthwise_nhwc(args.stream(), name, p, x, w, bias, residual, out,
                           args.res.options().depthwise_tiled);
+    return;
+  }
+  if (grouped_nhwc_applies(p, x, w, bias, residual, out, args.res.options().grouped)) {
+    launch_grouped_nhwc(args.stream(), name, p, x, w, bias, residual, out);
     return;
   }
   // Few input channels over many pixels: our kernel (cuBLASLt's tiles are poor at K <= 32);

@@ -21,14 +21,19 @@ using TensorView = DeviceTensor;
 
 using KernelState = engine::KernelState;
 
+// Where grouped convolutions run: grouped.cu for the group widths cuDNN is slow at (kAuto), cuDNN
+// for all (kCudnn), grouped.cu wherever it can (kKernel).
+enum class GroupedPath { kAuto, kCudnn, kKernel };
+
 // What the kernels read of the plan's measurement switches (EngineTarget::switches, set through
 // the builder's apply_switch): each on the fast path unless switched for a comparison.
 struct KernelOptions {
   bool pointwise_on_cudnn = false;  // cuda_pointwise=cudnn: 1x1 convolutions stay on cuDNN (G15)
   bool depthwise_tiled = true;      // cuda_depthwise=strip: strips for every filter (G25)
-  bool gemm_fold = true;            // gemm_fold=off: batched matmuls stay batched (G33)
-  bool gemm_timing = true;          // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
-  bool codegen = true;              // cuda_codegen=off: pointwise layers on the interpreter kernel
+  GroupedPath grouped = GroupedPath::kAuto;  // cuda_grouped=auto|cudnn|kernel (G48)
+  bool gemm_fold = true;                     // gemm_fold=off: batched matmuls stay batched (G33)
+  bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
+  bool codegen = true;      // cuda_codegen=off: pointwise layers on the interpreter kernel
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 
@@ -160,6 +165,16 @@ void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
                            const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                            const TensorView* bias, const TensorView* residual,
                            const TensorView& out, bool tiled);
+// grouped.cu: channels-last grouped 2-d convolution (8 to 64 channels a group on each side, f16
+// or bf16, 16-byte aligned) on tensor cores with every post-op fused; `applies` says whether a
+// convolution layer is one it runs: under kAuto only groups whose width is not a power of two
+// (cuDNN is faster at 8, 16 and 32, slower at 24 and 48), under kKernel every width it can.
+bool grouped_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                          const TensorView* bias, const TensorView* residual, const TensorView& out,
+                          GroupedPath path);
+void launch_grouped_nhwc(cudaStream_t stream, const std::string& layer, const ConvolutionParams& p,
+                         const TensorView& x, const TensorView& w, const TensorView* bias,
+                         const TensorView* residual, const TensorView& out);
 // pointwise.cu: channels-last 1x1 convolution (stride 1, no padding, groups 1) of 8, 16, 24 or
 // 32 input channels with bias and activation (none, ReLU, clamp, SiLU) fused, in fp32 FMAs; x,
 // weights, bias and output of one float dtype, 16-byte aligned. `applies` says whether a

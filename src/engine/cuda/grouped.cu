@@ -1,0 +1,290 @@
+// CUDA grouped 2-d convolution on channels-last data (x [N, H, W, C], weights [Cout, kh, kw,
+// C / groups]) in f16 or bf16, for groups of 8 to 64 channels a side (regnet's 24 and 48,
+// resnext's 8 to 32): an implicit GEMM on tensor cores (WMMA, fp32 accumulation). A block takes
+// 64 output pixels of a tile of whole groups, as many as fit 64 channels a side (8 groups of 8,
+// one of 48): for each filter tap it stages the pixels' input channels of the tile and the tap's
+// weights as a block-diagonal matrix in shared memory (cp.async, two stages, so that the next tap
+// loads while this one multiplies); each warp multiplies 16 pixels by the tile's filters, skipping
+// the 16x16 blocks that lie outside every group, and the epilogue adds bias, activation, residual
+// and the second activation. cuDNN's grouped convolutions run 10-100x over the memory floor on
+// regnet's shapes, NHWC worst (bench/NOTES.md G48).
+#include <mma.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/device_util.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kWarps = 4;
+constexpr int kRows = kWarps * 16;  // output pixels a block computes, 16 per warp
+constexpr int kMaxGroupChannels = 64;
+
+struct GroupedArgs {
+  const void *x, *w, *bias, *residual;
+  void* y;
+  int h, w_in, c, oh, ow, cout, cg_in, cg_out;
+  int groups, tile_groups;  // groups, and groups a block takes (tile_groups * cg <= 64 a side)
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t pixels;  // N * oh * ow
+  ActivationKind act, act2;
+  float alpha, beta, alpha2, beta2;
+};
+
+// Channels of a group rounded up to the MMA's 16, and the shared-memory row pitch (in elements)
+// that staggers rows across banks.
+__host__ __device__ inline int padded(int channels) {
+  return (channels + 15) / 16 * 16;
+}
+__host__ __device__ inline int pitch(int channels) {
+  return padded(channels) + 8;
+}
+
+// Shared memory of a launch: two stages of (pixels x the tile's input channels, its filters x its
+// input channels), reused by the epilogue for each warp's 16 x (NF * 16) fp32 results.
+template <class T, int NF>
+size_t shared_bytes(int tile_in) {
+  const size_t stages = size_t{2} * (kRows + NF * 16) * pitch(tile_in) * sizeof(T);
+  const size_t results = size_t{kWarps} * 16 * (NF * 16 + 4) * sizeof(float);
+  return std::max(stages, results);
+}
+
+// NF: 16-wide fragments of the tile's output channels.
+template <class T, int NF>
+__global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int64_t row_base[kRows];  // n * h of each pixel, -1 past the last one
+  __shared__ int row_y[kRows], row_x[kRows];
+  const int g0 = blockIdx.y * a.tile_groups;  // the tile's first group
+  const int tile_groups = min(a.tile_groups, a.groups - g0);
+  const int tile_in = tile_groups * a.cg_in, tile_out = tile_groups * a.cg_out;
+  const int kpad = padded(tile_in), ld = pitch(tile_in);
+  const int words = kpad / 8, in_words = tile_in / 8;  // 16-byte words of a staged row
+  const int stage_elems = (kRows + NF * 16) * ld;
+  T* const stages = reinterpret_cast<T*>(smem);
+  const int tid = threadIdx.x, warp = tid / 32;
+  const int64_t m0 = int64_t(blockIdx.x) * kRows;
+  if (tid < kRows) {
+    const int64_t m = m0 + tid;
+    row_base[tid] = -1, row_y[tid] = 0, row_x[tid] = 0;
+    if (m < a.pixels) {
+      const int64_t t = m / a.ow;
+      row_x[tid] = static_cast<int>(m % a.ow) * a.sw - a.pw;
+      row_y[tid] = static_cast<int>(t % a.oh) * a.sh - a.ph;
+      row_base[tid] = t / a.oh * a.h;
+    }
+  }
+  __syncthreads();
+  const T* const x = static_cast<const T*>(a.x) + int64_t(g0) * a.cg_in;
+  const int taps = a.kh * a.kw;
+  const T* const w = static_cast<const T*>(a.w) + int64_t(g0) * a.cg_out * taps * a.cg_in;
+
+  // Stages tap `tap`'s inputs and weights; padding, channels past the tile's, filters past its
+  // outputs and weights between a filter and another group's channels are zeros.
+  const auto load = [&](int tap, int stage) {
+    T* as = stages + stage * stage_elems;
+    T* bs = as + kRows * ld;
+    const int r = tap / a.kw, s = tap % a.kw;
+    for (int i = tid; i < kRows * words; i += kWarps * 32) {
+      const int row = i / words, word = i % words;
+      const T* src = x;
+      int bytes = 0;
+      if (word < in_words && row_base[row] >= 0) {
+        const int iy = row_y[row] + r * a.dh, ix = row_x[row] + s * a.dw;
+        if (iy >= 0 && iy < a.h && ix >= 0 && ix < a.w_in) {
+          src = x + ((row_base[row] + iy) * a.w_in + ix) * a.c + word * 8;
+          bytes = 16;
+        }
+      }
+      copy16_async(as + row * ld + word * 8, src, bytes);
+    }
+    for (int i = tid; i < NF * 16 * words; i += kWarps * 32) {
+      const int o = i / words, word = i % words;
+      const T* src = w;
+      int bytes = 0;
+      if (o < tile_out && word < in_words) {
+        const int group = o / a.cg_out, ci = word * 8 - group * a.cg_in;  // within o's group
+        if (ci >= 0 && ci < a.cg_in) {
+          src = w + (int64_t(o) * taps + tap) * a.cg_in + ci;
+          bytes = 16;
+        }
+      }
+      copy16_async(bs + o * ld + word * 8, src, bytes);
+    }
+    commit_async();
+  };
+
+  // The 16-wide input chunks fragment f's groups read: [chunk_lo[f], chunk_hi[f]).
+  int chunk_lo[NF], chunk_hi[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    const int first = min(16 * f, tile_out - 1) / a.cg_out;
+    const int last = min(16 * f + 15, tile_out - 1) / a.cg_out;
+    chunk_lo[f] = first * a.cg_in / 16;
+    chunk_hi[f] = ((last + 1) * a.cg_in + 15) / 16;
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) wmma::fill_fragment(acc[f], 0.f);
+  load(0, 0);
+  for (int tap = 0; tap < taps; ++tap) {
+    if (tap + 1 < taps) {
+      load(tap + 1, (tap + 1) & 1);  // that stage's last readers passed the barrier below
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();
+    const T* as = stages + (tap & 1) * stage_elems + warp * 16 * ld;
+    const T* bs = stages + (tap & 1) * stage_elems + kRows * ld;
+    for (int kc = 0; kc < kpad / 16; ++kc) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, as + kc * 16, ld);
+#pragma unroll
+      for (int f = 0; f < NF; ++f) {
+        if (kc < chunk_lo[f] || kc >= chunk_hi[f]) continue;  // zeros of the block diagonal
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, bs + f * 16 * ld + kc * 16, ld);
+        wmma::mma_sync(acc[f], fa, fb, acc[f]);
+      }
+    }
+    __syncthreads();
+  }
+
+  // Epilogue: the warp's results through shared memory, then 8 channels (16 bytes) a lane.
+  constexpr int ldc = NF * 16 + 4;
+  float* cs = reinterpret_cast<float*>(smem) + warp * 16 * ldc;
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+    wmma::store_matrix_sync(cs + f * 16, acc[f], ldc, wmma::mem_row_major);
+  __syncwarp();
+  const int out_words = tile_out / 8;
+  for (int i = tid % 32; i < 16 * out_words; i += 32) {
+    const int row = i / out_words, word = i % out_words;
+    const int64_t m = m0 + warp * 16 + row;
+    if (m >= a.pixels) continue;
+    const int ch = g0 * a.cg_out + word * 8;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = cs[row * ldc + word * 8 + j];
+    if (a.bias) {
+      const auto b = *reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(a.bias) + ch);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] += static_cast<float>(b.v[j]);
+    }
+    activate_all(a.act, v, a.alpha, a.beta);
+    const int64_t off = m * a.cout + ch;
+    if (a.residual) {
+      const auto r = *reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(a.residual) + off);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] += static_cast<float>(r.v[j]);
+      activate_all(a.act2, v, a.alpha2, a.beta2);
+    }
+    Vec16<T> o;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o.v[j] = T(v[j]);
+    *reinterpret_cast<Vec16<T>*>(static_cast<T*>(a.y) + off) = o;
+  }
+}
+
+// At most 36 KiB of dynamic shared memory (64 channels a side): no opt-in above 48 KiB needed.
+static_assert(2 * (kRows + kMaxGroupChannels) * (kMaxGroupChannels + 8) * 2 + 1024 <= 48 * 1024,
+              "shared memory of the widest groups");
+
+template <class T, int NF>
+void launch(cudaStream_t stream, const GroupedArgs& a) {
+  const size_t smem = shared_bytes<T, NF>(a.tile_groups * a.cg_in);
+  const dim3 grid(static_cast<unsigned>((a.pixels + kRows - 1) / kRows),
+                  static_cast<unsigned>((a.groups + a.tile_groups - 1) / a.tile_groups));
+  grouped_nhwc<T, NF><<<grid, kWarps * 32, smem, stream>>>(a);
+}
+
+template <class T>
+void launch_for(cudaStream_t stream, const GroupedArgs& a) {
+  switch ((a.tile_groups * a.cg_out + 15) / 16) {
+    case 1:
+      return launch<T, 1>(stream, a);
+    case 2:
+      return launch<T, 2>(stream, a);
+    case 3:
+      return launch<T, 3>(stream, a);
+    default:
+      return launch<T, 4>(stream, a);
+  }
+}
+
+}  // namespace
+
+bool grouped_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                          const TensorView* bias, const TensorView* residual, const TensorView& out,
+                          GroupedPath path) {
+  if (path == GroupedPath::kCudnn || !p.channels_last || p.transposed || p.groups <= 1 ||
+      x.shape.size() != 4 || w.shape.size() != 4 || out.shape.size() != 4)
+    return false;
+  if ((out.dtype != DataType::kF16 && out.dtype != DataType::kBF16) || x.dtype != out.dtype ||
+      w.dtype != out.dtype)
+    return false;
+  const int64_t c = x.shape[3], cout = out.shape[3], groups = p.groups;
+  if (c % groups != 0 || cout % groups != 0 || groups > 65535) return false;
+  const int64_t cg_in = c / groups, cg_out = cout / groups;
+  if (cg_in % 8 != 0 || cg_out % 8 != 0 || cg_in > kMaxGroupChannels || cg_out > kMaxGroupChannels)
+    return false;
+  // cuDNN has fast kernels for power-of-two group widths (resnext50_32x4d's 8, 16 and 32: 1.31
+  // ms at batch 32 against 1.82 here) and slow ones for the others (regnet's 24 and 48: 5.07 and
+  // 7.10 ms against 2.40 and 2.32 here; bench/NOTES.md G48).
+  const auto power_of_two = [](int64_t v) { return (v & (v - 1)) == 0; };
+  if (path == GroupedPath::kAuto && power_of_two(cg_in) && power_of_two(cg_out)) return false;
+  if (w.shape[0] != cout || w.shape[3] != cg_in) return false;
+  if (bias && (bias->dtype != out.dtype || bias->numel() != cout || !aligned16(bias->data)))
+    return false;
+  if (residual &&
+      (residual->dtype != out.dtype || residual->shape != out.shape || !aligned16(residual->data)))
+    return false;
+  const int64_t pixels = out.shape[0] * out.shape[1] * out.shape[2];
+  const int64_t biggest = std::max(x.numel(), out.numel());
+  return aligned16(x.data) && aligned16(w.data) && aligned16(out.data) &&
+         (pixels + kRows - 1) / kRows <= INT_MAX && biggest < (int64_t{1} << 40);
+}
+
+void launch_grouped_nhwc(cudaStream_t stream, const std::string& layer, const ConvolutionParams& p,
+                         const TensorView& x, const TensorView& w, const TensorView* bias,
+                         const TensorView* residual, const TensorView& out) {
+  GroupedArgs a{};
+  a.x = x.data, a.w = w.data, a.y = out.data;
+  a.bias = bias ? bias->data : nullptr;
+  a.residual = residual ? residual->data : nullptr;
+  a.h = static_cast<int>(x.shape[1]), a.w_in = static_cast<int>(x.shape[2]);
+  a.c = static_cast<int>(x.shape[3]);
+  a.oh = static_cast<int>(out.shape[1]), a.ow = static_cast<int>(out.shape[2]);
+  a.cout = static_cast<int>(out.shape[3]);
+  a.groups = static_cast<int>(p.groups);
+  a.cg_in = a.c / a.groups, a.cg_out = a.cout / a.groups;
+  a.tile_groups = std::min(a.groups, kMaxGroupChannels / std::max(a.cg_in, a.cg_out));
+  a.kh = static_cast<int>(w.shape[1]), a.kw = static_cast<int>(w.shape[2]);
+  const auto at = [](const std::vector<int64_t>& v, size_t i, int64_t fallback) {
+    return static_cast<int>(v.empty() ? fallback : v[i]);
+  };
+  a.sh = at(p.strides, 0, 1), a.sw = at(p.strides, 1, 1);
+  a.ph = at(p.padding_begin, 0, 0), a.pw = at(p.padding_begin, 1, 0);
+  a.dh = at(p.dilations, 0, 1), a.dw = at(p.dilations, 1, 1);
+  a.pixels = out.shape[0] * out.shape[1] * out.shape[2];
+  a.act = p.post.activation, a.act2 = p.post.activation2;
+  a.alpha = static_cast<float>(p.post.alpha), a.beta = static_cast<float>(p.post.beta);
+  a.alpha2 = static_cast<float>(p.post.alpha2), a.beta2 = static_cast<float>(p.post.beta2);
+  if (a.pixels == 0) return;
+  if (out.dtype == DataType::kF16) {
+    launch_for<__half>(stream, a);
+  } else {
+    launch_for<__nv_bfloat16>(stream, a);
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+}
+
+}  // namespace kiln::engine::cuda
