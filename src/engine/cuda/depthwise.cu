@@ -437,16 +437,7 @@ void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
   a.h = x.shape[1], a.w_in = x.shape[2], a.c = x.shape[3];
   a.oh = out.shape[1], a.ow = out.shape[2];
   a.total = out.numel();
-  a.kh = static_cast<int>(w.shape[1]), a.kw = static_cast<int>(w.shape[2]);
-  const auto at = [](const std::vector<int64_t>& v, size_t i, int64_t fallback) {
-    return static_cast<int>(v.empty() ? fallback : v[i]);
-  };
-  a.sh = at(p.strides, 0, 1), a.sw = at(p.strides, 1, 1);
-  a.ph = at(p.padding_begin, 0, 0), a.pw = at(p.padding_begin, 1, 0);
-  a.dh = at(p.dilations, 0, 1), a.dw = at(p.dilations, 1, 1);
-  a.act = p.post.activation, a.act2 = p.post.activation2;
-  a.alpha = static_cast<float>(p.post.alpha), a.beta = static_cast<float>(p.post.beta);
-  a.alpha2 = static_cast<float>(p.post.alpha2), a.beta2 = static_cast<float>(p.post.beta2);
+  set_conv2d_window(a, p, w.shape);
   if (a.total == 0) return;
   const unsigned grid = grid_for(a.total);
   switch (out.dtype) {

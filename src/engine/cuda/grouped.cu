@@ -267,17 +267,8 @@ void launch_grouped_nhwc(cudaStream_t stream, const std::string& layer, const Co
   a.groups = static_cast<int>(p.groups);
   a.cg_in = a.c / a.groups, a.cg_out = a.cout / a.groups;
   a.tile_groups = std::min(a.groups, kMaxGroupChannels / std::max(a.cg_in, a.cg_out));
-  a.kh = static_cast<int>(w.shape[1]), a.kw = static_cast<int>(w.shape[2]);
-  const auto at = [](const std::vector<int64_t>& v, size_t i, int64_t fallback) {
-    return static_cast<int>(v.empty() ? fallback : v[i]);
-  };
-  a.sh = at(p.strides, 0, 1), a.sw = at(p.strides, 1, 1);
-  a.ph = at(p.padding_begin, 0, 0), a.pw = at(p.padding_begin, 1, 0);
-  a.dh = at(p.dilations, 0, 1), a.dw = at(p.dilations, 1, 1);
+  set_conv2d_window(a, p, w.shape);
   a.pixels = out.shape[0] * out.shape[1] * out.shape[2];
-  a.act = p.post.activation, a.act2 = p.post.activation2;
-  a.alpha = static_cast<float>(p.post.alpha), a.beta = static_cast<float>(p.post.beta);
-  a.alpha2 = static_cast<float>(p.post.alpha2), a.beta2 = static_cast<float>(p.post.beta2);
   if (a.pixels == 0) return;
   if (out.dtype == DataType::kF16) {
     launch_for<__half>(stream, a);

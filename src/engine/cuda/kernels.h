@@ -165,6 +165,23 @@ void launch_depthwise_nhwc(cudaStream_t stream, const std::string& layer,
                            const ConvolutionParams& p, const TensorView& x, const TensorView& w,
                            const TensorView* bias, const TensorView* residual,
                            const TensorView& out, bool tiled);
+// Sets a channels-last 2-d convolution kernel's window and post-op fields (kh, kw, sh, sw, ph, pw,
+// dh, dw; act, alpha, beta, act2, alpha2, beta2) from the layer's params and its [Cout, kh, kw,
+// Cin / groups] weights (depthwise.cu's and grouped.cu's arguments).
+template <class Args>
+void set_conv2d_window(Args& a, const ConvolutionParams& p, const Shape& w) {
+  const auto at = [](const std::vector<int64_t>& v, size_t i, int64_t fallback) {
+    return static_cast<int>(v.empty() ? fallback : v[i]);
+  };
+  a.kh = static_cast<int>(w[1]), a.kw = static_cast<int>(w[2]);
+  a.sh = at(p.strides, 0, 1), a.sw = at(p.strides, 1, 1);
+  a.ph = at(p.padding_begin, 0, 0), a.pw = at(p.padding_begin, 1, 0);
+  a.dh = at(p.dilations, 0, 1), a.dw = at(p.dilations, 1, 1);
+  a.act = p.post.activation, a.act2 = p.post.activation2;
+  a.alpha = static_cast<float>(p.post.alpha), a.beta = static_cast<float>(p.post.beta);
+  a.alpha2 = static_cast<float>(p.post.alpha2), a.beta2 = static_cast<float>(p.post.beta2);
+}
+
 // grouped.cu: channels-last grouped 2-d convolution (8 to 64 channels a group on each side, f16
 // or bf16, 16-byte aligned) on tensor cores with every post-op fused; `applies` says whether a
 // convolution layer is one it runs: under kAuto only groups whose width is not a power of two
