@@ -343,6 +343,33 @@ def test_transformers_families_compile_into_one_engine(family, frontend):
         torch.testing.assert_close(c(*args), m(*args), atol=1e-5, rtol=1e-4)
 
 
+# Issues #29/#30: the text families with a padding mask, exported with a dynamic batch and
+# sequence (Dim.DYNAMIC: Llama's export refuses a bounded sequence Dim on a guard of its own), the
+# ranges given to kiln: one engine answering as eager at min, between, max and opt; a longer
+# sequence is refused.
+@pytest.mark.parametrize("family", ["bert", "distilbert", "gpt2", "clip_text", "llama"])
+def test_transformers_families_with_a_dynamic_batch_and_sequence(family):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m, args = transformers_family(transformers, family)
+    dyn = torch.export.Dim.DYNAMIC
+    program = torch.export.export(m, args, dynamic_shapes=({0: dyn, 1: dyn}, {0: dyn, 1: dyn}))
+    spec = kiln.Input(min_shape=(1, 2), opt_shape=(2, 16), max_shape=(4, 32), dtype=torch.long)
+    c = kiln.compile(program, inputs=[spec, spec], progress=False)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report["fallback"]
+    for shape in ((1, 2), (3, 17), (4, 32), (2, 16)):
+        ids = torch.randint(0, 100, shape)
+        mask = torch.ones(shape, dtype=torch.long)
+        mask[0, shape[1] // 2 + 1:] = 0
+        with torch.no_grad():
+            torch.testing.assert_close(c(ids, mask), m(ids, mask), atol=1e-5, rtol=1e-4)
+    longer = torch.ones(2, 33, dtype=torch.long)
+    with pytest.raises(Exception, match="profile|outside|shape"):
+        c(longer, longer)
+
+
 def test_float64_results_keep_their_dtype():
     # The engine computes in at most f32; what torch gives in double comes back as double.
     class ToDouble(torch.nn.Module):
