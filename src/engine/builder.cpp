@@ -87,8 +87,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
                "cast_into_shuffle, cuda_pointwise, cuda_depthwise, cuda_grouped, gemm_fold, "
-               "gemm_timing, "
-               "cuda_codegen)");
+               "gemm_timing, cuda_codegen)");
   }
   config.switches.push_back(name_value);
 }
