@@ -1,12 +1,13 @@
 """The benchmarks' models, shared by bench/gpu/bench.py and bench/cpu_models/peers.py.
 
-make_model(name) returns (module in eval mode, make_input(batch)). Names: any torchvision
+make_model(name[, mask]) returns (module in eval mode, make_input(batch)). Names: any torchvision
 classification constructor (224x224 images), "bert" (a BERT-base-sized nn.TransformerEncoder),
 "hf_bert", "hf_gpt2", "hf_distilbert", "hf_vit", "hf_clip_text" and "hf_llama" (transformers'
 BertModel, GPT2Model, DistilBertModel, ViTModel and CLIPTextModel at base size and a small
 LlamaModel (hidden 512, 8 layers, 8 heads in 2 key/value groups, SwiGLU, RMS norm, rotary), random
 weights from their configs; sequence length 128, CLIP's 77, ViT's 224x224 images; the module
-returns the last hidden state), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
+returns the last hidden state; with mask=True the text models also take an attention mask of a
+padded batch), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
 "out" map), "r3d_18" (torchvision video, 16 frames of 112x112), and FALLBACK's models.
 
 SUITE is the broad GPU suite of issue #28: every torchvision classification family, a
@@ -38,16 +39,30 @@ class Bert(nn.Module):
 
 
 class LastHiddenState(nn.Module):
-    """A transformers model called with token ids (or, for vision models, pixel values) only,
-    returning its last hidden state (a plain tensor, so every backend can trace or export it)."""
+    """A transformers model called with token ids (or, for vision models, pixel values), and an
+    attention mask where given, returning its last hidden state (a plain tensor, so every backend
+    can trace or export it)."""
 
     def __init__(self, model, argument="input_ids"):
         super().__init__()
         self.model = model
         self.argument = argument
 
-    def forward(self, x):
-        return self.model(**{self.argument: x}, return_dict=False)[0]
+    def forward(self, x, attention_mask=None):
+        kwargs = {self.argument: x}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        return self.model(**kwargs, return_dict=False)[0]
+
+
+def padded_batch(vocab, batch, seq):
+    """Token ids and the attention mask of a padded batch, as a tokenizer gives them: sequence 0
+    full, the others 1/2 to all of `seq` long (right padding: ones, then zeros)."""
+    ids = torch.randint(0, vocab, (batch, seq))
+    lengths = torch.randint(seq // 2, seq + 1, (batch,))
+    lengths[0] = seq
+    mask = (torch.arange(seq).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    return ids, mask
 
 
 SUITE = [
@@ -113,7 +128,7 @@ class MainOutput(nn.Module):
         return self.model(x)["out"]
 
 
-def transformers_model(name):
+def transformers_model(name, mask):
     import transformers
     if name == "hf_bert":
         config = transformers.BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
@@ -130,7 +145,7 @@ def transformers_model(name):
         config = transformers.CLIPTextConfig()  # 12 layers, hidden 512, 8 heads, 77 positions
         model = transformers.CLIPTextModel(config)
         vocab, seq = config.vocab_size, config.max_position_embeddings
-        return LastHiddenState(model.eval()), lambda b: torch.randint(0, vocab, (b, seq))
+        return LastHiddenState(model.eval()), tokens(vocab, seq, mask)
     elif name == "hf_llama":
         config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376,
                                           num_hidden_layers=8, num_attention_heads=8,
@@ -139,15 +154,23 @@ def transformers_model(name):
     else:
         config = transformers.GPT2Config()  # gpt2 (124M): 12 layers, hidden 768, 12 heads
         model = transformers.GPT2Model(config)
-    vocab = config.vocab_size
-    return LastHiddenState(model.eval()), lambda b: torch.randint(0, vocab, (b, SEQ))
+    return LastHiddenState(model.eval()), tokens(config.vocab_size, SEQ, mask)
 
 
-def make_model(name):
+def tokens(vocab, seq, mask):
+    """make_input of a text model: token ids, or (ids, attention mask) of a padded batch."""
+    if mask:
+        return lambda b: padded_batch(vocab, b, seq)
+    return lambda b: torch.randint(0, vocab, (b, seq))
+
+
+def make_model(name, mask=False):
+    """(model, make_input); with `mask`, the text transformers' make_input gives (token ids,
+    attention mask) of a padded batch (padded_batch), their forward taking both."""
     if name == "bert":
         model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
     elif name in TRANSFORMERS:
-        model, make_input = transformers_model(name)
+        model, make_input = transformers_model(name, mask)
     elif name == "gcnn_lm":
         model, make_input = GatedConvLM(), lambda b: torch.randint(0, 10000, (b, SEQ))
     elif name == "beta_head":
@@ -216,5 +239,7 @@ def max_diff(a, b):
 
 def input_spec(x):
     """kilnc's input spec for an example tensor: "(1,3,224,224)@f32"."""
+    if isinstance(x, (tuple, list)):
+        return " ".join(input_spec(t) for t in x)
     dtype = {torch.long: "i64", torch.int32: "i32", torch.float16: "f16"}.get(x.dtype, "f32")
     return "(" + ",".join(str(d) for d in x.shape) + ")@" + dtype

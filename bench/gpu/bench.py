@@ -22,6 +22,8 @@ the engines do not take compiled by Inductor instead of run in PyTorch; compiled
 torch.export's program; kiln-inductor-all with min_block_size 1, so that Inductor takes even one
 op), and default torch.compile's default mode, which Inductor's pieces use.
 `--models fallback` runs bench/models.py's FALLBACK, models with ops kiln does not convert.
+The text transformers (hf_bert, hf_distilbert, hf_gpt2, hf_clip_text, hf_llama) take token ids and
+the attention mask of a padded batch, as users call them after a tokenizer (`--no-mask`: ids only).
 
 Needs the package assembled in build/python (or, --via kilnc, build/bin/kilnc and
 build/lib/libkiln_runtime.so) built with CUDA (tools/device/gpu-bench.sh).
@@ -45,14 +47,15 @@ from merge_results import COLUMNS, geomean_lines, row_line  # noqa: E402 (beside
 
 
 def time_cuda(fn, x, warmup, iters):
+    """Median, p90 and p99 ms of fn(*x) (x: a tuple of arguments)."""
     for _ in range(warmup):
-        fn(x)
+        fn(*x)
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(x)
+        fn(*x)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
@@ -64,7 +67,7 @@ def time_cuda(fn, x, warmup, iters):
 def measured_peak_tflops():
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    t = time_cuda(lambda _: a @ b, None, 3, 10)["median"]
+    t = time_cuda(lambda: a @ b, (), 3, 10)["median"]
     return 2 * 8192 ** 3 / (t * 1e-3) / 1e12
 
 
@@ -74,7 +77,7 @@ def model_flops(model, x):
         # With autograd on, nn.TransformerEncoder skips its fused fast path
         # (_transformer_encoder_layer_fwd), whose FLOPs the counter does not see.
         with FlopCounterMode(display=False) as counter, torch.enable_grad():
-            model(x)
+            model(*x)
         return counter.get_total_flops()
     except Exception:  # flop counting is a report column, not a reason to stop
         return None
@@ -101,17 +104,19 @@ KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"],
 def kiln_compile_package(args, model, x, dtype, backend):
     """kiln.compile as a user would call it: traced on the CPU in fp32 (shape analysis runs
     there), or with --via export exported there by torch.export (the ATen frontend), compiled
-    for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s."""
+    for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s.
+    x: the tuple of example arguments (CPU)."""
     import kiln
     with torch.no_grad():
         if args.via == "export" or backend.startswith("kiln-inductor"):
-            source = torch.export.export(model, (x.cpu(),))
+            source = torch.export.export(model, x)
         else:
-            source = torch.jit.trace(model, x.cpu(), check_trace=False)
+            source = torch.jit.trace(model, x, check_trace=False)
     precisions = {torch.float16, torch.float32} if dtype == torch.float16 else {torch.float32}
     switches = [s for s in args.switches.split(",") if s] + KILN_SWITCHES.get(backend, [])
     start = time.time()
-    compiled = kiln.compile(source, inputs=[kiln.Input(shape=tuple(x.shape), dtype=x.dtype)],
+    compiled = kiln.compile(source, inputs=[kiln.Input(shape=tuple(t.shape), dtype=t.dtype)
+                                            for t in x],
                             device="cuda", enabled_precisions=precisions, switches=switches,
                             progress=False, **KILN_OPTIONS[backend])
     seconds = time.time() - start
@@ -139,9 +144,9 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
     out = os.path.join(tmp, tag + ".kiln.ts")
     report = os.path.join(tmp, tag + ".json")
     with torch.no_grad():
-        torch.jit.trace(model, x.cpu(), check_trace=False).save(path)
-    spec = input_spec(x)
-    cmd = [args.kilnc, path, out, spec, "--device", "cuda", "--report", report, "-q"]
+        torch.jit.trace(model, x, check_trace=False).save(path)
+    cmd = [args.kilnc, path, out, *input_spec(x).split(), "--device", "cuda", "--report", report,
+           "-q"]
     if dtype == torch.float16:
         cmd += ["-p", "f16", "-p", "f32"]
     cmd += list(extra_flags) + args.kilnc_flags.split()
@@ -163,7 +168,7 @@ def fp32_reference(model, x_cpu):
     try:
         with torch.no_grad():
             m = copy.deepcopy(model).to("cuda", torch.float32)
-            out = m(x_cpu.cuda())
+            out = m(*(t.cuda() for t in x_cpu))
             del m
             return out.float() if not isinstance(out, (tuple, list)) else [o.float() for o in out]
     finally:
@@ -202,6 +207,9 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--no-mask", action="store_true",
+                   help="call the text transformers with token ids only (default: ids and the "
+                        "attention mask of a padded batch, as a tokenizer gives them)")
     args = p.parse_args()
     if args.via in ("package", "export"):
         sys.path.insert(0, os.path.abspath(args.package_dir))
@@ -222,15 +230,15 @@ def main():
             dtype = torch.float16 if prec == "fp16" else torch.float32
             for batch in [int(b) for b in args.batches.split(",")]:
                 torch.manual_seed(0)
-                model, make_input = make_model(name)
+                model, make_input = make_model(name, mask=not args.no_mask)
                 model.eval()
                 x_cpu = make_input(batch)
-                x = x_cpu.cuda()
+                x_cpu = tuple(x_cpu) if isinstance(x_cpu, (tuple, list)) else (x_cpu,)
+                x = tuple(t.cuda().to(dtype) if t.is_floating_point() else t.cuda()
+                          for t in x_cpu)
                 gpu_model = copy.deepcopy(model).to("cuda", dtype)
-                if x.is_floating_point():
-                    x = x.to(dtype)
                 with torch.no_grad():
-                    reference = gpu_model(x)
+                    reference = gpu_model(*x)
                     flops = model_flops(gpu_model, x)
                     reference32 = fp32_reference(model, x_cpu)
                 for backend in args.backends.split(","):
@@ -245,12 +253,12 @@ def main():
                             elif backend == "torchscript":
                                 ts = torch.jit.freeze(torch.jit.trace(gpu_model, x, check_trace=False))
                                 fn = torch.jit.optimize_for_inference(ts)
-                                fn(x)
+                                fn(*x)
                             elif backend in ("default", "reduce-overhead", "max-autotune"):
                                 torch._dynamo.reset()
                                 fn = torch.compile(gpu_model, mode=backend)
-                                fn(x)
-                                fn(x)
+                                fn(*x)
+                                fn(*x)
                             elif backend in KILN_BACKENDS:
                                 if args.via in ("package", "export") or \
                                         backend.startswith("kiln-inductor"):
@@ -264,12 +272,12 @@ def main():
                                     raise RuntimeError(info["error"])
                                 # The traced module takes f32; with -p f16 the engine casts
                                 # at its boundary and computes in f16.
-                                inp = x.float() if x.is_floating_point() else x
+                                inp = tuple(t.float() if t.is_floating_point() else t for t in x)
                             else:
                                 raise ValueError(f"unknown backend {backend}")
                             row["compile_s"] = time.time() - start
                             row.update(info)
-                            out = fn(inp)
+                            out = fn(*inp)
                             row["max_diff"] = max_diff(out, reference)
                             row["err_fp32"] = relative_error(out, reference32)
                             row.update(time_cuda(fn, inp, args.warmup, args.iters))

@@ -365,11 +365,11 @@ struct AttentionParams {
   bool has_mask = false;
   double scale = 0;  // 0: 1/sqrt(E)
   // Heads packed in the rows (the builder folds the head split and merge around an attention
-  // into it): with heads > 0, q, k and v are [B, rows, width] tensors (no mask), head h of q
+  // into it): with heads > 0, q, k and v are [B, rows, width] tensors, head h of q
   // is the columns [columns[0] + h * head_size, + head_size) of q's rows (k: columns[1], v:
   // columns[2]; one tensor may serve all three), and the output is [B, L, heads * head_size]
   // with head h at columns h * head_size: torch's [B, heads, L, head_size] attention, with its
-  // operands' and result's transposes folded away.
+  // operands' and result's transposes folded away. A mask broadcasts to [B, heads, L, S].
   int64_t heads = 0, head_size = 0;
   std::vector<int64_t> columns;
   template <class V>

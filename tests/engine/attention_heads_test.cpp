@@ -113,6 +113,77 @@ TEST(AttentionHeads, CrossAttentionFolds) {
   EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
 }
 
+// GPT-2's form: the projection is a [B * L, 3 D] GEMM viewed as [B, L, 3 D], split by three
+// column slices, each reshaped to [B, L, H, E] and permuted; the causal result is merged and
+// viewed as [B * L, D] for the next GEMM. The operands trace back to the [B, L, 3 D] view.
+TEST(AttentionHeads, SplitColumnsOfAFlatProjectionFold) {
+  const int64_t B = 2, L = 5, H = 3, E = 8, D = H * E;
+  Network net;
+  const auto flat = net.add_input("qkv", DataType::kF32, {B * L, 3 * D});
+  const auto x = net.add("qkv.r", reshape({B, L, 3 * D}), {flat});
+  std::vector<TensorId> qkv;
+  for (int64_t part = 0; part < 3; ++part) {
+    const std::string name = std::string(1, "qkv"[part]);
+    SliceParams sl;
+    sl.axes = {2}, sl.starts = {part * D}, sl.ends = {(part + 1) * D}, sl.steps = {1};
+    const auto cols = net.add(name + ".s", sl, {x});
+    const auto heads = net.add(name + ".r", reshape({B, L, H, E}), {cols});
+    qkv.push_back(net.add(name, permute({0, 2, 1, 3}), {heads}));
+  }
+  AttentionParams a;
+  a.causal = true;
+  const auto o = net.add("attn", a, qkv);
+  net.mark_output(net.add("y.flat", reshape({B * L, D}), {merge(net, o)}), "y");
+  const Built b = run_both(net, {random_tensor(DataType::kF32, {B * L, 3 * D}, 5)});
+  EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+  const Layer* attn = nullptr;
+  for (const Layer& l : b.plan.network.layers()) {
+    if (std::holds_alternative<AttentionParams>(l.params)) attn = &l;
+  }
+  ASSERT_NE(attn, nullptr);
+  const auto& p = std::get<AttentionParams>(attn->params);
+  EXPECT_EQ(p.heads, H);
+  EXPECT_EQ(p.columns, (std::vector<int64_t>{0, D, 2 * D}));
+  EXPECT_TRUE(p.causal);
+  EXPECT_EQ(b.report.shuffles, 0) << b.report.to_string();
+  EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+}
+
+// Masked attention folds too, the mask unchanged (it broadcasts to [B, H, L, S] as before): key
+// padding (bool [B, 1, 1, S], a batch wholly masked), an additive [B, 1, L, S] bias, a per-head
+// [H, L, S] bias and a [L, S] mask with causal.
+TEST(AttentionHeads, MaskedAttentionFolds) {
+  const int64_t B = 2, L = 6, H = 3, E = 8;
+  const HostTensor in = random_tensor(DataType::kF32, {B, L, 3 * H * E}, 6);
+  HostTensor padding(DataType::kBool, {B, 1, 1, L});
+  for (int64_t j = 0; j < L; ++j) {
+    padding.as<bool>()[j] = j < 4;       // batch 0: 4 keys
+    padding.as<bool>()[L + j] = false;   // batch 1: none (a zero output, as torch's flash)
+  }
+  const std::vector<std::pair<HostTensor, bool>> masks = {
+      {padding, false},
+      {random_tensor(DataType::kF32, {B, 1, L, L}, 7), false},
+      {random_tensor(DataType::kF32, {H, L, L}, 8), false},
+      {random_tensor(DataType::kF32, {L, L}, 9), true}};
+  for (size_t m = 0; m < masks.size(); ++m) {
+    SCOPED_TRACE(m);
+    const HostTensor& mask = masks[m].first;
+    Network net;
+    const auto x = net.add_input("qkv", DataType::kF32, {B, L, 3 * H * E});
+    const auto mk = net.add_input("mask", mask.dtype(), mask.shape());
+    AttentionParams a;
+    a.has_mask = true, a.causal = masks[m].second;
+    const auto o = net.add("attn", a,
+                           {split(net, x, "q", 3, 0, H, E), split(net, x, "k", 3, 1, H, E),
+                            split(net, x, "v", 3, 2, H, E), mk});
+    net.mark_output(merge(net, o), "y");
+    const Built b = run_both(net, {in, mask});
+    EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+    EXPECT_EQ(count_views(b.plan.network), 0);
+    EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+  }
+}
+
 // What must stay: a result that is also a network output, an operand computed rather than
 // viewed, and a merge into another layout ([B, H * E, L]).
 TEST(AttentionHeads, OnlyViewsFold) {
@@ -180,6 +251,20 @@ TEST(AttentionHeads, PackedLayersAreValidated) {
   bad = AttentionParams{};
   bad.columns = {0, 0, 0};
   expect_error(bad, "for packed heads");
+  // A mask broadcasts to [B, heads, L, S] = [2, 2, 5, 5].
+  AttentionParams masked = p;
+  masked.has_mask = true;
+  const auto keep = net.add_input("keep", DataType::kBool, {2, 1, 1, 5});
+  EXPECT_EQ(net.tensor(net.add("masked", masked, {x, x, x, keep})).shape, (Shape{2, 5, 8}));
+  const auto wrong = net.add_input("wrong", DataType::kF32, {3, 5});
+  try {
+    net.add("bad_mask", masked, {x, x, x, wrong});
+    FAIL() << "no error for a mask of 3 query rows";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("does not broadcast to the attention weights [2, 2, 5, 5]"),
+              std::string::npos)
+        << e.message();
+  }
 }
 
 }  // namespace

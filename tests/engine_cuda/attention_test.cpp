@@ -157,7 +157,8 @@ TEST(CudaAttention, FlashTakesEveryMask) {
 }
 
 // Packed heads (AttentionParams::heads): q, k, v as column ranges of [B, rows, width] tensors,
-// one shared by all three or q apart (cross-attention), against the CPU's gather-and-attend.
+// one shared by all three or q apart (cross-attention), with and without masks, against the
+// CPU's gather-and-attend.
 TEST(CudaAttention, PackedHeadsF16AndBf16) {
   KILN_REQUIRE_GPU();
   uint64_t seed = 60;
@@ -182,6 +183,18 @@ TEST(CudaAttention, PackedHeadsF16AndBf16) {
         {random_tensor(dtype, {3, 70, 8 + 96}, seed++), random_tensor(dtype, {3, 77, 192}, seed++),
          random_tensor(dtype, {3, 77, 192}, seed++)},
         rtol, atol);
+    // With masks ([B, heads, L, S] broadcast): key padding with a batch wholly masked (bool
+    // [B, 1, 1, S]), causal with a [L, S] bool mask, an additive per-head [heads, L, S] bias.
+    AttentionParams masked = self;
+    masked.has_mask = true;
+    HostTensor padding = random_tensor(DataType::kBool, {2, 1, 1, 130}, seed++, 0, 1);
+    for (int64_t j = 0; j < 130; ++j) static_cast<uint8_t*>(padding.data())[j] = 0;
+    compare_layer(masked, {qkv, qkv, qkv, padding}, rtol, atol);
+    masked.causal = true;
+    compare_layer(masked, {qkv, qkv, qkv, random_tensor(DataType::kBool, {130, 130}, seed++, 0, 1)},
+                  rtol, atol);
+    masked.causal = false;
+    compare_layer(masked, {qkv, qkv, qkv, random_tensor(dtype, {4, 130, 130}, seed++)}, rtol, atol);
   }
 }
 

@@ -469,5 +469,35 @@ graph(%x : Tensor, %dims : int[]):
       *g));
 }
 
+// Grouped-query attention (enable_gqa, torch 2.5+): each key/value head serves Hq / Hkv query
+// heads; the rewrite repeats them so the attention layer sees as many as the query has, plain,
+// causal and masked, for 2 key/value heads and for 1 (multi-query), with no shapes known.
+TEST(DecomposeOps, GroupedQueryAttentionRepeatsKeyAndValueHeads) {
+  for (int64_t kv : {2, 1}) {
+    for (const std::string form : {"plain", "causal", "mask"}) {
+      SCOPED_TRACE(form + " " + std::to_string(kv));
+      auto g = testing::parse(
+          std::string("graph(%q : Tensor, %k : Tensor, %v : Tensor, %m : Tensor):\n"
+                      "  %none : NoneType = prim::Constant()\n"
+                      "  %drop : float = prim::Constant[value=0.]()\n") +
+          "  %causal : bool = prim::Constant[value=" + (form == "causal" ? "1" : "0") + "]()\n"
+          "  %gqa : bool = prim::Constant[value=1]()\n"
+          "  %y : Tensor = aten::scaled_dot_product_attention(%q, %k, %v, " +
+          (form == "mask" ? "%m" : "%none") + ", %drop, %causal, %none, %gqa)\n"
+          "  return (%y)");
+      auto before = g->copy();
+      EXPECT_TRUE(decompose_ops(g));
+      EXPECT_TRUE(testing::file_check("CHECK: aten::index_select\nCHECK: aten::index_select\n"
+                                      "CHECK: aten::scaled_dot_product_attention", *g));
+      torch::manual_seed(kv);
+      auto keep = torch::rand({2, 1, 5, 7}) > 0.3;
+      keep.select(3, 0).fill_(true);
+      const std::vector<c10::IValue> in = {torch::randn({2, 4, 5, 8}), torch::randn({2, kv, 7, 8}),
+                                           torch::randn({2, kv, 7, 6}), keep};
+      EXPECT_TRUE(testing::same_values(*before, *g, in, 1e-5, 1e-5));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::lowering

@@ -169,7 +169,8 @@ void attend_plain(const AttentionParams& p, const TensorView& q, const TensorVie
 }
 
 // Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h, and the
-// result is [B, L, heads * E]: the heads are read and written in place, as strided matrices.
+// result is [B, L, heads * E]: the heads are read and written in place, as strided matrices;
+// a mask broadcasts to [B, heads, L, S].
 void attend_packed(const AttentionParams& p, const float* const data[3],
                    const std::vector<TensorView>& in, float* out, const Shape& out_shape) {
   const int64_t B = out_shape[0], L = out_shape[1], H = p.heads, E = p.head_size;
@@ -193,6 +194,10 @@ void attend_packed(const AttentionParams& p, const float* const data[3],
     for (int64_t h = 0; h < H; ++h) pr.out_offset.push_back(b * L * H * E + h * E);
   }
   pr.ld_out = H * E;
+  if (p.has_mask) {
+    pr.mask = &in[3];
+    pr.mask_map = std::make_unique<BroadcastMap>(in[3].shape, Shape{B, H, L, pr.S});
+  }
   attend(p, pr);
 }
 

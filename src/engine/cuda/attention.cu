@@ -738,13 +738,7 @@ bool rows_fit(int64_t L, int64_t S) {
 bool flash_applies(const AttentionParams& p, const std::vector<TensorView>& in,
                    const TensorView& out) {
   const TensorView &q = in[0], &k = in[1], &v = in[2];
-  if (p.has_mask) {
-    const DataType mt = in[3].dtype;
-    if (mt != DataType::kBool && mt != DataType::kF16 && mt != DataType::kBF16 &&
-        mt != DataType::kF32) {
-      return false;
-    }
-  }
+  if (p.has_mask && !fused_attention_mask_applies(in[3].dtype)) return false;
   return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype) &&
          rows_fit(q.shape[q.shape.size() - 2], k.shape[k.shape.size() - 2]) && k.dtype == q.dtype &&
          v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape && aligned16(q.data) &&
@@ -756,7 +750,7 @@ bool flash_applies(const AttentionParams& p, const std::vector<TensorView>& in,
 bool flash_applies_packed(const AttentionParams& p, const std::vector<TensorView>& in,
                           const TensorView& out) {
   const int64_t B = out.shape[0], L = out.shape[1], S = in[1].shape[1];
-  if (!rows_fit(L, S) ||
+  if ((p.has_mask && !fused_attention_mask_applies(in[3].dtype)) || !rows_fit(L, S) ||
       !fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
                                {B, p.heads, S, p.head_size}, out.dtype)) {
     return false;
@@ -782,6 +776,18 @@ void run_flash(KernelArgs& args, FlashArgs& a, const AttentionParams& p, DataTyp
   }
 }
 
+// The mask (input 3), broadcast to the attention weights `weights` ([batch..., L, S]).
+void set_mask(KernelArgs& args, FlashArgs& a, const Shape& weights) {
+  const TensorView& m = args.inputs[3];
+  a.md = broadcast_dims(args.layer.name, weights, {m.shape})[1];
+  // The mask's strides along L and S: its last two dims (absent or 1: broadcast).
+  const size_t r = m.shape.size();
+  const int64_t mask_l = r >= 2 ? m.shape[r - 2] : 1, mask_s = r >= 1 ? m.shape[r - 1] : 1;
+  a.mask_col = mask_s == 1 ? 0 : 1;
+  a.mask_row = mask_l == 1 ? 0 : mask_s;
+  a.mask = m.data, a.mt = m.dtype, a.bool_mask = m.dtype == DataType::kBool;
+}
+
 void flash_attention(KernelArgs& args, const AttentionParams& p) {
   const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
   const TensorView& out = args.outputs[0];
@@ -794,17 +800,10 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   a.qo = a.oo = FlashOperand{a.L * E, 0, E};
   a.ko = a.vo = FlashOperand{a.S * E, 0, E};
   if (p.has_mask) {
-    const TensorView& m = args.inputs[3];
     Shape weights = batch_of(out.shape);
     weights.push_back(a.L);
     weights.push_back(a.S);
-    a.md = broadcast_dims(args.layer.name, weights, {m.shape})[1];
-    // The mask's strides along L and S: its last two dims (absent or 1: broadcast).
-    const size_t r = m.shape.size();
-    const int64_t mask_l = r >= 2 ? m.shape[r - 2] : 1, mask_s = r >= 1 ? m.shape[r - 1] : 1;
-    a.mask_col = mask_s == 1 ? 0 : 1;
-    a.mask_row = mask_l == 1 ? 0 : mask_s;
-    a.mask = m.data, a.mt = m.dtype, a.bool_mask = m.dtype == DataType::kBool;
+    set_mask(args, a, weights);
   }
   run_flash(args, a, p, q.dtype, E);
 }
@@ -825,6 +824,7 @@ void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
     return FlashOperand{t.shape[1] * t.shape[2], E, t.shape[2]};
   };
   a.qo = operand(in[0]), a.ko = operand(in[1]), a.vo = operand(in[2]), a.oo = operand(out);
+  if (p.has_mask) set_mask(args, a, {out.shape[0], p.heads, a.L, a.S});
   run_flash(args, a, p, out.dtype, E);
 }
 
@@ -837,7 +837,8 @@ void attention_kernel(KernelArgs& args) {
     KILN_CHECK(flash_applies_packed(p, args.inputs, out), Unsupported, "layer `", args.layer.name,
                "`: packed attention heads run on the flash kernel only (f16 or ",
                "bf16, head size a multiple of 16 up to 128, rows and column offsets in multiples ",
-               "of 8 elements, fewer than 2^30 query and key rows); got ", dtype_name(out.dtype),
+               "of 8 elements, fewer than 2^30 query and key rows, a bool or float mask); got ",
+               dtype_name(out.dtype),
                ", head size ", p.head_size, ", ", out.shape[1], " query and ",
                args.inputs[1].shape[1], " key rows");
     flash_attention_packed(args, p);

@@ -390,6 +390,11 @@ bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, Dat
   return true;
 }
 
+bool fused_attention_mask_applies(DataType t) {
+  return t == DataType::kBool || t == DataType::kF16 || t == DataType::kBF16 ||
+         t == DataType::kF32;
+}
+
 namespace {
 
 // The runtime's view of a ContextState (engine/backend.h); every call runs with the engine's

@@ -40,6 +40,9 @@ void check_supported(const Network& net);
 // non-causal ones become two GEMMs + softmax.
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype);
 
+// The masks the fused kernel reads: bool (keep where true), or f16/bf16/f32 added to the scores.
+bool fused_attention_mask_applies(DataType mask);
+
 // Whether the CUDA kernel takes a squeeze-excitation layer of `channels` channels squeezed to
 // `squeeze`: channels-last data, both at most 4096 (the means and hidden values stay in shared
 // memory).

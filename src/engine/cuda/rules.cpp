@@ -18,7 +18,8 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   // and a softmax, where the general attention kernel is a simple one.
   r.decompose_attention = true;
   r.tf32 = true;
-  // The fused kernel takes packed heads in f16/bf16, with 16-byte rows and column offsets.
+  // The fused kernel takes packed heads in f16/bf16, with 16-byte rows and column offsets, and
+  // a bool or float mask (sources[3], if any).
   r.packed_heads = [](const AttentionParams& p, const std::vector<TensorDesc>& sources,
                       const TensorDesc& out) {
     const int64_t B = out.shape[0], L = out.shape[1], S = sources[1].shape[1];
@@ -27,7 +28,7 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
     for (size_t i = 0; i < 3; ++i) {
       if (sources[i].shape[2] % 8 != 0 || p.columns[i] % 8 != 0) return false;
     }
-    return true;
+    return sources.size() == 3 || cuda::fused_attention_mask_applies(sources[3].dtype);
   };
   // cuDNN's tensor-core kernels want NHWC: f16/bf16 convolutions, and f32 ones in TF32.
   r.channels_last = [](const Network& n, const Layer& conv, const BuilderConfig& config) {

@@ -14,11 +14,24 @@ int64_t merge_dims(int64_t a, int64_t b) {
   return a == kDynamic ? b : a;
 }
 
+// A mask (bool: keep where true; floating: added to the scaled scores) broadcasts to the
+// attention weights [..., L, S] without growing them.
+void check_mask(const std::string& what, const InferInput& m, const Shape& weights) {
+  KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
+             ": mask must be bool or floating, got ", dtype_name(m.dtype));
+  bool ok = m.shape.size() <= weights.size();
+  for (size_t i = 0; ok && i < m.shape.size(); ++i) {
+    const int64_t md = m.shape[m.shape.size() - 1 - i], wd = weights[weights.size() - 1 - i];
+    ok = md == 1 || dims_compatible(md, wd);
+  }
+  KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
+             " does not broadcast to the attention weights ", shape_to_string(weights));
+}
+
 // Packed heads (AttentionParams::heads > 0): q, k, v are [B, rows, width] holding the heads at
-// column offsets; the output is [B, L, heads * head_size].
+// column offsets; the output is [B, L, heads * head_size]; a mask broadcasts to [B, heads, L, S].
 std::vector<InferOutput> infer_packed(const std::string& what, const AttentionParams& p,
                                       const std::vector<InferInput>& in) {
-  KILN_CHECK(!p.has_mask, InvalidArgument, what, ": packed heads take no mask");
   KILN_CHECK(p.head_size > 0 && p.columns.size() == 3, InvalidArgument, what,
              ": packed heads need head_size > 0 and 3 column offsets, got head_size ", p.head_size,
              " and ", p.columns.size(), " offsets");
@@ -43,6 +56,11 @@ std::vector<InferOutput> infer_packed(const std::string& what, const AttentionPa
   KILN_CHECK(dims_compatible(in[1].shape[1], in[2].shape[1]), ShapeMismatch, what, ": k ",
              shape_to_string(in[1].shape), " and v ", shape_to_string(in[2].shape),
              " differ in the sequence dim");
+  if (p.has_mask) {
+    check_mask(what, in[3],
+               {merge_dims(in[0].shape[0], in[1].shape[0]), p.heads, in[0].shape[1],
+                merge_dims(in[1].shape[1], in[2].shape[1])});
+  }
   return {{in[0].dtype, Shape{in[0].shape[0], in[0].shape[1], p.heads * p.head_size}}};
 }
 
@@ -77,20 +95,10 @@ std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& 
       broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2), what);
   batch = broadcast_shapes(batch, Shape(v.begin(), v.end() - 2), what);
   if (p.has_mask) {
-    const InferInput& m = in[3];
-    KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
-               ": mask must be bool or floating, got ", dtype_name(m.dtype));
     Shape weights = batch;
     weights.push_back(L);
     weights.push_back(merge_dims(S, v[v.size() - 2]));
-    // The mask broadcasts to the attention weights [..., L, S] without growing them.
-    bool ok = m.shape.size() <= weights.size();
-    for (size_t i = 0; ok && i < m.shape.size(); ++i) {
-      const int64_t md = m.shape[m.shape.size() - 1 - i], wd = weights[weights.size() - 1 - i];
-      ok = md == 1 || dims_compatible(md, wd);
-    }
-    KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
-               " does not broadcast to the attention weights ", shape_to_string(weights));
+    check_mask(what, in[3], weights);
   }
   Shape out = batch;
   out.push_back(L);

@@ -100,38 +100,42 @@ struct Operand {
 };
 
 // The [B, rows, width] tensor and column at which `id` ([B, H, rows, E]) is the heads' column
-// ranges, traced back through shuffles and slices.
+// ranges, traced back through shuffles and slices. The farthest such tensor wins; the chain may
+// start further back (GPT-2's projection is a [B * L, 3 D] GEMM viewed as [B, L, 3 D]).
 std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
   std::vector<const Layer*> path;
-  TensorId base = id;
-  for (const Layer* l = g.produced_by(base); l && path.size() < 8; l = g.produced_by(base)) {
+  for (const Layer* l = g.produced_by(id); l && path.size() < 8;) {
     const bool view = std::holds_alternative<ShuffleParams>(l->params) ||
                       (std::holds_alternative<SliceParams>(l->params) && l->inputs.size() == 1);
     if (!view || l->inputs.empty() || !is_static(g.shape(l->inputs[0]))) break;
     path.push_back(l);
-    base = l->inputs[0];
+    l = g.produced_by(l->inputs[0]);
   }
-  const Shape& b = g.shape(base);
   const Shape& t = g.shape(id);
-  if (path.empty() || b.size() != 3 || b[0] != t[0] || b[1] != t[2]) return std::nullopt;
-  Strides st = contiguous_strides(b);
-  int64_t offset = 0;
-  for (size_t i = path.size(); i-- > 0;) {
-    const Layer& l = *path[i];
-    const Shape& in = g.shape(l.inputs[0]);
-    const Shape& out = g.shape(l.outputs[0]);
-    if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
-      const auto next = forward_shuffle(*s, in, st, out);
-      if (!next) return std::nullopt;
-      st = *next;
-    } else if (!forward_slice(std::get<SliceParams>(l.params), in, st, offset)) {
-      return std::nullopt;
+  for (size_t len = path.size(); len > 0; --len) {
+    const TensorId base = path[len - 1]->inputs[0];
+    const Shape& b = g.shape(base);
+    if (b.size() != 3 || b[0] != t[0] || b[1] != t[2]) continue;
+    Strides st = contiguous_strides(b);
+    int64_t offset = 0;
+    bool traced = true;
+    for (size_t i = len; i-- > 0 && traced;) {
+      const Layer& l = *path[i];
+      const Shape& in = g.shape(l.inputs[0]);
+      if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
+        const auto next = forward_shuffle(*s, in, st, g.shape(l.outputs[0]));
+        if (next) st = *next;
+        traced = next.has_value();
+      } else {
+        traced = forward_slice(std::get<SliceParams>(l.params), in, st, offset);
+      }
     }
+    const int64_t width = b[2], heads = t[1], e = t[3];
+    if (!traced || !same_layout(t, st, {b[1] * width, e, width, 1})) continue;
+    if (offset < 0 || offset + heads * e > width) continue;
+    return Operand{base, offset};
   }
-  const int64_t rows = b[1], width = b[2], heads = t[1], e = t[3];
-  if (!same_layout(t, st, {rows * width, e, width, 1})) return std::nullopt;
-  if (offset < 0 || offset + heads * e > width) return std::nullopt;
-  return Operand{base, offset};
+  return std::nullopt;
 }
 
 struct Merge {
@@ -239,7 +243,7 @@ int fold_attention_heads(
   int folded = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto* a = std::get_if<AttentionParams>(&layers[i].params);
-    if (!a || a->heads > 0 || a->has_mask || layers[i].inputs.size() != 3) continue;
+    if (!a || a->heads > 0 || layers[i].inputs.size() != (a->has_mask ? 4u : 3u)) continue;
     const TensorDesc &q = net.tensor(layers[i].inputs[0]), &k = net.tensor(layers[i].inputs[1]),
                      &v = net.tensor(layers[i].inputs[2]), &o = net.tensor(layers[i].outputs[0]);
     if (q.shape.size() != 4 || !is_static(q.shape) || !is_static(k.shape) || !is_static(v.shape)) {
@@ -263,6 +267,10 @@ int fold_attention_heads(
       packed.columns.push_back(src->column);
     }
     if (sources.size() != 3) continue;
+    if (a->has_mask) {  // unchanged: it broadcasts to [B, H, L, S] as it did
+      sources.push_back(layers[i].inputs[3]);
+      source_descs.push_back(net.tensor(layers[i].inputs[3]));
+    }
     const auto merge = trace_result(g, layers[i].outputs[0]);
     if (!merge || !accept(packed, source_descs, net.tensor(merge->result))) continue;
     for (size_t r : merge->layers) index.remove(r);

@@ -14,10 +14,10 @@
 
 namespace kiln::engine {
 
-// Rewrites every unmasked attention over static [B, H, L, E] operands whose operands and result
-// are such views, where `accept(packed params, q/k/v sources, output)` holds. Leaves the split
-// views behind for the builder's dead-layer removal; the merge views are removed. Returns the
-// number of attention layers rewritten.
+// Rewrites every attention over static [B, H, L, E] operands whose operands and result are
+// such views, where `accept(packed params, q/k/v sources[, the mask], output)` holds (a mask
+// stays as it is). Leaves the split views behind for the builder's dead-layer removal; the merge
+// views are removed. Returns the number of attention layers rewritten.
 int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept);

@@ -15,7 +15,8 @@
 //   sigmoid, mul); where the dtype is known, rms_norm (mean of squares, rsqrt; in f32 for
 //   f16/bf16), prelu, threshold, hardshrink, softshrink, sinc, sgn, special_entr,
 //   special_xlog1py (where, NaN kept as torch keeps it), tril/triu (a mask of run-time aranges),
-//   repeat_interleave by an int along a dim (unsqueeze, expand, reshape), trace (index_select
+//   repeat_interleave by an int along a dim (unsqueeze, expand, reshape; grouped-query
+//   scaled_dot_product_attention repeats its key/value heads so), trace (index_select
 //   of the flattened diagonal), nansum/nanmean (where), ravel; positive/resolve_neg/
 //   resolve_conj/real/conj_physical of real tensors are the tensor;
 //   the math of decompose_math.cpp (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
