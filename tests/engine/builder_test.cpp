@@ -225,6 +225,56 @@ TEST(Builder, ConstantAttentionMasksBecomeFlags) {
   }
 }
 
+// transformers' masks: a padding mask (bool [B, 1, 1, S], an input) and'ed with a constant over
+// [L, S] (all true: BERT; the causal triangle: GPT-2, Llama). The attention reads the padding
+// mask, with the causal flag for the triangle; another constant keeps the product. A batch with
+// no key kept gives zero rows on both sides.
+TEST(Builder, ConstantsAndedWithAPaddingMaskLeaveIt) {
+  const int64_t B = 3, L = 5, S = 5;
+  std::vector<uint8_t> causal(L * S), other(L * S, 1);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < S; ++j) causal[i * S + j] = j <= i;
+  }
+  other[3] = 0;
+  struct Case {
+    Weights constant;
+    bool simplified, causal;
+  };
+  for (const Case& c :
+       {Case{Weights::from_bytes(DataType::kBool, {1, 1, L, S}, causal), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {1, 1, L, 1}, std::vector<uint8_t>(L, 1)), true,
+             false},
+        Case{Weights::from_bytes(DataType::kBool, {L, S}, other), false, false}}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {B, 2, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {B, 2, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {B, 2, S, 8});
+    auto padding = net.add_input("padding", DataType::kBool, {B, 1, 1, S});
+    auto mask = net.add("mask", ElementwiseParams{BinaryOp::kAnd},
+                        {net.add_constant("constant", c.constant), padding});
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, mask}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_masks"), c.simplified ? 1 : 0) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      EXPECT_FALSE(c.simplified && std::holds_alternative<ElementwiseParams>(l.params)) << l.name;
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        EXPECT_TRUE(a->has_mask);
+        EXPECT_EQ(a->causal, c.causal);
+      }
+    }
+    std::vector<HostTensor> in;
+    for (uint64_t seed : {31, 32, 33}) {
+      in.push_back(testing::random_tensor(DataType::kF32, {B, 2, L, 8}, seed));
+    }
+    HostTensor keep(DataType::kBool, {B, 1, 1, S});
+    for (int64_t i = 0; i < B * S; ++i) keep.as<uint8_t>()[i] = i / S == 1 ? 0 : i % S < 3 + i / S;
+    in.push_back(keep);
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+  }
+}
+
 // A refittable plan keeps a mask that is one of its weights (a refit may change it), and still
 // drops one its own fill makes (all true).
 TEST(Builder, RefittablePlansKeepMasksThatAreWeights) {

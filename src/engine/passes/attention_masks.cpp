@@ -3,6 +3,8 @@
 // from shapes (transformers' GPT-2 passes its causal mask as a bool [1, 1, L, S] tensor, BERT an
 // all-true padding mask when called without one); folded to constants at build time, they would
 // otherwise be read for every score, where the kernels know these two cases by their indices.
+// The same holds for such a constant and'ed with another bool mask (a padding mask): the other is
+// the mask then.
 #include <cstring>
 
 #include "engine/passes/network_index.h"
@@ -70,22 +72,51 @@ MaskKind classify(const Weights& w, int64_t L, int64_t S) {
 int simplify_attention_masks(Network& net, const std::set<std::string>& keep) {
   const NetworkIndex index(net);
   std::vector<Layer> layers = net.layers();
+  // The constant written to `id`, if a constant layer writes it and it may be read for its values.
+  const auto constant_of = [&](TensorId id) -> const Weights* {
+    const auto p = index.producer(id);
+    if (!p) return nullptr;
+    const auto* c = std::get_if<ConstantParams>(&net.layers()[*p].params);
+    return c && !keep.count(c->weight) ? &net.weight(c->weight) : nullptr;
+  };
   int changed = 0;
   for (Layer& layer : layers) {
     auto* a = std::get_if<AttentionParams>(&layer.params);
-    if (!a || !a->has_mask || a->heads > 0 || layer.inputs.size() != 4) continue;
-    const auto p = index.producer(layer.inputs[3]);
-    if (!p) continue;
-    const auto* c = std::get_if<ConstantParams>(&net.layers()[*p].params);
-    if (!c || keep.count(c->weight)) continue;
+    if (!a || !a->has_mask || layer.inputs.size() != 4) continue;
     const Shape& q = net.tensor(layer.inputs[0]).shape;
     const Shape& k = net.tensor(layer.inputs[1]).shape;
-    const MaskKind kind = classify(net.weight(c->weight), q[q.size() - 2], k[k.size() - 2]);
-    if (kind == MaskKind::kOther) continue;
-    if (kind == MaskKind::kCausal) a->causal = true;
-    a->has_mask = false;
-    layer.inputs.resize(3);
-    ++changed;
+    const int64_t L = q[q.size() - 2], S = k[k.size() - 2];
+    if (const Weights* w = constant_of(layer.inputs[3])) {
+      const MaskKind kind = classify(*w, L, S);
+      if (kind == MaskKind::kOther) continue;
+      if (kind == MaskKind::kCausal) a->causal = true;
+      a->has_mask = false;
+      layer.inputs.resize(3);
+      ++changed;
+      continue;
+    }
+    // A bool mask that is a constant one and'ed with another (transformers' padding mask and its
+    // all-true or causal mask over [L, S]): the attention reads the other, which broadcasts to
+    // the scores as the product did, and the constant becomes nothing or the causal flag.
+    const auto p = index.producer(layer.inputs[3]);
+    if (!p) continue;
+    const Layer& product = net.layers()[*p];
+    const auto* e = std::get_if<ElementwiseParams>(&product.params);
+    if (!e || e->op != BinaryOp::kAnd || product.inputs.size() != 2 ||
+        net.tensor(product.outputs[0]).dtype != DataType::kBool) {
+      continue;
+    }
+    for (size_t side = 0; side < 2; ++side) {
+      const Weights* w = constant_of(product.inputs[side]);
+      const TensorId other = product.inputs[1 - side];
+      if (!w || net.tensor(other).dtype != DataType::kBool) continue;
+      const MaskKind kind = classify(*w, L, S);
+      if (kind == MaskKind::kOther) continue;
+      if (kind == MaskKind::kCausal) a->causal = true;
+      layer.inputs[3] = other;
+      ++changed;
+      break;
+    }
   }
   net.set_layers(std::move(layers));
   return changed;

@@ -18,7 +18,8 @@ namespace kiln::engine {
 // Layers whose inputs are all constants run once on the CPU backend and become constants (a
 // refit runs them again on the new weights); so do shape tensors whose values are known.
 int fold_constants(Network& net);
-// Constant attention masks that keep every key go; causal-triangle ones become the causal flag.
+// Constant attention masks that keep every key go; causal-triangle ones become the causal flag;
+// a bool mask that is such a constant and'ed with another mask becomes the other (with the flag).
 // Masks that are one of `keep` (a refittable plan's weights) stay as they are.
 int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {});
 // An activation after a reshape (each the other's only link) runs before it.

@@ -73,8 +73,8 @@ std::vector<Pass> make_pipeline() {
                                 : 0;
                }});
   // Masks built from shapes (causal triangles, all-true padding) become constants here, and
-  // those that say no more than a flag become it, before the attention passes below, which take
-  // only unmasked attention (the folding of the weight casts the precisions inserted is a side
+  // those that say no more than a flag become it (alone, or and'ed with a padding mask), before
+  // the attention passes below, which take unmasked attention more often (the folding of the weight casts the precisions inserted is a side
   // effect; fold_constants below takes what later passes leave).
   p.push_back({"fold_constants_early", nullptr,
                [](Network& n, const PassContext& c) { return fold_constants(n); }});
