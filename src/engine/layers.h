@@ -370,7 +370,9 @@ struct AttentionParams {
   // columns[2]; one tensor may serve all three), and the output is [B, L, heads * head_size]
   // with head h at columns h * head_size: torch's [B, heads, L, head_size] attention, with its
   // operands' and result's transposes folded away. A mask broadcasts to [B, heads, L, S].
-  int64_t heads = 0, head_size = 0;
+  // kv_heads > 0 (grouped-query attention): k and v hold kv_heads heads (a divisor of heads) and
+  // query head h reads key/value head h / (heads / kv_heads); 0: as many as q.
+  int64_t heads = 0, head_size = 0, kv_heads = 0;
   std::vector<int64_t> columns;
   template <class V>
   void fields(V& v) {
@@ -379,6 +381,7 @@ struct AttentionParams {
     v("scale", scale);
     v("heads", heads);
     v("head_size", head_size);
+    v("kv_heads", kv_heads);
     v("columns", columns);
   }
 };

@@ -41,7 +41,7 @@ TensorId split(Network& net, TensorId x, const std::string& name, int64_t parts,
 
 // o [B, H, L, E] -> [B, L, H, E] -> [B, L, H * E]: the head merge.
 TensorId merge(Network& net, TensorId o) {
-  const Shape& s = net.tensor(o).shape;
+  const Shape s = net.tensor(o).shape;  // a copy: adding layers may move the tensors
   const auto t = net.add("merge.p", permute({0, 2, 1, 3}), {o});
   return net.add("merge.r", reshape({s[0], s[2], s[1] * s[3]}), {t});
 }
@@ -184,6 +184,152 @@ TEST(AttentionHeads, MaskedAttentionFolds) {
   }
 }
 
+// Grouped-query attention (Llama's): q from [B, L, H * E], k and v from [B, S, Hkv * E] (their
+// own projections), their heads repeated to H either as transformers' repeat_kv writes it
+// (unsqueeze, broadcast by a select of the tensor with itself, reshape) or as kiln's lowering of
+// enable_gqa (a gather by the constant heads h / group), causal, with and without a padding mask.
+TEST(AttentionHeads, GroupedQueryHeadsFoldUnrepeated) {
+  const int64_t B = 2, L = 6, H = 4, Hkv = 2, E = 8, group = H / Hkv;
+  for (const bool gather : {false, true}) {
+    for (const bool masked : {false, true}) {
+      SCOPED_TRACE(std::string(gather ? "gather" : "repeat_kv") + (masked ? " masked" : ""));
+      Network net;
+      const auto xq = net.add_input("xq", DataType::kF32, {B, L, H * E});
+      const auto xkv = net.add_input("xkv", DataType::kF32, {B, L, 2 * Hkv * E});
+      const auto heads = [&](TensorId x, const std::string& name, int64_t n, int64_t col) {
+        TensorId t = x;
+        if (col >= 0) {
+          SliceParams sl;
+          sl.axes = {2}, sl.starts = {col}, sl.ends = {col + n * E}, sl.steps = {1};
+          t = net.add(name + ".s", sl, {x});
+        }
+        return net.add(name, permute({0, 2, 1, 3}),
+                       {net.add(name + ".r", reshape({B, L, n, E}), {t})});
+      };
+      const auto repeat = [&](TensorId kv, const std::string& name) {
+        if (gather) {
+          std::vector<int64_t> index;
+          for (int64_t h = 0; h < H; ++h) index.push_back(h / group);
+          GatherParams gp;
+          gp.axis = 1;
+          return net.add(name + ".rep", gp,
+                         {kv, net.add_constant(name + ".idx", Weights::from_ints({H}, index))});
+        }
+        const auto y = net.add(name + ".unsq", reshape({B, Hkv, 1, L, E}), {kv});
+        FillParams fill;
+        fill.dtype = DataType::kBool, fill.value = 1, fill.shape = {B, Hkv, group, L, E};
+        const auto cond = net.add_layer(name + ".cond", fill, {}).at(0);
+        const auto x = net.add(name + ".bc", SelectParams{}, {cond, y, y});
+        return net.add(name + ".rep", reshape({B, H, L, E}), {x});
+      };
+      AttentionParams a;
+      a.causal = true, a.has_mask = masked;
+      std::vector<TensorId> in = {heads(xq, "q", H, -1), repeat(heads(xkv, "k", Hkv, 0), "k"),
+                                  repeat(heads(xkv, "v", Hkv, Hkv * E), "v")};
+      HostTensor padding(DataType::kBool, {B, 1, 1, L});
+      for (int64_t j = 0; j < B * L; ++j) padding.as<uint8_t>()[j] = j % L < 4 + j / L;
+      if (masked) in.push_back(net.add_input("mask", DataType::kBool, {B, 1, 1, L}));
+      net.mark_output(merge(net, net.add("attn", a, in)), "y");
+      std::vector<HostTensor> inputs = {random_tensor(DataType::kF32, {B, L, H * E}, 11),
+                                        random_tensor(DataType::kF32, {B, L, 2 * Hkv * E}, 12)};
+      if (masked) inputs.push_back(padding);
+      const Built b = run_both(net, inputs);
+      EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+      EXPECT_EQ(count_views(b.plan.network), 0);
+      for (const Layer& l : b.plan.network.layers()) {
+        EXPECT_FALSE(std::holds_alternative<GatherParams>(l.params) ||
+                     std::holds_alternative<SelectParams>(l.params))
+            << l.name;
+        if (const auto* p = std::get_if<AttentionParams>(&l.params)) {
+          EXPECT_EQ(p->heads, H);
+          EXPECT_EQ(p->kv_heads, Hkv);
+          EXPECT_EQ(p->columns, (std::vector<int64_t>{0, 0, Hkv * E}));
+        }
+      }
+      EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+    }
+  }
+}
+
+// Llama's attention: rotary embeddings computed on the split heads of q and k (halves sliced,
+// one negated, concatenated, multiplied by cos and sin tables over [L, E], added), k and v with
+// fewer heads repeated (repeat_kv, or kiln's gather of enable_gqa), causal. The head permutes move below the rotary layers, so
+// the attention reads packed, grouped heads and no shuffle is left; the values do not change. A
+// permute whose computed heads are also a network output stays where it is.
+TEST(AttentionHeads, RotaryHeadsFoldAfterTheirPermutesMoveDown) {
+  const int64_t B = 2, L = 6, H = 4, Hkv = 2, E = 8, group = H / Hkv;
+  for (const auto& [also_output, gather] : {std::pair{false, false}, {false, true}, {true, false}}) {
+    SCOPED_TRACE(std::to_string(also_output) + std::to_string(gather));
+    Network net;
+    const auto xq = net.add_input("xq", DataType::kF32, {B, L, H * E});
+    const auto xk = net.add_input("xk", DataType::kF32, {B, L, Hkv * E});
+    const auto xv = net.add_input("xv", DataType::kF32, {B, L, Hkv * E});
+    const auto cos = testing::random_constant(net, "cos", {1, 1, L, E}, 13);
+    const auto sin = testing::random_constant(net, "sin", {1, 1, L, E}, 14);
+    const auto split = [&](TensorId x, const std::string& name, int64_t n) {
+      return net.add(name, permute({0, 2, 1, 3}),
+                     {net.add(name + ".r", reshape({B, L, n, E}), {x})});
+    };
+    const auto rotary = [&](TensorId x, const std::string& name) {
+      SliceParams lo, hi;
+      lo.axes = hi.axes = {3}, lo.steps = hi.steps = {1};
+      lo.starts = {0}, lo.ends = {E / 2}, hi.starts = {E / 2}, hi.ends = {E};
+      const auto x1 = net.add(name + ".x1", lo, {x});
+      const auto x2 = net.add(name + ".x2", hi, {x});
+      ConcatParams cat;
+      cat.axis = -1;
+      const auto rot = net.add(name + ".rot", cat,
+                               {net.add(name + ".neg", UnaryParams{UnaryOp::kNeg}, {x2}), x1});
+      const auto a = net.add(name + ".c", ElementwiseParams{BinaryOp::kMul}, {x, cos});
+      const auto b = net.add(name + ".s", ElementwiseParams{BinaryOp::kMul}, {rot, sin});
+      return net.add(name + ".emb", ElementwiseParams{BinaryOp::kAdd}, {a, b});
+    };
+    const auto repeat = [&, gather = gather](TensorId kv, const std::string& name) {
+      if (gather) {
+        std::vector<int64_t> index;
+        for (int64_t h = 0; h < H; ++h) index.push_back(h / group);
+        GatherParams gp;
+        gp.axis = 1;
+        return net.add(name + ".rep", gp,
+                       {kv, net.add_constant(name + ".idx", Weights::from_ints({H}, index))});
+      }
+      const auto y = net.add(name + ".unsq", reshape({B, Hkv, 1, L, E}), {kv});
+      FillParams fill;
+      fill.dtype = DataType::kBool, fill.value = 1, fill.shape = {B, Hkv, group, L, E};
+      const auto x = net.add(name + ".bc", SelectParams{},
+                             {net.add_layer(name + ".cond", fill, {}).at(0), y, y});
+      return net.add(name + ".rep", reshape({B, H, L, E}), {x});
+    };
+    const auto q = rotary(split(xq, "q", H), "q");
+    AttentionParams a;
+    a.causal = true;
+    const auto o = net.add("attn", a,
+                           {q, repeat(rotary(split(xk, "k", Hkv), "k"), "k"),
+                            repeat(split(xv, "v", Hkv), "v")});
+    net.mark_output(merge(net, o), "y");
+    if (also_output) net.mark_output(q, "q");
+    const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {B, L, H * E}, 15),
+                                        random_tensor(DataType::kF32, {B, L, Hkv * E}, 16),
+                                        random_tensor(DataType::kF32, {B, L, Hkv * E}, 17)};
+    const Built b = run_both(net, in);
+    if (also_output) {
+      EXPECT_EQ(b.report.changes("attention_heads"), 0) << b.report.to_string();
+    } else {
+      EXPECT_EQ(b.report.changes("head_permutes"), 2) << b.report.to_string();  // q and k
+      EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+      EXPECT_EQ(b.report.shuffles, 0) << b.report.to_string();
+      for (const Layer& l : b.plan.network.layers()) {
+        if (const auto* p = std::get_if<AttentionParams>(&l.params)) {
+          EXPECT_EQ(p->kv_heads, Hkv);
+        }
+      }
+    }
+    for (size_t i = 0; i < b.folded.size(); ++i) {
+      EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6)) << i;
+    }
+  }
+}
+
 // What must stay: a result that is also a network output, an operand computed rather than
 // viewed, and a merge into another layout ([B, H * E, L]).
 TEST(AttentionHeads, OnlyViewsFold) {
@@ -251,6 +397,12 @@ TEST(AttentionHeads, PackedLayersAreValidated) {
   bad = AttentionParams{};
   bad.columns = {0, 0, 0};
   expect_error(bad, "for packed heads");
+  bad = p;
+  bad.kv_heads = 3;  // of 2 query heads
+  expect_error(bad, "3 key/value heads do not divide 2 query heads");
+  bad = p;
+  bad.heads = 4, bad.kv_heads = 2, bad.head_size = 4, bad.columns = {0, 0, 20};  // v: 2 x 4 > 4
+  expect_error(bad, "v [2, 5, 24] has no 2 heads of 4 at column 20");
   // A mask broadcasts to [B, heads, L, S] = [2, 2, 5, 5].
   AttentionParams masked = p;
   masked.has_mask = true;

@@ -195,6 +195,15 @@ TEST(CudaAttention, PackedHeadsF16AndBf16) {
                   rtol, atol);
     masked.causal = false;
     compare_layer(masked, {qkv, qkv, qkv, random_tensor(dtype, {4, 130, 130}, seed++)}, rtol, atol);
+    // Grouped-query heads: 8 query heads over 2 key/value heads (q, k and v in one [B, L, (8 + 2
+    // + 2) * 64] projection, Llama's layout), causal with a padding mask; and one key/value head.
+    AttentionParams gqa;
+    gqa.causal = true, gqa.has_mask = true;
+    gqa.heads = 8, gqa.head_size = 64, gqa.kv_heads = 2, gqa.columns = {0, 512, 640};
+    const HostTensor fused = random_tensor(dtype, {2, 130, 768}, seed++);
+    compare_layer(gqa, {fused, fused, fused, padding}, rtol, atol);
+    gqa.has_mask = false, gqa.kv_heads = 1, gqa.columns = {0, 512, 576};
+    compare_layer(gqa, {fused, fused, fused}, rtol, atol);
   }
 }
 

@@ -168,9 +168,9 @@ void attend_plain(const AttentionParams& p, const TensorView& q, const TensorVie
   attend(p, pr);
 }
 
-// Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h, and the
-// result is [B, L, heads * E]: the heads are read and written in place, as strided matrices;
-// a mask broadcasts to [B, heads, L, S].
+// Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h (of k and v:
+// h / (heads / kv_heads) with grouped-query attention), and the result is [B, L, heads * E]: the
+// heads are read and written in place, as strided matrices; a mask broadcasts to [B, heads, L, S].
 void attend_packed(const AttentionParams& p, const float* const data[3],
                    const std::vector<TensorView>& in, float* out, const Shape& out_shape) {
   const int64_t B = out_shape[0], L = out_shape[1], H = p.heads, E = p.head_size;
@@ -181,12 +181,16 @@ void attend_packed(const AttentionParams& p, const float* const data[3],
   pr.E = E;
   pr.Ev = E;
   Matrices* ops[3] = {&pr.q, &pr.k, &pr.v};
+  // Grouped-query attention: query head h reads key/value head h / group.
+  const int64_t group = p.kv_heads > 0 ? H / p.kv_heads : 1;
   for (size_t i = 0; i < 3; ++i) {
     const int64_t rows = in[i].shape[1], width = in[i].shape[2], col = p.columns[i];
     ops[i]->data = data[i];
     ops[i]->ld = width;
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) ops[i]->offset.push_back(b * rows * width + col + h * E);
+      for (int64_t h = 0; h < H; ++h) {
+        ops[i]->offset.push_back(b * rows * width + col + (i == 0 ? h : h / group) * E);
+      }
     }
   }
   pr.out = out;

@@ -177,6 +177,7 @@ struct FlashArgs {
   void* out;
   FlashOperand qo, ko, vo, oo;
   int64_t batch, heads;  // batch counts (b, h) pairs: b = index / heads
+  int64_t kv_group;      // k and v: head h / kv_group (grouped-query attention; 1: head h)
   int L, S;              // (run_flash checks they fit)
   float scale_log2;      // scale * log2(e): the softmax works in base 2
   bool causal;
@@ -454,10 +455,10 @@ __device__ __forceinline__ void store_rows(const FlashRows<E>& st, T* om, const 
 template <class T>
 __device__ __forceinline__ void matrices_of(const FlashArgs& a, int64_t bh, const T*& q,
                                             const T*& k, const T*& v, T*& out) {
-  const int64_t b = bh / a.heads, h = bh % a.heads;
+  const int64_t b = bh / a.heads, h = bh % a.heads, kvh = h / a.kv_group;
   q = static_cast<const T*>(a.q) + b * a.qo.batch + h * a.qo.head;
-  k = static_cast<const T*>(a.k) + b * a.ko.batch + h * a.ko.head;
-  v = static_cast<const T*>(a.v) + b * a.vo.batch + h * a.vo.head;
+  k = static_cast<const T*>(a.k) + b * a.ko.batch + kvh * a.ko.head;
+  v = static_cast<const T*>(a.v) + b * a.vo.batch + kvh * a.vo.head;
   out = static_cast<T*>(a.out) + b * a.oo.batch + h * a.oo.head;
 }
 
@@ -795,7 +796,7 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   a.q = q.data, a.k = k.data, a.v = v.data, a.out = out.data;
   a.L = static_cast<int>(q.shape[q.shape.size() - 2]);
   a.S = static_cast<int>(k.shape[k.shape.size() - 2]);
-  a.batch = volume(batch_of(out.shape)), a.heads = 1;
+  a.batch = volume(batch_of(out.shape)), a.heads = 1, a.kv_group = 1;
   const int64_t E = q.shape.back();
   a.qo = a.oo = FlashOperand{a.L * E, 0, E};
   a.ko = a.vo = FlashOperand{a.S * E, 0, E};
@@ -808,7 +809,8 @@ void flash_attention(KernelArgs& args, const AttentionParams& p) {
   run_flash(args, a, p, q.dtype, E);
 }
 
-// Packed heads: matrix (b, h) of operand i starts at column columns[i] + h * E of batch b.
+// Packed heads: matrix (b, h) of operand i starts at column columns[i] + h * E of batch b (k and
+// v: head h / (heads / kv_heads)).
 void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
   const std::vector<TensorView>& in = args.inputs;
   const TensorView& out = args.outputs[0];
@@ -820,6 +822,7 @@ void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
   a.q = at(0), a.k = at(1), a.v = at(2), a.out = out.data;
   a.L = static_cast<int>(out.shape[1]), a.S = static_cast<int>(in[1].shape[1]);
   a.batch = out.shape[0] * p.heads, a.heads = p.heads;
+  a.kv_group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
   const auto operand = [&](const TensorView& t) {
     return FlashOperand{t.shape[1] * t.shape[2], E, t.shape[2]};
   };

@@ -37,6 +37,9 @@ std::vector<InferOutput> infer_packed(const std::string& what, const AttentionPa
              " and ", p.columns.size(), " offsets");
   KILN_CHECK(p.heads <= (int64_t{1} << 24) && p.head_size <= (int64_t{1} << 24), InvalidArgument,
              what, ": ", p.heads, " heads of ", p.head_size, " is out of range");
+  KILN_CHECK(p.kv_heads >= 0 && (p.kv_heads == 0 || p.heads % p.kv_heads == 0), InvalidArgument,
+             what, ": ", p.kv_heads, " key/value heads do not divide ", p.heads, " query heads");
+  const int64_t kv_heads = p.kv_heads > 0 ? p.kv_heads : p.heads;
   const char* names[] = {"q", "k", "v"};
   for (size_t i = 0; i < 3; ++i) {
     const Shape& s = in[i].shape;
@@ -45,9 +48,9 @@ std::vector<InferOutput> infer_packed(const std::string& what, const AttentionPa
     KILN_CHECK(is_floating(in[i].dtype) && in[i].dtype == in[0].dtype, InvalidArgument, what,
                ": q, k, v must share one floating dtype, got ", dtype_name(in[0].dtype), ", ",
                dtype_name(in[1].dtype), ", ", dtype_name(in[2].dtype));
-    const int64_t col = p.columns[i];
-    KILN_CHECK(s[2] != kDynamic && col >= 0 && col <= s[2] && p.heads * p.head_size <= s[2] - col,
-               ShapeMismatch, what, ": ", names[i], " ", shape_to_string(s), " has no ", p.heads,
+    const int64_t col = p.columns[i], h = i == 0 ? p.heads : kv_heads;
+    KILN_CHECK(s[2] != kDynamic && col >= 0 && col <= s[2] && h * p.head_size <= s[2] - col,
+               ShapeMismatch, what, ": ", names[i], " ", shape_to_string(s), " has no ", h,
                " heads of ", p.head_size, " at column ", col);
     KILN_CHECK(dims_compatible(s[0], in[0].shape[0]), ShapeMismatch, what,
                ": q, k, v batches differ (", shape_to_string(in[0].shape), ", ", shape_to_string(s),
@@ -73,8 +76,8 @@ std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& 
   const std::string what = "layer `" + layer + "` (attention)";
   KILN_CHECK(p.heads >= 0, InvalidArgument, what, ": heads ", p.heads, " is negative");
   if (p.heads > 0) return infer_packed(what, p, in);
-  KILN_CHECK(p.head_size == 0 && p.columns.empty(), InvalidArgument, what,
-             ": head_size and columns are for packed heads (heads > 0)");
+  KILN_CHECK(p.head_size == 0 && p.columns.empty() && p.kv_heads == 0, InvalidArgument, what,
+             ": head_size, kv_heads and columns are for packed heads (heads > 0)");
   const char* names[] = {"q", "k", "v", "mask"};
   for (size_t i = 0; i < 3; ++i) {
     KILN_CHECK(in[i].shape.size() >= 2, InvalidArgument, what, ": ", names[i],

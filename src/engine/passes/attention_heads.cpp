@@ -95,7 +95,7 @@ struct Graph {
 };
 
 struct Operand {
-  TensorId base;
+  TensorId base;  // [B, rows, ...]: a reshape to [B, rows, width] makes it the packed operand
   int64_t column;
 };
 
@@ -115,7 +115,8 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
   for (size_t len = path.size(); len > 0; --len) {
     const TensorId base = path[len - 1]->inputs[0];
     const Shape& b = g.shape(base);
-    if (b.size() != 3 || b[0] != t[0] || b[1] != t[2]) continue;
+    // [B, rows, width], or [B, rows, ...] read as [B, rows, width] (a contiguous view).
+    if (b.size() < 3 || b[0] != t[0] || b[1] != t[2] || b[0] * b[1] == 0) continue;
     Strides st = contiguous_strides(b);
     int64_t offset = 0;
     bool traced = true;
@@ -130,12 +131,96 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
         traced = forward_slice(std::get<SliceParams>(l.params), in, st, offset);
       }
     }
-    const int64_t width = b[2], heads = t[1], e = t[3];
+    const int64_t width = volume(b) / (b[0] * b[1]), heads = t[1], e = t[3];
     if (!traced || !same_layout(t, st, {b[1] * width, e, width, 1})) continue;
     if (offset < 0 || offset + heads * e > width) continue;
     return Operand{base, offset};
   }
   return std::nullopt;
+}
+
+// A reshape alone (no permutation), from `in` to `out` shapes.
+bool is_reshape(const Layer& l) {
+  const auto* s = std::get_if<ShuffleParams>(&l.params);
+  return s && l.inputs.size() == 1 && s->first_perm.empty() && s->second_perm.empty();
+}
+
+// A slice that keeps every element (step 1, the whole of each sliced dim).
+bool is_full_slice(const Graph& g, const Layer& l) {
+  const auto* s = std::get_if<SliceParams>(&l.params);
+  if (!s || l.inputs.size() != 1 || s->starts.size() != s->axes.size() ||
+      s->ends.size() != s->axes.size() || s->steps.size() != s->axes.size()) {
+    return false;
+  }
+  const Shape& in = g.shape(l.inputs[0]);
+  for (size_t j = 0; j < s->axes.size(); ++j) {
+    const int64_t a = s->axes[j] < 0 ? s->axes[j] + static_cast<int64_t>(in.size()) : s->axes[j];
+    if (a < 0 || a >= static_cast<int64_t>(in.size()) || s->steps[j] != 1 || s->starts[j] != 0 ||
+        s->ends[j] < in[static_cast<size_t>(a)]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The nearest tensor of shape `want` that `id` is, in element order, through reshapes and
+// slices keeping every element (torch's `x[:, :, None]` spellings of an unsqueeze).
+std::optional<TensorId> same_elements_as(const Graph& g, TensorId id, const Shape& want) {
+  for (int depth = 0; depth < 8; ++depth) {
+    if (g.shape(id) == want) return id;
+    const Layer* l = g.produced_by(id);
+    if (!l || !(is_reshape(*l) || is_full_slice(g, *l))) return std::nullopt;
+    id = l->inputs[0];
+  }
+  return std::nullopt;
+}
+
+struct Repeat {
+  TensorId source;  // [B, Hkv, S, E]
+  int64_t group;    // H / Hkv
+};
+
+// Key or value heads repeated for grouped-query attention: `id` ([B, H, S, E]) is head h / group
+// of a [B, Hkv, S, E] tensor, as transformers' repeat_kv writes it (unsqueeze to [B, Hkv, 1, S,
+// E], a broadcast to [B, Hkv, group, S, E] (a select of the tensor with itself), reshape) or
+// kiln's lowering of enable_gqa (a gather of the heads by the constant indices h / group).
+std::optional<Repeat> repeated_heads(const Graph& g, TensorId id) {
+  const Shape& t = g.shape(id);
+  const Layer* l = g.produced_by(id);
+  if (!l || t.size() != 4 || !is_static(t)) return std::nullopt;
+  if (const auto* gather = std::get_if<GatherParams>(&l->params)) {
+    if (gather->mode != GatherMode::kDefault || (gather->axis != 1 && gather->axis != -3) ||
+        l->inputs.size() != 2) {
+      return std::nullopt;
+    }
+    const Shape& s = g.shape(l->inputs[0]);
+    const Layer* c = g.produced_by(l->inputs[1]);
+    const auto* constant = c ? std::get_if<ConstantParams>(&c->params) : nullptr;
+    if (s.size() != 4 || s[1] <= 0 || t[1] % s[1] != 0 || !constant) return std::nullopt;
+    const Weights& w = g.net.weight(constant->weight);
+    const int64_t group = t[1] / s[1];
+    if (w.dtype != DataType::kI64 || w.shape != Shape{t[1]} || !w.data) return std::nullopt;
+    const auto* index = reinterpret_cast<const int64_t*>(w.data->data());
+    for (int64_t h = 0; h < t[1]; ++h) {
+      if (index[h] != h / group) return std::nullopt;
+    }
+    return Repeat{l->inputs[0], group};
+  }
+  // reshape [B, Hkv, group, S, E] -> [B, H, S, E] of select(c, y, y), y [B, Hkv, 1, S, E] the
+  // elements of a [B, Hkv, S, E] tensor.
+  if (!is_reshape(*l)) return std::nullopt;
+  const Shape& x = g.shape(l->inputs[0]);
+  const Layer* sel = g.produced_by(l->inputs[0]);
+  if (x.size() != 5 || !sel || !std::holds_alternative<SelectParams>(sel->params) ||
+      sel->inputs.size() != 3 || sel->inputs[1] != sel->inputs[2]) {
+    return std::nullopt;
+  }
+  if (g.shape(sel->inputs[1]) != Shape{x[0], x[1], 1, x[3], x[4]} || x[1] * x[2] != t[1]) {
+    return std::nullopt;
+  }
+  const auto source = same_elements_as(g, sel->inputs[1], Shape{x[0], x[1], x[3], x[4]});
+  if (!source) return std::nullopt;
+  return Repeat{*source, x[2]};
 }
 
 struct Merge {
@@ -241,6 +326,9 @@ int fold_attention_heads(
   NetworkIndex index(net, layers);
   const Graph g{net, layers, index};
   int folded = 0;
+  // Per rewritten attention layer: the reshapes to put before it, and its inputs they replace.
+  std::map<size_t, std::vector<Layer>> reshapes;
+  std::map<size_t, std::vector<std::pair<size_t, TensorId>>> swaps;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto* a = std::get_if<AttentionParams>(&layers[i].params);
     if (!a || a->heads > 0 || layers[i].inputs.size() != (a->has_mask ? 4u : 3u)) continue;
@@ -257,13 +345,22 @@ int fold_attention_heads(
     }
     AttentionParams packed = *a;
     packed.heads = H, packed.head_size = E;
+    // Grouped-query attention: k and v both heads repeated by one group.
+    const auto rk = repeated_heads(g, layers[i].inputs[1]);
+    const auto rv = repeated_heads(g, layers[i].inputs[2]);
+    const bool grouped = rk && rv && rk->group == rv->group && rk->group > 1;
+    if (grouped) packed.kv_heads = H / rk->group;
     std::vector<TensorId> sources;
     std::vector<TensorDesc> source_descs;
     for (size_t j = 0; j < 3; ++j) {
-      const auto src = trace_operand(g, layers[i].inputs[j]);
+      TensorId operand = layers[i].inputs[j];
+      if (grouped && j > 0) operand = (j == 1 ? rk : rv)->source;
+      const auto src = trace_operand(g, operand);
       if (!src) break;
       sources.push_back(src->base);
-      source_descs.push_back(net.tensor(src->base));
+      TensorDesc d = net.tensor(src->base);
+      d.shape = {d.shape[0], d.shape[1], volume(d.shape) / (d.shape[0] * d.shape[1])};
+      source_descs.push_back(d);
       packed.columns.push_back(src->column);
     }
     if (sources.size() != 3) continue;
@@ -277,12 +374,34 @@ int fold_attention_heads(
     Layer rewritten{layers[i].name, packed, sources, {merge->result}};
     index.replace(i, layers[i], rewritten);
     layers[i] = std::move(rewritten);
+    // Sources of more than 3 dims ([B, rows, H, E]: computed on the unpermuted heads) are read
+    // through a reshape to [B, rows, width] (a view at run time), one per source.
+    std::map<TensorId, TensorId> flat;
+    for (size_t j = 0; j < 3; ++j) {
+      const TensorId base = sources[j];
+      if (net.tensor(base).shape.size() == 3) continue;
+      if (!flat.count(base)) {
+        TensorDesc d = source_descs[j];
+        d.name += ":packed:" + layers[i].name;
+        d.values.reset();
+        const TensorId id = net.add_tensor(d);
+        ShuffleParams r;
+        r.has_reshape = true;
+        r.reshape = d.shape;
+        reshapes[i].push_back(Layer{d.name, r, {base}, {id}});
+        flat[base] = id;
+      }
+      swaps[i].emplace_back(j, flat[base]);
+    }
     ++folded;
   }
   if (folded == 0) return 0;
   std::vector<Layer> kept;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (!index.removed(i)) kept.push_back(std::move(layers[i]));
+    if (index.removed(i)) continue;
+    for (Layer& r : reshapes[i]) kept.push_back(std::move(r));
+    for (const auto& [j, id] : swaps[i]) layers[i].inputs[j] = id;
+    kept.push_back(std::move(layers[i]));
   }
   net.set_layers(std::move(kept));
   return folded;

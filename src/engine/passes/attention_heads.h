@@ -3,7 +3,9 @@
 // [B, H, L, E]) and its result is merged back (permute [B, L, H, E] -> reshape [B, L, H * E]).
 // Those shuffles and slices are views: when each operand is, in effect, column ranges of a
 // [B, rows, width] tensor and the result goes into a [B, L, H * E] tensor, the attention layer
-// takes them packed (AttentionParams::heads) and the views disappear from the plan.
+// takes them packed (AttentionParams::heads) and the views disappear from the plan. Keys and
+// values whose heads are repeated for grouped-query attention (transformers' repeat_kv, kiln's
+// lowering of enable_gqa) are read from the unrepeated heads (AttentionParams::kv_heads).
 #pragma once
 
 #include <functional>

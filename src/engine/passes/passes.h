@@ -22,6 +22,10 @@ int fold_constants(Network& net);
 // a bool mask that is such a constant and'ed with another mask becomes the other (with the flag).
 // Masks that are one of `keep` (a refittable plan's weights) stay as they are.
 int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {});
+// A head-split permute ([B, L, H, E] -> [B, H, L, E]) whose tensor is computed on (rotary
+// embeddings: slices, concats, elementwise ops with constants) before only attention operands
+// read it moves below those layers, onto the operands, where attention_heads takes it as a view.
+int sink_head_permutes(Network& net);
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.

@@ -92,6 +92,11 @@ std::vector<Pass> make_pipeline() {
   // After the decomposition, whose matmuls are f32 ones too.
   p.push_back({"tf32", [](const PassContext& c) { return c.backend.tf32 && c.config.tf32; },
                [](Network& n, const PassContext&) { return allow_tf32(n); }});
+  // Before the head folding, which then finds the permutes on the attention operands; after the
+  // early folding (rotary tables are constants by then).
+  p.push_back({"head_permutes",
+               [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
+               [](Network& n, const PassContext&) { return sink_head_permutes(n); }});
   // After the precisions (the cuda kernel takes packed heads in f16/bf16 only), before folding
   // and dead-layer removal, which clear the head-split views it leaves behind.
   p.push_back({"attention_heads",
