@@ -46,6 +46,30 @@ TensorId merge(Network& net, TensorId o) {
   return net.add("merge.r", reshape({s[0], s[2], s[1] * s[3]}), {t});
 }
 
+// Key/value heads kv ([B, Hkv, S, E]) repeated `group` times to [B, Hkv * group, S, E] for
+// grouped-query attention: by a gather of the heads h / group (kiln's lowering of enable_gqa), or
+// as transformers' repeat_kv writes it (unsqueeze, a broadcast by a select of the tensor with
+// itself, reshape).
+TensorId repeat_heads(Network& net, TensorId kv, const std::string& name, int64_t group,
+                      bool gather) {
+  const Shape s = net.tensor(kv).shape;
+  const int64_t B = s[0], Hkv = s[1], S = s[2], E = s[3], H = Hkv * group;
+  if (gather) {
+    std::vector<int64_t> index;
+    for (int64_t h = 0; h < H; ++h) index.push_back(h / group);
+    GatherParams gp;
+    gp.axis = 1;
+    return net.add(name + ".rep", gp,
+                   {kv, net.add_constant(name + ".idx", Weights::from_ints({H}, index))});
+  }
+  const auto y = net.add(name + ".unsq", reshape({B, Hkv, 1, S, E}), {kv});
+  FillParams fill;
+  fill.dtype = DataType::kBool, fill.value = 1, fill.shape = {B, Hkv, group, S, E};
+  const auto x =
+      net.add(name + ".bc", SelectParams{}, {net.add_layer(name + ".cond", fill, {}).at(0), y, y});
+  return net.add(name + ".rep", reshape({B, H, S, E}), {x});
+}
+
 struct Built {
   std::vector<HostTensor> folded, unbuilt;
   BuildReport report;
@@ -207,20 +231,7 @@ TEST(AttentionHeads, GroupedQueryHeadsFoldUnrepeated) {
                        {net.add(name + ".r", reshape({B, L, n, E}), {t})});
       };
       const auto repeat = [&](TensorId kv, const std::string& name) {
-        if (gather) {
-          std::vector<int64_t> index;
-          for (int64_t h = 0; h < H; ++h) index.push_back(h / group);
-          GatherParams gp;
-          gp.axis = 1;
-          return net.add(name + ".rep", gp,
-                         {kv, net.add_constant(name + ".idx", Weights::from_ints({H}, index))});
-        }
-        const auto y = net.add(name + ".unsq", reshape({B, Hkv, 1, L, E}), {kv});
-        FillParams fill;
-        fill.dtype = DataType::kBool, fill.value = 1, fill.shape = {B, Hkv, group, L, E};
-        const auto cond = net.add_layer(name + ".cond", fill, {}).at(0);
-        const auto x = net.add(name + ".bc", SelectParams{}, {cond, y, y});
-        return net.add(name + ".rep", reshape({B, H, L, E}), {x});
+        return repeat_heads(net, kv, name, group, gather);
       };
       AttentionParams a;
       a.causal = true, a.has_mask = masked;
@@ -285,20 +296,7 @@ TEST(AttentionHeads, RotaryHeadsFoldAfterTheirPermutesMoveDown) {
       return net.add(name + ".emb", ElementwiseParams{BinaryOp::kAdd}, {a, b});
     };
     const auto repeat = [&, gather = gather](TensorId kv, const std::string& name) {
-      if (gather) {
-        std::vector<int64_t> index;
-        for (int64_t h = 0; h < H; ++h) index.push_back(h / group);
-        GatherParams gp;
-        gp.axis = 1;
-        return net.add(name + ".rep", gp,
-                       {kv, net.add_constant(name + ".idx", Weights::from_ints({H}, index))});
-      }
-      const auto y = net.add(name + ".unsq", reshape({B, Hkv, 1, L, E}), {kv});
-      FillParams fill;
-      fill.dtype = DataType::kBool, fill.value = 1, fill.shape = {B, Hkv, group, L, E};
-      const auto x = net.add(name + ".bc", SelectParams{},
-                             {net.add_layer(name + ".cond", fill, {}).at(0), y, y});
-      return net.add(name + ".rep", reshape({B, H, L, E}), {x});
+      return repeat_heads(net, kv, name, group, gather);
     };
     const auto q = rotary(split(xq, "q", H), "q");
     AttentionParams a;
