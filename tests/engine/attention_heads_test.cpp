@@ -181,8 +181,8 @@ TEST(AttentionHeads, MaskedAttentionFolds) {
   const HostTensor in = random_tensor(DataType::kF32, {B, L, 3 * H * E}, 6);
   HostTensor padding(DataType::kBool, {B, 1, 1, L});
   for (int64_t j = 0; j < L; ++j) {
-    padding.as<bool>()[j] = j < 4;       // batch 0: 4 keys
-    padding.as<bool>()[L + j] = false;   // batch 1: none (a zero output, as torch's flash)
+    padding.as<bool>()[j] = j < 4;      // batch 0: 4 keys
+    padding.as<bool>()[L + j] = false;  // batch 1: none (a zero output, as torch's flash)
   }
   const std::vector<std::pair<HostTensor, bool>> masks = {
       {padding, false},
@@ -264,12 +264,13 @@ TEST(AttentionHeads, GroupedQueryHeadsFoldUnrepeated) {
 
 // Llama's attention: rotary embeddings computed on the split heads of q and k (halves sliced,
 // one negated, concatenated, multiplied by cos and sin tables over [L, E], added), k and v with
-// fewer heads repeated (repeat_kv, or kiln's gather of enable_gqa), causal. The head permutes move below the rotary layers, so
-// the attention reads packed, grouped heads and no shuffle is left; the values do not change. A
-// permute whose computed heads are also a network output stays where it is.
+// fewer heads repeated (repeat_kv, or kiln's gather of enable_gqa), causal. The head permutes move
+// below the rotary layers, so the attention reads packed, grouped heads and no shuffle is left; the
+// values do not change. A permute whose computed heads are also a network output stays where it is.
 TEST(AttentionHeads, RotaryHeadsFoldAfterTheirPermutesMoveDown) {
   const int64_t B = 2, L = 6, H = 4, Hkv = 2, E = 8, group = H / Hkv;
-  for (const auto& [also_output, gather] : {std::pair{false, false}, {false, true}, {true, false}}) {
+  for (const auto& [also_output, gather] :
+       {std::pair{false, false}, {false, true}, {true, false}}) {
     SCOPED_TRACE(std::to_string(also_output) + std::to_string(gather));
     Network net;
     const auto xq = net.add_input("xq", DataType::kF32, {B, L, H * E});
@@ -301,9 +302,9 @@ TEST(AttentionHeads, RotaryHeadsFoldAfterTheirPermutesMoveDown) {
     const auto q = rotary(split(xq, "q", H), "q");
     AttentionParams a;
     a.causal = true;
-    const auto o = net.add("attn", a,
-                           {q, repeat(rotary(split(xk, "k", Hkv), "k"), "k"),
-                            repeat(split(xv, "v", Hkv), "v")});
+    const auto o = net.add(
+        "attn", a,
+        {q, repeat(rotary(split(xk, "k", Hkv), "k"), "k"), repeat(split(xv, "v", Hkv), "v")});
     net.mark_output(merge(net, o), "y");
     if (also_output) net.mark_output(q, "q");
     const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {B, L, H * E}, 15),

@@ -480,15 +480,19 @@ TEST(DecomposeOps, GroupedQueryAttentionRepeatsKeyAndValueHeads) {
           std::string("graph(%q : Tensor, %k : Tensor, %v : Tensor, %m : Tensor):\n"
                       "  %none : NoneType = prim::Constant()\n"
                       "  %drop : float = prim::Constant[value=0.]()\n") +
-          "  %causal : bool = prim::Constant[value=" + (form == "causal" ? "1" : "0") + "]()\n"
+          "  %causal : bool = prim::Constant[value=" + (form == "causal" ? "1" : "0") +
+          "]()\n"
           "  %gqa : bool = prim::Constant[value=1]()\n"
           "  %y : Tensor = aten::scaled_dot_product_attention(%q, %k, %v, " +
-          (form == "mask" ? "%m" : "%none") + ", %drop, %causal, %none, %gqa)\n"
+          (form == "mask" ? "%m" : "%none") +
+          ", %drop, %causal, %none, %gqa)\n"
           "  return (%y)");
       auto before = g->copy();
       EXPECT_TRUE(decompose_ops(g));
-      EXPECT_TRUE(testing::file_check("CHECK: aten::index_select\nCHECK: aten::index_select\n"
-                                      "CHECK: aten::scaled_dot_product_attention", *g));
+      EXPECT_TRUE(
+          testing::file_check("CHECK: aten::index_select\nCHECK: aten::index_select\n"
+                              "CHECK: aten::scaled_dot_product_attention",
+                              *g));
       torch::manual_seed(kv);
       auto keep = torch::rand({2, 1, 5, 7}) > 0.3;
       keep.select(3, 0).fill_(true);

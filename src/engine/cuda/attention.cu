@@ -841,9 +841,8 @@ void attention_kernel(KernelArgs& args) {
                "`: packed attention heads run on the flash kernel only (f16 or ",
                "bf16, head size a multiple of 16 up to 128, rows and column offsets in multiples ",
                "of 8 elements, fewer than 2^30 query and key rows, a bool or float mask); got ",
-               dtype_name(out.dtype),
-               ", head size ", p.head_size, ", ", out.shape[1], " query and ",
-               args.inputs[1].shape[1], " key rows");
+               dtype_name(out.dtype), ", head size ", p.head_size, ", ", out.shape[1],
+               " query and ", args.inputs[1].shape[1], " key rows");
     flash_attention_packed(args, p);
     return;
   }

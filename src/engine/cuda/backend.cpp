@@ -391,8 +391,7 @@ bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, Dat
 }
 
 bool fused_attention_mask_applies(DataType t) {
-  return t == DataType::kBool || t == DataType::kF16 || t == DataType::kBF16 ||
-         t == DataType::kF32;
+  return t == DataType::kBool || t == DataType::kF16 || t == DataType::kBF16 || t == DataType::kF32;
 }
 
 namespace {

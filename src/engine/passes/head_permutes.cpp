@@ -180,7 +180,8 @@ class Sinker {
       if (exits_.count(y)) {  // the attention (or the repeat) reads y: permuted again, once
         ShuffleParams sp;
         sp.first_perm = perm_;
-        out.push_back(Layer{m.name + ":heads" + std::to_string(counter_++), sp, {m.outputs[0]}, {y}});
+        out.push_back(
+            Layer{m.name + ":heads" + std::to_string(counter_++), sp, {m.outputs[0]}, {y}});
       }
     }
     net_.set_layers(std::move(out));

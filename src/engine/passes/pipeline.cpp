@@ -74,8 +74,9 @@ std::vector<Pass> make_pipeline() {
                }});
   // Masks built from shapes (causal triangles, all-true padding) become constants here, and
   // those that say no more than a flag become it (alone, or and'ed with a padding mask), before
-  // the attention passes below, which take unmasked attention more often (the folding of the weight casts the precisions inserted is a side
-  // effect; fold_constants below takes what later passes leave).
+  // the attention passes below, which take unmasked attention more often (the folding of the weight
+  // casts the precisions inserted is a side effect; fold_constants below takes what later passes
+  // leave).
   p.push_back({"fold_constants_early", nullptr,
                [](Network& n, const PassContext& c) { return fold_constants(n); }});
   // Refittable plans keep the masks that are weights: what this pass makes of a mask depends on

@@ -541,25 +541,6 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
                  {g("aten::unsqueeze", {in(0), d + 1}), RewriteBuilder(graph).list(expanded)});
     return g("aten::reshape", {x, RewriteBuilder(graph).list(merged)});
   }
-  if (name == "aten::scaled_dot_product_attention" && n == 8) {
-    // Grouped-query attention (enable_gqa=True): head h of the query attends with key/value head
-    // h / (Hq / Hkv), torch's repeat_interleave of the key and value heads (dim -3); the
-    // attention layer then sees as many key/value heads as query heads. Needs no known rank.
-    const auto gqa = constant_value(in(7));
-    if (!gqa || !gqa->isBool() || !gqa->toBool()) return nullptr;
-    Value* kv_heads = g("aten::size", {in(1), -3});
-    Value* groups = g("aten::floordiv", {g("aten::size", {in(0), -3}), kv_heads});
-    // [0, 0, .., 1, 1, ..]: each key/value head `groups` times.
-    Value* heads = g("aten::unsqueeze", {g("aten::arange", {kv_heads}), 1});
-    Value* index = g("aten::reshape",
-                     {g("aten::expand", {heads, RewriteBuilder(graph).list({kv_heads, groups})}),
-                      RewriteBuilder(graph).list({graph->insertConstant(int64_t{-1})})});
-    return graph->insert(c10::Symbol::fromQualString("aten::scaled_dot_product_attention"),
-                         {in(0), g("aten::index_select", {in(1), -3, index}),
-                          g("aten::index_select", {in(2), -3, index}), in(3), in(4), in(5)},
-                         {torch::jit::NamedValue("scale", in(6)),
-                          torch::jit::NamedValue("enable_gqa", false)});
-  }
   if (name == "aten::isclose" && n == 5) {
     const auto type = known_dtype(in(0));
     auto rtol = constant_value(in(2)), atol = constant_value(in(3)), nan = constant_value(in(4));

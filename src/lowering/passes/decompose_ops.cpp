@@ -299,6 +299,32 @@ std::vector<Value*> decompose_multi(GraphPtr& graph, Node* node) {
   return {};
 }
 
+// scaled_dot_product_attention with enable_gqa=True (grouped-query attention): head h of the
+// query attends with key/value head h / (Hq / Hkv), torch's repeat_interleave of the key and
+// value heads (dim -3); the attention then sees as many key/value heads as query heads (the
+// builder reads them unrepeated again, attention_heads.h). Needs no known rank.
+Value* repeat_grouped_heads(GraphPtr& graph, Node* node) {
+  const auto gqa = constant_value(node->input(7));
+  if (!gqa || !gqa->isBool() || !gqa->toBool()) return nullptr;
+  const auto call = [&](const char* op, std::vector<torch::jit::NamedValue> args) {
+    return graph->insert(c10::Symbol::fromQualString(op), args);
+  };
+  Value* kv_heads = call("aten::size", {node->input(1), -3});
+  Value* groups = call("aten::floordiv", {call("aten::size", {node->input(0), -3}), kv_heads});
+  // [0, 0, .., 1, 1, ..]: each key/value head `groups` times.
+  Value* heads = call("aten::unsqueeze", {call("aten::arange", {kv_heads}), 1});
+  Value* index =
+      call("aten::reshape",
+           {call("aten::expand", {heads, RewriteBuilder(graph).list({kv_heads, groups})}),
+            RewriteBuilder(graph).list({graph->insertConstant(int64_t{-1})})});
+  return graph->insert(c10::Symbol::fromQualString("aten::scaled_dot_product_attention"),
+                       {node->input(0), call("aten::index_select", {node->input(1), -3, index}),
+                        call("aten::index_select", {node->input(2), -3, index}), node->input(3),
+                        node->input(4), node->input(5)},
+                       {torch::jit::NamedValue("scale", node->input(6)),
+                        torch::jit::NamedValue("enable_gqa", false)});
+}
+
 Value* decompose(GraphPtr& graph, Node* node) {
   const auto kind = node->kind();
   if (kind == c10::aten::var) return decompose_variance(graph, node);
@@ -328,6 +354,10 @@ Value* decompose(GraphPtr& graph, Node* node) {
     Node* unpack = graph->insertNode(graph->createListUnpack(halves, 2));
     Value* gate = insert(graph, c10::aten::sigmoid, {unpack->output(1)});
     return insert(graph, c10::aten::mul, {unpack->output(0), gate});
+  }
+  if (node->kind() == c10::Symbol::fromQualString("aten::scaled_dot_product_attention") &&
+      node->inputs().size() == 8) {
+    if (Value* r = repeat_grouped_heads(graph, node)) return r;
   }
   if (Value* r = with_float_inputs(graph, node)) return r;
   // The functional copies of views (`view_copy`, `permute_copy`, ...): the view itself, unless
