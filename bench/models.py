@@ -1,11 +1,12 @@
 """The benchmarks' models, shared by bench/gpu/bench.py and bench/cpu_models/peers.py.
 
-make_model(name[, mask]) returns (module in eval mode, make_input(batch)). Names: any torchvision
+make_model(name[, mask, seq]) returns (module in eval mode, make_input(batch)). Names: any torchvision
 classification constructor (224x224 images), "bert" (a BERT-base-sized nn.TransformerEncoder),
 "hf_bert", "hf_gpt2", "hf_distilbert", "hf_vit", "hf_clip_text" and "hf_llama" (transformers'
 BertModel, GPT2Model, DistilBertModel, ViTModel and CLIPTextModel at base size and a small
 LlamaModel (hidden 512, 8 layers, 8 heads in 2 key/value groups, SwiGLU, RMS norm, rotary), random
-weights from their configs; sequence length 128, CLIP's 77, ViT's 224x224 images; the module
+weights from their configs; sequence length 128 (`seq`: another, for the models of token ids
+but CLIP), CLIP's 77, ViT's 224x224 images; the module
 returns the last hidden state; with mask=True the text models also take an attention mask of a
 padded batch), "fcn_resnet50" (torchvision segmentation, 224x224, returning its
 "out" map), "r3d_18" (torchvision video, 16 frames of 112x112), and FALLBACK's models.
@@ -128,7 +129,7 @@ class MainOutput(nn.Module):
         return self.model(x)["out"]
 
 
-def transformers_model(name, mask):
+def transformers_model(name, mask, seq):
     import transformers
     if name == "hf_bert":
         config = transformers.BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
@@ -154,7 +155,7 @@ def transformers_model(name, mask):
     else:
         config = transformers.GPT2Config()  # gpt2 (124M): 12 layers, hidden 768, 12 heads
         model = transformers.GPT2Model(config)
-    return LastHiddenState(model.eval()), tokens(config.vocab_size, SEQ, mask)
+    return LastHiddenState(model.eval()), tokens(config.vocab_size, seq, mask)
 
 
 def tokens(vocab, seq, mask):
@@ -164,15 +165,22 @@ def tokens(vocab, seq, mask):
     return lambda b: torch.randint(0, vocab, (b, seq))
 
 
-def make_model(name, mask=False):
+SEQ_MODELS = ["bert", "gcnn_lm", "hf_bert", "hf_gpt2", "hf_distilbert", "hf_llama"]
+
+
+def make_model(name, mask=False, seq=SEQ):
     """(model, make_input); with `mask`, the text transformers' make_input gives (token ids,
-    attention mask) of a padded batch (padded_batch), their forward taking both."""
+    attention mask) of a padded batch (padded_batch), their forward taking both. `seq`: the
+    sequence length of the SEQ_MODELS (an error for the others when not SEQ)."""
+    if seq != SEQ and name not in SEQ_MODELS:
+        raise ValueError(f"{name} has no sequence length to set (models that take one: "
+                         f"{', '.join(SEQ_MODELS)})")
     if name == "bert":
-        model, make_input = Bert(), lambda b: torch.randint(0, 30522, (b, SEQ))
+        model, make_input = Bert(seq=seq), lambda b: torch.randint(0, 30522, (b, seq))
     elif name in TRANSFORMERS:
-        model, make_input = transformers_model(name, mask)
+        model, make_input = transformers_model(name, mask, seq)
     elif name == "gcnn_lm":
-        model, make_input = GatedConvLM(), lambda b: torch.randint(0, 10000, (b, SEQ))
+        model, make_input = GatedConvLM(), lambda b: torch.randint(0, 10000, (b, seq))
     elif name == "beta_head":
         model, make_input = BetaHead(), lambda b: torch.randn(b, 3, 224, 224)
         realistic_(model, make_input)

@@ -42,7 +42,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from models import FALLBACK, SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
+from models import FALLBACK, SEQ, SUITE, input_spec, make_model, max_diff  # noqa: E402 (bench/models.py)
 from merge_results import COLUMNS, geomean_lines, row_line  # noqa: E402 (beside this file)
 
 
@@ -210,6 +210,9 @@ def main():
     p.add_argument("--no-mask", action="store_true",
                    help="call the text transformers with token ids only (default: ids and the "
                         "attention mask of a padded batch, as a tokenizer gives them)")
+    p.add_argument("--seq", type=int, default=SEQ,
+                   help=f"sequence length of the models of token ids (default {SEQ}; rows of "
+                        "another are named model@seq)")
     args = p.parse_args()
     if args.via in ("package", "export"):
         sys.path.insert(0, os.path.abspath(args.package_dir))
@@ -230,7 +233,7 @@ def main():
             dtype = torch.float16 if prec == "fp16" else torch.float32
             for batch in [int(b) for b in args.batches.split(",")]:
                 torch.manual_seed(0)
-                model, make_input = make_model(name, mask=not args.no_mask)
+                model, make_input = make_model(name, mask=not args.no_mask, seq=args.seq)
                 model.eval()
                 x_cpu = make_input(batch)
                 x_cpu = tuple(x_cpu) if isinstance(x_cpu, (tuple, list)) else (x_cpu,)
@@ -242,7 +245,8 @@ def main():
                     flops = model_flops(gpu_model, x)
                     reference32 = fp32_reference(model, x_cpu)
                 for backend in args.backends.split(","):
-                    row = {"model": name, "batch": batch, "precision": prec, "backend": backend}
+                    row = {"model": name if args.seq == SEQ else f"{name}@{args.seq}",
+                           "batch": batch, "precision": prec, "backend": backend}
                     try:
                         with torch.no_grad():
                             start = time.time()

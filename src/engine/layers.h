@@ -15,7 +15,7 @@ namespace kiln::engine {
 
 enum class PoolingKind : uint8_t { kMax, kAverage };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
-enum class NormalizationKind : uint8_t { kBatch, kLayer, kGroup, kInstance };
+enum class NormalizationKind : uint8_t { kBatch, kLayer, kGroup, kInstance, kRms };
 enum class GatherMode : uint8_t { kDefault /*index_select/embedding*/, kElements /*torch.gather*/ };
 // How scattered updates meet what a position holds: written over it, or combined (max/min keep
 // NaN, as torch's scatter_reduce amax/amin).
@@ -173,10 +173,12 @@ struct SoftmaxParams {
 // kBatch: inputs x, scale, bias, mean, var (per channel, axis 1).
 // kLayer: inputs x, scale, bias over the last `normalized_dims` dims (scale/bias may be absent:
 //   has_affine=false). kGroup: x, scale, bias (per channel) with num_groups. kInstance: per (N, C).
+// kRms: x / sqrt(mean(x^2) + epsilon) over the last `normalized_dims` dims, times a scale over
+//   them when has_affine (no bias).
 struct NormalizationParams {
   NormalizationKind kind = NormalizationKind::kLayer;
   double epsilon = 1e-5;
-  int64_t normalized_dims = 1;  // kLayer
+  int64_t normalized_dims = 1;  // kLayer, kRms
   int64_t num_groups = 1;       // kGroup
   bool has_affine = true;
   template <class V>

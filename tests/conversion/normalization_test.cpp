@@ -1,5 +1,5 @@
-// Normalization converters against libtorch: batch_norm (inference), layer_norm, group_norm,
-// instance_norm, with and without affine parameters, and validator rejections.
+// Normalization converters against libtorch: batch_norm (inference), layer_norm, rms_norm,
+// group_norm, instance_norm, with and without affine parameters, and validator rejections.
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
@@ -85,6 +85,33 @@ TEST(ConvertNormalization, LayerNormOverOneAndTwoDims) {
     EXPECT_TRUE(matches_torch(layer_norm_ir({8}, false, false), {x}));
     EXPECT_TRUE(matches_torch(layer_norm_ir({8}, true, false), {x, torch::randn({8})}));
   }
+}
+
+// rms_norm(x, [shape], w?, eps?): eps None is f32's epsilon, as torch's (x small enough that it
+// counts).
+TEST(ConvertNormalization, RmsNormOverOneAndTwoDims) {
+  torch::manual_seed(2);
+  const auto ir = [](const std::string& shape, bool weight, const std::string& eps) {
+    return std::string("graph(%x : Tensor") + (weight ? ", %w : Tensor" : "") +
+           "):\n  %none : NoneType = prim::Constant()\n"
+           "  %shape : int[] = prim::Constant[value=" +
+           shape + "]()\n" +
+           (eps.empty() ? "" : "  %eps : float = prim::Constant[value=" + eps + "]()\n") +
+           "  %y : Tensor = aten::rms_norm(%x, %shape, " + (weight ? "%w" : "%none") + ", " +
+           (eps.empty() ? "%none" : "%eps") + ")\n  return (%y)\n";
+  };
+  const auto x = torch::randn({3, 6, 8}) * 3 + 1;
+  EXPECT_TRUE(matches_torch(ir("[8]", true, "9.9999999999999995e-07"), {x, torch::randn({8})}));
+  EXPECT_TRUE(matches_torch(ir("[6, 8]", true, "0.01"), {x, torch::randn({6, 8})}));
+  EXPECT_TRUE(matches_torch(ir("[8]", false, ""), {torch::randn({3, 6, 8}) * 1e-4}));
+  auto g = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %shape : int[]):
+  %none : NoneType = prim::Constant()
+  %y : Tensor = aten::rms_norm(%x, %shape, %none, %none)
+  return (%y))IR");
+  const Support s = default_registry().supports(g->outputs()[0]->node());
+  EXPECT_FALSE(s.supported);
+  EXPECT_NE(s.reason.find("must be a constant"), std::string::npos) << s.reason;
 }
 
 std::string group_norm_ir(int64_t groups, bool affine) {

@@ -229,6 +229,59 @@ TEST(Builder, ConstantAttentionMasksBecomeFlags) {
 // [L, S] (all true: BERT; the causal triangle: GPT-2, Llama). The attention reads the padding
 // mask, with the causal flag for the triangle; another constant keeps the product. A batch with
 // no key kept gives zero rows on both sides.
+// RMS norm written out (LlamaRMSNorm: pow(x, 2), mean over the last dim, + eps, rsqrt, x * it,
+// weight * that; T5's x * x and operands the other way round; over two trailing dims) becomes one
+// normalization layer with the weight as its scale, computing what the layers did. A mean over a
+// dim that is not trailing, and a weight of another shape, stay as they are.
+TEST(Builder, RmsNormWrittenOutIsOneLayer) {
+  struct Case {
+    bool pow, swap;
+    std::vector<int64_t> axes;
+    Shape weight;
+    int norms;
+    bool scaled;
+  };
+  for (const Case& c :
+       {Case{true, false, {-1}, {16}, 1, true}, Case{false, true, {2}, {16}, 1, true},
+        Case{true, true, {-2, -1}, {5, 16}, 1, true}, Case{true, false, {-1}, {1, 16}, 1, false},
+        Case{true, false, {1}, {16}, 0, false}}) {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 5, 16});
+    auto sq = c.pow ? net.add("sq", ElementwiseParams{BinaryOp::kPow},
+                              {x, net.add_constant("two", Weights::from_floats({}, {2.f}))})
+                    : net.add("sq", ElementwiseParams{BinaryOp::kMul}, {x, x});
+    auto mean = net.add("mean", ReduceParams{ReduceOp::kMean, c.axes, true}, {sq});
+    auto eps = net.add_constant("eps", Weights::from_floats({}, {1e-6f}));
+    auto var =
+        net.add("var", ElementwiseParams{BinaryOp::kAdd},
+                c.swap ? std::vector<TensorId>{eps, mean} : std::vector<TensorId>{mean, eps});
+    auto r = net.add("r", UnaryParams{UnaryOp::kRsqrt}, {var});
+    auto h = net.add("h", ElementwiseParams{BinaryOp::kMul},
+                     c.swap ? std::vector<TensorId>{r, x} : std::vector<TensorId>{x, r});
+    std::vector<float> w(static_cast<size_t>(volume(c.weight)));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.1f * static_cast<float>(i % 7);
+    auto weight = net.add_constant("weight", Weights::from_floats(c.weight, w));
+    net.mark_output(net.add("y", ElementwiseParams{BinaryOp::kMul}, {weight, h}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("rms_norms"), c.norms) << report.to_string();
+    int norms = 0;
+    for (const Layer& l : plan.network.layers()) {
+      const auto* p = std::get_if<NormalizationParams>(&l.params);
+      if (!p) continue;
+      ++norms;
+      EXPECT_EQ(p->kind, NormalizationKind::kRms);
+      EXPECT_EQ(p->normalized_dims, static_cast<int64_t>(c.axes.size()));
+      EXPECT_EQ(p->has_affine, c.scaled);
+      EXPECT_NEAR(p->epsilon, 1e-6, 1e-12);
+    }
+    EXPECT_EQ(norms, c.norms);
+    const HostTensor in = testing::random_tensor(DataType::kF32, {2, 5, 16}, 51, -3, 4);
+    EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                              testing::to_doubles(run_engine(net, {in})[0]), 1e-5, 1e-6));
+  }
+}
+
 TEST(Builder, ConstantsAndedWithAPaddingMaskLeaveIt) {
   const int64_t B = 3, L = 5, S = 5;
   std::vector<uint8_t> causal(L * S), other(L * S, 1);

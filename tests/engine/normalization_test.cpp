@@ -1,6 +1,7 @@
 // Normalization family (batch/layer/group/instance norm, softmax) on the CPU backend against
 // float64 references, plus dtypes, dynamic shapes and bad input.
 #include <cmath>
+#include <tuple>
 
 #include "engine_testing.h"
 #include "util/errors.h"
@@ -64,6 +65,38 @@ TEST(Normalization, LayerNormOneAndTwoDims) {
     auto plain =
         reference_runs(to_doubles(x), len, 1e-5, {}, {}, [](int64_t, int64_t) { return 0; });
     EXPECT_TRUE(near(run_one_layer(p, {x})[0], plain, 1e-5, 1e-4)) << dims;
+  }
+}
+
+// RMS norm over one and two trailing dims, with and without a scale, f32 (vector rows) and f16
+// (whose squares pass f16's range here: the sums are in double), against x / sqrt(mean(x^2) +
+// eps) * scale in double.
+TEST(Normalization, RmsNorm) {
+  for (const auto& [dtype, dims, lo, hi] :
+       {std::tuple{DataType::kF32, int64_t{1}, -3.0, 5.0},
+        std::tuple{DataType::kF32, int64_t{2}, -3.0, 5.0},
+        std::tuple{DataType::kF16, int64_t{1}, -400.0, 400.0}}) {
+    const Shape tail = dims == 1 ? Shape{40} : Shape{6, 40};
+    const int64_t len = volume(tail);
+    const HostTensor x = random_tensor(dtype, {3, 6, 40}, 40, lo, hi);
+    const HostTensor scale = random_tensor(dtype, tail, 41);
+    const auto xs = to_doubles(x), sc = to_doubles(scale);
+    std::vector<double> ref(xs.size()), plain(xs.size());
+    for (size_t r = 0; r * static_cast<size_t>(len) < xs.size(); ++r) {
+      double sq = 0;
+      for (int64_t j = 0; j < len; ++j) sq += xs[r * len + j] * xs[r * len + j];
+      const double inv = 1 / std::sqrt(sq / static_cast<double>(len) + 1e-6);
+      for (int64_t j = 0; j < len; ++j) {
+        plain[r * len + j] = xs[r * len + j] * inv;
+        ref[r * len + j] = plain[r * len + j] * sc[static_cast<size_t>(j)];
+      }
+    }
+    auto p = norm(NormalizationKind::kRms, 1e-6);
+    p.normalized_dims = dims;
+    const double tol = dtype == DataType::kF16 ? 2e-3 : 1e-5;
+    EXPECT_TRUE(near(run_one_layer(p, {x, scale})[0], ref, tol, tol)) << dims;
+    p.has_affine = false;
+    EXPECT_TRUE(near(run_one_layer(p, {x})[0], plain, tol, tol)) << dims;
   }
 }
 
@@ -252,6 +285,14 @@ TEST(Normalization, BadInputNamesTheLayer) {
   expect_error_naming<InvalidArgument>(add("ln_dims", deep, {x}), "ln_dims");
   expect_error_naming<InvalidArgument>(
       add("int_norm", norm(NormalizationKind::kInstance), {i, c6, c6}), "int_norm");
+  auto c4 = net.add_input("c4", DataType::kF32, {4});
+  // RMS norm takes a scale and no bias; a kind past the last is named too (a corrupt plan).
+  expect_error_naming<InvalidArgument>(add("rms_bias", norm(NormalizationKind::kRms), {x, c4, c4}),
+                                       "rms_bias");
+  expect_error_naming<ShapeMismatch>(add("rms_shape", norm(NormalizationKind::kRms), {x, c6}),
+                                     "rms_shape");
+  expect_error_naming<InvalidArgument>(
+      add("bad_kind", norm(static_cast<NormalizationKind>(9)), {x}), "bad_kind");
   expect_error_naming<InvalidArgument>(add("sm_axis", SoftmaxParams{3, false}, {x}), "sm_axis");
   expect_error_naming<InvalidArgument>(add("sm_int", SoftmaxParams{0, false}, {i}), "sm_int");
 }

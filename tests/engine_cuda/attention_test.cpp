@@ -1,10 +1,12 @@
 // The CUDA resize and attention kernels against the CPU backend: nearest/linear/cubic over 1-3
 // spatial dims (sizes, scales, align_corners), attention with causal, bool and float masks and
 // broadcast batches, and the flash attention kernel (f16/bf16) with its fallbacks.
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "cuda_testing.h"
 
@@ -109,6 +111,24 @@ TEST(CudaAttention, FlashF16AndBf16) {
   }
 }
 
+// A key padding mask [B, 1, 1, S] for sequences of `lengths` (one a batch): bool (true: kept), or
+// additive, 0 where kept and -inf (or the dtype's lowest value, as transformers writes it) past
+// the length.
+HostTensor padding_mask(DataType dtype, const std::vector<int64_t>& lengths, int64_t s,
+                        bool lowest = false) {
+  const double out = dtype == DataType::kBool ? 0.0
+                     : lowest                 ? (dtype == DataType::kF16    ? -65504.0
+                                                 : dtype == DataType::kBF16 ? -3.3895313892515355e38
+                                                                            : -std::numeric_limits<float>::max())
+                                              : -std::numeric_limits<double>::infinity();
+  const double in = dtype == DataType::kBool ? 1.0 : 0.0;
+  std::vector<double> values;
+  for (int64_t n : lengths) {
+    for (int64_t j = 0; j < s; ++j) values.push_back(j < n ? in : out);
+  }
+  return testing::tensor_from(dtype, {static_cast<int64_t>(lengths.size()), 1, 1, s}, values);
+}
+
 // The flash kernel with every form of mask users write, against the CPU kernel: bool masks of
 // [L, S], key padding [B, 1, 1, S] (one batch wholly masked: zeros, as on the CPU) and causal on
 // top of one; additive masks of [B, 1, L, S] in f32, per-head biases [H, L, S] in the layer's
@@ -135,6 +155,16 @@ TEST(CudaAttention, FlashTakesEveryMask) {
       HostTensor padding = random_tensor(DataType::kBool, {2, 1, 1, s}, seed++, 0, 1);
       for (int64_t j = 0; j < s; ++j) static_cast<uint8_t*>(padding.data())[j] = 0;
       compare_layer(AttentionParams{false, true, 0}, {q, k, v, padding}, rtol, atol);
+      // Padded sequences (keys past each batch's length out): key tiles wholly kept, wholly out
+      // (skipped) and the one that holds the end, as bool and as additive 0 / -inf and 0 / lowest
+      // masks (the last keeps the padded keys at weight 0 without skipping them).
+      const std::vector<int64_t> lengths{s - 3, std::min<int64_t>(s, 5)};
+      compare_layer(AttentionParams{false, true, 0},
+                    {q, k, v, padding_mask(DataType::kBool, lengths, s)}, rtol, atol);
+      compare_layer(AttentionParams{true, true, 0},
+                    {q, k, v, padding_mask(DataType::kF32, lengths, s)}, rtol, atol);
+      compare_layer(AttentionParams{false, true, 0},
+                    {q, k, v, padding_mask(dtype, lengths, s, /*lowest=*/true)}, rtol, atol);
       compare_layer(AttentionParams{true, true, 0},
                     {q, k, v, random_tensor(DataType::kBool, {2, 1, l, s}, seed++, 0, 1)}, rtol,
                     atol);

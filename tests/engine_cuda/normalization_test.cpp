@@ -69,5 +69,27 @@ TEST(CudaNormalization, Kinds) {
       3e-2, 3e-2);
 }
 
+// RMS norm: the row kernel (typed scale of x's dtype, a scale of another dtype, none; f16 rows
+// whose squares overflow f16), the general kernel past 1024 elements and over two dims.
+TEST(CudaNormalization, RmsNorm) {
+  KILN_REQUIRE_GPU();
+  NormalizationParams rms{NormalizationKind::kRms, 1e-6};
+  const HostTensor h = random_tensor(DataType::kF16, {6, 512}, 21, -400, 400);
+  compare_layer(rms, {h, random_tensor(DataType::kF16, {512}, 22)}, 1e-2, 1e-2);
+  compare_layer(rms, {h, random_tensor(DataType::kF32, {512}, 23)}, 1e-2, 1e-2);
+  compare_layer(
+      rms, {random_tensor(DataType::kBF16, {4, 80}, 24), random_tensor(DataType::kBF16, {80}, 25)},
+      3e-2, 3e-2);
+  rms.has_affine = false;
+  compare_layer(rms, {random_tensor(DataType::kF32, {3, 4000}, 26)}, 1e-5, 1e-5);
+  compare_layer(rms, {random_tensor(DataType::kF32, {3, 7, 5}, 27)}, 1e-5, 1e-5);
+  rms.normalized_dims = 2;
+  rms.has_affine = true;
+  compare_layer(
+      rms,
+      {random_tensor(DataType::kF32, {3, 7, 5}, 28), random_tensor(DataType::kF32, {7, 5}, 29)},
+      1e-5, 1e-5);
+}
+
 }  // namespace
 }  // namespace kiln::engine

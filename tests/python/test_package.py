@@ -375,6 +375,39 @@ def test_transformers_families_with_a_dynamic_batch_and_sequence(family):
         c(longer, longer)
 
 
+# Issue #29 item 2: RMS norm, as torch's op (nn.RMSNorm) and written out as transformers' Llama
+# writes it (casts to f32, pow, mean, rsqrt, the weight), by trace and by export: one layer
+# (an RMS normalization) with the weight as its scale.
+@pytest.mark.parametrize("frontend", ["trace", "export"])
+@pytest.mark.parametrize("form", ["op", "explicit"])
+def test_rms_norm_is_one_layer(form, frontend):
+    class Explicit(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(32) + 0.5)
+
+        def forward(self, x):
+            h = x.to(torch.float32)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.weight * h.to(x.dtype)
+
+    torch.manual_seed(0)
+    m = (torch.nn.RMSNorm(32, eps=1e-6) if form == "op" else Explicit()).eval()
+    if form == "op":
+        with torch.no_grad():
+            m.weight.copy_(torch.rand(32) + 0.5)
+    x = torch.randn(2, 7, 32) * 3
+    with torch.no_grad():
+        source = torch.export.export(m, (x,)) if frontend == "export" else torch.jit.trace(m, x)
+    c = kiln.compile(source, inputs=[x], min_block_size=1, progress=False)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report
+    assert engines[0]["layers"] == 2, engines[0]  # the weight's constant and the norm
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), atol=1e-5, rtol=1e-5)
+
+
 def test_float64_results_keep_their_dtype():
     # The engine computes in at most f32; what torch gives in double comes back as double.
     class ToDouble(torch.nn.Module):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Per-layer profile of one bench model compiled by kilnc for cuda (DEVICE=cpu: for the CPU
 # backend, on the machine's CPU; OMP_NUM_THREADS sets its threads): builds kilnc and kiln-run
-# (with the CUDA backend, against python3's libtorch), traces the model with random weights,
+# (with the CUDA backend, against python3's libtorch), traces the model with random weights (the
+# text transformers with token ids and a padding mask, as bench.py runs them),
 # builds a plan (kilnc --save-engine) and runs `kiln-run PLAN --device $DEVICE --profile`.
 # Usage: gpu-profile.sh MODEL BATCH [kilnc flags...], e.g. gpu-profile.sh resnet50 32 -p f16 -p f32
 # NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
@@ -26,14 +27,17 @@ import sys
 sys.path.insert(0, "bench")
 import torch
 from models import make_model
-model, make_input = make_model(sys.argv[1])
+model, make_input = make_model(sys.argv[1], mask=True)
 x = make_input(int(sys.argv[2]))
+x = tuple(x) if isinstance(x, (tuple, list)) else (x,)
 with torch.no_grad():
     torch.jit.trace(model.eval(), x, check_trace=False).save(sys.argv[3])
-print("(" + ",".join(str(d) for d in x.shape) + ")@" + ("i64" if x.dtype == torch.long else "f32"))
+print(" ".join("(" + ",".join(str(d) for d in t.shape) + ")@" +
+               ("i64" if t.dtype == torch.long else "f32") for t in x))
 PY
 ) || exit 1
-"$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" "$spec" --device "$device" --save-engine "$@" |
+# shellcheck disable=SC2086 (one argument per input)
+"$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" $spec --device "$device" --save-engine "$@" |
   tail -12
 if [ -n "${NCU_KERNELS:-}" ]; then
   sections=${NCU_SECTIONS:-SpeedOfLight Occupancy WarpStateStats MemoryWorkloadAnalysis LaunchStats}

@@ -1,5 +1,7 @@
 // Converters of the normalization family (batch_norm in inference form, layer_norm, group_norm,
-// instance_norm) to engine normalization layers.
+// instance_norm, rms_norm) to engine normalization layers.
+#include <limits>
+
 #include "conversion/converters/convolution_params.h"
 #include "conversion/converters/operands.h"
 #include "conversion/dtypes.h"
@@ -71,9 +73,8 @@ std::optional<std::string> batch_norm_inference(const Node* n) {
   return std::nullopt;
 }
 
-// layer_norm(input, normalized_shape, weight?, bias?, eps, cudnn_enable)
-void convert_layer_norm(ConversionContext& ctx, const Node* n) {
-  const engine::TensorId x = floating_input(ctx, n);
+// The normalized_shape (input 1) of layer_norm and rms_norm: x's last dims.
+std::vector<int64_t> normalized_shape(ConversionContext& ctx, const Node* n, engine::TensorId x) {
   const std::vector<int64_t> shape = ctx.ivalue(n->input(1)).toIntVector();
   const engine::Shape& xs = ctx.desc(x).shape;
   KILN_CHECK(!shape.empty() && shape.size() <= xs.size(), InvalidArgument, "normalized_shape has ",
@@ -83,6 +84,13 @@ void convert_layer_norm(ConversionContext& ctx, const Node* n) {
     KILN_CHECK(d == engine::kDynamic || d == shape[i], ShapeMismatch, "normalized_shape dim ", i,
                " is ", shape[i], " but the input ", engine::shape_to_string(xs), " has ", d);
   }
+  return shape;
+}
+
+// layer_norm(input, normalized_shape, weight?, bias?, eps, cudnn_enable)
+void convert_layer_norm(ConversionContext& ctx, const Node* n) {
+  const engine::TensorId x = floating_input(ctx, n);
+  const std::vector<int64_t> shape = normalized_shape(ctx, n, x);
   engine::NormalizationParams p;
   p.kind = NormalizationKind::kLayer;
   p.normalized_dims = static_cast<int64_t>(shape.size());
@@ -90,6 +98,33 @@ void convert_layer_norm(ConversionContext& ctx, const Node* n) {
   std::vector<engine::TensorId> inputs = {x};
   p.has_affine = affine_inputs(
       ctx, n, n->input(2), n->input(3), [&] { return shape; }, inputs);
+  ctx.set_tensor(n->output(), ctx.add(n, p, inputs));
+}
+
+// rms_norm(input, normalized_shape, weight?, eps?): x / sqrt(mean(x^2) + eps) [* weight]; eps
+// None is the epsilon of x's dtype, as torch's.
+void convert_rms_norm(ConversionContext& ctx, const Node* n) {
+  const engine::TensorId x = floating_input(ctx, n);
+  engine::NormalizationParams p;
+  p.kind = NormalizationKind::kRms;
+  p.normalized_dims = static_cast<int64_t>(normalized_shape(ctx, n, x).size());
+  if (is_none(n->input(3))) {
+    switch (ctx.desc(x).dtype) {
+      case engine::DataType::kF16:
+        p.epsilon = 0.0009765625;  // 2^-10
+        break;
+      case engine::DataType::kBF16:
+        p.epsilon = 0.0078125;  // 2^-7
+        break;
+      default:
+        p.epsilon = std::numeric_limits<float>::epsilon();
+    }
+  } else {
+    p.epsilon = static_number(ctx, n->input(3));
+  }
+  std::vector<engine::TensorId> inputs = {x};
+  p.has_affine = !is_none(n->input(2));
+  if (p.has_affine) inputs.push_back(ctx.tensor(n->input(2)));
   ctx.set_tensor(n->output(), ctx.add(n, p, inputs));
 }
 
@@ -136,6 +171,9 @@ void register_normalization_converters(Registry& r) {
   r.add_converter({{"aten::batch_norm"}, convert_batch_norm, batch_norm_inference});
   r.add_converter({{"aten::layer_norm"}, convert_layer_norm, [](const Node* n) {
                      return require_static(n, {1, 4});
+                   }});
+  r.add_converter({{"aten::rms_norm"}, convert_rms_norm, [](const Node* n) {
+                     return require_static(n, {1, 3});
                    }});
   r.add_converter({{"aten::group_norm"}, convert_group_norm, [](const Node* n) {
                      return require_static(n, {1, 4});

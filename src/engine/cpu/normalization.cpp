@@ -32,11 +32,12 @@ std::vector<float> as_floats(const std::vector<double>& v) {
 
 // Normalizes `groups` contiguous runs of `len` elements each; element j of run r uses the affine
 // parameters at channel(r, j), which is constant over spans of `span` elements of a run (`span`
-// divides `len`); span 0: element j of every run has parameter j (layer norm).
+// divides `len`); span 0: element j of every run has parameter j (layer norm). Not `centered`
+// (RMS norm): no mean is taken out, the variance is the mean of squares.
 template <class Channel>
 void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, int64_t len,
                     int64_t span, double eps, const std::vector<double>& scale,
-                    const std::vector<double>& bias, Channel channel) {
+                    const std::vector<double>& bias, Channel channel, bool centered = true) {
   if (x.dtype == DataType::kF32 && y.dtype == DataType::kF32) {
     const float* xs = static_cast<const float*>(x.data);
     float* ys = static_cast<float*>(y.data);
@@ -47,7 +48,7 @@ void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, in
       float* d = ys + r * len;
       vmath::Mean mean;
       float rstd;
-      vmath::moments(a, len, eps, &mean, &rstd);
+      vmath::moments(a, len, eps, &mean, &rstd, centered);
       if (span == 0) {
         vmath::normalize(d, a, len, mean, rstd, fscale.empty() ? nullptr : fscale.data(),
                          fbias.empty() ? nullptr : fbias.data());
@@ -65,7 +66,7 @@ void normalize_runs(const TensorView& x, const TensorView& y, int64_t groups, in
   for (int64_t r = 0; r < groups; ++r) {
     const int64_t base = r * len;
     double sum = 0;
-    for (int64_t j = 0; j < len; ++j) sum += load_as<double>(x.dtype, x.data, base + j);
+    for (int64_t j = 0; centered && j < len; ++j) sum += load_as<double>(x.dtype, x.data, base + j);
     const double mean = sum / static_cast<double>(len);
     double sq = 0;
     for (int64_t j = 0; j < len; ++j) {
@@ -91,14 +92,18 @@ void normalization_kernel(KernelArgs& args) {
   const Shape& s = x.shape;
   if (x.numel() == 0) return;
   const auto& in = args.inputs;
-  if (p.kind == NormalizationKind::kLayer) {
+  if (p.kind == NormalizationKind::kLayer || p.kind == NormalizationKind::kRms) {
     int64_t len = 1;
     for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
       len *= s[d];
+    const bool rms = p.kind == NormalizationKind::kRms;
     const auto scale = load_param(p.has_affine ? &in[1] : nullptr);
-    const auto bias = load_param(p.has_affine ? &in[2] : nullptr);
-    normalize_runs(x, y, x.numel() / len, len, 0, p.epsilon, scale, bias,
-                   [](int64_t, int64_t j) { return j; });
+    // RMS norm has a scale only: a zero bias beside it.
+    const auto bias =
+        rms ? std::vector<double>(scale.size(), 0.0) : load_param(p.has_affine ? &in[2] : nullptr);
+    normalize_runs(
+        x, y, x.numel() / len, len, 0, p.epsilon, scale, bias, [](int64_t, int64_t j) { return j; },
+        !rms);
     return;
   }
   const int64_t n = s[0], c = s[1], spatial = x.numel() / (n * c);

@@ -11,7 +11,7 @@ void silu(float* d, const float* a, int64_t n);
 void exp(float* d, const float* a, int64_t n);
 void tanh(float* d, const float* a, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd);
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered);
 void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias);
 void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);
@@ -51,9 +51,9 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   if (has_avx2()) return avx2::axpy(a, x, y, n);
   axpy_loop<vf4>(a, x, y, n);
 }
-void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
-  if (has_avx2()) return avx2::moments(a, n, eps, mean, rstd);
-  moments_loop<vf4>(a, n, eps, mean, rstd);
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered) {
+  if (has_avx2()) return avx2::moments(a, n, eps, mean, rstd, centered);
+  moments_loop<vf4>(a, n, eps, mean, rstd, centered);
 }
 void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias) {

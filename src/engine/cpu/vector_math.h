@@ -211,9 +211,16 @@ struct Mean {
 
 // Mean and 1/sqrt(variance + eps) of a[0..n), two-pass: the mean from values shifted by a[0] (so
 // float lanes sum small numbers even where the data sits far from zero), the variance from
-// centered squares.
+// centered squares. Not `centered` (RMS norm): mean 0 and 1/sqrt(mean of squares + eps).
 template <class V>
-KILN_VMATH void moments_loop(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
+KILN_VMATH void moments_loop(const float* a, int64_t n, double eps, Mean* mean, float* rstd,
+                             bool centered) {
+  if (!centered) {
+    *mean = Mean{0.f, 0.f};
+    *rstd = static_cast<float>(
+        1.0 / __builtin_sqrt(sum_loop<V>(a, n, 0.f, true) / static_cast<double>(n) + eps));
+    return;
+  }
   const float pivot = n > 0 ? a[0] : 0.f;
   const double m = pivot + sum_loop<V>(a, n, pivot, false) / static_cast<double>(n);
   const double var = sum_loop<V>(a, n, static_cast<float>(m), true) / static_cast<double>(n);
@@ -373,7 +380,7 @@ KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64
 }
 
 // The loops above on the widest vectors this CPU has.
-void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd);
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered = true);
 void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias);
 void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);

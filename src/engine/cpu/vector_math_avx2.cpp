@@ -46,8 +46,8 @@ void tanh(float* d, const float* a, int64_t n) {
 void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
 }
-void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd) {
-  moments_loop<vf8>(a, n, eps, mean, rstd);
+void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered) {
+  moments_loop<vf8>(a, n, eps, mean, rstd, centered);
 }
 void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
                const float* bias) {

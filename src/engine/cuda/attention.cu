@@ -279,6 +279,36 @@ struct FlashRows {
   }
 };
 
+// A mask that is the same for every query row (a key padding mask, [B, 1, 1, S] and the like:
+// mask_row == 0) over the `valid` keys of the tile at j0, read once by the warp (two keys a lane
+// and a ballot; every lane of the warp calls it): `keep` bit j for key j0 + j kept (bool true, or
+// additive +0.0), `binary` when every key is either kept or out (bool, or additive -inf), so
+// that the bits say all the mask does.
+struct KeyTileMask {
+  uint64_t keep;
+  bool binary;
+};
+__device__ __forceinline__ KeyTileMask key_padding_of(const FlashArgs& a, int64_t mask_base, int j0,
+                                                      int valid) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  bool kept[2] = {false, false}, binary = true;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int j = lane + h * kWarp;
+    if (j >= valid) continue;
+    const int64_t off = mask_base + (j0 + j) * a.mask_col;
+    if (a.bool_mask) {
+      kept[h] = load_as<int64_t>(a.mt, a.mask, off) != 0;
+    } else {
+      const float m = load_as<float>(a.mt, a.mask, off);
+      kept[h] = m == 0.0f;
+      binary = binary && (kept[h] || m == -INFINITY);
+    }
+  }
+  const uint64_t lo = __ballot_sync(0xffffffffu, kept[0]), hi = __ballot_sync(0xffffffffu, kept[1]);
+  return {lo | hi << 32, __all_sync(0xffffffffu, binary) != 0};
+}
+
 // One key/value tile of up to 64 rows (keys j0 .. j0 + valid - 1; rows of the tile up to the next
 // multiple of 16 past `valid` are zeros) against a warp's 16 query rows `q_rows` (all in shared
 // memory, rows FlashSmem<E>::kLd apart). Scores, probabilities and the output accumulator stay in
@@ -288,13 +318,15 @@ struct FlashRows {
 // causal mask and the mask, whose elements for the matrix start at `mask_base`). The softmax works
 // in base 2 on raw scores: p = 2^(s * scale_log2 - max * scale_log2), one FFMA and one ex2 a
 // weight; a negative scale (max and min trade places) multiplies the scores first and then uses 1.
+// `keys`: where binary, a key padding mask's bits for the tile, read instead of the mask.
 // kMasked: the tile has keys past S (valid < 64) or past a row (causal), or the layer has a mask;
 // without it all 64 keys count and the code has no branches around the mma (each would cost a warp
 // synchronization before the next ldmatrix).
 template <class T, int E, bool kMasked>
 __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                             const T* vt, int j0, int valid, const int (&row)[2],
-                                            const FlashArgs& a, int64_t mask_base) {
+                                            const FlashArgs& a, int64_t mask_base,
+                                            const KeyTileMask& keys) {
   const float scale_log2 = a.scale_log2;
   const bool causal = a.causal;
   constexpr int kLd = FlashSmem<E>::kLd;
@@ -353,7 +385,9 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
         const int jj = n * 8 + 2 * quad + e % 2;
         bool kept = jj < valid && (!causal || j0 + jj <= row[rr]);
         float v = prescale ? s[n][e] * scale_log2 : s[n][e];
-        if (kept && a.mask) {
+        if (kept && keys.binary) {
+          kept = (keys.keep >> jj) & 1;
+        } else if (kept && a.mask) {
           // Rows past L (computed, never stored) read the last row's mask.
           const int r = row[rr] < a.L ? row[rr] : a.L - 1;
           const int64_t off = mask_base + r * a.mask_row + (j0 + jj) * a.mask_col;
@@ -412,17 +446,30 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
 }
 
 // attend_tile for the key tile at j0 of a layer, masked only where some key may be out: past S,
-// (causal) past the warp's first row, row[0] of lane 0, or anywhere when the layer has a mask.
+// (causal) past the warp's first row, row[0] of lane 0, or where the layer's mask takes some key
+// out. A key padding mask (binary, KeyTileMask) is read once a tile: a tile it takes wholly out is
+// skipped (it would add p == 0 everywhere), one it keeps whole takes the unmasked path, and the
+// tile that holds a sequence's end tests the bits instead of loading the mask per score.
 template <class T, int E>
 __device__ __forceinline__ void attend_key_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                                 const T* vt, int j0, const FlashArgs& a,
                                                 const int (&row)[2], int64_t mask_base) {
   const int valid = a.S - j0 < kKeyTile ? a.S - j0 : kKeyTile;
   const int warp_row0 = row[0] - static_cast<int>(threadIdx.x) % kWarp / 4;
-  if (a.mask || valid < kKeyTile || (a.causal && j0 + kKeyTile - 1 > warp_row0)) {
-    attend_tile<T, E, true>(st, q_rows, kt, vt, j0, valid, row, a, mask_base);
+  bool masked = a.mask != nullptr;
+  KeyTileMask keys{~0ull, false};
+  if (masked && a.mask_row == 0) {
+    keys = key_padding_of(a, mask_base, j0, valid);
+    if (keys.binary) {
+      const uint64_t all = valid == kKeyTile ? ~0ull : (1ull << valid) - 1;
+      if ((keys.keep & all) == 0) return;
+      masked = (keys.keep & all) != all;
+    }
+  }
+  if (masked || valid < kKeyTile || (a.causal && j0 + kKeyTile - 1 > warp_row0)) {
+    attend_tile<T, E, true>(st, q_rows, kt, vt, j0, valid, row, a, mask_base, keys);
   } else {
-    attend_tile<T, E, false>(st, q_rows, kt, vt, j0, valid, row, a, mask_base);
+    attend_tile<T, E, false>(st, q_rows, kt, vt, j0, valid, row, a, mask_base, keys);
   }
 }
 

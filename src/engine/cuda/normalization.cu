@@ -167,28 +167,32 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
 // Layer normalization of rows of `n` elements; scale and bias (any float dtype, or null) per
 // element of the row. `typed`: scale and bias are T, laid out as x's rows (same vector width and
 // alignment), and each lane loads its chunks of them once, before its rows, off the rows'
-// critical path (a dtype dispatch per element otherwise).
+// critical path (a dtype dispatch per element otherwise). Not `centered` (RMS norm): no mean is
+// taken out, the variance is the mean of squares, and bias is null.
 template <class T, int kV, int kChunks>
 __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
                                        const void* scale, DataType st, const void* bias,
-                                       DataType bt, bool typed) {
+                                       DataType bt, bool typed, bool centered) {
   const int lane = threadIdx.x % kWarp;
-  float sc[kChunks][kV], bi[kChunks][kV];
+  float sc[kChunks][kV], bi[kChunks][kV] = {};
   if (typed) {
     load_row<T, kV, kChunks>(static_cast<const T*>(scale), n, lane, 0.f, sc);
-    load_row<T, kV, kChunks>(static_cast<const T*>(bias), n, lane, 0.f, bi);
+    if (bias) load_row<T, kV, kChunks>(static_cast<const T*>(bias), n, lane, 0.f, bi);
   }
   for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
        r += int64_t(gridDim.x) * kRowWarps) {
     float v[kChunks][kV];
     load_row<T, kV, kChunks>(x + r * n, n, lane, 0.f, v);
-    float sum = 0;
+    float mean = 0;
+    if (centered) {
+      float sum = 0;
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
+      for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-      for (int k = 0; k < kV; ++k) sum += v[j][k];
+        for (int k = 0; k < kV; ++k) sum += v[j][k];
+      }
+      mean = warp_sum_f(sum) / static_cast<float>(n);
     }
-    const float mean = warp_sum_f(sum) / static_cast<float>(n);
     float sq = 0;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
@@ -212,7 +216,8 @@ __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, fl
         if (typed) {
           o = o * sc[j][k] + bi[j][k];
         } else if (scale) {
-          o = o * load_as<float>(st, scale, first + k) + load_as<float>(bt, bias, first + k);
+          o = o * load_as<float>(st, scale, first + k) +
+              (bias ? load_as<float>(bt, bias, first + k) : 0.f);
         }
         c.v[k] = from_float<T>(o);
       }
@@ -236,9 +241,11 @@ struct SoftmaxRows {
 template <class T, int kV, int kChunks>
 struct LayerNormRows {
   static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, float eps,
-                  const void* scale, DataType st, const void* bias, DataType bt, bool typed) {
+                  const void* scale, DataType st, const void* bias, DataType bt, bool typed,
+                  bool centered) {
     layer_norm_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt, typed);
+        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt, typed,
+        centered);
   }
 };
 
@@ -320,15 +327,17 @@ void softmax_kernel(KernelArgs& args) {
 }
 
 // Run r covers elements [r * len, (r + 1) * len); element j of it uses affine channel
-// (r % group_mod) * group_mul + j / j_div.
+// (r % group_mod) * group_mul + j / j_div. Not `centered` (RMS norm): no mean taken out, no bias.
 __global__ void normalize_runs_kernel(const void* x, DataType xt, void* y, DataType yt,
                                       int64_t runs, int64_t len, double eps, const void* scale,
                                       DataType st, const void* bias, DataType bt, int64_t group_mod,
-                                      int64_t group_mul, int64_t j_div) {
+                                      int64_t group_mul, int64_t j_div, bool centered) {
   for (int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
     const int64_t base = r * len;
     double sum = 0;
-    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) sum += load_as<double>(xt, x, base + j);
+    for (int64_t j = threadIdx.x; centered && j < len; j += blockDim.x) {
+      sum += load_as<double>(xt, x, base + j);
+    }
     const double mean = block_sum(sum) / static_cast<double>(len);
     double sq = 0;
     for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
@@ -340,7 +349,7 @@ __global__ void normalize_runs_kernel(const void* x, DataType xt, void* y, DataT
       double v = (load_as<double>(xt, x, base + j) - mean) * inv;
       if (scale) {
         const int64_t c = (r % group_mod) * group_mul + j / j_div;
-        v = v * load_as<double>(st, scale, c) + load_as<double>(bt, bias, c);
+        v = v * load_as<double>(st, scale, c) + (bias ? load_as<double>(bt, bias, c) : 0.0);
       }
       store_as<double>(yt, y, base + j, v);
     }
@@ -368,7 +377,8 @@ void normalization_kernel(KernelArgs& args) {
   const Shape& s = x.shape;
   const auto& in = args.inputs;
   const TensorView* scale = p.has_affine ? &in[1] : nullptr;
-  const TensorView* bias = p.has_affine ? &in[2] : nullptr;
+  const bool rms = p.kind == NormalizationKind::kRms;
+  const TensorView* bias = p.has_affine && !rms ? &in[2] : nullptr;
   const void* sd = scale ? scale->data : nullptr;
   const void* bd = bias ? bias->data : nullptr;
   const DataType st = scale ? scale->dtype : DataType::kF32;
@@ -376,21 +386,22 @@ void normalization_kernel(KernelArgs& args) {
   const cudaStream_t stream = args.stream();
   auto runs = [&](int64_t count, int64_t len, int64_t mod, int64_t mul, int64_t div) {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(count, 65535 * 16));
-    normalize_runs_kernel<<<grid, kThreads, 0, stream>>>(
-        x.data, x.dtype, y.data, y.dtype, count, len, p.epsilon, sd, st, bd, bt, mod, mul, div);
+    normalize_runs_kernel<<<grid, kThreads, 0, stream>>>(x.data, x.dtype, y.data, y.dtype, count,
+                                                         len, p.epsilon, sd, st, bd, bt, mod, mul,
+                                                         div, !rms);
   };
-  if (p.kind == NormalizationKind::kLayer) {
+  if (p.kind == NormalizationKind::kLayer || rms) {
     int64_t len = 1;
     for (size_t d = s.size() - static_cast<size_t>(p.normalized_dims); d < s.size(); ++d)
       len *= s[d];
     const bool vector = rows_vectorizable(x, y, len);
     // Scale and bias of x's dtype (16-byte aligned where x's rows are vectors): loaded as x is.
-    const bool typed =
-        sd && bd && st == x.dtype && bt == x.dtype && (!vector || (aligned16(sd) && aligned16(bd)));
+    const bool typed = sd && st == x.dtype && (!vector || aligned16(sd)) &&
+                       (rms || (bd && bt == x.dtype && (!vector || aligned16(bd))));
     if (len > 0 && len <= kMaxRowItems && x.dtype == y.dtype &&
-        launch_typed_rows<LayerNormRows>(x.dtype, static_cast<int>(len), vector, stream, x.data,
-                                         y.data, x.numel() / len, static_cast<int>(len),
-                                         static_cast<float>(p.epsilon), sd, st, bd, bt, typed)) {
+        launch_typed_rows<LayerNormRows>(
+            x.dtype, static_cast<int>(len), vector, stream, x.data, y.data, x.numel() / len,
+            static_cast<int>(len), static_cast<float>(p.epsilon), sd, st, bd, bt, typed, !rms)) {
       KILN_CUDA_CHECK_LAUNCH(args.layer.name);
       return;
     }

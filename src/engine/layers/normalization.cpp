@@ -1,4 +1,4 @@
-// Shape inference of the normalization family: batch/layer/group/instance norm and softmax.
+// Shape inference of the normalization family: batch/layer/group/instance/RMS norm and softmax.
 #include "engine/layers/infer.h"
 #include "util/errors.h"
 
@@ -16,6 +16,8 @@ const char* norm_name(NormalizationKind k) {
       return "group_norm";
     case NormalizationKind::kInstance:
       return "instance_norm";
+    case NormalizationKind::kRms:
+      return "rms_norm";
   }
   return "?";
 }
@@ -39,6 +41,9 @@ void expect_param(const std::string& what, const char* role, const InferInput& i
 
 std::vector<InferOutput> infer(const std::string& layer, const NormalizationParams& p,
                                const std::vector<InferInput>& in) {
+  KILN_CHECK(static_cast<uint8_t>(p.kind) <= static_cast<uint8_t>(NormalizationKind::kRms),
+             InvalidArgument, "layer `", layer, "`: unknown normalization kind ",
+             static_cast<int>(p.kind));
   const std::string what = "layer `" + layer + "` (" + norm_name(p.kind) + ")";
   KILN_CHECK(!in.empty(), InvalidArgument, what, ": missing input x");
   const Shape& x = in[0].shape;
@@ -46,16 +51,15 @@ std::vector<InferOutput> infer(const std::string& layer, const NormalizationPara
              dtype_name(in[0].dtype));
   KILN_CHECK(p.epsilon >= 0, InvalidArgument, what, ": epsilon ", p.epsilon, " is negative");
   const size_t affine = p.has_affine ? 2 : 0;
-  if (p.kind == NormalizationKind::kLayer) {
-    expect_input_count(layer, in, 1 + affine, 1 + affine);
+  if (p.kind == NormalizationKind::kLayer || p.kind == NormalizationKind::kRms) {
+    const size_t params = p.kind == NormalizationKind::kRms ? affine / 2 : affine;
+    expect_input_count(layer, in, 1 + params, 1 + params);
     KILN_CHECK(p.normalized_dims >= 1 && p.normalized_dims <= static_cast<int64_t>(x.size()),
                InvalidArgument, what, ": normalized_dims ", p.normalized_dims,
                " out of range for input ", shape_to_string(x));
     const Shape tail(x.end() - p.normalized_dims, x.end());
-    if (p.has_affine) {
-      expect_param(what, "scale", in[1], tail);
-      expect_param(what, "bias", in[2], tail);
-    }
+    if (p.has_affine) expect_param(what, "scale", in[1], tail);
+    if (params == 2) expect_param(what, "bias", in[2], tail);
     return {{in[0].dtype, x}};
   }
   KILN_CHECK(x.size() >= 2, InvalidArgument, what, ": needs an input [N, C, ...], got ",

@@ -26,6 +26,9 @@ int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {
 // embeddings: slices, concats, elementwise ops with constants) before only attention operands
 // read it moves below those layers, onto the operands, where attention_heads takes it as a view.
 int sink_head_permutes(Network& net);
+// x * rsqrt(mean(x^2 over the last dims, keepdim) + eps) [* constant w] becomes one RMS
+// normalization layer (NormalizationKind::kRms).
+int fuse_rms_norms(Network& net);
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.

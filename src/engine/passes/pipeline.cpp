@@ -84,6 +84,10 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"attention_masks", nullptr, [](Network& n, const PassContext& c) {
                  return simplify_attention_masks(n, c.refit_weights);
                }});
+  // After the early folding (eps, the exponent and the scale are constants by then), before the
+  // elementwise fusion, which would take the square, the rsqrt and the multiplies.
+  p.push_back(
+      {"rms_norms", nullptr, [](Network& n, const PassContext&) { return fuse_rms_norms(n); }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
                [](const PassContext& c) { return c.backend.decompose_attention; },

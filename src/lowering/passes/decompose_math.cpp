@@ -207,54 +207,6 @@ Value* decompose_math(GraphPtr& graph, Node* node) {
     }
     return g("aten::where", {g("aten::gt", {in(0), 0}), in(0), g("aten::mul", {w, in(0)})});
   }
-  if (name == "aten::rms_norm" && n == 4) {
-    // x / sqrt(mean(x^2 over the normalized dims) + eps) [* weight]; eps defaults to the
-    // dtype's epsilon, as torch's.
-    const auto type = known_dtype(in(0));
-    auto shape = constant_value(in(1));
-    auto eps = constant_value(in(3));
-    if (!type || !c10::isFloatingType(*type) || !shape || !shape->isIntList() || !eps) {
-      return nullptr;
-    }
-    double e = 0;
-    if (eps->isNone()) {
-      switch (*type) {
-        case c10::ScalarType::Float:
-          e = std::numeric_limits<float>::epsilon();
-          break;
-        case c10::ScalarType::Half:
-          e = 0.0009765625;
-          break;
-        case c10::ScalarType::BFloat16:
-          e = 0.0078125;
-          break;
-        case c10::ScalarType::Double:
-          e = std::numeric_limits<double>::epsilon();
-          break;
-        default:
-          return nullptr;
-      }
-    } else if (eps->isDouble()) {
-      e = eps->toDouble();
-    } else {
-      return nullptr;
-    }
-    const int64_t k = static_cast<int64_t>(shape->toIntVector().size());
-    if (k == 0) return nullptr;
-    std::vector<int64_t> dims;
-    for (int64_t d = -k; d < 0; ++d) dims.push_back(d);
-    // In f32 for the narrower types, as torch (x^2 overflows f16 from 256 on).
-    const bool narrow = *type == c10::ScalarType::Half || *type == c10::ScalarType::BFloat16;
-    Value* none = graph->insertConstant(c10::IValue());
-    auto cast = [&](Value* v, c10::ScalarType t) {
-      return g("aten::to", {v, static_cast<int64_t>(t), false, false, none});
-    };
-    Value* x = narrow ? cast(in(0), c10::ScalarType::Float) : in(0);
-    Value* ms = g("aten::mean", {g("aten::mul", {x, x}), dims, true});
-    Value* y = g("aten::mul", {x, g("aten::rsqrt", {g("aten::add", {ms, e})})});
-    if (narrow) y = cast(y, *type);
-    return is_constant_none(in(2)) ? y : g("aten::mul", {y, in(2)});
-  }
   if (name == "aten::logit" && n == 2) {
     auto eps = constant_value(in(1));
     if (!eps) return nullptr;

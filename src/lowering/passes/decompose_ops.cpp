@@ -12,11 +12,10 @@
 //   var_mean/std_mean, aminmax, native_layer_norm (layer_norm with its mean and 1/std),
 //   kthvalue (element k - 1 of a sort); type_as (aten::to with `other`: one cast converter);
 //   square (mul); hardtanh and relu6 (clamp, which is an engine activation); glu (chunk,
-//   sigmoid, mul); where the dtype is known, rms_norm (mean of squares, rsqrt; in f32 for
-//   f16/bf16), prelu, threshold, hardshrink, softshrink, sinc, sgn, special_entr,
-//   special_xlog1py (where, NaN kept as torch keeps it), tril/triu (a mask of run-time aranges),
-//   repeat_interleave by an int along a dim (unsqueeze, expand, reshape; grouped-query
-//   scaled_dot_product_attention repeats its key/value heads so), trace (index_select
+//   sigmoid, mul); where the dtype is known, prelu, threshold, hardshrink, softshrink, sinc, sgn,
+//   special_entr, special_xlog1py (where, NaN kept as torch keeps it), tril/triu (a mask of
+//   run-time aranges), repeat_interleave by an int along a dim (unsqueeze, expand, reshape;
+//   grouped-query scaled_dot_product_attention repeats its key/value heads so), trace (index_select
 //   of the flattened diagonal), nansum/nanmean (where), ravel; positive/resolve_neg/
 //   resolve_conj/real/conj_physical of real tensors are the tensor;
 //   the math of decompose_math.cpp (acosh, atan2, fmod, logaddexp, addcmul, lerp, mv, outer,
@@ -34,7 +33,8 @@
 //   (expand_as); the `_copy` variants of views (the view, when the copy is not written in place).
 // - kept whole, because the engine runs them natively and one fused activation beats its
 //   pieces: relu, sigmoid, tanh, gelu, silu, hardswish, hardsigmoid, leaky_relu, elu, softplus,
-//   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod).
+//   mish, selu, clamp (activation layer); rsqrt (unary layer); remainder (binary kMod);
+//   rms_norm (normalization layer; fuse_rms_norm writes the explicit form as one).
 #include <unordered_map>
 #include <unordered_set>
 
