@@ -80,7 +80,10 @@ std::vector<Seed> seeds() {
          auto b = n.add_constant("b", ramp({4}));
          NormalizationParams p;
          auto ln = n.add("ln", p, {x, s, b});
-         n.mark_output(n.add("sum", ReduceParams{ReduceOp::kSum, {1}, false}, {ln}), "y");
+         NormalizationParams rms;
+         rms.kind = NormalizationKind::kRms;
+         auto r = n.add("rms", rms, {ln, s});
+         n.mark_output(n.add("sum", ReduceParams{ReduceOp::kSum, {1}, false}, {r}), "y");
        }},
       {"shuffle_slice_concat",
        [](Network& n) {
