@@ -282,6 +282,49 @@ TEST(Builder, RmsNormWrittenOutIsOneLayer) {
   }
 }
 
+// rotate_half, cat(-x[..., 4:], x[..., :4]), then * sin + x * cos as rotary embeddings compute it,
+// becomes one gather by constant indices and a sign multiply; a roll (no negation) one gather; a
+// concat of slices of two tensors, or of a strided slice, stays. Values as the layers gave.
+TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
+  struct Case {
+    bool negate, second_source, strided;
+    int gathers;
+  };
+  for (const Case& c : {Case{true, false, false, 1}, Case{false, false, false, 1},
+                        Case{true, true, false, 0}, Case{false, false, true, 0}}) {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 3, 5, 8});
+    auto other = net.add_input("other", DataType::kF32, {2, 3, 5, 8});
+    auto upper = net.add(
+        "upper", SliceParams{{-1}, {c.strided ? 1 : 4}, {kSliceEnd}, {c.strided ? 2 : 1}}, {x});
+    auto lower = net.add("lower", SliceParams{{3}, {0}, {4}, {1}}, {c.second_source ? other : x});
+    if (c.negate) upper = net.add("neg", UnaryParams{UnaryOp::kNeg}, {upper});
+    auto rotated = net.add("cat", ConcatParams{-1, false}, {upper, lower});
+    std::vector<float> table(5 * 8);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = 0.1f * static_cast<float>(i % 11) - 0.4f;
+    auto sin = net.add_constant("sin", Weights::from_floats({5, 8}, table));
+    auto cos = net.add_constant("cos", Weights::from_floats({5, 8}, std::vector<float>(40, 0.7f)));
+    auto y = net.add("add", ElementwiseParams{BinaryOp::kAdd},
+                     {net.add("xcos", ElementwiseParams{BinaryOp::kMul}, {x, cos}),
+                      net.add("rsin", ElementwiseParams{BinaryOp::kMul}, {rotated, sin})});
+    net.mark_output(y, "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("concat_slices"), c.gathers) << report.to_string();
+    int gathers = 0, concats = 0;
+    for (const Layer& l : plan.network.layers()) {
+      gathers += std::holds_alternative<GatherParams>(l.params);
+      concats += std::holds_alternative<ConcatParams>(l.params);
+    }
+    EXPECT_EQ(gathers, c.gathers);
+    EXPECT_EQ(concats, 1 - c.gathers);
+    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 61),
+                                        testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 62)};
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
 TEST(Builder, ConstantsAndedWithAPaddingMaskLeaveIt) {
   const int64_t B = 3, L = 5, S = 5;
   std::vector<uint8_t> causal(L * S), other(L * S, 1);

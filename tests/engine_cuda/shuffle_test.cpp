@@ -1,5 +1,7 @@
 // The CUDA shuffle and gather families against the CPU backend: transposes and reshapes, concat
 // and stack, slices with steps, pads (constant, reflect, replicate), gather and scatter.
+#include <utility>
+
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -121,6 +123,41 @@ TEST(CudaGather, GatherAndScatter) {
     compare_layer(ScatterParams{1, reduce}, {random_tensor(DataType::kI64, {3, 6}, 21, -5, 5),
                                              random_tensor(DataType::kI64, {3, 4}, 22, 0, 5),
                                              random_tensor(DataType::kI64, {3, 4}, 23, -5, 5)});
+  }
+}
+
+// Rotary embeddings' x * cos + rotate_half(x) * sin, rotate_half = cat(-x[..., E/2:], x[...,
+// :E/2]): the builder's concat_slices makes the rotation one gather by constant indices (the 32-bit
+// index path) and a sign multiply, which joins the generated kernel; f32 and f16, against the CPU.
+TEST(CudaGather, RotateHalfIsOneGather) {
+  KILN_REQUIRE_GPU();
+  const int64_t B = 2, L = 40, H = 4, E = 64;
+  for (const auto& [dtype, tol] :
+       {std::pair{DataType::kF32, 1e-6}, std::pair{DataType::kF16, 2e-3}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const HostTensor x = random_tensor(dtype, {B, L, H, E}, 90);
+    const auto r = cuda_testing::run_both({x}, [&, dt = dtype](Network& net,
+                                                               const std::vector<TensorId>& in) {
+      const auto table = [&](const std::string& name, uint64_t seed) {
+        const HostTensor t = random_tensor(DataType::kF32, {L, 1, E}, seed);
+        std::vector<float> v(static_cast<size_t>(L * E));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = t.as<float>()[i];
+        const TensorId c = net.add_constant(name, Weights::from_floats({L, 1, E}, v));
+        return dt == DataType::kF32 ? c : net.add(name + ".cast", CastParams{dt}, {c});
+      };
+      const auto upper = net.add("upper", SliceParams{{3}, {E / 2}, {kSliceEnd}, {1}}, {in[0]});
+      const auto lower = net.add("lower", SliceParams{{-1}, {0}, {E / 2}, {1}}, {in[0]});
+      const auto rotated = net.add("cat", ConcatParams{-1, false},
+                                   {net.add("neg", UnaryParams{UnaryOp::kNeg}, {upper}), lower});
+      const auto xc = net.add("xcos", ElementwiseParams{BinaryOp::kMul}, {in[0], table("cos", 91)});
+      const auto rs =
+          net.add("rsin", ElementwiseParams{BinaryOp::kMul}, {rotated, table("sin", 92)});
+      return std::vector<TensorId>{net.add("add", ElementwiseParams{BinaryOp::kAdd}, {xc, rs})};
+    });
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 1);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "slice"), 0);
+    cuda_testing::expect_match(r, tol, tol);
   }
 }
 

@@ -8,16 +8,20 @@
 namespace kiln::engine::cuda {
 namespace {
 
-template <class T>
-__global__ void gather_rows_kernel(const T* src, const void* idx, DataType it, int64_t n_idx,
-                                   int64_t dim, int64_t inner, T* dst, int64_t total) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = t % inner, row = t / inner;
-    const int64_t j = row % n_idx, o = row / n_idx;
-    int64_t k = load_as<int64_t>(it, idx, j);
+// index_select: element t of the output is (o, j, r) over [outer, n_idx, inner]. I: the type of
+// that index arithmetic, 32 bits where the output and the data have fewer than 2^31 elements (the
+// divisions by inner and n_idx cost a few instructions there, dozens in 64 bits).
+template <class T, class I>
+__global__ void gather_rows_kernel(const T* src, const void* idx, DataType it, I n_idx, I dim,
+                                   I inner, T* dst, I total) {
+  for (I t = blockIdx.x * I(blockDim.x) + threadIdx.x; t < total; t += I(gridDim.x) * blockDim.x) {
+    const I r = t % inner, row = t / inner;
+    const I j = row % n_idx, o = row / n_idx;
+    int64_t k = load_as<int64_t>(it, idx, static_cast<int64_t>(j));
     if (k < 0) k += dim;
-    dst[t] = (k >= 0 && k < dim) ? src[(o * dim + k) * inner + r] : T{};
+    dst[t] = (k >= 0 && k < static_cast<int64_t>(dim))
+                 ? src[(static_cast<int64_t>(o) * dim + k) * inner + r]
+                 : T{};
   }
 }
 
@@ -87,8 +91,14 @@ void gather_typed(KernelArgs& args, size_t a) {
   if (p.mode == GatherMode::kDefault) {
     int64_t inner = 1;
     for (size_t d = a + 1; d < data.shape.size(); ++d) inner *= data.shape[d];
-    gather_rows_kernel<T><<<grid_for(total), kThreads, 0, args.stream()>>>(
-        src, idx.data, idx.dtype, idx.numel(), dim, inner, dst, total);
+    if (total < INT32_MAX && data.numel() < INT32_MAX) {
+      gather_rows_kernel<T, uint32_t><<<grid_for(total), kThreads, 0, args.stream()>>>(
+          src, idx.data, idx.dtype, static_cast<uint32_t>(idx.numel()), static_cast<uint32_t>(dim),
+          static_cast<uint32_t>(inner), dst, static_cast<uint32_t>(total));
+    } else {
+      gather_rows_kernel<T, int64_t><<<grid_for(total), kThreads, 0, args.stream()>>>(
+          src, idx.data, idx.dtype, idx.numel(), dim, inner, dst, total);
+    }
   } else {
     const auto strides = contiguous_strides(data.shape);
     const Dims d = axis_dims(args.layer.name, idx.shape, strides, a);

@@ -29,6 +29,9 @@ int sink_head_permutes(Network& net);
 // x * rsqrt(mean(x^2 over the last dims, keepdim) + eps) [* constant w] becomes one RMS
 // normalization layer (NormalizationKind::kRms).
 int fuse_rms_norms(Network& net);
+// A concat along an axis of slices (some negated) of one tensor along that axis becomes a gather
+// by constant indices (times constant signs): rotate_half of rotary embeddings, rolls.
+int gather_concat_slices(Network& net);
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.

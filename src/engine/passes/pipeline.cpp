@@ -146,6 +146,11 @@ std::vector<Pass> make_pipeline() {
                  }
                  return removed;
                }});
+  // After the attention passes (head_permutes reads rotary's slices and concats) and dead_layers
+  // (single readers counted on the live layers), before the elementwise fusion, which takes the
+  // sign multiply with the multiply after it.
+  p.push_back({"concat_slices", nullptr,
+               [](Network& n, const PassContext&) { return gather_concat_slices(n); }});
   // So that an activation behind a reshape meets the GEMM before it in post_ops.
   p.push_back({"activations_before_reshapes", nullptr,
                [](Network& n, const PassContext&) { return activations_before_reshapes(n); }});
