@@ -334,11 +334,13 @@ __global__ void normalize_runs_kernel(const void* x, DataType xt, void* y, DataT
                                       int64_t group_mul, int64_t j_div, bool centered) {
   for (int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
     const int64_t base = r * len;
-    double sum = 0;
-    for (int64_t j = threadIdx.x; centered && j < len; j += blockDim.x) {
-      sum += load_as<double>(xt, x, base + j);
+    double mean = 0;
+    if (centered) {  // (the same for every thread: block_sum's barriers are met by all)
+      double sum = 0;
+      for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        sum += load_as<double>(xt, x, base + j);
+      mean = block_sum(sum) / static_cast<double>(len);
     }
-    const double mean = block_sum(sum) / static_cast<double>(len);
     double sq = 0;
     for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
       const double d = load_as<double>(xt, x, base + j) - mean;
