@@ -72,6 +72,10 @@ std::vector<Seed> seeds() {
          auto w = n.add_constant("w", ramp({4, 3}));
          auto m = n.add("mm", MatMulParams{}, {x, w});
          n.mark_output(n.add("softmax", SoftmaxParams{-1, false}, {m}), "y");
+         // A masked, causal softmax (decomposed attention's): rows of [batch, 3] keep the
+         // columns `keep` holds up to the row's index in the batch.
+         auto keep = n.add_input("keep", DataType::kBool, {3});
+         n.mark_output(n.add("masked", SoftmaxParams{-1, false, true}, {m, keep}), "z");
        }},
       {"reduce_norm",
        [](Network& n) {

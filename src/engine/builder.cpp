@@ -72,6 +72,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.excitation_projection);
   } else if (name == "cast_into_shuffle") {
     on_off(&config.cast_into_shuffle);
+  } else if (name == "decompose_attention") {
+    on_off(&config.decompose_attention);
   } else if (name == "cuda_pointwise" || name == "cuda_depthwise") {
     // Read by the CUDA kernels from the plan's switches (cuda::KernelOptions).
     const char* other = name == "cuda_pointwise" ? "cudnn" : "strip";
@@ -86,7 +88,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle, cuda_pointwise, cuda_depthwise, cuda_grouped, gemm_fold, "
+               "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
+               "cuda_grouped, gemm_fold, "
                "gemm_timing, cuda_codegen)");
   }
   config.switches.push_back(name_value);

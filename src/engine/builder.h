@@ -46,8 +46,11 @@ struct BuilderConfig {
   // Measurement switches (each on by default; off keeps the layers apart, for A/B timings):
   // cuda squeeze-excitation layers take the 1x1 projection after them (bench/NOTES.md G29);
   // cuda float casts feeding a shuffle are done by the shuffle (G31).
+  // cuda attention the fused kernel does not take runs as two batched GEMMs and a masked softmax
+  // (off: the general attention kernel; G51).
   bool excitation_projection = true;
   bool cast_into_shuffle = true;
+  bool decompose_attention = true;
   // The switches set through apply_switch, recorded in the plan (EngineTarget::switches).
   std::vector<std::string> switches;
   // Verify the network after every pass (verify.h): a broken rewrite is an InternalError naming
@@ -83,9 +86,9 @@ struct BuildReport {
 
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
-// excitation_projection=on|off, cast_into_shuffle=on|off set the fields above; the CUDA kernels'
-// cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel,
-// gemm_fold=on|off and gemm_timing=on|off
+// excitation_projection=on|off, cast_into_shuffle=on|off, decompose_attention=on|off set the
+// fields above; the CUDA kernels' cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip,
+// cuda_grouped=auto|cudnn|kernel, gemm_fold=on|off and gemm_timing=on|off
 // are only recorded, and read from the plan when its engine is created (cuda::KernelOptions);
 // cuda_codegen=off builds no generated kernels (pointwise layers run on the interpreter kernel).
 // InvalidArgument names an unknown switch or value.

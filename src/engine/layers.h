@@ -160,13 +160,19 @@ struct ReduceParams {
   }
 };
 
+// Inputs: x, and optionally a mask over the last axis (bool: keep where true; floating: added to
+// x) broadcast to x's shape. `causal` keeps element (i, j) of x's last two dims only where
+// j <= i (torch's is_causal, top-left aligned). A masked or causal softmax is over the last axis,
+// not log, and rows with nothing kept come out zero (attention's safe softmax) instead of NaN.
 struct SoftmaxParams {
   int64_t axis = -1;
   bool log = false;
+  bool causal = false;
   template <class V>
   void fields(V& v) {
     v("axis", axis);
     v("log", log);
+    v("causal", causal);
   }
 };
 

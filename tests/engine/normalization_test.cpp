@@ -230,6 +230,92 @@ TEST(Softmax, LongRowsMaskedAndNaN) {
   for (int j = 0; j < 18; ++j) EXPECT_TRUE(std::isnan(out.as<float>()[j])) << j;
 }
 
+// Softmax over the last axis of x [B, H, L, S] (as doubles) where `kept(b, h, i, j)` says which
+// entries count and `add(b, h, i, j)` what is added to them; rows with nothing kept are zero.
+template <class Kept, class Add>
+std::vector<double> reference_masked_softmax(const std::vector<double>& x, const Shape& s,
+                                             Kept kept, Add add) {
+  std::vector<double> y(x.size(), 0.0);
+  const int64_t B = s[0], H = s[1], L = s[2], S = s[3];
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < L; ++i) {
+        const size_t row = static_cast<size_t>(((b * H + h) * L + i) * S);
+        double mx = -INFINITY, sum = 0;
+        std::vector<double> v(static_cast<size_t>(S), -INFINITY);
+        for (int64_t j = 0; j < S; ++j) {
+          if (kept(b, h, i, j)) v[static_cast<size_t>(j)] = x[row + j] + add(b, h, i, j);
+          mx = std::max(mx, v[static_cast<size_t>(j)]);
+        }
+        if (mx == -INFINITY) continue;
+        for (double e : v) sum += std::exp(e - mx);
+        for (int64_t j = 0; j < S; ++j) y[row + j] = std::exp(v[static_cast<size_t>(j)] - mx) / sum;
+      }
+    }
+  }
+  return y;
+}
+
+// A masked softmax (attention's weights): bool masks of padding ([B, 1, 1, S]) and per query
+// ([B, 1, L, S]), an additive one ([L, S]), causal alone and with a mask; rows with nothing kept
+// (a fully padded sequence, causal with the first keys padded) come out zero instead of NaN.
+TEST(Softmax, MaskedAndCausal) {
+  const Shape s = {2, 3, 5, 7};
+  const HostTensor x = random_tensor(DataType::kF32, s, 41, -6, 6);
+  const auto xs = to_doubles(x);
+  const auto none = [](int64_t, int64_t, int64_t, int64_t) { return 0.0; };
+  // Padding: sequence 0 keeps its first 4 keys, sequence 1 none.
+  HostTensor pad(DataType::kBool, {2, 1, 1, 7});
+  for (int64_t j = 0; j < 7; ++j) {
+    pad.as<uint8_t>()[j] = j < 4;
+    pad.as<uint8_t>()[7 + j] = 0;
+  }
+  const auto padded = [](int64_t b, int64_t, int64_t, int64_t j) { return b == 0 && j < 4; };
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false}, {x, pad})[0],
+                   reference_masked_softmax(xs, s, padded, none), 1e-5, 1e-7));
+  // Per query: key j kept where (i + j + b) % 3 != 0.
+  HostTensor per(DataType::kBool, {2, 1, 5, 7});
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 5; ++i) {
+      for (int64_t j = 0; j < 7; ++j) per.as<uint8_t>()[(b * 5 + i) * 7 + j] = (i + j + b) % 3 != 0;
+    }
+  }
+  const auto per_kept = [](int64_t b, int64_t, int64_t i, int64_t j) {
+    return (i + j + b) % 3 != 0;
+  };
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false}, {x, per})[0],
+                   reference_masked_softmax(xs, s, per_kept, none), 1e-5, 1e-7));
+  // Additive [L, S] (a relative-position bias with -inf entries).
+  HostTensor bias = random_tensor(DataType::kF32, {5, 7}, 42, -2, 2);
+  bias.as<float>()[3] = -INFINITY;
+  const auto bias_kept = [](int64_t, int64_t, int64_t i, int64_t j) { return i * 7 + j != 3; };
+  const auto bias_add = [&](int64_t, int64_t, int64_t i, int64_t j) {
+    return i * 7 + j == 3 ? 0.0 : static_cast<double>(bias.as<float>()[i * 7 + j]);
+  };
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false}, {x, bias})[0],
+                   reference_masked_softmax(xs, s, bias_kept, bias_add), 1e-5, 1e-7));
+  // Causal (top-left: key j <= query i), alone and with keys 0..1 of sequence 1 padded: its
+  // queries 0 and 1 keep nothing.
+  const auto causal = [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i; };
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false, true}, {x})[0],
+                   reference_masked_softmax(xs, s, causal, none), 1e-5, 1e-7));
+  HostTensor late(DataType::kBool, {2, 1, 1, 7});
+  for (int64_t j = 0; j < 7; ++j) {
+    late.as<uint8_t>()[j] = 1;
+    late.as<uint8_t>()[7 + j] = j >= 2;
+  }
+  const auto causal_late = [](int64_t b, int64_t, int64_t i, int64_t j) {
+    return j <= i && (b == 0 || j >= 2);
+  };
+  const auto out = run_one_layer(SoftmaxParams{-1, false, true}, {x, late})[0];
+  EXPECT_TRUE(near(out, reference_masked_softmax(xs, s, causal_late, none), 1e-5, 1e-7));
+  EXPECT_EQ(out.as<float>()[((1 * 3 + 2) * 5 + 1) * 7], 0.f);  // b 1, head 2, query 1: zeros
+  // f16 scores with a bool mask.
+  const HostTensor h = random_tensor(DataType::kF16, s, 43, -6, 6);
+  EXPECT_TRUE(near(run_one_layer(SoftmaxParams{-1, false}, {h, per})[0],
+                   reference_masked_softmax(to_doubles(h), s, per_kept, none), 2e-3, 1e-4));
+}
+
 // Layer norm rows longer than a summing block, far from zero: the f32 loop keeps the double
 // reference's precision (the variance of values near 1000 with spread 1 needs centered sums).
 TEST(Normalization, LongOffsetRowsKeepPrecision) {
@@ -295,6 +381,20 @@ TEST(Normalization, BadInputNamesTheLayer) {
       add("bad_kind", norm(static_cast<NormalizationKind>(9)), {x}), "bad_kind");
   expect_error_naming<InvalidArgument>(add("sm_axis", SoftmaxParams{3, false}, {x}), "sm_axis");
   expect_error_naming<InvalidArgument>(add("sm_int", SoftmaxParams{0, false}, {i}), "sm_int");
+  // A masked or causal softmax: over the last axis, not log, with a bool or float mask that
+  // broadcasts to the input.
+  auto m = net.add_input("m", DataType::kBool, {2, 1, 4});
+  auto m_bad = net.add_input("m_bad", DataType::kBool, {3, 4});
+  expect_error_naming<InvalidArgument>(add("sm_mask_axis", SoftmaxParams{1, false}, {x, m}),
+                                       "sm_mask_axis");
+  expect_error_naming<InvalidArgument>(add("sm_mask_log", SoftmaxParams{-1, true}, {x, m}),
+                                       "sm_mask_log");
+  expect_error_naming<InvalidArgument>(add("sm_causal_log", SoftmaxParams{-1, true, true}, {x}),
+                                       "sm_causal_log");
+  expect_error_naming<InvalidArgument>(add("sm_mask_int", SoftmaxParams{-1, false}, {x, i}),
+                                       "sm_mask_int");
+  expect_error_naming<ShapeMismatch>(add("sm_mask_shape", SoftmaxParams{-1, false}, {x, m_bad}),
+                                     "sm_mask_shape");
 }
 
 TEST(Normalization, DynamicDimsStaySymbolic) {

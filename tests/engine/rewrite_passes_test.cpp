@@ -1,11 +1,13 @@
-// The builder's structural rewrites of written-out forms: RMS norm (rms_norms) and a concat of
-// slices of one tensor (concat_slices), each checked for what it takes, what it leaves and the
-// values it computes.
+// The builder's structural rewrites: of written-out forms, RMS norm (rms_norms) and a concat of
+// slices of one tensor (concat_slices); attention as two matmuls and a (masked) softmax
+// (decompose_attention). Each is checked for what it takes, what it leaves and the values it
+// computes.
 #include "engine/builder.h"
 
 #include <vector>
 
 #include "engine/passes/pass.h"
+#include "engine/passes/passes.h"
 #include "engine_testing.h"
 
 namespace kiln::engine {
@@ -106,6 +108,77 @@ TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
                                         testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 62)};
     EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
+// Attention decomposed into matmul(q * scale, k^T) -> softmax -> matmul(., v) computes what the
+// attention layer does for every mask form: none, bool padding (one sequence fully padded: zero
+// rows), bool per query, additive, causal alone and with padding; grouped batch broadcasting of
+// k and v; an explicit scale. Packed heads, and attention the fused kernel takes, stay.
+TEST(Builder, DecomposedAttentionTakesEveryMask) {
+  enum Mask { kNone, kPad, kPerQuery, kAdditive };
+  struct Case {
+    Mask mask;
+    bool causal;
+    double scale;
+  };
+  const HostTensor q = testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 61, -2, 2);
+  const HostTensor k = testing::random_tensor(DataType::kF32, {2, 3, 7, 8}, 62, -2, 2);
+  const HostTensor v = testing::random_tensor(DataType::kF32, {2, 3, 7, 6}, 63, -2, 2);
+  HostTensor pad(DataType::kBool, {2, 1, 1, 7}), per(DataType::kBool, {2, 1, 5, 7});
+  for (int64_t j = 0; j < 7; ++j) {
+    pad.as<uint8_t>()[j] = j < 5;  // sequence 0: 5 keys; sequence 1: fully padded
+    pad.as<uint8_t>()[7 + j] = 0;
+  }
+  for (int64_t i = 0; i < 2 * 5 * 7; ++i) per.as<uint8_t>()[i] = i % 4 != 1;
+  const HostTensor additive = testing::random_tensor(DataType::kF32, {5, 7}, 64, -3, 1);
+  for (const Case& c : {Case{kNone, false, 0}, Case{kPad, false, 0}, Case{kPerQuery, false, 0.3},
+                        Case{kAdditive, false, 0}, Case{kNone, true, 0}, Case{kPad, true, 0}}) {
+    SCOPED_TRACE(std::to_string(c.mask) + (c.causal ? " causal" : ""));
+    Network net;
+    std::vector<TensorId> in = {net.add_input("q", DataType::kF32, q.shape()),
+                                net.add_input("k", DataType::kF32, k.shape()),
+                                net.add_input("v", DataType::kF32, v.shape())};
+    std::vector<HostTensor> values = {q, k, v};
+    const HostTensor* mask = c.mask == kPad        ? &pad
+                             : c.mask == kPerQuery ? &per
+                             : c.mask == kAdditive ? &additive
+                                                   : nullptr;
+    if (mask) {
+      in.push_back(net.add_input("mask", mask->dtype(), mask->shape()));
+      values.push_back(*mask);
+    }
+    AttentionParams a;
+    a.causal = c.causal;
+    a.has_mask = mask != nullptr;
+    a.scale = c.scale;
+    net.mark_output(net.add("attn", a, in), "y");
+    const std::vector<HostTensor> want = run_engine(net, values);
+    Network taken = net;
+    EXPECT_EQ(decompose_attention(
+                  taken, [](const Shape&, const Shape&, const Shape&, DataType) { return false; }),
+              1);
+    int matmuls = 0, softmaxes = 0;
+    for (const Layer& l : taken.layers()) {
+      EXPECT_FALSE(std::holds_alternative<AttentionParams>(l.params)) << l.name;
+      matmuls += std::holds_alternative<MatMulParams>(l.params);
+      if (const auto* s = std::get_if<SoftmaxParams>(&l.params)) {
+        ++softmaxes;
+        EXPECT_EQ(s->causal, c.causal);
+        EXPECT_EQ(l.inputs.size(), mask ? 2u : 1u);
+      }
+    }
+    EXPECT_EQ(matmuls, 2);
+    EXPECT_EQ(softmaxes, 1);
+    const HostTensor got = run_engine(taken, values)[0];
+    EXPECT_TRUE(testing::near(got, testing::to_doubles(want[0]), 1e-5, 1e-6));
+    if (c.mask == kPad) {  // the fully padded sequence: zeros, as the attention gives
+      for (int64_t i = got.numel() / 2; i < got.numel(); ++i) EXPECT_EQ(got.as<float>()[i], 0.f);
+    }
+    Network kept = net;  // the fused kernel takes it: the attention stays
+    EXPECT_EQ(decompose_attention(
+                  kept, [](const Shape&, const Shape&, const Shape&, DataType) { return true; }),
+              0);
   }
 }
 

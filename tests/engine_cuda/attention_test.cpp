@@ -103,11 +103,17 @@ TEST(CudaAttention, FlashF16AndBf16) {
     compare_layer(AttentionParams{false, false, 0},
                   {make({2, 2, 197, 64}), make({2, 2, 197, 64}), make({2, 2, 197, 64})}, c.rtol,
                   c.atol);
-    // The fallback (the simple kernel, in double): E = 40 (causal, else the builder turns the
-    // layer into two matmuls and a softmax).
-    compare_layer(AttentionParams{true, false, 0},
-                  {make({1, 2, 33, 40}), make({1, 2, 33, 40}), make({1, 2, 33, 40})}, c.rtol,
-                  c.atol);
+    // E = 40, which the flash kernel does not take: two matmuls and a causal softmax, and with
+    // the decomposition switched off the simple kernel (in double).
+    for (bool decompose : {true, false}) {
+      BuilderConfig config;
+      if (!decompose) apply_switch(config, "decompose_attention=off");
+      const auto r = cuda_testing::run_both_layer(
+          AttentionParams{true, false, 0},
+          {make({1, 2, 33, 40}), make({1, 2, 33, 40}), make({1, 2, 33, 40})}, config);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), decompose ? 0 : 1);
+      cuda_testing::expect_match(r, c.rtol, c.atol);
+    }
   }
 }
 
@@ -183,6 +189,45 @@ TEST(CudaAttention, FlashTakesEveryMask) {
     compare_layer(AttentionParams{false, true, 0},
                   {make({2, 3, 49, 32}), make({2, 3, 49, 32}), make({2, 3, 49, 32}), minus_inf},
                   rtol, atol);
+  }
+}
+
+// Attention the flash kernel does not take (f32; f16 with E = 40) as the builder decomposes it,
+// two batched GEMMs around a masked softmax, with every mask form: bool [L, S], key padding with
+// a wholly padded sequence (zeros), padding with causal, per-query bool [B, 1, L, S], additive
+// [L, S] with -inf entries and transformers' lowest-value padding; ViT's 197 keys and 1500 keys
+// (the softmax's general kernel).
+TEST(CudaAttention, DecomposedTakesEveryMask) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (const auto& [dtype, l, s, e, rtol, atol] :
+       {std::tuple<DataType, int64_t, int64_t, int64_t, double, double>{DataType::kF32, 197, 197,
+                                                                        64, 1e-4, 1e-5},
+        {DataType::kF32, 33, 1500, 32, 1e-4, 1e-5},
+        {DataType::kF16, 70, 90, 40, 1e-2, 2e-3}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " L=" + std::to_string(l) +
+                 " S=" + std::to_string(s) + " E=" + std::to_string(e));
+    const HostTensor q = random_tensor(dtype, {2, 3, l, e}, seed++),
+                     k = random_tensor(dtype, {2, 3, s, e}, seed++),
+                     v = random_tensor(dtype, {2, 3, s, e}, seed++);
+    HostTensor additive = random_tensor(DataType::kF32, {l, s}, seed++);
+    for (int64_t i = 0; i < l * s; i += 5) {
+      static_cast<float*>(additive.data())[i] = -std::numeric_limits<float>::infinity();
+    }
+    const std::vector<std::pair<AttentionParams, HostTensor>> cases = {
+        {AttentionParams{false, true, 0}, random_tensor(DataType::kBool, {l, s}, seed++, 0, 1)},
+        {AttentionParams{false, true, 0}, padding_mask(DataType::kBool, {s - 3, 0}, s)},
+        {AttentionParams{true, true, 0}, padding_mask(DataType::kBool, {s, 5}, s)},
+        {AttentionParams{false, true, 0.2},
+         random_tensor(DataType::kBool, {2, 1, l, s}, seed++, 0, 1)},
+        {AttentionParams{false, true, 0}, additive},
+        {AttentionParams{false, true, 0}, padding_mask(dtype, {s - 7, 4}, s, /*lowest=*/true)}};
+    for (const auto& [p, mask] : cases) {
+      const auto r = cuda_testing::run_both_layer(p, {q, k, v, mask});
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 0);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "softmax"), 1);
+      cuda_testing::expect_match(r, rtol, atol);
+    }
   }
 }
 

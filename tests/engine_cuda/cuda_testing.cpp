@@ -37,10 +37,14 @@ BothResults run_both(const std::vector<HostTensor>& inputs, const NetworkBuilder
   return r;
 }
 
-BothResults run_both_layer(const LayerParams& params, const std::vector<HostTensor>& inputs) {
-  return run_both(inputs, [&](Network& net, const std::vector<TensorId>& ids) {
-    return net.add_layer("layer", params, ids);
-  });
+BothResults run_both_layer(const LayerParams& params, const std::vector<HostTensor>& inputs,
+                           BuilderConfig config) {
+  return run_both(
+      inputs,
+      [&](Network& net, const std::vector<TensorId>& ids) {
+        return net.add_layer("layer", params, ids);
+      },
+      std::move(config));
 }
 
 void expect_match(const BothResults& r, double rtol, double atol) {

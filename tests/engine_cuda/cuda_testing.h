@@ -34,7 +34,8 @@ struct BothResults {
 // and for cuda:0 with `config`, and runs both once on `inputs`.
 BothResults run_both(const std::vector<HostTensor>& inputs, const NetworkBuilder& build,
                      BuilderConfig config = {});
-BothResults run_both_layer(const LayerParams& params, const std::vector<HostTensor>& inputs);
+BothResults run_both_layer(const LayerParams& params, const std::vector<HostTensor>& inputs,
+                           BuilderConfig config = {});
 
 // Every GPU output matches the CPU's: |gpu - cpu| <= atol + rtol * |cpu| (NaN equals NaN).
 void expect_match(const BothResults& r, double rtol = 1e-5, double atol = 1e-6);

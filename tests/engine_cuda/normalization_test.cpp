@@ -1,5 +1,11 @@
-// The CUDA normalization family against the CPU backend: softmax/log-softmax on every axis, and
-// batch, layer, group and instance normalization (with and without affine parameters).
+// The CUDA normalization family against the CPU backend: softmax/log-softmax on every axis, masked
+// and causal softmax, and batch, layer, group and instance normalization (with and without affine
+// parameters).
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "cuda_testing.h"
 
 namespace kiln::engine {
@@ -21,6 +27,39 @@ TEST(CudaNormalization, Softmax) {
                 1e-7);
   compare_layer(SoftmaxParams{-1, false}, {random_tensor(DataType::kBF16, {4, 100}, 3)}, 1e-2,
                 1e-3);
+}
+
+// A masked softmax (attention's weights) against the CPU: bool key padding [B, 1, 1, S] with a
+// wholly masked row (zeros), per-row bool masks, additive [L, S] with -inf, causal alone and with
+// padding; rows in registers (S = 8 and 64: vectors; 197: scalars) and on the general kernel
+// (S = 1500); f32, f16 and bf16 scores.
+TEST(CudaNormalization, MaskedSoftmax) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (const auto& [dtype, rtol, atol] :
+       {std::tuple{DataType::kF32, 1e-5, 1e-6}, std::tuple{DataType::kF16, 1e-2, 1e-3},
+        std::tuple{DataType::kBF16, 2e-2, 1e-2}}) {
+    for (int64_t s : {8, 64, 197, 1500}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " S=" + std::to_string(s));
+      const int64_t l = 5;
+      const HostTensor x = random_tensor(dtype, {2, 3, l, s}, seed++, -6, 6);
+      HostTensor pad = random_tensor(DataType::kBool, {2, 1, 1, s}, seed++, 0, 1);
+      for (int64_t j = 0; j < s; ++j) static_cast<uint8_t*>(pad.data())[s + j] = 0;
+      compare_layer(SoftmaxParams{-1, false}, {x, pad}, rtol, atol);
+      compare_layer(SoftmaxParams{-1, false},
+                    {x, random_tensor(DataType::kBool, {2, 3, l, s}, seed++, 0, 1)}, rtol, atol);
+      HostTensor additive = random_tensor(DataType::kF32, {l, s}, seed++, -3, 3);
+      for (int64_t i = 0; i < l * s; i += 3) {
+        static_cast<float*>(additive.data())[i] = -std::numeric_limits<float>::infinity();
+      }
+      compare_layer(SoftmaxParams{-1, false}, {x, additive}, rtol, atol);
+      compare_layer(SoftmaxParams{-1, false, true}, {x}, rtol, atol);
+      std::vector<double> kept(static_cast<size_t>(2 * s), 1.0);
+      kept[static_cast<size_t>(s)] = kept[static_cast<size_t>(s + 1)] = 0;  // queries 0, 1: none
+      const HostTensor late = testing::tensor_from(DataType::kBool, {2, 1, 1, s}, kept);
+      compare_layer(SoftmaxParams{-1, false, true}, {x, late}, rtol, atol);
+    }
+  }
 }
 
 TEST(CudaNormalization, Kinds) {

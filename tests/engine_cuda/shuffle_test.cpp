@@ -98,6 +98,17 @@ TEST(CudaGather, GatherAndScatter) {
   compare_layer(
       GatherParams{GatherMode::kDefault, 0},
       {random_tensor(DataType::kF16, {50, 16}, 14), random_tensor(DataType::kI32, {9}, 15, 0, 49)});
+  // 16-byte chunks of output a thread: from 16-byte source rows (embedding-like, negative
+  // indices), and element by element along the last axis (rotary's permutation).
+  compare_layer(GatherParams{GatherMode::kDefault, 0},
+                {random_tensor(DataType::kF16, {10, 24}, 30),
+                 random_tensor(DataType::kI64, {3, 5}, 31, -10, 9)});
+  compare_layer(GatherParams{GatherMode::kDefault, -1},
+                {random_tensor(DataType::kBF16, {4, 3, 64}, 32),
+                 random_tensor(DataType::kI64, {64}, 33, -64, 63)});
+  compare_layer(GatherParams{GatherMode::kDefault, 1},
+                {random_tensor(DataType::kBool, {2, 40, 3}, 34, 0, 1),
+                 random_tensor(DataType::kI32, {16}, 35, 0, 39)});
   compare_layer(GatherParams{GatherMode::kElements, -1},
                 {data, random_tensor(DataType::kI64, {5, 6, 3}, 16, 0, 6)});
   compare_layer(GatherParams{GatherMode::kElements, 0},

@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
   app.add_option("--switch", switches,
                  "builder measurement switch NAME=VALUE (repeatable; for A/B timings): "
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
-                 "excitation_projection=on|off, cast_into_shuffle=on|off");
+                 "excitation_projection=on|off, cast_into_shuffle=on|off, "
+                 "decompose_attention=on|off");
   app.add_flag("--refittable", refittable,
                "engines whose weights --refit can replace without a rebuild");
   app.add_option("--refit", refit_path,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "engine/cpu/convert.h"
 #include "engine/cpu/vector_math.h"
@@ -153,10 +154,59 @@ void normalization_kernel(KernelArgs& args) {
   }
 }
 
+// Softmax over the last axis with a mask (bool: keep where true; float: added) broadcast to x
+// and/or causal; rows with nothing kept come out zero.
+void masked_softmax(const SoftmaxParams& p, const TensorView& x, const TensorView* mask,
+                    const TensorView& y) {
+  const int64_t n = x.shape.back(), rows = n == 0 ? 0 : x.numel() / n;
+  const int64_t L = x.shape.size() >= 2 ? x.shape[x.shape.size() - 2] : 1;
+  std::unique_ptr<BroadcastMap> map;
+  if (mask) map = std::make_unique<BroadcastMap>(mask->shape, x.shape);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel if (rows > 1 && x.numel() > kParallelWork)
+  {
+    std::vector<float> row(static_cast<size_t>(n));
+    std::vector<int64_t> off(static_cast<size_t>(mask ? n : 0));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      if (mask) map->offsets(r * n, n, off.data());
+      const int64_t keep_through = p.causal ? r % L : n - 1;  // last kept column
+      float mx = neg_inf;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = load_as<float>(x.dtype, x.data, r * n + j);
+        if (j > keep_through) {
+          v = neg_inf;
+        } else if (mask && mask->dtype == DataType::kBool) {
+          if (!load_as<int64_t>(mask->dtype, mask->data, off[static_cast<size_t>(j)])) v = neg_inf;
+        } else if (mask) {
+          v += load_as<float>(mask->dtype, mask->data, off[static_cast<size_t>(j)]);
+        }
+        row[static_cast<size_t>(j)] = v;
+        mx = std::max(mx, v);
+      }
+      double sum = 0;
+      if (mx != neg_inf) {
+        for (int64_t j = 0; j < n; ++j)
+          sum += std::exp(static_cast<double>(row[static_cast<size_t>(j)]) - mx);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const double e =
+            mx == neg_inf ? 0.0
+                          : std::exp(static_cast<double>(row[static_cast<size_t>(j)]) - mx) / sum;
+        store_as<double>(y.dtype, y.data, r * n + j, e);
+      }
+    }
+  }
+}
+
 void softmax_kernel(KernelArgs& args) {
   const auto& p = std::get<SoftmaxParams>(args.layer.params);
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
+  if (args.inputs.size() == 2 || p.causal) {
+    masked_softmax(p, x, args.inputs.size() == 2 ? &args.inputs[1] : nullptr, y);
+    return;
+  }
   const int axis = normalize_axis(p.axis, x.shape.size(), "softmax");
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];

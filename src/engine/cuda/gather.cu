@@ -25,6 +25,73 @@ __global__ void gather_rows_kernel(const T* src, const void* idx, DataType it, I
   }
 }
 
+// index_select writing V consecutive output elements (one 16-byte store) a thread, for outputs
+// of a multiple of V elements at a 16-byte boundary: rotary's gather along the last axis, where a
+// thread a 2-byte element left the memory system idle. With `rows` (inner a multiple of V, data
+// at a 16-byte boundary too), the V elements are one 16-byte load from one source row.
+template <class T, int V, bool kRows>
+__global__ void gather_rows_vec_kernel(const T* src, const void* idx, DataType it, uint32_t n_idx,
+                                       uint32_t dim, uint32_t inner, T* dst, uint32_t chunks) {
+  struct alignas(16) Chunk {
+    T v[V];
+  };
+  for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < chunks;
+       c += gridDim.x * blockDim.x) {
+    Chunk out;
+    const uint32_t t0 = c * V;
+    if constexpr (kRows) {
+      const uint32_t r = t0 % inner, row = t0 / inner;
+      const uint32_t j = row % n_idx, o = row / n_idx;
+      int64_t k = load_as<int64_t>(it, idx, static_cast<int64_t>(j));
+      if (k < 0) k += dim;
+      if (k >= 0 && k < static_cast<int64_t>(dim)) {
+        out =
+            *reinterpret_cast<const Chunk*>(src + (static_cast<int64_t>(o) * dim + k) * inner + r);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) out.v[v] = T{};
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const uint32_t t = t0 + v, r = t % inner, row = t / inner;
+        const uint32_t j = row % n_idx, o = row / n_idx;
+        int64_t k = load_as<int64_t>(it, idx, static_cast<int64_t>(j));
+        if (k < 0) k += dim;
+        out.v[v] = (k >= 0 && k < static_cast<int64_t>(dim))
+                       ? src[(static_cast<int64_t>(o) * dim + k) * inner + r]
+                       : T{};
+      }
+    }
+    reinterpret_cast<Chunk*>(dst)[c] = out;
+  }
+}
+
+template <class T>
+bool gather_rows_vectorized(KernelArgs& args, const T* src, const TensorView& idx, int64_t dim,
+                            int64_t inner, T* dst, int64_t total, int64_t data_numel) {
+  constexpr int V = 16 / sizeof(T);
+  if constexpr (V <= 1) {
+    return false;
+  } else {
+    if (total % V != 0 || !aligned16(dst) || total >= INT32_MAX || data_numel >= INT32_MAX) {
+      return false;
+    }
+    const auto chunks = static_cast<uint32_t>(total / V);
+    const auto n_idx = static_cast<uint32_t>(idx.numel());
+    if (inner % V == 0 && aligned16(src)) {
+      gather_rows_vec_kernel<T, V, true><<<grid_for(chunks), kThreads, 0, args.stream()>>>(
+          src, idx.data, idx.dtype, n_idx, static_cast<uint32_t>(dim), static_cast<uint32_t>(inner),
+          dst, chunks);
+    } else {
+      gather_rows_vec_kernel<T, V, false><<<grid_for(chunks), kThreads, 0, args.stream()>>>(
+          src, idx.data, idx.dtype, n_idx, static_cast<uint32_t>(dim), static_cast<uint32_t>(inner),
+          dst, chunks);
+    }
+    return true;
+  }
+}
+
 // torch.gather: `d` walks the index tensor's shape with the data's strides (0 on the axis).
 template <class T>
 __global__ void gather_elements_kernel(const T* src, Dims d, int64_t axis_stride, int64_t dim,
@@ -91,7 +158,10 @@ void gather_typed(KernelArgs& args, size_t a) {
   if (p.mode == GatherMode::kDefault) {
     int64_t inner = 1;
     for (size_t d = a + 1; d < data.shape.size(); ++d) inner *= data.shape[d];
-    if (total < INT32_MAX && data.numel() < INT32_MAX) {
+    if (total > 0 &&
+        gather_rows_vectorized<T>(args, src, idx, dim, inner, dst, total, data.numel())) {
+      // launched
+    } else if (total < INT32_MAX && data.numel() < INT32_MAX) {
       gather_rows_kernel<T, uint32_t><<<grid_for(total), kThreads, 0, args.stream()>>>(
           src, idx.data, idx.dtype, static_cast<uint32_t>(idx.numel()), static_cast<uint32_t>(dim),
           static_cast<uint32_t>(inner), dst, static_cast<uint32_t>(total));

@@ -38,25 +38,64 @@ __device__ double block_sum(double v) {
   return warp_sum(v);
 }
 
+// The mask and causality of a masked softmax (over the last axis): row r of x (its leading dims
+// merged where the mask steps through them alike, at most kMaskDims of them) reads the mask at
+// row_offset(r) + j * col_stride; causal keeps columns j <= r % L.
+constexpr int kMaskDims = 8;
+struct SoftmaxMask {
+  bool active = false;  // a mask or causal: rows with nothing kept come out zero
+  const void* data = nullptr;
+  DataType dtype = DataType::kBool;
+  int dims = 0;
+  int64_t size[kMaskDims] = {}, stride[kMaskDims] = {};
+  int64_t col_stride = 0;
+  bool causal = false;
+  int64_t L = 1;
+
+  __device__ int64_t row_offset(int64_t r) const {
+    int64_t off = 0;
+    for (int d = dims - 1; d >= 0; --d) {
+      off += (r % size[d]) * stride[d];
+      r /= size[d];
+    }
+    return off;
+  }
+  // x's value at column j of row r (mask offset `off`) after masking; -inf where not kept.
+  __device__ __forceinline__ float apply(float v, int64_t r, int64_t j, int64_t off) const {
+    if (causal && j > r % L) return -INFINITY;
+    if (data == nullptr) return v;
+    const float m = load_as<float>(dtype, data, off + j * col_stride);
+    if (dtype == DataType::kBool) return m != 0.f ? v : -INFINITY;
+    return v + m;
+  }
+};
+
 __global__ void softmax_kernel_t(const void* x, DataType xt, void* y, DataType yt, int64_t rows,
-                                 int64_t n, int64_t inner, bool log) {
+                                 int64_t n, int64_t inner, bool log, SoftmaxMask mask) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps_per_grid = int64_t(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t r = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows;
        r += warps_per_grid) {
     const int64_t base = (r / inner) * n * inner + r % inner;
+    const int64_t moff = mask.data ? mask.row_offset(r) : 0;
+    // A masked softmax is over the last axis (inner == 1).
+    const auto value = [&](int64_t i) {
+      const float v = load_as<float>(xt, x, base + i * inner);
+      return mask.active ? mask.apply(v, r, i, moff) : v;
+    };
     float mx = -INFINITY;
-    for (int64_t i = lane; i < n; i += kWarp)
-      mx = fmaxf(mx, load_as<float>(xt, x, base + i * inner));
+    for (int64_t i = lane; i < n; i += kWarp) mx = fmaxf(mx, value(i));
     mx = warp_max(mx);
-    double sum = 0;
-    for (int64_t i = lane; i < n; i += kWarp) {
-      sum += exp(static_cast<double>(load_as<float>(xt, x, base + i * inner)) - mx);
+    if (mask.active && mx == -INFINITY) {  // nothing kept: a zero row
+      for (int64_t i = lane; i < n; i += kWarp) store_as<float>(yt, y, base + i * inner, 0.f);
+      continue;
     }
+    double sum = 0;
+    for (int64_t i = lane; i < n; i += kWarp) sum += exp(static_cast<double>(value(i)) - mx);
     sum = warp_sum(sum);
     const double log_sum = ::log(sum);
     for (int64_t i = lane; i < n; i += kWarp) {
-      const double z = static_cast<double>(load_as<float>(xt, x, base + i * inner)) - mx;
+      const double z = static_cast<double>(value(i)) - mx;
       store_as<float>(yt, y, base + i * inner,
                       static_cast<float>(log ? z - log_sum : exp(z) / sum));
     }
@@ -122,12 +161,24 @@ __device__ __forceinline__ void load_row(const T* row, int n, int lane, float fi
 }
 
 template <class T, int kV, int kChunks>
-__global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool log) {
+__global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool log,
+                                    SoftmaxMask mask) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / kWarp; r < rows;
        r += int64_t(gridDim.x) * kRowWarps) {
     float v[kChunks][kV];
     load_row<T, kV, kChunks>(x + r * n, n, lane, -INFINITY, v);
+    if (mask.active) {
+      const int64_t moff = mask.data ? mask.row_offset(r) : 0;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const int first = (lane + j * kWarp) * kV;
+#pragma unroll
+        for (int k = 0; k < kV; ++k) {
+          if (first + k < n) v[j][k] = mask.apply(v[j][k], r, first + k, moff);
+        }
+      }
+    }
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
@@ -135,6 +186,19 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
       for (int k = 0; k < kV; ++k) mx = fmaxf(mx, v[j][k]);
     }
     mx = warp_max(mx);
+    if (mask.active && mx == -INFINITY) {  // nothing kept: a zero row
+      T* yr = y + r * n;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const int first = (lane + j * kWarp) * kV;
+        if (first >= n) continue;
+        Chunk<T, kV> c;
+#pragma unroll
+        for (int k = 0; k < kV; ++k) c.v[k] = from_float<T>(0.f);
+        *reinterpret_cast<Chunk<T, kV>*>(yr + first) = c;
+      }
+      continue;
+    }
     float sum = 0;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
@@ -232,9 +296,10 @@ unsigned row_grid(int64_t rows) {
 
 template <class T, int kV, int kChunks>
 struct SoftmaxRows {
-  static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, bool log) {
+  static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, bool log,
+                  const SoftmaxMask& mask) {
     softmax_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
+        static_cast<const T*>(x), static_cast<T*>(y), rows, n, log, mask);
   }
 };
 
@@ -305,24 +370,71 @@ bool rows_vectorizable(const TensorView& x, const TensorView& y, int64_t n) {
 
 constexpr int64_t kMaxRowItems = 32 * kWarp;
 
+// The mask of a masked or causal softmax of x (SoftmaxParams): the mask's strides over x's rows
+// (its leading dims), merged where they step alike.
+SoftmaxMask softmax_mask(const Layer& layer, const TensorView& x, const TensorView* m,
+                         bool causal) {
+  SoftmaxMask r;
+  r.active = m != nullptr || causal;
+  r.causal = causal;
+  const size_t rank = x.shape.size();
+  r.L = rank >= 2 ? std::max<int64_t>(x.shape[rank - 2], 1) : 1;
+  if (m == nullptr) return r;
+  r.data = m->data;
+  r.dtype = m->dtype;
+  // The mask's strides as broadcast to x (0 where it broadcasts), right-aligned.
+  std::vector<int64_t> stride(rank, 0);
+  int64_t step = 1;
+  for (size_t i = 0; i < m->shape.size(); ++i) {
+    const int64_t d = m->shape[m->shape.size() - 1 - i];
+    stride[rank - 1 - i] = d == 1 ? 0 : step;
+    step *= d;
+  }
+  r.col_stride = stride[rank - 1];
+  std::vector<int64_t> size, st;  // leading dims merged
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    const int64_t n = x.shape[d];
+    if (n == 1) continue;
+    if (!size.empty() && st.back() == stride[d] * n) {
+      size.back() *= n;
+      st.back() = stride[d];
+    } else {
+      size.push_back(n);
+      st.push_back(stride[d]);
+    }
+  }
+  KILN_CHECK(size.size() <= static_cast<size_t>(kMaskDims), Unsupported, "layer `", layer.name,
+             "`: a softmax mask broadcast over more than ", kMaskDims, " dims of ",
+             shape_to_string(x.shape));
+  r.dims = static_cast<int>(size.size());
+  for (int d = 0; d < r.dims; ++d) {
+    r.size[d] = size[static_cast<size_t>(d)];
+    r.stride[d] = st[static_cast<size_t>(d)];
+  }
+  return r;
+}
+
 void softmax_kernel(KernelArgs& args) {
   const auto& p = std::get<SoftmaxParams>(args.layer.params);
   const TensorView &x = args.inputs[0], &y = args.outputs[0];
   const int axis = normalize_axis(p.axis, x.shape.size(), "softmax");
+  const SoftmaxMask mask =
+      softmax_mask(args.layer, x, args.inputs.size() == 2 ? &args.inputs[1] : nullptr, p.causal);
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
   for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
   const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
+  if (x.numel() == 0) return;
   if (inner == 1 && n > 0 && n <= kMaxRowItems && x.dtype == y.dtype &&
       launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), rows_vectorizable(x, y, n),
                                      args.stream(), x.data, y.data, rows, static_cast<int>(n),
-                                     p.log)) {
+                                     p.log, mask)) {
     KILN_CUDA_CHECK_LAUNCH(args.layer.name);
     return;
   }
   const int warps = kThreads / kWarp;
   softmax_kernel_t<<<grid_for(rows, warps), kThreads, 0, args.stream()>>>(
-      x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log);
+      x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log, mask);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 

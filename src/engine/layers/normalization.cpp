@@ -90,12 +90,32 @@ std::vector<InferOutput> infer(const std::string& layer, const NormalizationPara
 
 std::vector<InferOutput> infer(const std::string& layer, const SoftmaxParams& p,
                                const std::vector<InferInput>& in) {
-  expect_input_count(layer, in, 1, 1);
+  expect_input_count(layer, in, 1, 2);
   const std::string what = "layer `" + layer + "` (" + (p.log ? "log_softmax" : "softmax") + ")";
-  normalize_axis(p.axis, in[0].shape.size(), what);
+  const Shape& x = in[0].shape;
+  const int axis = normalize_axis(p.axis, x.size(), what);
   KILN_CHECK(is_floating(in[0].dtype), InvalidArgument, what, ": needs a floating input, got ",
              dtype_name(in[0].dtype));
-  return {{in[0].dtype, in[0].shape}};
+  if (in.size() == 2 || p.causal) {
+    KILN_CHECK(!p.log && axis == static_cast<int>(x.size()) - 1, InvalidArgument, what,
+               ": a masked or causal softmax is over the last axis and not log, got axis ", p.axis,
+               p.log ? " (log)" : "");
+    KILN_CHECK(!p.causal || x.size() >= 2, InvalidArgument, what,
+               ": causal needs an input of rank 2 or more, got ", shape_to_string(x));
+  }
+  if (in.size() == 2) {
+    const InferInput& m = in[1];
+    KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
+               ": mask must be bool or floating, got ", dtype_name(m.dtype));
+    bool ok = m.shape.size() <= x.size();
+    for (size_t i = 0; ok && i < m.shape.size(); ++i) {
+      const int64_t md = m.shape[m.shape.size() - 1 - i], xd = x[x.size() - 1 - i];
+      ok = md == 1 || dims_compatible(md, xd);
+    }
+    KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
+               " does not broadcast to the input ", shape_to_string(x));
+  }
+  return {{in[0].dtype, x}};
 }
 
 }  // namespace kiln::engine

@@ -5,11 +5,20 @@
 
 namespace kiln::engine {
 
-// Unmasked, non-causal attention that the fused kernel does not take (f32, or head sizes it
-// does not handle) as matmul(q * scale, k^T) -> softmax -> matmul(., v), in the attention's
-// dtype (after the precision pass): both products then run as cuBLASLt batched GEMMs on tensor
-// cores, where the general attention kernel is a simple one. Masked, causal and packed-head
-// attention keep the attention layer.
+namespace {
+
+// The largest attention weights ([..., L, S], written once and read once) a decomposition makes;
+// beyond it the attention layer, which holds no weights, stays.
+constexpr int64_t kMaxWeightsBytes = int64_t{1} << 30;
+
+}  // namespace
+
+// Attention that the fused kernel does not take (f32, or head sizes or masks it does not handle)
+// as matmul(q * scale, k^T) -> softmax (masked and/or causal as the attention) -> matmul(., v),
+// in the attention's dtype (after the precision pass): both products then run as cuBLASLt
+// batched GEMMs on tensor cores, where the general attention kernel is a simple one. The masked
+// softmax gives rows with nothing kept zeros, as the attention does. Packed-head attention keeps
+// its layer (the fused kernel takes it), as does one whose weights would pass kMaxWeightsBytes.
 int decompose_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused) {
@@ -17,7 +26,7 @@ int decompose_attention(
   int rewritten = 0;
   for (const Layer& l : net.layers()) {
     const auto* a = std::get_if<AttentionParams>(&l.params);
-    if (a == nullptr || a->has_mask || a->causal || a->heads > 0) {
+    if (a == nullptr || a->heads > 0) {
       out.push_back(l);
       continue;
     }
@@ -27,6 +36,14 @@ int decompose_attention(
     const int64_t e = q.shape.back();
     if (e == kDynamic || k.dtype != dt || v.dtype != dt || net.tensor(l.outputs[0]).dtype != dt ||
         fused(q.shape, k.shape, v.shape, dt)) {
+      out.push_back(l);
+      continue;
+    }
+    const Shape out_shape = net.tensor(l.outputs[0]).shape;
+    Shape scores_shape = out_shape;
+    scores_shape.back() = k.shape[k.shape.size() - 2];
+    if (is_static(scores_shape) &&
+        volume(scores_shape) > kMaxWeightsBytes / static_cast<int64_t>(dtype_size(dt))) {
       out.push_back(l);
       continue;
     }
@@ -46,15 +63,15 @@ int decompose_attention(
     const TensorId qs = tensor(":q_scaled", dt, q.shape);
     out.push_back(Layer{
         l.name + ":q_scaled", ElementwiseParams{BinaryOp::kMul}, {l.inputs[0], scale_t}, {qs}});
-    const Shape out_shape = net.tensor(l.outputs[0]).shape;
-    Shape scores_shape = out_shape;
-    scores_shape.back() = k.shape[k.shape.size() - 2];
     const TensorId scores = tensor(":scores", dt, scores_shape);
     MatMulParams qk;
     qk.transpose_b = true;
     out.push_back(Layer{l.name + ":scores", qk, {qs, l.inputs[1]}, {scores}});
     const TensorId probs = tensor(":probs", dt, scores_shape);
-    out.push_back(Layer{l.name + ":softmax", SoftmaxParams{-1, false}, {scores}, {probs}});
+    std::vector<TensorId> softmax_in = {scores};
+    if (a->has_mask) softmax_in.push_back(l.inputs[3]);
+    out.push_back(
+        Layer{l.name + ":softmax", SoftmaxParams{-1, false, a->causal}, softmax_in, {probs}});
     out.push_back(Layer{l.name, MatMulParams{}, {probs, l.inputs[2]}, l.outputs});
     ++rewritten;
   }

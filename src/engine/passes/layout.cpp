@@ -201,7 +201,10 @@ class Pass {
       cat->axis = kToFirst[static_cast<size_t>(normalize_axis(cat->axis, 4, m.name))];
       for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
     } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
-      if (channels_last_source(m.inputs[0]) < 0) return false;
+      // A masked or causal softmax is over the last axis.
+      if (channels_last_source(m.inputs[0]) < 0 || m.inputs.size() > 1 || soft->causal) {
+        return false;
+      }
       soft->axis = kToFirst[static_cast<size_t>(normalize_axis(soft->axis, 4, m.name))];
       followed = {0};
     } else if (auto* red = std::get_if<ReduceParams>(&m.params)) {

@@ -90,7 +90,9 @@ std::vector<Pass> make_pipeline() {
       {"rms_norms", nullptr, [](Network& n, const PassContext&) { return fuse_rms_norms(n); }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
-               [](const PassContext& c) { return c.backend.decompose_attention; },
+               [](const PassContext& c) {
+                 return c.backend.decompose_attention && c.config.decompose_attention;
+               },
                [](Network& n, const PassContext& c) {
                  return decompose_attention(n, c.backend.fused_attention);
                }});
