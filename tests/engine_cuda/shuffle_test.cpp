@@ -99,12 +99,13 @@ TEST(CudaGather, GatherAndScatter) {
       GatherParams{GatherMode::kDefault, 0},
       {random_tensor(DataType::kF16, {50, 16}, 14), random_tensor(DataType::kI32, {9}, 15, 0, 49)});
   // 16-byte chunks of output a thread: from 16-byte source rows (embedding-like, negative
-  // indices), and element by element along the last axis (rotary's permutation).
+  // indices), and element by element along the last axis (rotary's permutation, 2^19 elements:
+  // enough for that path); a small gather of bools a thread an element.
   compare_layer(GatherParams{GatherMode::kDefault, 0},
                 {random_tensor(DataType::kF16, {10, 24}, 30),
                  random_tensor(DataType::kI64, {3, 5}, 31, -10, 9)});
   compare_layer(GatherParams{GatherMode::kDefault, -1},
-                {random_tensor(DataType::kBF16, {4, 3, 64}, 32),
+                {random_tensor(DataType::kBF16, {256, 32, 64}, 32),
                  random_tensor(DataType::kI64, {64}, 33, -64, 63)});
   compare_layer(GatherParams{GatherMode::kDefault, 1},
                 {random_tensor(DataType::kBool, {2, 40, 3}, 34, 0, 1),
