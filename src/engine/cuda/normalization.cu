@@ -186,19 +186,7 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
       for (int k = 0; k < kV; ++k) mx = fmaxf(mx, v[j][k]);
     }
     mx = warp_max(mx);
-    if (mask.active && mx == -INFINITY) {  // nothing kept: a zero row
-      T* yr = y + r * n;
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        const int first = (lane + j * kWarp) * kV;
-        if (first >= n) continue;
-        Chunk<T, kV> c;
-#pragma unroll
-        for (int k = 0; k < kV; ++k) c.v[k] = from_float<T>(0.f);
-        *reinterpret_cast<Chunk<T, kV>*>(yr + first) = c;
-      }
-      continue;
-    }
+    const bool empty = mask.active && mx == -INFINITY;  // nothing kept: a zero row
     float sum = 0;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
@@ -221,7 +209,7 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
       Chunk<T, kV> c;
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
-        c.v[k] = from_float<T>(log ? v[j][k] - mx - log_sum : v[j][k] * inv);
+        c.v[k] = from_float<T>(empty ? 0.f : log ? v[j][k] - mx - log_sum : v[j][k] * inv);
       }
       *reinterpret_cast<Chunk<T, kV>*>(yr + first) = c;
     }

@@ -14,20 +14,6 @@ int64_t merge_dims(int64_t a, int64_t b) {
   return a == kDynamic ? b : a;
 }
 
-// A mask (bool: keep where true; floating: added to the scaled scores) broadcasts to the
-// attention weights [..., L, S] without growing them.
-void check_mask(const std::string& what, const InferInput& m, const Shape& weights) {
-  KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
-             ": mask must be bool or floating, got ", dtype_name(m.dtype));
-  bool ok = m.shape.size() <= weights.size();
-  for (size_t i = 0; ok && i < m.shape.size(); ++i) {
-    const int64_t md = m.shape[m.shape.size() - 1 - i], wd = weights[weights.size() - 1 - i];
-    ok = md == 1 || dims_compatible(md, wd);
-  }
-  KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
-             " does not broadcast to the attention weights ", shape_to_string(weights));
-}
-
 // Packed heads (AttentionParams::heads > 0): q, k, v are [B, rows, width] holding the heads at
 // column offsets; the output is [B, L, heads * head_size]; a mask broadcasts to [B, heads, L, S].
 std::vector<InferOutput> infer_packed(const std::string& what, const AttentionParams& p,
@@ -62,12 +48,26 @@ std::vector<InferOutput> infer_packed(const std::string& what, const AttentionPa
   if (p.has_mask) {
     check_mask(what, in[3],
                {merge_dims(in[0].shape[0], in[1].shape[0]), p.heads, in[0].shape[1],
-                merge_dims(in[1].shape[1], in[2].shape[1])});
+                merge_dims(in[1].shape[1], in[2].shape[1])},
+               "the attention weights");
   }
   return {{in[0].dtype, Shape{in[0].shape[0], in[0].shape[1], p.heads * p.head_size}}};
 }
 
 }  // namespace
+
+void check_mask(const std::string& what, const InferInput& m, const Shape& target,
+                const char* target_name) {
+  KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
+             ": mask must be bool or floating, got ", dtype_name(m.dtype));
+  bool ok = m.shape.size() <= target.size();
+  for (size_t i = 0; ok && i < m.shape.size(); ++i) {
+    const int64_t md = m.shape[m.shape.size() - 1 - i], td = target[target.size() - 1 - i];
+    ok = md == 1 || dims_compatible(md, td);
+  }
+  KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
+             " does not broadcast to ", target_name, " ", shape_to_string(target));
+}
 
 std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& p,
                                const std::vector<InferInput>& in) {
@@ -101,7 +101,7 @@ std::vector<InferOutput> infer(const std::string& layer, const AttentionParams& 
     Shape weights = batch;
     weights.push_back(L);
     weights.push_back(merge_dims(S, v[v.size() - 2]));
-    check_mask(what, in[3], weights);
+    check_mask(what, in[3], weights, "the attention weights");
   }
   Shape out = batch;
   out.push_back(L);

@@ -26,6 +26,11 @@ struct InferOutput {
 std::vector<InferOutput> infer_layer(const std::string& layer, const LayerParams& params,
                                      const std::vector<InferInput>& inputs);
 
+// A mask (bool: keep where true; floating: added) that broadcasts to `target` (named `target_name`
+// in the error) without growing it: attention's weights, a masked softmax's input.
+void check_mask(const std::string& what, const InferInput& mask, const Shape& target,
+                const char* target_name);
+
 // Throws InvalidArgument unless inputs.size() is in [min, max].
 void expect_input_count(const std::string& layer, const std::vector<InferInput>& inputs, size_t min,
                         size_t max);

@@ -103,18 +103,7 @@ std::vector<InferOutput> infer(const std::string& layer, const SoftmaxParams& p,
     KILN_CHECK(!p.causal || x.size() >= 2, InvalidArgument, what,
                ": causal needs an input of rank 2 or more, got ", shape_to_string(x));
   }
-  if (in.size() == 2) {
-    const InferInput& m = in[1];
-    KILN_CHECK(m.dtype == DataType::kBool || is_floating(m.dtype), InvalidArgument, what,
-               ": mask must be bool or floating, got ", dtype_name(m.dtype));
-    bool ok = m.shape.size() <= x.size();
-    for (size_t i = 0; ok && i < m.shape.size(); ++i) {
-      const int64_t md = m.shape[m.shape.size() - 1 - i], xd = x[x.size() - 1 - i];
-      ok = md == 1 || dims_compatible(md, xd);
-    }
-    KILN_CHECK(ok, ShapeMismatch, what, ": mask ", shape_to_string(m.shape),
-               " does not broadcast to the input ", shape_to_string(x));
-  }
+  if (in.size() == 2) check_mask(what, in[1], x, "the input");
   return {{in[0].dtype, x}};
 }
 

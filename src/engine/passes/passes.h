@@ -43,7 +43,8 @@ int fold_shuffle_chains(Network& net);
 // Layers no network output depends on go, with the weights only they used.
 int remove_dead_layers(Network& net);
 // Attention (not packed heads) that `fused(q, k, v, dtype)` says the fused kernel does not take
-// becomes matmul(q * scale, k^T) -> softmax (masked and/or causal as the attention) -> matmul(., v).
+// becomes matmul(q * scale, k^T) -> softmax (masked and/or causal as the attention) -> matmul(.,
+// v).
 int decompose_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
