@@ -20,7 +20,10 @@ kiln-interp kiln with pointwise layers on the interpreter kernel instead of gene
 grouped.cu (cuda_grouped=cudnn), kiln-inductor kiln with backend_priority ["cuda", "inductor"] (what
 the engines do not take compiled by Inductor instead of run in PyTorch; compiled from
 torch.export's program; kiln-inductor-all with min_block_size 1, so that Inductor takes even one
-op), and default torch.compile's default mode, which Inductor's pieces use.
+op), and default torch.compile's default mode, which Inductor's pieces use. reduce-overhead-tf32
+and max-autotune-tf32 (fp32 rows only) are those modes with fp32 matmuls on TF32 tensor cores
+(torch.backends.cuda.matmul.allow_tf32), as kiln's fp32 by default: the fair peers of kiln's fp32
+rows, and peers in the summary's geomean.
 `--models fallback` runs bench/models.py's FALLBACK, models with ops kiln does not convert.
 The text transformers (hf_bert, hf_distilbert, hf_gpt2, hf_clip_text, hf_llama) take token ids and
 the attention mask of a padded batch, as users call them after a tokenizer (`--no-mask`: ids only).
@@ -82,6 +85,11 @@ def model_flops(model, x):
     except Exception:  # flop counting is a report column, not a reason to stop
         return None
 
+
+# torch.compile's modes as backends; each with -tf32 appended (reduce-overhead-tf32) is the same
+# mode with fp32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32), the peer
+# of kiln's fp32 rows, which use TF32 by default; fp32 rows only.
+TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 # kiln's backends and their kilnc flags: kiln's defaults run fp32 convolutions and matmuls in
 # TF32 (as Torch-TensorRT's) and GELU after fp16 matmuls in the epilogue's tanh form.
@@ -245,6 +253,8 @@ def main():
                     flops = model_flops(gpu_model, x)
                     reference32 = fp32_reference(model, x_cpu)
                 for backend in args.backends.split(","):
+                    if backend.endswith("-tf32") and prec != "fp32":
+                        continue  # the same as the peer without -tf32 below fp32
                     row = {"model": name if args.seq == SEQ else f"{name}@{args.seq}",
                            "batch": batch, "precision": prec, "backend": backend}
                     try:
@@ -258,9 +268,12 @@ def main():
                                 ts = torch.jit.freeze(torch.jit.trace(gpu_model, x, check_trace=False))
                                 fn = torch.jit.optimize_for_inference(ts)
                                 fn(*x)
-                            elif backend in ("default", "reduce-overhead", "max-autotune"):
+                            elif backend.removesuffix("-tf32") in TORCH_COMPILE_MODES:
+                                # The -tf32 peers: fp32 matmuls on TF32 tensor cores, as kiln's
+                                # fp32 by default (convolutions are TF32 in torch by default).
+                                torch.backends.cuda.matmul.allow_tf32 = backend.endswith("-tf32")
                                 torch._dynamo.reset()
-                                fn = torch.compile(gpu_model, mode=backend)
+                                fn = torch.compile(gpu_model, mode=backend.removesuffix("-tf32"))
                                 fn(*x)
                                 fn(*x)
                             elif backend in KILN_BACKENDS:
@@ -290,6 +303,7 @@ def main():
                         with open(os.path.join(args.out, "bench_errors.log"), "a") as log:
                             log.write(f"== {name} {batch} {prec} {backend}\n")
                             traceback.print_exc(file=log)
+                    torch.backends.cuda.matmul.allow_tf32 = False  # torch's default
                     if "median" in row:
                         row["throughput"] = batch / (row["median"] * 1e-3)
                         if flops:

@@ -13,8 +13,9 @@ import math
 import sys
 
 MODELS = ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "bert"]
-PEERS = ["reduce-overhead", "max-autotune"]
-BACKENDS = ["eager", "torchscript", "reduce-overhead", "max-autotune", "kiln", "kiln-notf32",
+PEERS = ["reduce-overhead", "max-autotune", "reduce-overhead-tf32", "max-autotune-tf32"]
+BACKENDS = ["eager", "torchscript", "reduce-overhead", "max-autotune", "reduce-overhead-tf32",
+            "max-autotune-tf32", "kiln", "kiln-notf32",
             "kiln-exactgelu", "kiln-interp", "kiln-cudnn-grouped"]
 COLUMNS = ("| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | % peak | "
            "engines | torch ops | shuffles | max diff | err vs fp32 | run |")

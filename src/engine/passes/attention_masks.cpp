@@ -86,6 +86,18 @@ int simplify_attention_masks(Network& net, const std::set<std::string>& keep) {
     const Shape& q = net.tensor(layer.inputs[0]).shape;
     const Shape& k = net.tensor(layer.inputs[1]).shape;
     const int64_t L = q[q.size() - 2], S = k[k.size() - 2];
+    // An expanded mask (the converters' expand is select(c, x, x): x broadcast to c's shape):
+    // the attention reads x, which broadcasts to the scores as the expansion did. transformers'
+    // ViT expands a [1, 1, L, 1] all-true mask to [B, 1, L, S], too large to fold at batch 32.
+    while (const auto p = index.producer(layer.inputs[3])) {
+      const Layer& expand = net.layers()[*p];
+      if (!std::holds_alternative<SelectParams>(expand.params) || expand.inputs.size() != 3 ||
+          expand.inputs[1] != expand.inputs[2]) {
+        break;
+      }
+      layer.inputs[3] = expand.inputs[1];
+      ++changed;
+    }
     if (const Weights* w = constant_of(layer.inputs[3])) {
       const MaskKind kind = classify(*w, L, S);
       if (kind == MaskKind::kOther) continue;

@@ -1,0 +1,189 @@
+// The attention_masks pass: masks that say no more than a flag become it (all true goes, the
+// causal triangle is the causal flag), also when and'ed with a padding mask or expanded; refittable
+// plans keep the masks that are weights. Values always match the unbuilt network.
+#include "engine/builder.h"
+
+#include <limits>
+#include <vector>
+
+#include "engine/passes/pass.h"
+#include "engine_testing.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::run_engine;
+
+// Constant masks that say no more than a flag: all-true goes, the causal triangle (bool, or
+// additive 0/-inf) becomes causal; any other mask stays. Values match the unbuilt network.
+TEST(Builder, ConstantAttentionMasksBecomeFlags) {
+  const int64_t L = 5, S = 5;
+  std::vector<uint8_t> causal(L * S), all(L * S, 1), other(L * S, 1);
+  std::vector<float> additive(L * S);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < S; ++j) {
+      causal[i * S + j] = j <= i;
+      additive[i * S + j] = j <= i ? 0.0f : -std::numeric_limits<float>::infinity();
+    }
+  }
+  other[3] = 0;
+  struct Case {
+    Weights mask;
+    bool dropped, causal;
+  };
+  for (const Case& c :
+       {Case{Weights::from_bytes(DataType::kBool, {1, 1, L, S}, causal), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {2, 1, L, S}, std::vector<uint8_t>(2 * L * S, 1)),
+             true, false},
+        Case{Weights::from_floats({L, S}, additive), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {L, S}, other), false, false}}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {2, 3, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {2, 3, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {2, 3, S, 8});
+    auto m = net.add_constant("mask", c.mask);
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, m}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_masks"), c.dropped ? 1 : 0) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        EXPECT_EQ(a->has_mask, !c.dropped);
+        EXPECT_EQ(a->causal, c.causal);
+      }
+    }
+    std::vector<HostTensor> in;
+    for (uint64_t seed : {21, 22, 23}) {
+      in.push_back(testing::random_tensor(DataType::kF32, {2, 3, L, 8}, seed));
+    }
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+  }
+}
+
+// transformers' masks: a padding mask (bool [B, 1, 1, S], an input) and'ed with a constant over
+// [L, S] (all true: BERT; the causal triangle: GPT-2, Llama). The attention reads the padding
+// mask, with the causal flag for the triangle; another constant keeps the product. A batch with
+// no key kept gives zero rows on both sides.
+TEST(Builder, ConstantsAndedWithAPaddingMaskLeaveIt) {
+  const int64_t B = 3, L = 5, S = 5;
+  std::vector<uint8_t> causal(L * S), other(L * S, 1);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < S; ++j) causal[i * S + j] = j <= i;
+  }
+  other[3] = 0;
+  struct Case {
+    Weights constant;
+    bool simplified, causal;
+  };
+  for (const Case& c :
+       {Case{Weights::from_bytes(DataType::kBool, {1, 1, L, S}, causal), true, true},
+        Case{Weights::from_bytes(DataType::kBool, {1, 1, L, 1}, std::vector<uint8_t>(L, 1)), true,
+             false},
+        Case{Weights::from_bytes(DataType::kBool, {L, S}, other), false, false}}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {B, 2, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {B, 2, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {B, 2, S, 8});
+    auto padding = net.add_input("padding", DataType::kBool, {B, 1, 1, S});
+    auto mask = net.add("mask", ElementwiseParams{BinaryOp::kAnd},
+                        {net.add_constant("constant", c.constant), padding});
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, mask}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_masks"), c.simplified ? 1 : 0) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      EXPECT_FALSE(c.simplified && std::holds_alternative<ElementwiseParams>(l.params)) << l.name;
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        EXPECT_TRUE(a->has_mask);
+        EXPECT_EQ(a->causal, c.causal);
+      }
+    }
+    std::vector<HostTensor> in;
+    for (uint64_t seed : {31, 32, 33}) {
+      in.push_back(testing::random_tensor(DataType::kF32, {B, 2, L, 8}, seed));
+    }
+    HostTensor keep(DataType::kBool, {B, 1, 1, S});
+    for (int64_t i = 0; i < B * S; ++i) keep.as<uint8_t>()[i] = i / S == 1 ? 0 : i % S < 3 + i / S;
+    in.push_back(keep);
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+  }
+}
+
+// An expanded mask (select(fill, x, x), the converters' expand) is read as x, which broadcasts:
+// a padding mask input stays the mask, unexpanded; an all-true [1, 1, L, 1] expanded past what
+// folding takes (transformers' ViT at batch 32) goes. Values match the unbuilt network.
+TEST(Builder, ExpandedAttentionMasksAreReadUnexpanded) {
+  for (const bool padding : {true, false}) {
+    const int64_t B = padding ? 3 : 5, L = padding ? 5 : 512, S = L;
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {B, 2, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {B, 2, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {B, 2, S, 8});
+    auto x = padding ? net.add_input("padding", DataType::kBool, {B, 1, 1, S})
+                     : net.add_constant("ones", Weights::from_bytes(DataType::kBool, {1, 1, L, 1},
+                                                                    std::vector<uint8_t>(L, 1)));
+    FillParams all;
+    all.dtype = DataType::kBool;
+    all.shape = {B, 1, L, S};
+    all.value = 1;
+    auto c = net.add_layer("expand.c", all, {}).at(0);
+    auto mask = net.add("expand", SelectParams{}, {c, x, x});
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, mask}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_masks"), padding ? 1 : 2) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      EXPECT_FALSE(std::holds_alternative<SelectParams>(l.params)) << l.name;
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        EXPECT_EQ(a->has_mask, padding);
+        if (padding) {
+          EXPECT_EQ(plan.network.tensor(l.inputs[3]).shape, (Shape{B, 1, 1, S}));
+        }
+      }
+    }
+    std::vector<HostTensor> in;
+    for (uint64_t seed : {41, 42, 43}) {
+      in.push_back(testing::random_tensor(DataType::kF32, {B, 2, L, 8}, seed));
+    }
+    if (padding) {
+      HostTensor keep(DataType::kBool, {B, 1, 1, S});
+      for (int64_t i = 0; i < B * S; ++i)
+        keep.as<uint8_t>()[i] = i / S == 1 ? 0 : i % S < 2 + i / S;
+      in.push_back(keep);
+    }
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+  }
+}
+
+// A refittable plan keeps a mask that is one of its weights (a refit may change it), and still
+// drops one its own fill makes (all true).
+TEST(Builder, RefittablePlansKeepMasksThatAreWeights) {
+  const int64_t L = 4, S = 4;
+  for (const bool from_fill : {false, true}) {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {1, 2, L, 8});
+    auto k = net.add_input("k", DataType::kF32, {1, 2, S, 8});
+    auto v = net.add_input("v", DataType::kF32, {1, 2, S, 8});
+    FillParams ones;
+    ones.dtype = DataType::kBool;
+    ones.shape = {L, S};
+    ones.value = 1;
+    auto m = from_fill
+                 ? net.add_layer("ones", ones, {}).at(0)
+                 : net.add_constant("mask", Weights::from_bytes(DataType::kBool, {L, S},
+                                                                std::vector<uint8_t>(L * S, 1)));
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, k, v, m}), "y");
+    BuilderConfig config;
+    config.refittable = true;
+    BuildReport report;
+    build(net, config, &report);
+    EXPECT_EQ(report.changes("attention_masks"), from_fill ? 1 : 0)
+        << from_fill << report.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine
