@@ -398,15 +398,25 @@ struct AttentionParams {
 // writes register inputs+i; the last register is the output. `program` holds four ints per op:
 // kind (0 binary, 1 unary, 2 activation, 3 cast), op (BinaryOp/UnaryOp/ActivationKind/DataType),
 // and the registers a, b it reads; `constants` holds alpha, beta per op.
+// `gathers` (three ints each: register, axis, run) makes an input a gather by constant indices
+// (the builder's gathered_inputs pass folds a gather layer into the layer it feeds): register
+// input r is read at index idx[i] along its `axis` where the output is at i, idx being the
+// k-th gather's index list, a 1-D i32 constant layer input after the registers (the layer's
+// inputs: registers..., then one index list per gather). Along `axis` the input is
+// idx.size() long for broadcasting. `run` (1, 2, 4, 8 or 16) says the indices come in aligned
+// runs: idx[c * run + e] == idx[c * run] + e with idx[c * run] and the axis size multiples of
+// run, so that kernels may read `run` consecutive elements as one vector (verify.h checks it).
 struct FusedElementwiseParams {
   std::vector<int64_t> program;           // FusedOp list flattened: kind, op, a, b per op
   std::vector<double> constants;          // alpha, beta per op
   std::vector<std::string> fused_layers;  // names of the layers it replaced (for inspection)
+  std::vector<int64_t> gathers;           // register, axis, run per gathered input
   template <class V>
   void fields(V& v) {
     v("program", program);
     v("constants", constants);
     v("fused_layers", fused_layers);
+    v("gathers", gathers);
   }
 };
 

@@ -1,8 +1,10 @@
 // The network verifier and the text dump (verify.h).
 #include "engine/verify.h"
 
+#include <cstring>
 #include <sstream>
 
+#include "engine/layers/elementwise_rules.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
@@ -13,6 +15,27 @@ namespace {
 [[noreturn]] void fail(VerifyFailure failure, const std::string& message) {
   if (failure == VerifyFailure::kCorrupt) throw CorruptInput(message);
   throw InternalError(message);
+}
+
+// A gathered input's indices (FusedElementwiseParams::gathers) are a constant's, in range, in the
+// aligned runs the layer says: kernels read `run` elements at a time from where they say. (A
+// weightless plan's have no values yet; the CUDA kernels read zeros outside the axis.)
+template <class Check>
+void check_gather_indices(const Check& check, const Layer& l, const FusedGather& g,
+                          const TensorDesc& source, const Weights* w) {
+  check(w != nullptr, "layer `", l.name, "` gathers input ", g.reg,
+        " by indices that are not a constant");
+  if (!w || !w->data) return;
+  const int64_t d = source.shape[static_cast<size_t>(g.axis)], n = volume(w->shape);
+  std::vector<int32_t> ix(static_cast<size_t>(n));
+  std::memcpy(ix.data(), w->data->data(), ix.size() * sizeof(int32_t));
+  for (int64_t k = 0; k < n; ++k) {
+    const int32_t v = ix[static_cast<size_t>(k)], first = ix[static_cast<size_t>(k - k % g.run)];
+    check(v >= 0 && v < d, "layer `", l.name, "`: index ", v, " of input ", g.reg,
+          " is outside its axis of size ", d);
+    check(first % g.run == 0 && v == first + k % g.run, "layer `", l.name,
+          "`: the indices of input ", g.reg, " are not in aligned runs of ", g.run);
+  }
 }
 
 }  // namespace
@@ -32,6 +55,7 @@ void verify_network(const Network& net, const std::string& where, VerifyFailure 
     check(known(id), "input tensor id ", id, " does not exist");
     defined[static_cast<size_t>(id)] = true;
   }
+  std::vector<const Weights*> constant(n, nullptr);  // the weight a constant layer wrote
   for (const Layer& l : net.layers()) {
     for (TensorId id : l.inputs) {
       check(known(id), "layer `", l.name, "` reads tensor id ", id, ", which does not exist");
@@ -50,6 +74,7 @@ void verify_network(const Network& net, const std::string& where, VerifyFailure 
       const TensorDesc& out = net.tensor(l.outputs[0]);
       check(out.dtype == wt.dtype && out.shape == wt.shape, "constant `", l.name,
             "` does not match its weight `", c->weight, "`");
+      if (known(l.outputs[0])) constant[static_cast<size_t>(l.outputs[0])] = &wt;
     } else {
       std::vector<const TensorDesc*> in;
       for (TensorId id : l.inputs) in.push_back(&net.tensor(id));
@@ -67,6 +92,14 @@ void verify_network(const Network& net, const std::string& where, VerifyFailure 
               "` output ", k, " is stored as ", dtype_name(stored.dtype),
               shape_to_string(stored.shape), " but computes ", dtype_name(outs[k].dtype),
               shape_to_string(outs[k].shape));
+      }
+      if (const auto* f = std::get_if<FusedElementwiseParams>(&l.params)) {
+        std::vector<size_t> ranks;
+        for (const TensorDesc* t : in) ranks.push_back(t->shape.size());
+        for (const FusedGather& g : decode_gathers(l.name, *f, ranks)) {
+          check_gather_indices(check, l, g, net.tensor(l.inputs[static_cast<size_t>(g.reg)]),
+                               constant[static_cast<size_t>(l.inputs[g.index_input])]);
+        }
       }
     }
     for (TensorId id : l.outputs) {

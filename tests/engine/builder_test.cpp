@@ -308,13 +308,13 @@ TEST(Builder, TheVerifierNamesThePassThatBrokeTheNetwork) {
 }
 
 // The builder's pipeline: its passes in order, and on a CPU build only those the CPU backend
-// takes (no precision, TF32, attention decomposition or casts into shuffles).
+// takes (no precision, TF32, attention decomposition, casts into shuffles or gathered inputs).
 TEST(Builder, CpuBuildsRunTheCpuPasses) {
   std::vector<std::string> names;
   for (const Pass& p : builder_pipeline()) names.push_back(p.name);
   ASSERT_GE(names.size(), 10u);
   EXPECT_EQ(names.front(), "scale_shift");
-  EXPECT_EQ(names.back(), "fuse_elementwise");
+  EXPECT_EQ(names.back(), "gathered_inputs");
   Network net;
   auto x = net.add_input("x", DataType::kF32, {2, 3});
   net.mark_output(net.add("r", ActivationParams{ActivationKind::kRelu}, {x}), "y");
@@ -322,8 +322,8 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   build(net, BuilderConfig{}, &report);
   std::vector<std::string> ran;
   for (const PassRecord& p : report.passes) ran.push_back(p.name);
-  for (const char* cuda_only :
-       {"precision", "decompose_attention", "tf32", "cast_into_shuffle", "gelu_tanh"}) {
+  for (const char* cuda_only : {"precision", "decompose_attention", "tf32", "cast_into_shuffle",
+                                "gelu_tanh", "gathered_inputs"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
   }
   for (const char* both :

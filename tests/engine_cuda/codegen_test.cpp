@@ -69,6 +69,24 @@ TEST(CudaCodegen, EveryOpCompilesForEachArchitecture) {
   }
 }
 
+// A kernel with a gathered input compiles (NVRTC, no GPU needed), and its key differs from the
+// same program's without.
+TEST(CudaCodegen, GatheredInputsCompile) {
+  PointwiseSpec spec;
+  spec.ops = {{0, static_cast<int64_t>(BinaryOp::kMul), 0, 1, 0, 0}};
+  spec.inputs = {DataType::kF16, DataType::kF16};
+  spec.output = DataType::kF16;
+  const std::string plain = cuda::pointwise_key(spec);
+  spec.gathered = {true, false};
+  EXPECT_NE(cuda::pointwise_key(spec), plain);
+  const std::string source = cuda::pointwise_source(spec);
+  EXPECT_NE(source.find("p.gidx[0]"), std::string::npos);
+  EXPECT_EQ(source.find("p.gidx[1]"), std::string::npos);
+  const auto image = cuda::compile_kernel("gathered", source, 90);
+  ASSERT_GT(image.size(), 4u);
+  EXPECT_EQ(image[0], 0x7f);
+}
+
 // The special functions and orthogonal polynomials (special_math.h and orthogonal_polynomials.h,
 // NVRTC's third and fourth headers) once, for the one architecture.
 TEST(CudaCodegen, SpecialFunctionsCompile) {
@@ -292,6 +310,52 @@ TEST(CudaCodegen, LoadedPlanRunsWithoutCompiling) {
   EXPECT_TRUE(off.target.kernels.empty());
   ExecutionContext off_ctx(std::make_shared<const Engine>(off.network, off.target));
   EXPECT_TRUE(testing::near(off_ctx.run({x})[0], want, 1e-5, 1e-6));
+}
+
+// Gathered inputs (the gathered_inputs pass): y = exp(gather(x, idx, axis) * t) + t, the gather
+// read by the fused kernel. rotate_half's indices along the last axis (runs of 8: the vector
+// path, in f32 and f16), wrapped and repeated indices along a middle axis, a source broadcast over
+// the batch, a last axis of 12 (no vectors in f16), each on the generated kernel and on the
+// interpreter (cuda_codegen=off). Values as the CPU's gather and elementwise layers give them.
+TEST(CudaCodegen, GatheredInputsMatchTheGather) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    Shape x, t;
+    int64_t axis;
+    std::vector<int64_t> indices;
+  };
+  std::vector<int64_t> rotate, rotate12;
+  for (int64_t i = 0; i < 64; ++i) rotate.push_back((i + 32) % 64);
+  for (int64_t i = 0; i < 12; ++i) rotate12.push_back((i + 6) % 12);
+  for (const Case& c : {Case{{2, 40, 4, 64}, {2, 40, 4, 64}, 3, rotate},
+                        Case{{2, 3, 4}, {2, 4, 4}, 1, {2, -1, 0, 0}},
+                        Case{{1, 6, 16}, {3, 6, 12}, -1, {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10}},
+                        Case{{3, 5, 12}, {3, 5, 12}, 2, rotate12}}) {
+    for (DataType dt : {DataType::kF32, DataType::kF16}) {
+      for (const bool codegen : {true, false}) {
+        SCOPED_TRACE(shape_to_string(c.x) + " " + dtype_name(dt) + (codegen ? "" : " interpreter"));
+        BuilderConfig config;
+        if (!codegen) apply_switch(config, "cuda_codegen=off");
+        const auto r = cuda_testing::run_both(
+            {random_tensor(dt, c.x, 101), random_tensor(dt, c.t, 102)},
+            [&](Network& net, const std::vector<TensorId>& in) {
+              const auto n = static_cast<int64_t>(c.indices.size());
+              auto idx = net.add_constant("idx", Weights::from_ints({n}, c.indices));
+              auto g = net.add("gather", GatherParams{GatherMode::kDefault, c.axis}, {in[0], idx});
+              auto e = net.add("exp", UnaryParams{UnaryOp::kExp},
+                               {net.add("mul", ElementwiseParams{BinaryOp::kMul}, {g, in[1]})});
+              return std::vector<TensorId>{
+                  net.add("add", ElementwiseParams{BinaryOp::kAdd}, {e, in[1]})};
+            },
+            config);
+        EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 0);
+        EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "fused_elementwise"), 1);
+        EXPECT_EQ(r.gpu_plan.target.kernels.size(), codegen ? 1u : 0u);
+        const double tol = dt == DataType::kF32 ? 1e-5 : 2e-3;
+        cuda_testing::expect_match(r, tol, tol);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -139,9 +139,10 @@ TEST(CudaGather, GatherAndScatter) {
 }
 
 // Rotary embeddings' x * cos + rotate_half(x) * sin, rotate_half = cat(-x[..., E/2:], x[...,
-// :E/2]): the builder's concat_slices makes the rotation one gather by constant indices (the 32-bit
-// index path) and a sign multiply, which joins the generated kernel; f32 and f16, against the CPU.
-TEST(CudaGather, RotateHalfIsOneGather) {
+// :E/2]): the builder's concat_slices makes the rotation one gather by constant indices and a sign
+// multiply, and the generated kernel of the multiplies and the add reads the gather itself
+// (gathered_inputs): one kernel in all; f32 and f16, against the CPU.
+TEST(CudaGather, RotateHalfIsOneFusedKernel) {
   KILN_REQUIRE_GPU();
   const int64_t B = 2, L = 40, H = 4, E = 64;
   for (const auto& [dtype, tol] :
@@ -166,7 +167,9 @@ TEST(CudaGather, RotateHalfIsOneGather) {
           net.add("rsin", ElementwiseParams{BinaryOp::kMul}, {rotated, table("sin", 92)});
       return std::vector<TensorId>{net.add("add", ElementwiseParams{BinaryOp::kAdd}, {xc, rs})};
     });
-    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 1);
+    // The gather is read by the fused kernel that multiplies it by sin (gathered inputs).
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "fused_elementwise"), 1);
     EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 0);
     EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "slice"), 0);
     cuda_testing::expect_match(r, tol, tol);

@@ -11,7 +11,8 @@
 #                                                     (default): every model in the first, then
 #                                                     every model in the next (so a run cut short
 #                                                     has whole precisions); bench args must not
-#                                                     name --precisions
+#                                                     name --precisions; EXTRA="m:fp32,...": more
+#                                                     model:precision runs queued after those
 #   gpu-suite.sh wait SECONDS                        wait for the workers (at most SECONDS), then
 #                                                     copy what they have to $OUT: suite.json
 #                                                     (every row so far), suite.md, the logs
@@ -28,6 +29,7 @@ build=${BUILD_DIR:-build-gpu}
 out=${OUT:-/tmp}
 work=/tmp/kiln-suite
 cmd=${1:-}
+EXTRA=${EXTRA:-}
 shift || true
 
 # Heaviest first (longest compile and run), so that no GPU is left with a big model at the end
@@ -60,6 +62,9 @@ start_suite() {
   for p in ${PRECISIONS:-fp16 fp32}; do
     for m in "${order[@]}"; do echo "$m $p" >>"$work/queue"; done
   done
+  # EXTRA="hf_bert:fp32,hf_vit:fp32": more model-precision runs after those.
+  local e
+  for e in ${EXTRA//,/ }; do echo "${e%%:*} ${e##*:}" >>"$work/queue"; done
   echo 0 >"$work/next"
   : >"$work/bench_args"
   [ $# -eq 0 ] || printf '%s\n' "$@" >"$work/bench_args"

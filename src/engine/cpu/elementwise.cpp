@@ -220,10 +220,47 @@ void activation_kernel(KernelArgs& args) {
       args.outputs[0]);
 }
 
+// Gathered inputs (FusedElementwiseParams::gathers) are gathered into per-call buffers, then the
+// program runs as over any inputs: the CPU's fused loop has no index maps (the gather kernel
+// it replaces did the same work).
 void fused_kernel(KernelArgs& args) {
   const auto& p = std::get<FusedElementwiseParams>(args.layer.params);
-  run(args.layer.name, decode_program(args.layer.name, p, args.inputs.size()), args.inputs,
-      args.outputs[0]);
+  const std::string& name = args.layer.name;
+  const size_t regs = fused_registers(name, p, args.inputs.size());
+  std::vector<TensorView> inputs(args.inputs.begin(), args.inputs.begin() + regs);
+  std::vector<size_t> ranks;
+  for (const auto& in : args.inputs) ranks.push_back(in.shape.size());
+  std::vector<std::vector<float>> gathered;
+  for (const FusedGather& g : decode_gathers(name, p, ranks)) {
+    const TensorView& src = args.inputs[static_cast<size_t>(g.reg)];
+    const TensorView& idx = args.inputs[g.index_input];
+    const auto axis = static_cast<size_t>(g.axis);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < src.shape.size(); ++d) {
+      if (d < axis) outer *= src.shape[d];
+      if (d > axis) inner *= src.shape[d];
+    }
+    const int64_t d = src.shape[axis], n = idx.numel();
+    const int32_t* ix = idx.as<const int32_t>();
+    for (int64_t k = 0; k < n; ++k) {
+      KILN_CHECK(ix[k] >= 0 && ix[k] < d, InvalidArgument, "layer `", name, "`: index ", ix[k],
+                 " of input ", g.reg, " is outside its axis ", g.axis, " of size ", d);
+    }
+    std::vector<float>& buf = gathered.emplace_back(static_cast<size_t>(outer * n * inner));
+#pragma omp parallel for if (outer * n * inner > 64 * 1024)
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t from = (o * d + ix[k]) * inner, to = (o * n + k) * inner;
+        for (int64_t r = 0; r < inner; ++r) {
+          buf[static_cast<size_t>(to + r)] = load_as<float>(src.dtype, src.data, from + r);
+        }
+      }
+    }
+    Shape shape = src.shape;
+    shape[axis] = n;
+    inputs[static_cast<size_t>(g.reg)] = TensorView{DataType::kF32, shape, buf.data()};
+  }
+  run(name, decode_program(name, p, regs), inputs, args.outputs[0]);
 }
 
 void cast_kernel(KernelArgs& args) {

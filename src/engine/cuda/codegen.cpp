@@ -84,6 +84,9 @@ struct Args {
   const void* in[KILN_MAX_INPUTS];
   void* out;
   int contiguous[KILN_MAX_INPUTS];
+  const int* gidx[KILN_MAX_INPUTS];
+  long long gsize[KILN_MAX_INPUTS];
+  int gaxis[KILN_MAX_INPUTS];
 };
 static_assert(sizeof(Args) == KILN_ARGS_BYTES, "PointwiseArgs and Args differ");
 )";
@@ -122,10 +125,18 @@ std::string program_body(const PointwiseSpec& spec) {
   return s.str();
 }
 
+// Whether input j of `spec` is gathered (specs written without `gathered` have none).
+bool gathered(const PointwiseSpec& spec, size_t j) {
+  return j < spec.gathered.size() && spec.gathered[j];
+}
+
 // The loop that turns the flat output index `index` into each input's offset o<j>, over the
 // merged dims in index type `I`. `vectors`: the index counts vectors of V along the innermost dim.
-void emit_offsets(std::ostringstream& s, size_t n_in, const char* I, const char* index,
-                  bool vectors) {
+// A gathered input reads its index list along its dim, and ok<j> says whether what it reads
+// there (V elements along the innermost dim, else one) lies inside the dim.
+void emit_offsets(std::ostringstream& s, const PointwiseSpec& spec, const char* I,
+                  const char* index, bool vectors) {
+  const size_t n_in = spec.inputs.size();
   const std::string t = I;
   s << "    " << t << " rem = " << index << ";\n"
     << "#pragma unroll\n"
@@ -143,9 +154,29 @@ void emit_offsets(std::ostringstream& s, size_t n_in, const char* I, const char*
   const std::string at = vectors ? "at" : "idx";
   if (vectors) s << "      const " << t << " at = inner ? idx * V : idx;\n";
   for (size_t j = 0; j < n_in; ++j) {
-    s << "      o" << j << " += " << at << " * (" << t << ")p.stride[" << j << "][k];\n";
+    if (!gathered(spec, j)) {
+      s << "      o" << j << " += " << at << " * (" << t << ")p.stride[" << j << "][k];\n";
+      continue;
+    }
+    const std::string width = vectors ? "(inner ? V : 1)" : "1";
+    s << "      if (k == p.gaxis[" << j << "]) {\n"
+      << "        const int g = p.gidx[" << j << "][" << at << "];\n"
+      << "        ok" << j << " = ok" << j << " && g >= 0 && g + " << width << " <= p.gsize[" << j
+      << "];\n"
+      << "        o" << j << " += (" << t << ")g * (" << t << ")p.stride[" << j << "][k];\n"
+      << "      } else {\n"
+      << "        o" << j << " += " << at << " * (" << t << ")p.stride[" << j << "][k];\n"
+      << "      }\n";
   }
   s << "    }\n";
+}
+
+// Declares o<j> (and ok<j> of gathered inputs) in index type I.
+void emit_offset_decls(std::ostringstream& s, const PointwiseSpec& spec, const char* I) {
+  for (size_t j = 0; j < spec.inputs.size(); ++j) {
+    s << "    " << I << " o" << j << " = 0;\n";
+    if (gathered(spec, j)) s << "    bool ok" << j << " = true;\n";
+  }
 }
 
 std::string vec_entry(const PointwiseSpec& spec, int V) {
@@ -155,12 +186,18 @@ std::string vec_entry(const PointwiseSpec& spec, int V) {
     << "  constexpr int V = " << V << ";\n"
     << "  for (int iv = blockIdx.x * blockDim.x + threadIdx.x; iv < p.nvec;"
     << " iv += gridDim.x * blockDim.x) {\n";
-  for (size_t j = 0; j < n_in; ++j) s << "    int o" << j << " = 0;\n";
-  emit_offsets(s, n_in, "int", "iv", true);
+  emit_offset_decls(s, spec, "int");
+  emit_offsets(s, spec, "int", "iv", true);
   for (size_t j = 0; j < n_in; ++j) {
     const DataType t = spec.inputs[j];
-    s << "    float x" << j << "[V];\n"
-      << "    if (p.contiguous[" << j << "]) {\n"
+    s << "    float x" << j << "[V];\n";
+    if (gathered(spec, j)) {
+      s << "    if (!ok" << j << ") {\n"
+        << "#pragma unroll\n"
+        << "      for (int e = 0; e < V; ++e) x" << j << "[e] = 0.f;\n"
+        << "    } else\n";
+    }
+    s << "    if (p.contiguous[" << j << "]) {\n"
       << "      const Pack<" << storage_type(t) << ", V> v = *reinterpret_cast<const Pack<"
       << storage_type(t) << ", V>*>(static_cast<const " << storage_type(t) << "*>(p.in[" << j
       << "]) + o" << j << ");\n"
@@ -190,13 +227,15 @@ std::string nd_entries(const PointwiseSpec& spec) {
     << "__device__ __forceinline__ void pointwise_nd(const Args& p) {\n"
     << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;"
     << " i += (long long)gridDim.x * blockDim.x) {\n";
-  for (size_t j = 0; j < n_in; ++j) s << "    I o" << j << " = 0;\n";
-  emit_offsets(s, n_in, "I", "(I)i", false);
+  emit_offset_decls(s, spec, "I");
+  emit_offsets(s, spec, "I", "(I)i", false);
   s << "    const float y = compute(";
   for (size_t j = 0; j < n_in; ++j) {
     const DataType t = spec.inputs[j];
-    s << (j ? ", " : "") << "ld_" << dtype_name(t) << "(static_cast<const " << storage_type(t)
-      << "*>(p.in[" << j << "])[o" << j << "])";
+    s << (j ? ", " : "");
+    if (gathered(spec, j)) s << "!ok" << j << " ? 0.f : ";
+    s << "ld_" << dtype_name(t) << "(static_cast<const " << storage_type(t) << "*>(p.in[" << j
+      << "])[o" << j << "])";
   }
   s << ");\n"
     << "    static_cast<" << storage_type(spec.output) << "*>(p.out)[i] = st_"
@@ -236,14 +275,26 @@ std::optional<PointwiseSpec> pointwise_spec(const Network& net, const Layer& lay
 std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vector<DataType>& inputs,
                                             DataType output) {
   PointwiseSpec spec;
-  if (inputs.empty() || inputs.size() > static_cast<size_t>(kPointwiseMaxInputs) ||
+  std::vector<DataType> regs = inputs;
+  spec.gathered.assign(inputs.size(), false);
+  if (const auto* f = std::get_if<FusedElementwiseParams>(&layer.params)) {
+    regs.resize(fused_registers(layer.name, *f, inputs.size()));
+    spec.gathered.assign(regs.size(), false);
+    for (size_t k = 0; k < f->gathers.size(); k += 3) {
+      const int64_t r = f->gathers[k];
+      KILN_CHECK(r >= 0 && static_cast<size_t>(r) < regs.size(), InvalidArgument, "layer `",
+                 layer.name, "`: gather of register ", r, " of ", regs.size());
+      spec.gathered[static_cast<size_t>(r)] = true;
+    }
+  }
+  if (regs.empty() || regs.size() > static_cast<size_t>(kPointwiseMaxInputs) ||
       !is_generated_float(output)) {
     return std::nullopt;
   }
-  for (DataType t : inputs) {
+  for (DataType t : regs) {
     if (!is_generated_float(t)) return std::nullopt;
   }
-  spec.inputs = inputs;
+  spec.inputs = regs;
   spec.output = output;
   if (const auto* e = std::get_if<ElementwiseParams>(&layer.params)) {
     if (inputs.size() != 2) return std::nullopt;
@@ -253,7 +304,7 @@ std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vecto
   } else if (const auto* a = std::get_if<ActivationParams>(&layer.params)) {
     spec.ops = {{2, static_cast<int64_t>(a->kind), 0, 0, a->alpha, a->beta}};
   } else if (const auto* f = std::get_if<FusedElementwiseParams>(&layer.params)) {
-    spec.ops = decode_program(layer.name, *f, inputs.size());
+    spec.ops = decode_program(layer.name, *f, regs.size());
   } else {
     return std::nullopt;
   }
@@ -266,7 +317,9 @@ std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vecto
 std::string pointwise_key(const PointwiseSpec& spec) {
   std::ostringstream s;
   s << "pointwise ";
-  for (size_t j = 0; j < spec.inputs.size(); ++j) s << (j ? "," : "") << dtype_name(spec.inputs[j]);
+  for (size_t j = 0; j < spec.inputs.size(); ++j) {
+    s << (j ? "," : "") << dtype_name(spec.inputs[j]) << (gathered(spec, j) ? "[g]" : "");
+  }
   s << "->" << dtype_name(spec.output) << ":";
   for (const FusedOp& op : spec.ops) {
     s << " " << op.kind << "." << op.op << "(" << op.a;

@@ -25,6 +25,7 @@ struct PointwiseSpec {
   std::vector<FusedOp> ops;
   std::vector<DataType> inputs;
   DataType output = DataType::kF32;
+  std::vector<bool> gathered;  // per input: read at indices along one dim (gathered inputs)
 };
 
 // The most inputs and merged dims a generated pointwise kernel takes.
@@ -33,9 +34,11 @@ constexpr int kPointwiseMaxRank = 8;
 
 // The pointwise computation layer `layer` runs, if it is one the generator takes: float
 // FusedElementwise, Elementwise, Unary and Activation layers of at most kPointwiseMaxInputs
-// inputs. Dtypes are read from `net`.
+// inputs (a fused layer's gathered inputs' index lists not counted as inputs of the spec). Dtypes
+// are read from `net`.
 std::optional<PointwiseSpec> pointwise_spec(const Network& net, const Layer& layer);
-// The same from the dtypes of the layer's inputs and output (the kernels' view).
+// The same from the dtypes of the layer's inputs (index lists included) and output (the kernels'
+// view).
 std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vector<DataType>& inputs,
                                             DataType output);
 
@@ -63,6 +66,12 @@ struct PointwiseArgs {
   const void* in[kPointwiseMaxInputs] = {};
   void* out = nullptr;
   int32_t contiguous[kPointwiseMaxInputs] = {};  // kiln_pw_vec: innermost stride 1 (else 0)
+  // Gathered inputs: input j is read at gidx[j][i] along merged dim gaxis[j] where the output is
+  // at i (kiln_pw_vec: the first of V consecutive elements there), zeros where that is outside
+  // its gsize[j] elements along the dim.
+  const int32_t* gidx[kPointwiseMaxInputs] = {};
+  int64_t gsize[kPointwiseMaxInputs] = {};
+  int32_t gaxis[kPointwiseMaxInputs] = {};
 };
 
 // NVRTC's machine code (a cubin) for `source` on compute capability `cc` (e.g. 90). Compiled once

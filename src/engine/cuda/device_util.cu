@@ -61,6 +61,11 @@ void launch_gate(cudaStream_t stream, volatile int* flag, long long timeout_ns) 
   KILN_CUDA_CHECK_LAUNCH("profiling gate");
 }
 
+std::vector<Dims> merge_dims(const std::string& layer, const Shape& shape,
+                             const std::vector<std::vector<int64_t>>& strides) {
+  return merge(layer, shape, strides);
+}
+
 std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
                                  const std::vector<Shape>& inputs) {
   std::vector<std::vector<int64_t>> strides = {contiguous_strides(out)};

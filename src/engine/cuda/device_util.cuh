@@ -97,6 +97,10 @@ void allow_shared_bytes(const void* kernel, size_t bytes, int device,
 // (same output shape) merged consistently. Throws Unsupported past kMaxRank.
 std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
                                  const std::vector<Shape>& inputs);
+// Dims of operands indexed over `shape` by per-dim `strides` (a row per operand, one entry per
+// dim of `shape`): size-1 dims dropped, neighbours merged where every row allows.
+std::vector<Dims> merge_dims(const std::string& layer, const Shape& shape,
+                             const std::vector<std::vector<int64_t>>& strides);
 // Dims of a strided view: `shape` with per-dim `strides`, merged where contiguous.
 Dims strided_dims(const std::string& layer, const Shape& shape,
                   const std::vector<int64_t>& strides);

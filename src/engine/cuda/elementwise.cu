@@ -29,6 +29,10 @@ struct Program {
   void* out = nullptr;
   DataType out_dtype = DataType::kF32;
   Op ops[kMaxOps] = {};
+  // Gathered inputs (PointwiseArgs' fields of the same names): gaxis -1 for the others.
+  const int32_t* gidx[kMaxInputs] = {};
+  int64_t gsize[kMaxInputs] = {};
+  int gaxis[kMaxInputs] = {};
 };
 
 template <class C>
@@ -86,11 +90,19 @@ __global__ void program_kernel(const Program p) {
       }
       for (int j = 0; j < p.num_inputs; ++j) {
         I off = 0;
+        bool ok = true;
 #pragma unroll
         for (int k = 0; k < kMaxRank; ++k) {
-          if (k < p.rank) off += idx[k] * static_cast<I>(p.stride[j][k]);
+          if (k >= p.rank) continue;
+          I at = idx[k];
+          if (k == p.gaxis[j]) {
+            const int32_t g = p.gidx[j][at];
+            ok = g >= 0 && g < p.gsize[j];
+            at = static_cast<I>(g);
+          }
+          off += at * static_cast<I>(p.stride[j][k]);
         }
-        regs[j] = load_as<C>(p.in_dtype[j], p.in[j], off);
+        regs[j] = ok ? load_as<C>(p.in_dtype[j], p.in[j], off) : C(0);
       }
     }
     for (int k = 0; k < p.num_ops; ++k) {
@@ -104,7 +116,9 @@ __global__ void program_kernel(const Program p) {
 template <class C>
 void launch_program(const Program& p, cudaStream_t stream) {
   bool flat = p.rank <= 1;
-  for (int j = 0; flat && j < p.num_inputs; ++j) flat = p.rank == 0 || p.stride[j][0] <= 1;
+  for (int j = 0; flat && j < p.num_inputs; ++j) {
+    flat = p.gaxis[j] < 0 && (p.rank == 0 || p.stride[j][0] <= 1);
+  }
   const unsigned grid = grid_for(p.n);
   if (flat) {
     program_kernel<C, int64_t, true><<<grid, kThreads, 0, stream>>>(p);
@@ -261,9 +275,78 @@ bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// The dims of a program's output and register inputs, and its gathered inputs: a gathered
+// input's dims are its source's strides over the output with the gathered dim as long as its
+// index list, a dim never merged with its neighbours (a marker row of strides sees to it), so
+// that gaxis names the merged dim it became.
+struct ProgramDims {
+  std::vector<Dims> dims;  // the output's, then each register input's
+  std::vector<int> gaxis;  // per register input: the merged dim it is gathered along, or -1
+  std::vector<const int32_t*> gidx;
+  std::vector<int64_t> gsize, run;
+};
+
+ProgramDims program_dims(const KernelArgs& args, size_t regs,
+                         const std::vector<FusedGather>& gathers) {
+  const std::string& layer = args.layer.name;
+  const Shape& out = args.outputs[0].shape;
+  ProgramDims r;
+  r.gaxis.assign(regs, -1);
+  r.gidx.assign(regs, nullptr);
+  r.gsize.assign(regs, 0);
+  r.run.assign(regs, 1);
+  std::vector<Shape> shapes;
+  for (size_t j = 0; j < regs; ++j) shapes.push_back(args.inputs[j].shape);
+  if (gathers.empty()) {
+    r.dims = broadcast_dims(layer, out, shapes);
+    return r;
+  }
+  std::vector<std::vector<int64_t>> rows = {contiguous_strides(out)};
+  std::vector<int64_t> marked;  // the output dim of each gather's marker row
+  for (size_t j = 0; j < regs; ++j) {
+    const Shape& real = shapes[j];
+    const auto cs = contiguous_strides(real);
+    const size_t offset = out.size() - real.size();
+    Shape seen = real;  // the shape broadcasting sees: gathered dims as long as their lists
+    for (const FusedGather& g : gathers) {
+      if (static_cast<size_t>(g.reg) == j) {
+        seen[static_cast<size_t>(g.axis)] = args.inputs[g.index_input].numel();
+      }
+    }
+    std::vector<int64_t> row(out.size(), 0);
+    for (size_t d = offset; d < out.size(); ++d)
+      row[d] = seen[d - offset] == 1 ? 0 : cs[d - offset];
+    rows.push_back(std::move(row));
+  }
+  for (const FusedGather& g : gathers) {
+    const size_t j = static_cast<size_t>(g.reg);
+    const size_t d = out.size() - shapes[j].size() + static_cast<size_t>(g.axis);
+    std::vector<int64_t> marker(out.size(), 0);
+    marker[d] = 1;
+    rows.push_back(std::move(marker));
+    r.gidx[j] = args.inputs[g.index_input].as<const int32_t>();
+    r.gsize[j] = shapes[j][static_cast<size_t>(g.axis)];
+    r.run[j] = g.run;
+  }
+  std::vector<Dims> merged = merge_dims(layer, out, rows);
+  for (size_t k = 0; k < gathers.size(); ++k) {
+    const Dims& m = merged[regs + 1 + k];
+    for (int d = 0; d < m.rank; ++d) {
+      if (m.stride[d] == 1) r.gaxis[static_cast<size_t>(gathers[k].reg)] = d;
+    }
+    KILN_CHECK(r.gaxis[static_cast<size_t>(gathers[k].reg)] >= 0, InternalError, "layer `", layer,
+               "`: gathered input ", gathers[k].reg, "'s dim was merged away");
+  }
+  merged.resize(regs + 1);
+  r.dims = std::move(merged);
+  return r;
+}
+
 // Runs the layer on its generated kernel: V elements per thread where the innermost dim is a
-// multiple of V and every input is contiguous or broadcast along it, else one per thread.
-bool run_generated(KernelArgs& args, const std::vector<Dims>& dims) {
+// multiple of V and every input is contiguous or broadcast along it (a gathered one along it in
+// runs of V), else one per thread.
+bool run_generated(KernelArgs& args, const ProgramDims& pd) {
+  const std::vector<Dims>& dims = pd.dims;
   GeneratedPointwise* g = generated_for(args);
   if (!g) return false;
   const TensorView& out = args.outputs[0];
@@ -280,14 +363,19 @@ bool run_generated(KernelArgs& args, const std::vector<Dims>& dims) {
   bool vec = rank > 0 && dims[0].size[rank - 1] % V == 0 && p.n < kInt32 &&
              aligned_to(out.data, static_cast<size_t>(V) * dtype_size(out.dtype));
   int64_t max_offset = 0;
-  for (size_t j = 0; j < args.inputs.size(); ++j) {
+  for (size_t j = 0; j + 1 < dims.size(); ++j) {
     const Dims& d = dims[j + 1];
     const TensorView& in = args.inputs[j];
     p.in[j] = in.data;
+    p.gidx[j] = pd.gidx[j];
+    p.gsize[j] = pd.gsize[j];
+    p.gaxis[j] = pd.gaxis[j];
+    if (pd.gaxis[j] == rank - 1 && pd.run[j] % V != 0) vec = false;
     int64_t last = 0;  // the offset of this input's last element read
     for (int k = 0; k < rank; ++k) {
       p.stride[j][k] = d.stride[k];
-      last += (d.size[k] - 1) * d.stride[k];
+      const int64_t size = k == pd.gaxis[j] ? pd.gsize[j] : d.size[k];
+      last += (size - 1) * d.stride[k];
     }
     max_offset = std::max(max_offset, last);
     const int64_t inner = rank > 0 ? d.stride[rank - 1] : 0;
@@ -310,21 +398,21 @@ bool run_generated(KernelArgs& args, const std::vector<Dims>& dims) {
   return true;
 }
 
-void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
+// Runs a program over the layer's first `regs` inputs (the registers), the rest being the index
+// lists of `gathers`.
+void run_program(KernelArgs& args, const std::vector<FusedOp>& ops, size_t regs,
+                 const std::vector<FusedGather>& gathers = {}) {
   const std::string& layer = args.layer.name;
   const TensorView& out = args.outputs[0];
   KILN_CHECK(args.inputs.size() <= kMaxInputs && ops.size() <= kMaxOps, Unsupported, "layer `",
              layer, "`: fused elementwise program too large for the CUDA kernel (",
              args.inputs.size(), " inputs, ", ops.size(), " ops)");
-  std::vector<Shape> shapes;
   bool floating = true;
-  for (const auto& in : args.inputs) {
-    shapes.push_back(in.shape);
-    floating = floating && is_floating(in.dtype);
-  }
-  const std::vector<Dims> dims = broadcast_dims(layer, out.shape, shapes);
+  for (size_t j = 0; j < regs; ++j) floating = floating && is_floating(args.inputs[j].dtype);
+  const ProgramDims pd = program_dims(args, regs, gathers);
+  const std::vector<Dims>& dims = pd.dims;
   Program p;
-  p.num_inputs = static_cast<int>(args.inputs.size());
+  p.num_inputs = static_cast<int>(regs);
   p.num_ops = static_cast<int>(ops.size());
   p.n = out.numel();
   p.rank = dims[0].rank;
@@ -333,6 +421,9 @@ void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
     for (int k = 0; k < p.rank; ++k) p.stride[j][k] = dims[static_cast<size_t>(j) + 1].stride[k];
     p.in[j] = args.inputs[static_cast<size_t>(j)].data;
     p.in_dtype[j] = args.inputs[static_cast<size_t>(j)].dtype;
+    p.gidx[j] = pd.gidx[static_cast<size_t>(j)];
+    p.gsize[j] = pd.gsize[static_cast<size_t>(j)];
+    p.gaxis[j] = pd.gaxis[static_cast<size_t>(j)];
   }
   p.out = out.data;
   p.out_dtype = out.dtype;
@@ -341,11 +432,11 @@ void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
                   static_cast<int>(ops[k].a),       static_cast<int>(ops[k].b),
                   static_cast<float>(ops[k].alpha), static_cast<float>(ops[k].beta)};
   }
-  if (floating && is_floating(out.dtype) && run_generated(args, dims)) {
+  if (floating && is_floating(out.dtype) && run_generated(args, pd)) {
     KILN_CUDA_CHECK_LAUNCH(layer);
     return;
   }
-  if (p.num_ops == 1 && run_vec_op(args, dims, p.ops[0])) {
+  if (p.num_ops == 1 && gathers.empty() && run_vec_op(args, dims, p.ops[0])) {
     KILN_CUDA_CHECK_LAUNCH(layer);
     return;
   }
@@ -359,22 +450,26 @@ void run_program(KernelArgs& args, const std::vector<FusedOp>& ops) {
 
 void elementwise_kernel(KernelArgs& args) {
   const auto& p = std::get<ElementwiseParams>(args.layer.params);
-  run_program(args, {{0, static_cast<int64_t>(p.op), 0, 1, 0, 0}});
+  run_program(args, {{0, static_cast<int64_t>(p.op), 0, 1, 0, 0}}, args.inputs.size());
 }
 
 void unary_kernel(KernelArgs& args) {
   const auto& p = std::get<UnaryParams>(args.layer.params);
-  run_program(args, {{1, static_cast<int64_t>(p.op), 0, 0, 0, 0}});
+  run_program(args, {{1, static_cast<int64_t>(p.op), 0, 0, 0, 0}}, args.inputs.size());
 }
 
 void activation_kernel(KernelArgs& args) {
   const auto& p = std::get<ActivationParams>(args.layer.params);
-  run_program(args, {{2, static_cast<int64_t>(p.kind), 0, 0, p.alpha, p.beta}});
+  run_program(args, {{2, static_cast<int64_t>(p.kind), 0, 0, p.alpha, p.beta}}, args.inputs.size());
 }
 
 void fused_kernel(KernelArgs& args) {
   const auto& p = std::get<FusedElementwiseParams>(args.layer.params);
-  run_program(args, decode_program(args.layer.name, p, args.inputs.size()));
+  const std::string& name = args.layer.name;
+  const size_t regs = fused_registers(name, p, args.inputs.size());
+  std::vector<size_t> ranks;
+  for (const auto& in : args.inputs) ranks.push_back(in.shape.size());
+  run_program(args, decode_program(name, p, regs), regs, decode_gathers(name, p, ranks));
 }
 
 std::string fused_support(const Layer& layer, const std::vector<DataType>& in,

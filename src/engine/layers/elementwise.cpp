@@ -134,15 +134,72 @@ std::vector<FusedOp> decode_program(const std::string& layer, const FusedElement
   return ops;
 }
 
+size_t fused_registers(const std::string& layer, const FusedElementwiseParams& p,
+                       size_t num_inputs) {
+  KILN_CHECK(p.gathers.size() % 3 == 0 && p.gathers.size() / 3 < num_inputs, InvalidArgument,
+             "layer `", layer, "`: malformed gathers (", p.gathers.size(), " ints for ", num_inputs,
+             " inputs)");
+  return num_inputs - p.gathers.size() / 3;
+}
+
+std::vector<FusedGather> decode_gathers(const std::string& layer, const FusedElementwiseParams& p,
+                                        const std::vector<size_t>& ranks) {
+  const size_t regs = fused_registers(layer, p, ranks.size());
+  std::vector<FusedGather> out;
+  for (size_t k = 0; k < p.gathers.size(); k += 3) {
+    const int64_t reg = p.gathers[k], run = p.gathers[k + 2];
+    KILN_CHECK(reg >= 0 && static_cast<size_t>(reg) < regs, InvalidArgument, "layer `", layer,
+               "`: gather ", k / 3, " reads register ", reg, " of ", regs, " inputs");
+    for (const FusedGather& g : out) {
+      KILN_CHECK(g.reg != reg, InvalidArgument, "layer `", layer, "`: input ", reg,
+                 " is gathered twice");
+    }
+    const int64_t rank = static_cast<int64_t>(ranks[static_cast<size_t>(reg)]);
+    const int64_t axis = p.gathers[k + 1] < 0 ? p.gathers[k + 1] + rank : p.gathers[k + 1];
+    KILN_CHECK(axis >= 0 && axis < rank, InvalidArgument, "layer `", layer, "`: gather ", k / 3,
+               " axis ", p.gathers[k + 1], " is outside input ", reg, "'s ", rank, " dims");
+    KILN_CHECK(run == 1 || run == 2 || run == 4 || run == 8 || run == 16, InvalidArgument,
+               "layer `", layer, "`: gather ", k / 3, " run ", run, " is not 1, 2, 4, 8 or 16");
+    out.push_back({reg, axis, run, regs + k / 3});
+  }
+  return out;
+}
+
 std::vector<InferOutput> infer(const std::string& layer, const FusedElementwiseParams& p,
                                const std::vector<InferInput>& in) {
   KILN_CHECK(!in.empty(), InvalidArgument, "layer `", layer, "`: fused layer without inputs");
-  const auto ops = decode_program(layer, p, in.size());
+  std::vector<size_t> ranks;
+  for (const auto& i : in) ranks.push_back(i.shape.size());
+  const auto gathers = decode_gathers(layer, p, ranks);
+  const size_t regs = fused_registers(layer, p, in.size());
+  const auto ops = decode_program(layer, p, regs);
+  std::vector<Shape> shapes;
+  for (size_t j = 0; j < regs; ++j) shapes.push_back(in[j].shape);
+  for (const FusedGather& g : gathers) {
+    const InferInput& idx = in[g.index_input];
+    Shape& s = shapes[static_cast<size_t>(g.reg)];
+    const int64_t d = s[static_cast<size_t>(g.axis)];
+    KILN_CHECK(idx.dtype == DataType::kI32 && idx.shape.size() == 1 && idx.shape[0] > 0,
+               InvalidArgument, "layer `", layer, "`: the indices of input ", g.reg,
+               " must be a non-empty 1-D i32 list, got ", dtype_name(idx.dtype),
+               shape_to_string(idx.shape));
+    KILN_CHECK(
+        d != kDynamic && idx.shape[0] != kDynamic && d % g.run == 0 && idx.shape[0] % g.run == 0,
+        InvalidArgument, "layer `", layer, "`: input ", g.reg, " gathered along axis ", g.axis,
+        " of size ", d, " by ", idx.shape[0], " indices in runs of ", g.run,
+        " (static sizes, multiples of the run)");
+    s[static_cast<size_t>(g.axis)] = idx.shape[0];
+  }
   std::vector<DataType> reg;
-  Shape shape = in[0].shape;
-  for (const auto& i : in) {
-    reg.push_back(i.dtype);
-    shape = broadcast_shapes(shape, i.shape, "layer `" + layer + "`");
+  Shape shape = shapes[0];
+  for (size_t j = 0; j < regs; ++j) {
+    reg.push_back(in[j].dtype);
+    shape = broadcast_shapes(shape, shapes[j], "layer `" + layer + "`");
+  }
+  for (const FusedGather& g : gathers) {
+    KILN_CHECK(is_floating(reg[static_cast<size_t>(g.reg)]), InvalidArgument, "layer `", layer,
+               "`: gathered input ", g.reg, " is ", dtype_name(reg[static_cast<size_t>(g.reg)]),
+               ", not a float");
   }
   for (const FusedOp& op : ops) {
     const DataType a = reg[static_cast<size_t>(op.a)];

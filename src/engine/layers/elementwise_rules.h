@@ -22,4 +22,18 @@ struct FusedOp {
 std::vector<FusedOp> decode_program(const std::string& layer, const FusedElementwiseParams& p,
                                     size_t num_inputs);
 
+// One gathered input of a fused layer (FusedElementwiseParams::gathers): register `reg` read
+// along its `axis` (normalized) at the indices of layer input `index_input`, in aligned runs of
+// `run`.
+struct FusedGather {
+  int64_t reg, axis, run;
+  size_t index_input;
+};
+// How many of a fused layer's `num_inputs` inputs are registers (the rest are index lists).
+size_t fused_registers(const std::string& layer, const FusedElementwiseParams& p,
+                       size_t num_inputs);
+// Validates and decodes the gathers against the inputs' ranks (`ranks`, every layer input's).
+std::vector<FusedGather> decode_gathers(const std::string& layer, const FusedElementwiseParams& p,
+                                        const std::vector<size_t>& ranks);
+
 }  // namespace kiln::engine

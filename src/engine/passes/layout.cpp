@@ -184,6 +184,9 @@ class Pass {
     bool transpose_output = true;
     std::vector<size_t> followed;  // inputs that must follow
     if (layer_kind_traits(m.params).pointwise) {
+      // Gathered inputs are read along an axis of their own.
+      const auto* f = std::get_if<FusedElementwiseParams>(&m.params);
+      if (f && !f->gathers.empty()) return false;
       // Not where broadcasting makes the output larger than the channels-last operand.
       bool same = false;
       for (TensorId id : m.inputs) {

@@ -45,6 +45,9 @@ struct BackendRules {
   // The most distinct inputs and ops one fused elementwise layer may have (0: no limit).
   int max_fused_inputs = 0;
   int max_fused_ops = 0;
+  // Fused elementwise layers read gathers by constant indices themselves (gathered inputs); the
+  // CPU's fused loop would gather into a copy, as the gather layer does.
+  bool gathered_inputs = false;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
   // Generates and compiles kernels for the built network into the target (cuda/codegen.h);

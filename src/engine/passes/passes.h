@@ -75,5 +75,9 @@ int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
 // (0: no limit; BackendRules::max_fused_inputs/max_fused_ops).
 int fuse_elementwise(Network& net, std::vector<std::string>& fusions, int max_inputs = 0,
                      int max_ops = 0);
+// A gather by constant 1-D indices read only by a fused elementwise layer becomes one of its
+// gathered inputs (FusedElementwiseParams::gathers), while the layer has fewer than `max_inputs`
+// inputs (0: no limit).
+int fold_gathers_into_elementwise(Network& net, int max_inputs = 0);
 
 }  // namespace kiln::engine

@@ -193,12 +193,17 @@ std::vector<Pass> make_pipeline() {
                  return c.backend.gelu_tanh_epilogues && c.config.gelu_tanh_epilogues;
                },
                [](Network& n, const PassContext&) { return gelu_tanh_epilogues(n); }});
-  // Last: every elementwise layer no other fusion took joins its neighbours.
+  // Every elementwise layer no other fusion took joins its neighbours.
   p.push_back({"fuse_elementwise", nullptr, [](Network& n, const PassContext& c) {
                  return fusion(c, [&](auto& lines) {
                    return fuse_elementwise(n, lines, c.backend.max_fused_inputs,
                                            c.backend.max_fused_ops);
                  });
+               }});
+  // After the elementwise fusion, whose layers read the gathers (rotary's rotate_half).
+  p.push_back({"gathered_inputs", [](const PassContext& c) { return c.backend.gathered_inputs; },
+               [](Network& n, const PassContext& c) {
+                 return fold_gathers_into_elementwise(n, c.backend.max_fused_inputs);
                }});
   return p;
 }
