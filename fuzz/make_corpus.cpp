@@ -1,5 +1,6 @@
 // Writes the seed corpora of plan_fuzz and engine_state_fuzz: small built plans that between them
 // use most layer kinds. Usage: kiln_fuzz_make_corpus OUT_DIR (writes OUT_DIR/{plan,engine_state}).
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -35,6 +36,16 @@ std::vector<Seed> seeds() {
          auto m = n.add("mul", ElementwiseParams{BinaryOp::kMul}, {x, w});
          n.mark_output(n.add("relu", ActivationParams{ActivationKind::kRelu}, {m}), "y");
          n.mark_output(n.add("neg", UnaryParams{UnaryOp::kNeg}, {x}), "z");
+         // A fused layer reading x gathered along its last dim (in aligned runs of 2).
+         const std::vector<int32_t> order = {2, 3, 0, 1};
+         std::vector<uint8_t> bytes(order.size() * sizeof(int32_t));
+         std::memcpy(bytes.data(), order.data(), bytes.size());
+         auto idx = n.add_constant("idx", Weights::from_bytes(DataType::kI32, {4}, bytes));
+         FusedElementwiseParams f;
+         f.program = {0, static_cast<int64_t>(BinaryOp::kMul), 0, 1};
+         f.constants = {0, 0};
+         f.gathers = {0, 1, 2};
+         n.mark_output(n.add("gathered", f, {x, w, idx}), "g");
        }},
       {"conv_pool",
        [](Network& n) {
