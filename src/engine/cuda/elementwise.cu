@@ -302,7 +302,6 @@ ProgramDims program_dims(const KernelArgs& args, size_t regs,
     return r;
   }
   std::vector<std::vector<int64_t>> rows = {contiguous_strides(out)};
-  std::vector<int64_t> marked;  // the output dim of each gather's marker row
   for (size_t j = 0; j < regs; ++j) {
     const Shape& real = shapes[j];
     const auto cs = contiguous_strides(real);
