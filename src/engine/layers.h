@@ -401,8 +401,8 @@ struct AttentionParams {
 // `gathers` (three ints each: register, axis, run) makes an input a gather by constant indices
 // (the builder's gathered_inputs pass folds a gather layer into the layer it feeds): register
 // input r is read at index idx[i] along its `axis` where the output is at i, idx being the
-// k-th gather's index list, a 1-D i32 constant layer input after the registers (the layer's
-// inputs: registers..., then one index list per gather). Along `axis` the input is
+// k-th gather's index list, a 1-D i32 constant layer input of at least 2 after the registers (the
+// layer's inputs: registers..., then one index list per gather). Along `axis` the input is
 // idx.size() long for broadcasting. `run` (1, 2, 4, 8 or 16) says the indices come in aligned
 // runs: idx[c * run + e] == idx[c * run] + e with idx[c * run] and the axis size multiples of
 // run, so that kernels may read `run` consecutive elements as one vector (verify.h checks it).

@@ -143,25 +143,27 @@ TEST(GatheredInputs, TheVerifierRefusesUntrustworthyIndices) {
 }
 
 // Malformed gathers (a register that is not one, an axis outside the input, a run that is not a
-// power of two up to 16, an index list of another dtype) are invalid layers.
+// power of two up to 16, an index list of another dtype or of one index) are invalid layers.
 TEST(GatheredInputs, MalformedGathersAreInvalidLayers) {
   struct Case {
     std::vector<int64_t> gathers;
     DataType index_dtype;
     std::string message;
+    int64_t indices = 8;
   };
   for (const Case& c : {Case{{1, 0, 1}, DataType::kI32, "reads register 1"},
                         Case{{0, 2, 1}, DataType::kI32, "outside input 0"},
                         Case{{0, 1, 3}, DataType::kI32, "run 3"},
                         Case{{0, 1, 1, 0}, DataType::kI32, "malformed gathers"},
-                        Case{{0, 1, 1}, DataType::kI64, "1-D i32"}}) {
+                        Case{{0, 1, 1}, DataType::kI64, "1-D i32"},
+                        Case{{0, 1, 1}, DataType::kI32, "of at least 2", 1}}) {
     SCOPED_TRACE(c.message);
     FusedElementwiseParams p;
     p.program = {1, static_cast<int64_t>(UnaryOp::kNeg), 0, 0};
     p.constants = {0, 0};
     p.gathers = c.gathers;
     try {
-      infer_layer("fused", p, {{DataType::kF32, {3, 8}}, {c.index_dtype, {8}}});
+      infer_layer("fused", p, {{DataType::kF32, {3, 8}}, {c.index_dtype, {c.indices}}});
       ADD_FAILURE() << "accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(e.message().find(c.message), std::string::npos) << e.message();

@@ -276,16 +276,14 @@ std::optional<PointwiseSpec> pointwise_spec(const Layer& layer, const std::vecto
                                             DataType output) {
   PointwiseSpec spec;
   std::vector<DataType> regs = inputs;
-  spec.gathered.assign(inputs.size(), false);
-  if (const auto* f = std::get_if<FusedElementwiseParams>(&layer.params)) {
-    regs.resize(fused_registers(layer.name, *f, inputs.size()));
-    spec.gathered.assign(regs.size(), false);
-    for (size_t k = 0; k < f->gathers.size(); k += 3) {
-      const int64_t r = f->gathers[k];
-      KILN_CHECK(r >= 0 && static_cast<size_t>(r) < regs.size(), InvalidArgument, "layer `",
-                 layer.name, "`: gather of register ", r, " of ", regs.size());
-      spec.gathered[static_cast<size_t>(r)] = true;
-    }
+  const auto* fused = std::get_if<FusedElementwiseParams>(&layer.params);
+  if (fused) regs.resize(fused_registers(layer.name, *fused, inputs.size()));
+  spec.gathered.assign(regs.size(), false);
+  for (size_t k = 0; fused && k < fused->gathers.size(); k += 3) {
+    const int64_t r = fused->gathers[k];
+    KILN_CHECK(r >= 0 && static_cast<size_t>(r) < regs.size(), InvalidArgument, "layer `",
+               layer.name, "`: gather of register ", r, " of ", regs.size());
+    spec.gathered[static_cast<size_t>(r)] = true;
   }
   if (regs.empty() || regs.size() > static_cast<size_t>(kPointwiseMaxInputs) ||
       !is_generated_float(output)) {

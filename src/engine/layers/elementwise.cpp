@@ -179,9 +179,10 @@ std::vector<InferOutput> infer(const std::string& layer, const FusedElementwiseP
     const InferInput& idx = in[g.index_input];
     Shape& s = shapes[static_cast<size_t>(g.reg)];
     const int64_t d = s[static_cast<size_t>(g.axis)];
-    KILN_CHECK(idx.dtype == DataType::kI32 && idx.shape.size() == 1 && idx.shape[0] > 0,
+    // At least two: the CUDA kernels merge a dim of size 1 away, and the gathered one with it.
+    KILN_CHECK(idx.dtype == DataType::kI32 && idx.shape.size() == 1 && idx.shape[0] >= 2,
                InvalidArgument, "layer `", layer, "`: the indices of input ", g.reg,
-               " must be a non-empty 1-D i32 list, got ", dtype_name(idx.dtype),
+               " must be a 1-D i32 list of at least 2, got ", dtype_name(idx.dtype),
                shape_to_string(idx.shape));
     KILN_CHECK(
         d != kDynamic && idx.shape[0] != kDynamic && d % g.run == 0 && idx.shape[0] % g.run == 0,
