@@ -5,6 +5,7 @@
 
 #include "engine/builder.h"
 #include "engine/passes/attention_heads.h"
+#include "engine/passes/passes.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -325,6 +326,125 @@ TEST(AttentionHeads, RotaryHeadsFoldAfterTheirPermutesMoveDown) {
     }
     for (size_t i = 0; i < b.folded.size(); ++i) {
       EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6)) << i;
+    }
+  }
+}
+
+// The q, k and v projections of a packed-head attention become one matmul whose columns the
+// attention reads: BERT's three Linears (weights [N, K], biased); [K, N] weights with k unbiased
+// (zeros in the merged bias); cross-attention (k and v merge, q stays); k also a network output
+// (q and v merge). Values as the unbuilt network.
+TEST(AttentionHeads, ProjectionsOfOneInputAreOneMatmul) {
+  const int64_t B = 2, L = 5, S = 6, H = 2, E = 8, D = H * E, K = 12;
+  enum Form { kSelf, kUntransposed, kCross, kOutputK };
+  for (Form f : {kSelf, kUntransposed, kCross, kOutputK}) {
+    SCOPED_TRACE(f);
+    Network net;
+    const auto x = net.add_input("x", DataType::kF32, {B, L, K});
+    const auto mem = f == kCross ? net.add_input("mem", DataType::kF32, {B, S, K}) : x;
+    uint64_t seed = 30;
+    const auto project = [&](TensorId in, const std::string& name, bool bias) {
+      MatMulParams m;
+      m.transpose_b = f != kUntransposed;
+      m.post.has_bias = bias;
+      std::vector<TensorId> ins = {
+          in, testing::random_constant(net, name + ".w", m.transpose_b ? Shape{D, K} : Shape{K, D},
+                                       seed++)};
+      if (bias) ins.push_back(testing::random_constant(net, name + ".b", {D}, seed++));
+      return net.add(name, m, ins);
+    };
+    const auto heads = [&](TensorId t, const std::string& name) {
+      const int64_t rows = net.tensor(t).shape[1];
+      return net.add(name + ".p", permute({0, 2, 1, 3}),
+                     {net.add(name + ".r", reshape({B, rows, H, E}), {t})});
+    };
+    const auto q = project(x, "q", true);
+    const auto k = project(mem, "k", f != kUntransposed);
+    const auto v = project(mem, "v", true);
+    AttentionParams a;
+    a.causal = f == kSelf;
+    const auto o = net.add("attn", a, {heads(q, "q"), heads(k, "k"), heads(v, "v")});
+    net.mark_output(merge(net, o), "y");
+    if (f == kOutputK) net.mark_output(k, "k");
+    std::vector<HostTensor> in = {random_tensor(DataType::kF32, {B, L, K}, 5)};
+    if (f == kCross) in.push_back(random_tensor(DataType::kF32, {B, S, K}, 6));
+    const Built b = run_both(net, in);
+    EXPECT_EQ(b.report.changes("attention_projections"), 1) << b.report.to_string();
+    int matmuls = 0;
+    for (const Layer& l : b.plan.network.layers()) {
+      matmuls += std::holds_alternative<MatMulParams>(l.params);
+      if (const auto* p = std::get_if<AttentionParams>(&l.params)) {
+        const std::vector<int64_t> columns = f == kCross     ? std::vector<int64_t>{0, 0, D}
+                                             : f == kOutputK ? std::vector<int64_t>{0, 0, D}
+                                                             : std::vector<int64_t>{0, D, 2 * D};
+        EXPECT_EQ(p->columns, columns);
+      }
+    }
+    EXPECT_EQ(matmuls, f == kSelf || f == kUntransposed ? 1 : 2);
+    for (size_t i = 0; i < b.folded.size(); ++i) {
+      EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6)) << i;
+    }
+  }
+}
+
+// Attention decomposed into matmuls (CUDA's f32 path) reads grouped key/value heads unrepeated:
+// q as [B, Hkv, G * L, E] against the [B, Hkv, S, E] sources, so the repeats (both forms) go
+// with the dead layers; values as the attention over the repeated heads, with a padding mask
+// (one sequence fully padded: zeros) and causal. Repeats of different groups stay.
+TEST(AttentionHeads, DecomposedAttentionReadsGroupedHeadsUnrepeated) {
+  const int64_t B = 2, Hkv = 2, L = 5, S = 7, E = 8;
+  HostTensor pad(DataType::kBool, {B, 1, 1, S});
+  for (int64_t j = 0; j < S; ++j) {
+    pad.as<uint8_t>()[j] = j < 5;
+    pad.as<uint8_t>()[S + j] = 0;
+  }
+  struct Case {
+    bool gather, causal, mask;
+    int64_t group_k, group_v;
+  };
+  for (const Case& c : {Case{false, false, true, 3, 3}, Case{true, true, false, 2, 2},
+                        Case{false, true, true, 2, 2}, Case{true, false, false, 2, 4}}) {
+    SCOPED_TRACE(std::to_string(c.gather) + std::to_string(c.causal) + std::to_string(c.mask) +
+                 std::to_string(c.group_v));
+    const int64_t H = Hkv * c.group_k;
+    Network net;
+    const auto q = net.add_input("q", DataType::kF32, {B, H, L, E});
+    const auto k = net.add_input("k", DataType::kF32, {B, Hkv, S, E});
+    const auto v = net.add_input("v", DataType::kF32, {B, H / c.group_v, S, E});
+    std::vector<TensorId> in = {q, repeat_heads(net, k, "k", c.group_k, c.gather),
+                                repeat_heads(net, v, "v", c.group_v, c.gather)};
+    std::vector<HostTensor> values = {random_tensor(DataType::kF32, {B, H, L, E}, 21, -2, 2),
+                                      random_tensor(DataType::kF32, {B, Hkv, S, E}, 22, -2, 2),
+                                      random_tensor(DataType::kF32, {B, H / c.group_v, S, E}, 23)};
+    if (c.mask) {
+      in.push_back(net.add_input("mask", DataType::kBool, pad.shape()));
+      values.push_back(pad);
+    }
+    AttentionParams a;
+    a.causal = c.causal;
+    a.has_mask = c.mask;
+    net.mark_output(net.add("attn", a, in), "y");
+    const HostTensor want = testing::run_engine(net, values)[0];
+    Network taken = net;
+    ASSERT_EQ(decompose_attention(
+                  taken, [](const Shape&, const Shape&, const Shape&, DataType) { return false; }),
+              1);
+    remove_dead_layers(taken);
+    const bool grouped = c.group_k == c.group_v;
+    int repeats = 0;
+    for (const Layer& l : taken.layers()) {
+      repeats += std::holds_alternative<SelectParams>(l.params) ||
+                 std::holds_alternative<GatherParams>(l.params);
+      if (std::holds_alternative<MatMulParams>(l.params) && grouped) {
+        EXPECT_TRUE(l.inputs[1] == k || l.inputs[1] == v) << l.name;
+        EXPECT_EQ(taken.tensor(l.outputs[0]).shape[1], Hkv) << l.name;
+      }
+    }
+    EXPECT_EQ(repeats, grouped ? 0 : 2);
+    const HostTensor got = testing::run_engine(taken, values)[0];
+    EXPECT_TRUE(testing::near(got, testing::to_doubles(want), 1e-5, 1e-6));
+    if (c.mask) {  // the fully padded sequence: zeros, as the attention gives
+      for (int64_t i = got.numel() / 2; i < got.numel(); ++i) EXPECT_EQ(got.as<float>()[i], 0.f);
     }
   }
 }

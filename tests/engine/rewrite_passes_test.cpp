@@ -1,7 +1,7 @@
 // The builder's structural rewrites: of written-out forms, RMS norm (rms_norms) and a concat of
 // slices of one tensor (concat_slices); attention as two matmuls and a (masked) softmax
-// (decompose_attention). Each is checked for what it takes, what it leaves and the values it
-// computes.
+// (decompose_attention) and written-out attention as one layer (written_attention). Each is checked
+// for what it takes, what it leaves and the values it computes.
 #include "engine/builder.h"
 
 #include <vector>
@@ -179,6 +179,118 @@ TEST(Builder, DecomposedAttentionTakesEveryMask) {
     EXPECT_EQ(decompose_attention(
                   kept, [](const Shape&, const Shape&, const Shape&, DataType) { return true; }),
               0);
+  }
+}
+
+// Attention written out as matmuls and a softmax becomes one attention layer computing what the
+// layers did: MaxViT's form (5-d heads, k times a scalar, a permuted k, a [1, H, L, S] position
+// bias), Swin's shifted windows (q times a scalar, the bias added in the [B * W, H, L, S] frame,
+// the window mask in a reshape to [B, W, H, L, S], back: the attention runs in the 5-d frame with
+// the sum of both as its mask), scores over a scalar with the matmul's transpose flag. What must
+// stay: a scale applied after a term ((s + t) * c: the term would be scaled), probabilities read
+// twice, and what the fused kernel does not take.
+TEST(Builder, WrittenOutAttentionIsOneLayer) {
+  enum Form { kMaxVit, kSwin, kDivided, kScaledTerm, kProbsRead, kNotFused };
+  const auto transpose_last = [](size_t rank) {
+    std::vector<int64_t> perm;
+    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+    std::swap(perm[rank - 1], perm[rank - 2]);
+    ShuffleParams p;
+    p.first_perm = perm;
+    return p;
+  };
+  const auto reshape = [](Shape to) {
+    ShuffleParams p;
+    p.has_reshape = true;
+    p.reshape = std::move(to);
+    return p;
+  };
+  for (Form f : {kMaxVit, kSwin, kDivided, kScaledTerm, kProbsRead, kNotFused}) {
+    SCOPED_TRACE(f);
+    const Shape lead = f == kMaxVit ? Shape{2, 3, 2} : Shape{6, 2};
+    const int64_t L = 5, S = 7, E = 8, Ev = 6;
+    const auto shape = [&](int64_t a, int64_t b) {
+      Shape s = lead;
+      s.push_back(a);
+      s.push_back(b);
+      return s;
+    };
+    Network net;
+    const auto q = net.add_input("q", DataType::kF32, shape(L, E));
+    const auto k = net.add_input("k", DataType::kF32, shape(S, E));
+    const auto v = net.add_input("v", DataType::kF32, shape(S, Ev));
+    const auto scalar = [&](const std::string& name, float x) {
+      return net.add_constant(name, Weights::from_floats({}, {x}));
+    };
+    TensorId scores;
+    if (f == kDivided) {
+      MatMulParams m;
+      m.transpose_b = true;
+      scores = net.add("qk", m, {q, k});
+      scores = net.add("div", ElementwiseParams{BinaryOp::kDiv}, {scores, scalar("c", 2.5f)});
+    } else {
+      const TensorId qs =
+          f == kMaxVit ? q
+                       : net.add("qs", ElementwiseParams{BinaryOp::kMul}, {q, scalar("c", 0.3f)});
+      const TensorId ks =
+          f == kMaxVit ? net.add("ks", ElementwiseParams{BinaryOp::kMul}, {scalar("c", 0.4f), k})
+                       : k;
+      scores =
+          net.add("qk", MatMulParams{}, {qs, net.add("kt", transpose_last(lead.size() + 2), {ks})});
+      const TensorId bias = testing::random_constant(net, "bias", {1, 2, L, S}, 71);
+      scores = net.add("biased", ElementwiseParams{BinaryOp::kAdd}, {scores, bias});
+      if (f == kSwin) {
+        scores = net.add("win", reshape({2, 3, 2, L, S}), {scores});
+        const TensorId mask = testing::random_constant(net, "mask", {3, 1, L, S}, 72);
+        scores = net.add("masked", ElementwiseParams{BinaryOp::kAdd}, {scores, mask});
+        scores = net.add("unwin", reshape({6, 2, L, S}), {scores});
+      }
+      if (f == kScaledTerm) {
+        scores = net.add("late", ElementwiseParams{BinaryOp::kMul}, {scores, scalar("d", 0.7f)});
+      }
+    }
+    const auto probs = net.add("softmax", SoftmaxParams{}, {scores});
+    net.mark_output(net.add("pv", MatMulParams{}, {probs, v}), "y");
+    if (f == kProbsRead) net.mark_output(probs, "probs");
+    const std::vector<HostTensor> in = {
+        testing::random_tensor(DataType::kF32, shape(L, E), 73, -2, 2),
+        testing::random_tensor(DataType::kF32, shape(S, E), 74, -2, 2),
+        testing::random_tensor(DataType::kF32, shape(S, Ev), 75)};
+    const std::vector<HostTensor> want = run_engine(net, in);
+    Network taken = net;
+    const bool expected = f == kMaxVit || f == kSwin || f == kDivided;
+    std::vector<Shape> asked;
+    EXPECT_EQ(fold_written_attention(taken,
+                                     [&](const Shape& qs, const Shape&, const Shape&, DataType) {
+                                       asked.push_back(qs);
+                                       return f != kNotFused;
+                                     }),
+              expected ? 1 : 0);
+    remove_dead_layers(taken);
+    int attentions = 0, softmaxes = 0;
+    for (const Layer& l : taken.layers()) {
+      softmaxes += std::holds_alternative<SoftmaxParams>(l.params);
+      const auto* a = std::get_if<AttentionParams>(&l.params);
+      if (!a) continue;
+      ++attentions;
+      const double scale = f == kMaxVit ? 0.4 : f == kSwin ? 0.3 : 1 / 2.5;
+      EXPECT_NEAR(a->scale, scale, 1e-6);
+      EXPECT_EQ(a->has_mask, f != kDivided);
+      const Shape q_shape = taken.tensor(l.inputs[0]).shape;
+      EXPECT_EQ(q_shape, f == kSwin ? (Shape{2, 3, 2, L, E}) : shape(L, E));
+      if (f == kSwin) {  // bias [1, 1, 2, L, S] + mask [1, 3, 1, L, S]
+        EXPECT_EQ(taken.tensor(l.inputs[3]).shape, (Shape{1, 3, 2, L, S}));
+      }
+    }
+    EXPECT_EQ(attentions, expected ? 1 : 0);
+    EXPECT_EQ(softmaxes, expected ? 0 : 1);
+    if (f == kNotFused) {
+      EXPECT_EQ(asked.size(), 1u);
+    }
+    const std::vector<HostTensor> got = run_engine(taken, in);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 1e-5, 1e-6)) << i;
+    }
   }
 }
 

@@ -175,16 +175,8 @@ std::optional<TensorId> same_elements_as(const Graph& g, TensorId id, const Shap
   return std::nullopt;
 }
 
-struct Repeat {
-  TensorId source;  // [B, Hkv, S, E]
-  int64_t group;    // H / Hkv
-};
-
-// Key or value heads repeated for grouped-query attention: `id` ([B, H, S, E]) is head h / group
-// of a [B, Hkv, S, E] tensor, as transformers' repeat_kv writes it (unsqueeze to [B, Hkv, 1, S,
-// E], a broadcast to [B, Hkv, group, S, E] (a select of the tensor with itself), reshape) or
-// kiln's lowering of enable_gqa (a gather of the heads by the constant indices h / group).
-std::optional<Repeat> repeated_heads(const Graph& g, TensorId id) {
+// Key or value heads repeated for grouped-query attention (attention_heads.h).
+std::optional<RepeatedHeads> repeated_heads(const Graph& g, TensorId id) {
   const Shape& t = g.shape(id);
   const Layer* l = g.produced_by(id);
   if (!l || t.size() != 4 || !is_static(t)) return std::nullopt;
@@ -204,7 +196,7 @@ std::optional<Repeat> repeated_heads(const Graph& g, TensorId id) {
     for (int64_t h = 0; h < t[1]; ++h) {
       if (index[h] != h / group) return std::nullopt;
     }
-    return Repeat{l->inputs[0], group};
+    return RepeatedHeads{l->inputs[0], group};
   }
   // reshape [B, Hkv, group, S, E] -> [B, H, S, E] of select(c, y, y), y [B, Hkv, 1, S, E] the
   // elements of a [B, Hkv, S, E] tensor.
@@ -220,7 +212,7 @@ std::optional<Repeat> repeated_heads(const Graph& g, TensorId id) {
   }
   const auto source = same_elements_as(g, sel->inputs[1], Shape{x[0], x[1], x[3], x[4]});
   if (!source) return std::nullopt;
-  return Repeat{*source, x[2]};
+  return RepeatedHeads{*source, x[2]};
 }
 
 struct Merge {
@@ -261,6 +253,11 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
 }
 
 }  // namespace
+
+std::optional<RepeatedHeads> repeated_heads(const Network& net, const std::vector<Layer>& layers,
+                                            const NetworkIndex& index, TensorId id) {
+  return repeated_heads(Graph{net, layers, index}, id);
+}
 
 // A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input laid out with
 // `st` gives its output (shape `out`) these strides, if the reshape is a view.

@@ -10,11 +10,14 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/network.h"
 
 namespace kiln::engine {
+
+class NetworkIndex;
 
 // Rewrites every attention over static [B, H, L, E] operands whose operands and result are
 // such views, where `accept(packed params, q/k/v sources[, the mask], output)` holds (a mask
@@ -23,6 +26,30 @@ namespace kiln::engine {
 int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept);
+
+// The projections of a packed-head attention: where its distinct operands are each
+// matmul(x, constant w [, constant bias]) of one x, read by nothing else, they become one matmul
+// with the weights (and biases, zeros for a part without) side by side, and the attention reads
+// its operands' columns of that (BERT's query, key and value Linears: one GEMM instead of three,
+// as GPT-2 writes it). Where `accept` holds for the rewritten attention (as for
+// fold_attention_heads). Records a line per merge in `fusions`; returns the number of merges.
+int merge_attention_projections(
+    Network& net,
+    const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
+                             const TensorDesc&)>& accept,
+    std::vector<std::string>& fusions);
+
+// Key or value heads repeated for grouped-query attention: `id` ([B, H, S, E]) is head h / group
+// of `source` ([B, Hkv, S, E]), as transformers' repeat_kv writes it (unsqueeze to [B, Hkv, 1, S,
+// E], a broadcast to [B, Hkv, group, S, E] (a select of the tensor with itself), reshape) or
+// kiln's lowering of enable_gqa (a gather of the heads by the constant indices h / group).
+// `index` is over `layers`, a working copy of net's layers.
+struct RepeatedHeads {
+  TensorId source;
+  int64_t group;  // H / Hkv
+};
+std::optional<RepeatedHeads> repeated_heads(const Network& net, const std::vector<Layer>& layers,
+                                            const NetworkIndex& index, TensorId id);
 
 // A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input (shape `in`)
 // laid out with `strides` gives its output (shape `out`) these strides, if the reshape is a view.

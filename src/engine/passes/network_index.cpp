@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/scalar_math.h"
+
 namespace kiln::engine {
 
 NetworkIndex::NetworkIndex(const Network& net, const std::vector<Layer>& layers)
@@ -91,6 +93,14 @@ void merge_into_consumer(Network& net, size_t i, size_t j, Layer merged) {
     if (k != i) kept.push_back(k == j ? std::move(merged) : net.layers()[k]);
   }
   net.set_layers(std::move(kept));
+}
+
+std::optional<double> scalar_constant(const Network& net, TensorId id) {
+  const Weights* w = net.constant_data(id);
+  if (!w || !w->data || !is_floating(w->dtype) || !is_static(w->shape) || volume(w->shape) != 1) {
+    return std::nullopt;
+  }
+  return load_as<double>(w->dtype, w->data->data(), 0);
 }
 
 }  // namespace kiln::engine

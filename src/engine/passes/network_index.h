@@ -42,6 +42,9 @@ class NetworkIndex {
 // output; its index in `*index`. A scan: for a pass that asks once per rewrite.
 const Layer* single_consumer(const Network& net, TensorId id, size_t* index);
 
+// The one value of a constant float tensor of one element.
+std::optional<double> scalar_constant(const Network& net, TensorId id);
+
 // Calls rewrite(i) at each layer index; a rewrite that changed the network (returned true) removed
 // layer i, so the layer now at i is tried next. Returns how many rewrites there were.
 int rewrite_each(Network& net, const std::function<bool(size_t)>& rewrite);

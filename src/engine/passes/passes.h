@@ -48,6 +48,16 @@ int remove_dead_layers(Network& net);
 int decompose_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
+// Attention written out: matmul(q, k^T) (k's transpose a permute of its last two dims or the
+// matmul's flag; q and k possibly multiplied by scalar constants), times or over scalar constants,
+// plus additive terms (position biases, masks), through reshapes of the leading dims, softmax over
+// the last dim, matmul(., v), each tensor read by the next alone: one attention layer, its scale
+// the product of the scalars and its mask the sum of the terms, in the frame (the leading dims)
+// of whichever reshape of the scores has the most, with reshapes (views) of q, k, v, the terms
+// and the result. Where `fused(q, k, v, dtype)` says the fused kernel takes it.
+int fold_written_attention(
+    Network& net,
+    const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
 // f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
 int allow_tf32(Network& net);
 // f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form.

@@ -88,6 +88,13 @@ std::vector<Pass> make_pipeline() {
   // elementwise fusion, which would take the square, the rsqrt and the multiplies.
   p.push_back(
       {"rms_norms", nullptr, [](Network& n, const PassContext&) { return fuse_rms_norms(n); }});
+  // After the precisions (the fused kernel's dtypes) and the early folding (position biases and
+  // masks are constants by then, scales scalars), before the attention passes below.
+  p.push_back({"written_attention",
+               [](const PassContext& c) { return c.backend.fused_attention != nullptr; },
+               [](Network& n, const PassContext& c) {
+                 return fold_written_attention(n, c.backend.fused_attention);
+               }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
                [](const PassContext& c) {
@@ -147,6 +154,15 @@ std::vector<Pass> make_pipeline() {
                    c.report.layout.transposes = count_layout_transposes(n);
                  }
                  return removed;
+               }});
+  // After dead_layers (the head-split views no longer read the projections), before the post-ops,
+  // which fuse into the merged matmul what followed its parts.
+  p.push_back({"attention_projections",
+               [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
+               [](Network& n, const PassContext& c) {
+                 return fusion(c, [&](auto& lines) {
+                   return merge_attention_projections(n, c.backend.packed_heads, lines);
+                 });
                }});
   // After the attention passes (head_permutes reads rotary's slices and concats) and dead_layers
   // (single readers counted on the live layers), before the elementwise fusion, which takes the

@@ -12,19 +12,9 @@
 
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
-#include "engine/scalar_math.h"
 
 namespace kiln::engine {
 namespace {
-
-// The one value of a constant float tensor of one element.
-std::optional<double> scalar_constant(const Network& net, TensorId id) {
-  const Weights* w = net.constant_data(id);
-  if (!w || !w->data || !is_floating(w->dtype) || !is_static(w->shape) || volume(w->shape) != 1) {
-    return std::nullopt;
-  }
-  return load_as<double>(w->dtype, w->data->data(), 0);
-}
 
 const ElementwiseParams* binary_of(const Layer& l, BinaryOp op) {
   const auto* p = std::get_if<ElementwiseParams>(&l.params);
