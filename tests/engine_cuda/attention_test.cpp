@@ -312,5 +312,53 @@ TEST(CudaAttention, HeadSplitAndMergeFoldIntoTheLayer) {
   cuda_testing::expect_match(r, 1e-2, 2e-3);
 }
 
+// Window attention as Swin and MaxViT write it (q or k times a scalar, k permuted, a [1, H, L, S]
+// position bias, Swin's shifted-window mask added in a [B, W, H, L, S] reshape of the scores,
+// softmax, p v) runs as one attention layer on cuda, with the values of the CPU's separate layers.
+TEST(CudaAttention, WrittenOutWindowAttentionIsOneLayer) {
+  KILN_REQUIRE_GPU();
+  const int64_t W = 3, H = 2, L = 49, E = 32;
+  for (bool shifted : {false, true}) {
+    SCOPED_TRACE(shifted);
+    const Shape lead = shifted ? Shape{2 * W, H} : Shape{2, W, H};
+    Shape qs = lead;
+    qs.push_back(L);
+    qs.push_back(E);
+    const std::vector<HostTensor> in = {random_tensor(DataType::kF16, qs, 80),
+                                        random_tensor(DataType::kF16, qs, 81),
+                                        random_tensor(DataType::kF16, qs, 82)};
+    const auto r = cuda_testing::run_both(in, [&](Network& net, const std::vector<TensorId>& x) {
+      const auto half = [&](TensorId c) {
+        return net.add(net.tensor(c).name + ".f16", CastParams{DataType::kF16}, {c});
+      };
+      const auto scale = half(net.add_constant("scale", Weights::from_floats({}, {0.17678f})));
+      const auto q = net.add("qs", ElementwiseParams{BinaryOp::kMul}, {x[0], scale});
+      ShuffleParams t;
+      t.first_perm =
+          shifted ? std::vector<int64_t>{0, 1, 3, 2} : std::vector<int64_t>{0, 1, 2, 4, 3};
+      auto scores = net.add("qk", MatMulParams{}, {q, net.add("kt", t, {x[1]})});
+      scores = net.add("biased", ElementwiseParams{BinaryOp::kAdd},
+                       {scores, half(testing::random_constant(net, "bias", {1, H, L, L}, 83))});
+      if (shifted) {
+        ShuffleParams to5, to4;
+        to5.has_reshape = to4.has_reshape = true;
+        to5.reshape = {2, W, H, L, L}, to4.reshape = {2 * W, H, L, L};
+        std::vector<float> mask(static_cast<size_t>(W * L * L));
+        for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 7 == 3 ? -100.f : 0.f;
+        const auto m = half(net.add_constant("mask", Weights::from_floats({W, 1, L, L}, mask)));
+        scores = net.add("unwin", to4,
+                         {net.add("masked", ElementwiseParams{BinaryOp::kAdd},
+                                  {net.add("win", to5, {scores}), m})});
+      }
+      const auto p = net.add("softmax", SoftmaxParams{}, {scores});
+      return std::vector<TensorId>{net.add("pv", MatMulParams{}, {p, x[2]})};
+    });
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "softmax"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "matmul"), 0);
+    cuda_testing::expect_match(r, 1e-2, 3e-3);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine
