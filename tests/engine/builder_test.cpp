@@ -308,7 +308,8 @@ TEST(Builder, TheVerifierNamesThePassThatBrokeTheNetwork) {
 }
 
 // The builder's pipeline: its passes in order, and on a CPU build only those the CPU backend
-// takes (no precision, TF32, attention decomposition, casts into shuffles or gathered inputs).
+// takes (no precision, TF32, written-out or decomposed attention, casts into shuffles or gathered
+// inputs).
 TEST(Builder, CpuBuildsRunTheCpuPasses) {
   std::vector<std::string> names;
   for (const Pass& p : builder_pipeline()) names.push_back(p.name);
@@ -322,12 +323,12 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   build(net, BuilderConfig{}, &report);
   std::vector<std::string> ran;
   for (const PassRecord& p : report.passes) ran.push_back(p.name);
-  for (const char* cuda_only : {"precision", "decompose_attention", "tf32", "cast_into_shuffle",
-                                "gelu_tanh", "gathered_inputs"}) {
+  for (const char* cuda_only : {"precision", "written_attention", "decompose_attention", "tf32",
+                                "cast_into_shuffle", "gelu_tanh", "gathered_inputs"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
   }
-  for (const char* both :
-       {"scale_shift", "layout", "fold_constants", "dead_layers", "post_ops", "fuse_elementwise"}) {
+  for (const char* both : {"scale_shift", "layout", "fold_constants", "dead_layers",
+                           "attention_projections", "post_ops", "fuse_elementwise"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), both), 1) << both;
   }
 }
