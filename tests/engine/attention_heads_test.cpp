@@ -121,6 +121,49 @@ TEST(AttentionHeads, SelfAttentionOverAPackedProjectionFolds) {
   }
 }
 
+// Attention over heads of windows ([B, W, H, L, E], as MaxViT writes it: column slices of one
+// [B, W, L, 3 H E] projection, each viewed as [B, W, L, H, E] and permuted; the result permuted
+// back and viewed as [B, W, L, H E]) folds as the rank-4 form does: packed heads over B * W
+// matrices, a [H, L, L] bias kept as the mask; nothing moves data. A mask that broadcasts over
+// part of the leading dims stays as it was (the layer unpacked).
+TEST(AttentionHeads, HeadsOfWindowsFold) {
+  const int64_t B = 2, W = 3, L = 5, H = 2, E = 8;
+  for (bool partial_mask : {false, true}) {
+    SCOPED_TRACE(partial_mask);
+    Network net;
+    const auto x = net.add_input("qkv", DataType::kF32, {B, W, L, 3 * H * E});
+    std::vector<TensorId> qkv;
+    for (int64_t i = 0; i < 3; ++i) {
+      SliceParams s;
+      s.axes = {3}, s.starts = {i * H * E}, s.ends = {(i + 1) * H * E}, s.steps = {1};
+      const std::string n = "p" + std::to_string(i);
+      const auto part = net.add(n + ".s", s, {x});
+      qkv.push_back(net.add(n, permute({0, 1, 3, 2, 4}),
+                            {net.add(n + ".r", reshape({B, W, L, H, E}), {part})}));
+    }
+    const Shape mask_shape = partial_mask ? Shape{1, W, 1, L, L} : Shape{H, L, L};
+    qkv.push_back(testing::random_constant(net, "bias", mask_shape, 9));
+    AttentionParams a;
+    a.has_mask = true;
+    const auto o = net.add("attn", a, qkv);
+    const auto t = net.add("merge.p", permute({0, 1, 3, 2, 4}), {o});
+    net.mark_output(net.add("merge.r", reshape({B, W, L, H * E}), {t}), "y");
+    const Built b = run_both(net, {random_tensor(DataType::kF32, {B, W, L, 3 * H * E}, 8)});
+    EXPECT_EQ(b.report.changes("attention_heads"), partial_mask ? 0 : 1) << b.report.to_string();
+    if (!partial_mask) {
+      EXPECT_EQ(b.report.shuffles, 0) << b.report.to_string();
+      for (const Layer& l : b.plan.network.layers()) {
+        if (const auto* p = std::get_if<AttentionParams>(&l.params)) {
+          EXPECT_EQ(p->heads, H);
+          EXPECT_EQ(p->columns, (std::vector<int64_t>{0, H * E, 2 * H * E}));
+          EXPECT_EQ(b.plan.network.tensor(l.outputs[0]).shape, (Shape{B * W, L, H * E}));
+        }
+      }
+    }
+    EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+  }
+}
+
 // Queries from one tensor, keys and values from another of another length (cross-attention).
 TEST(AttentionHeads, CrossAttentionFolds) {
   const int64_t B = 3, L = 5, S = 9, H = 2, E = 4;

@@ -94,6 +94,19 @@ struct Graph {
   const Shape& shape(TensorId id) const { return net.tensor(id).shape; }
 };
 
+// The dim of `shape` that holds `rows` after leading dims whose product is `batch` (the packed
+// [batch, rows, width] reading of a tensor of at least 3 dims), if there is one.
+std::optional<size_t> packed_rows_dim(const Shape& shape, int64_t batch, int64_t rows) {
+  if (shape.size() < 3 || batch <= 0 || rows <= 0) return std::nullopt;
+  int64_t product = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) {
+    if (d > 0 && product == batch && shape[d] == rows) return d;
+    product *= shape[d];
+    if (product > batch) break;
+  }
+  return std::nullopt;
+}
+
 struct Operand {
   TensorId base;  // [B, rows, ...]: a reshape to [B, rows, width] makes it the packed operand
   int64_t column;
@@ -115,8 +128,11 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
   for (size_t len = path.size(); len > 0; --len) {
     const TensorId base = path[len - 1]->inputs[0];
     const Shape& b = g.shape(base);
-    // [B, rows, width], or [B, rows, ...] read as [B, rows, width] (a contiguous view).
-    if (b.size() < 3 || b[0] != t[0] || b[1] != t[2] || b[0] * b[1] == 0) continue;
+    // [B, rows, width], or [B..., rows, ...] read as [B, rows, width] (a contiguous view): leading
+    // dims whose product is B (the batch of an attention whose leading dims were merged), then
+    // rows.
+    const auto rows_at = packed_rows_dim(b, t[0], t[2]);
+    if (!rows_at) continue;
     Strides st = contiguous_strides(b);
     int64_t offset = 0;
     bool traced = true;
@@ -131,8 +147,8 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
         traced = forward_slice(std::get<SliceParams>(l.params), in, st, offset);
       }
     }
-    const int64_t width = volume(b) / (b[0] * b[1]), heads = t[1], e = t[3];
-    if (!traced || !same_layout(t, st, {b[1] * width, e, width, 1})) continue;
+    const int64_t width = volume(b) / (t[0] * t[2]), heads = t[1], e = t[3];
+    if (!traced || !same_layout(t, st, {t[2] * width, e, width, 1})) continue;
     if (offset < 0 || offset + heads * e > width) continue;
     return Operand{base, offset};
   }
@@ -224,7 +240,6 @@ struct Merge {
 // chain of shuffles, each the only consumer of the one before.
 std::optional<Merge> trace_result(const Graph& g, TensorId id) {
   const Shape& o = g.shape(id);
-  const Shape want = {o[0], o[2], o[1] * o[3]};
   Merge m;
   TensorId cur = id;
   while (m.layers.size() < 4) {
@@ -236,9 +251,12 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
     }
     m.layers.push_back(*next);
     cur = l.outputs[0];
-    if (g.shape(cur) != want) continue;
+    // [B, L, H * E], or [B..., L, H * E] with leading dims whose product is B.
+    const Shape& r = g.shape(cur);
+    const auto rows_at = packed_rows_dim(r, o[0], o[2]);
+    if (!rows_at || *rows_at + 2 != r.size() || r.back() != o[1] * o[3]) continue;
     // Where the result tensor puts the attention's elements: back through the chain.
-    std::optional<Strides> st = contiguous_strides(want);
+    std::optional<Strides> st = contiguous_strides(r);
     for (size_t i = m.layers.size(); i-- > 0 && st;) {
       const Layer& s = g.layers[m.layers[i]];
       st = backward_shuffle(std::get<ShuffleParams>(s.params), g.shape(s.inputs[0]),
@@ -250,6 +268,83 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
     }
   }
   return std::nullopt;
+}
+
+// Attention over more than 4 dims ([D..., H, L, E]: heads of windows of a batch) as attention
+// over [prod D, H, L, E] through reshapes (views), so that its head split and merge fold as
+// rank-4 ones do. A mask must broadcast over the leading dims wholly or not at all; it is viewed
+// likewise. Leaves the others as they are.
+void merge_leading_dims(Network& net) {
+  std::vector<Layer> out;
+  bool changed = false;
+  int made = 0;
+  for (const Layer& l : net.layers()) {
+    const auto* a = std::get_if<AttentionParams>(&l.params);
+    if (!a || a->heads > 0 || l.inputs.size() != (a->has_mask ? 4u : 3u)) {
+      out.push_back(l);
+      continue;
+    }
+    const Shape q = net.tensor(l.inputs[0]).shape, k = net.tensor(l.inputs[1]).shape,
+                v = net.tensor(l.inputs[2]).shape, o = net.tensor(l.outputs[0]).shape;
+    const size_t n = q.size() > 3 ? q.size() - 3 : 0;  // the leading dims
+    const Shape lead(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+    const auto lead_of = [&](const Shape& s) {
+      return Shape(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
+    };
+    bool ok = q.size() > 4 && is_static(q) && is_static(k) && is_static(v) && o == q &&
+              k.size() == q.size() && v.size() == q.size() && lead_of(k) == lead &&
+              lead_of(v) == lead;
+    const int64_t batch = ok ? volume(lead) : 0;
+    Shape mask;
+    if (ok && a->has_mask) {
+      mask = net.tensor(l.inputs[3]).shape;
+      ok = mask.size() <= q.size() && is_static(mask);
+      if (ok) {
+        mask.insert(mask.begin(), q.size() - mask.size(), 1);
+        bool none = true, all = true;
+        for (size_t d = 0; d < n; ++d) {
+          none = none && mask[d] == 1;
+          all = all && mask[d] == lead[d];
+        }
+        ok = none || all;
+        mask = {none ? 1 : batch, mask[n], mask[n + 1], mask[n + 2]};
+      }
+    }
+    if (!ok) {
+      out.push_back(l);
+      continue;
+    }
+    const auto view = [&](TensorId id, const Shape& to) {
+      TensorDesc d = net.tensor(id);
+      d.name = l.name + ":batch" + std::to_string(made++);
+      d.shape = to;
+      d.values.reset();
+      ShuffleParams r;
+      r.has_reshape = true;
+      r.reshape = to;
+      const TensorId t = net.add_tensor(d);
+      out.push_back(Layer{d.name, r, {id}, {t}});
+      return t;
+    };
+    const auto merged = [&](const Shape& s) { return Shape{batch, s[n], s[n + 1], s[n + 2]}; };
+    Layer rewritten = l;
+    rewritten.inputs[0] = view(l.inputs[0], merged(q));
+    rewritten.inputs[1] = view(l.inputs[1], merged(k));
+    rewritten.inputs[2] = view(l.inputs[2], merged(v));
+    if (a->has_mask) rewritten.inputs[3] = view(l.inputs[3], mask);
+    TensorDesc result = net.tensor(l.outputs[0]);
+    result.name = l.name + ":batch" + std::to_string(made++);
+    result.shape = merged(o);
+    result.values.reset();
+    rewritten.outputs = {net.add_tensor(result)};
+    out.push_back(rewritten);
+    ShuffleParams r;
+    r.has_reshape = true;
+    r.reshape = o;
+    out.push_back(Layer{result.name, r, rewritten.outputs, l.outputs});
+    changed = true;
+  }
+  if (changed) net.set_layers(std::move(out));
 }
 
 }  // namespace
@@ -319,6 +414,7 @@ std::optional<Strides> view_strides(const Shape& shape, const Strides& strides,
 int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept) {
+  merge_leading_dims(net);
   std::vector<Layer> layers = net.layers();
   NetworkIndex index(net, layers);
   const Graph g{net, layers, index};
@@ -326,6 +422,7 @@ int fold_attention_heads(
   // Per rewritten attention layer: the reshapes to put before it, and its inputs they replace.
   std::map<size_t, std::vector<Layer>> reshapes;
   std::map<size_t, std::vector<std::pair<size_t, TensorId>>> swaps;
+  std::map<size_t, std::vector<Layer>> after;  // views of the packed result, after the layer
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto* a = std::get_if<AttentionParams>(&layers[i].params);
     if (!a || a->heads > 0 || layers[i].inputs.size() != (a->has_mask ? 4u : 3u)) continue;
@@ -356,7 +453,8 @@ int fold_attention_heads(
       if (!src) break;
       sources.push_back(src->base);
       TensorDesc d = net.tensor(src->base);
-      d.shape = {d.shape[0], d.shape[1], volume(d.shape) / (d.shape[0] * d.shape[1])};
+      const int64_t rows = j == 0 ? L : S;
+      d.shape = {B, rows, volume(d.shape) / (B * rows)};
       source_descs.push_back(d);
       packed.columns.push_back(src->column);
     }
@@ -366,9 +464,22 @@ int fold_attention_heads(
       source_descs.push_back(net.tensor(layers[i].inputs[3]));
     }
     const auto merge = trace_result(g, layers[i].outputs[0]);
-    if (!merge || !accept(packed, source_descs, net.tensor(merge->result))) continue;
+    if (!merge) continue;
+    TensorDesc result = net.tensor(merge->result);
+    result.shape = {B, L, H * E};
+    if (!accept(packed, source_descs, result)) continue;
     for (size_t r : merge->layers) index.remove(r);
-    Layer rewritten{layers[i].name, packed, sources, {merge->result}};
+    TensorId written = merge->result;
+    if (result.shape != net.tensor(merge->result).shape) {  // [B..., L, H * E]: through a view
+      result.name += ":packed";
+      result.values.reset();
+      written = net.add_tensor(result);
+      ShuffleParams r;
+      r.has_reshape = true;
+      r.reshape = net.tensor(merge->result).shape;
+      after[i].push_back(Layer{result.name, r, {written}, {merge->result}});
+    }
+    Layer rewritten{layers[i].name, packed, sources, {written}};
     index.replace(i, layers[i], rewritten);
     layers[i] = std::move(rewritten);
     // Sources of more than 3 dims ([B, rows, H, E]: computed on the unpermuted heads) are read
@@ -376,7 +487,7 @@ int fold_attention_heads(
     std::map<TensorId, TensorId> flat;
     for (size_t j = 0; j < 3; ++j) {
       const TensorId base = sources[j];
-      if (net.tensor(base).shape.size() == 3) continue;
+      if (net.tensor(base).shape == source_descs[j].shape) continue;
       if (!flat.count(base)) {
         TensorDesc d = source_descs[j];
         d.name += ":packed:" + layers[i].name;
@@ -399,6 +510,7 @@ int fold_attention_heads(
     for (Layer& r : reshapes[i]) kept.push_back(std::move(r));
     for (const auto& [j, id] : swaps[i]) layers[i].inputs[j] = id;
     kept.push_back(std::move(layers[i]));
+    for (Layer& r : after[i]) kept.push_back(std::move(r));
   }
   net.set_layers(std::move(kept));
   return folded;

@@ -20,7 +20,16 @@ NetworkIndex::NetworkIndex(const Network& net, const std::vector<Layer>& layers)
   }
 }
 
+void NetworkIndex::cover(TensorId id) {
+  const size_t n = static_cast<size_t>(id) + 1;
+  if (n <= producer_.size()) return;
+  producer_.resize(n, -1);
+  consumers_.resize(n);
+  is_output_.resize(n, false);
+}
+
 std::optional<size_t> NetworkIndex::producer(TensorId id) const {
+  if (static_cast<size_t>(id) >= producer_.size()) return std::nullopt;
   const int64_t p = producer_[static_cast<size_t>(id)];
   if (p < 0 || removed_[static_cast<size_t>(p)]) return std::nullopt;
   return static_cast<size_t>(p);
@@ -28,6 +37,7 @@ std::optional<size_t> NetworkIndex::producer(TensorId id) const {
 
 std::vector<size_t> NetworkIndex::consumers(TensorId id) const {
   std::vector<size_t> live;
+  if (static_cast<size_t>(id) >= consumers_.size()) return live;
   for (size_t i : consumers_[static_cast<size_t>(id)]) {
     if (!removed_[i]) live.push_back(i);
   }
@@ -35,6 +45,8 @@ std::vector<size_t> NetworkIndex::consumers(TensorId id) const {
 }
 
 void NetworkIndex::replace(size_t layer, const Layer& before, const Layer& after) {
+  for (TensorId id : after.inputs) cover(id);
+  for (TensorId id : after.outputs) cover(id);
   for (TensorId id : before.inputs) {
     auto& users = consumers_[static_cast<size_t>(id)];
     const auto it = std::find(users.begin(), users.end(), layer);

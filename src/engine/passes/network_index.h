@@ -21,17 +21,22 @@ class NetworkIndex {
   std::optional<size_t> producer(TensorId id) const;
   // The live layers reading `id`, once per use, in layer order.
   std::vector<size_t> consumers(TensorId id) const;
-  bool is_output(TensorId id) const { return is_output_[static_cast<size_t>(id)]; }
+  bool is_output(TensorId id) const {
+    return static_cast<size_t>(id) < is_output_.size() && is_output_[static_cast<size_t>(id)];
+  }
   // The only live layer reading `id`, if exactly one reads it, once, and `id` is not a network
   // output (so a fusion may make it disappear).
   std::optional<size_t> single_consumer(TensorId id) const;
   // Layer `layer` no longer produces or reads anything.
   void remove(size_t layer) { removed_[layer] = true; }
-  // Layer `layer`, which was `before`, is now `after` (other inputs and outputs).
+  // Layer `layer`, which was `before`, is now `after` (other inputs and outputs, which may be
+  // tensors added to the network since the index was built).
   void replace(size_t layer, const Layer& before, const Layer& after);
   bool removed(size_t layer) const { return removed_[layer]; }
 
  private:
+  void cover(TensorId id);  // sizes the per-tensor tables to hold `id`
+
   std::vector<int64_t> producer_;               // per tensor, -1: none
   std::vector<std::vector<size_t>> consumers_;  // per tensor
   std::vector<bool> is_output_;
