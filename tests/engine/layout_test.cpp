@@ -118,6 +118,45 @@ TEST(Layout, ChannelsLastNetworkMatchesChannelsFirst) {
   }
 }
 
+// 3-d convolutions (video models: [N, C, T, H, W]) go channels-last as 2-d ones do: conv3d + bias
+// -> relu -> maxpool3d -> conv3d + residual -> relu -> per-channel scale -> global average pool
+// -> [N, C]; one transpose in, none out (the pooled [N, C, 1, 1, 1] is the same in both layouts
+// up to a view), values as channels-first.
+TEST(Layout, ThreeDimensionalConvolutionsGoChannelsLast) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 3, 4, 9, 8});
+  ConvolutionParams c1;
+  c1.strides = {1, 2, 2}, c1.padding_begin = c1.padding_end = {1, 3, 3}, c1.dilations = {1, 1, 1};
+  c1.post.has_bias = true;
+  TensorId t = net.add("conv1", c1,
+                       {x, constant(net, "w1", {8, 3, 3, 7, 7}, 1), constant(net, "b1", {8}, 2)});
+  t = net.add("relu1", ActivationParams{ActivationKind::kRelu}, {t});
+  PoolingParams mp;
+  mp.kind = PoolingKind::kMax;
+  mp.kernel = {1, 3, 3}, mp.strides = {1, 2, 2};
+  mp.padding_begin = mp.padding_end = {0, 1, 1};
+  const TensorId pooled = net.add("maxpool", mp, {t});
+  ConvolutionParams c2;
+  c2.strides = {1, 1, 1}, c2.padding_begin = c2.padding_end = {1, 1, 1}, c2.dilations = {1, 1, 1};
+  t = net.add("conv2", c2, {pooled, constant(net, "w2", {8, 8, 3, 3, 3}, 3)});
+  t = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, pooled});
+  t = net.add("relu2", ActivationParams{ActivationKind::kRelu}, {t});
+  t = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1, 1}, 4)});
+  PoolingParams gp;
+  gp.kind = PoolingKind::kAverage;
+  gp.adaptive = true;
+  gp.output_size = {1, 1, 1};
+  t = net.add("gap", gp, {t});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {2, 8};
+  net.mark_output(net.add("flat", flat, {t}), "y");
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 3, 4, 9, 8}, 5), 1e-6);
+  EXPECT_EQ(report.layout.convolutions, 2) << report.to_string();
+  EXPECT_EQ(report.layout.transposes, 1) << report.to_string();
+}
+
 // A refittable plan is channels-last too: a refit transposes the new weights again, and the plan
 // then answers as a build of the new weights does, bit for bit (the same kernels).
 TEST(Layout, CpuPlansAreChannelsLastByDefaultRefittableOnesToo) {

@@ -17,13 +17,33 @@ namespace kiln::engine {
 namespace {
 
 using Perm = std::vector<int64_t>;
-const Perm kToLast = {0, 2, 3, 1};
-const Perm kToFirst = {0, 3, 1, 2};
 
-bool is_transpose(const Layer& l, const Perm& perm) {
+// The layouts of `rank` dims (4: 2-d convolutions' [N, C, H, W]; 5: 3-d ones' [N, C, D, H, W]):
+// into channels-last ([0, 2, ..., rank - 1, 1]) and back ([0, rank - 1, 1, ..., rank - 2]).
+bool has_layout(size_t rank) {
+  return rank == 4 || rank == 5;
+}
+Perm to_last(size_t rank) {
+  Perm p = {0};
+  for (size_t d = 2; d < rank; ++d) p.push_back(static_cast<int64_t>(d));
+  p.push_back(1);
+  return p;
+}
+Perm to_first(size_t rank) {
+  Perm p = {0, static_cast<int64_t>(rank) - 1};
+  for (size_t d = 1; d + 1 < rank; ++d) p.push_back(static_cast<int64_t>(d));
+  return p;
+}
+
+// A transpose into channels-last (`into`) or back, of a tensor of 4 or 5 dims.
+bool is_transpose(const Layer& l, bool into) {
   const auto* s = std::get_if<ShuffleParams>(&l.params);
-  return s && l.inputs.size() == 1 && !s->has_reshape && s->second_perm.empty() &&
-         s->first_perm == perm;
+  if (!s || l.inputs.size() != 1 || s->has_reshape || !s->second_perm.empty() ||
+      !has_layout(s->first_perm.size())) {
+    return false;
+  }
+  const size_t rank = s->first_perm.size();
+  return s->first_perm == (into ? to_last(rank) : to_first(rank));
 }
 
 bool is_static_numel_one(const Shape& s) {
@@ -38,11 +58,13 @@ class Pass {
     std::vector<Layer> out;
     for (Layer l : net_.layers()) {
       auto* c = std::get_if<ConvolutionParams>(&l.params);
-      // A residual fused already must be a whole 4-d tensor (not broadcast) to be transposed.
-      const bool residual_4d =
-          !c || !c->post.has_residual || net_.tensor(l.inputs.back()).shape.size() == 4;
-      if (!c || c->transposed || c->channels_last || net_.tensor(l.inputs[0]).shape.size() != 4 ||
-          net_.tensor(l.inputs[1]).shape.size() != 4 || !residual_4d || !wants(net_, l)) {
+      // 2-d and 3-d convolutions. A residual fused already must be a whole tensor of the data's
+      // rank (not broadcast) to be transposed.
+      const size_t rank = c ? net_.tensor(l.inputs[0]).shape.size() : 0;
+      const bool residual_whole =
+          !c || !c->post.has_residual || net_.tensor(l.inputs.back()).shape.size() == rank;
+      if (!c || c->transposed || c->channels_last || !has_layout(rank) ||
+          net_.tensor(l.inputs[1]).shape.size() != rank || !residual_whole || !wants(net_, l)) {
         out.push_back(std::move(l));
         continue;
       }
@@ -50,14 +72,14 @@ class Pass {
       if (c->post.has_residual) permuted.push_back(l.inputs.size() - 1);
       for (size_t k : permuted) {
         const TensorId t = channels_last_tensor(l.inputs[k]);
-        out.push_back(transpose(l.name, l.inputs[k], t, kToLast));
+        out.push_back(transpose(l.name, l.inputs[k], t, true));
         l.inputs[k] = t;
       }
       c->channels_last = true;
       const TensorId y = l.outputs[0];
       l.outputs[0] = channels_last_tensor(y);
       out.push_back(l);
-      out.push_back(transpose(l.name, l.outputs[0], y, kToFirst));
+      out.push_back(transpose(l.name, l.outputs[0], y, false));
       ++report_.convolutions;
     }
     net_.set_layers(std::move(out));
@@ -87,10 +109,11 @@ class Pass {
     return net_.add_tensor(std::move(d));
   }
 
-  Layer transpose(const std::string& near, TensorId in, TensorId out, const Perm& perm) {
+  Layer transpose(const std::string& near, TensorId in, TensorId out, bool into) {
+    const size_t rank = net_.tensor(in).shape.size();
     ShuffleParams p;
-    p.first_perm = perm;
-    return Layer{unique(near, perm == kToLast ? "to_nhwc" : "to_nchw"), p, {in}, {out}};
+    p.first_perm = into ? to_last(rank) : to_first(rank);
+    return Layer{unique(near, into ? "to_nhwc" : "to_nchw"), p, {in}, {out}};
   }
 
   void index_producers() {
@@ -122,7 +145,7 @@ class Pass {
   // The channels-last tensor `id` is the "back" transpose of, or -1.
   TensorId channels_last_source(TensorId id) const {
     const Layer* p = producer(id);
-    return p && is_transpose(*p, kToFirst) ? p->inputs[0] : -1;
+    return p && is_transpose(*p, false) ? p->inputs[0] : -1;
   }
 
   // An "into" transpose of a "back" transpose's output reads the original instead.
@@ -131,7 +154,7 @@ class Pass {
     for (Layer& l : net_.mutable_layers()) {
       for (TensorId& id : l.inputs) {
         const Layer* into = producer(id);
-        if (!into || !is_transpose(*into, kToLast)) continue;
+        if (!into || !is_transpose(*into, true)) continue;
         const TensorId source = channels_last_source(into->inputs[0]);
         if (source < 0) continue;
         id = source;
@@ -141,26 +164,27 @@ class Pass {
     return changed;
   }
 
-  // Whether an input can be read channels-last: channels-last data, a scalar, or a constant.
-  bool can_follow(TensorId in) const {
-    if (channels_last_source(in) >= 0) return true;
+  // Whether an input can be read channels-last at `rank` dims: channels-last data, a scalar, or
+  // a constant.
+  bool can_follow(TensorId in, size_t rank) const {
+    if (channels_last_source(in) >= 0) return net_.tensor(in).shape.size() == rank;
     const TensorDesc& d = net_.tensor(in);
     if (is_static_numel_one(d.shape)) return true;
-    return is_constant(in) && is_static(d.shape) && d.shape.size() <= 4 && volume(d.shape) > 0;
+    return is_constant(in) && is_static(d.shape) && d.shape.size() <= rank && volume(d.shape) > 0;
   }
 
   // What layer l's input `in` (can_follow) becomes: the source tensor, a permuted constant
   // (a Shuffle appended to `before`), or itself (a scalar).
-  TensorId follow(const Layer& l, TensorId in, std::vector<Layer>& before) {
+  TensorId follow(const Layer& l, TensorId in, size_t rank, std::vector<Layer>& before) {
     if (const TensorId source = channels_last_source(in); source >= 0) return source;
     const TensorDesc& d = net_.tensor(in);
     if (is_static_numel_one(d.shape)) return in;
-    // Right-aligned to rank 4 (broadcasting), then permuted: folds into a constant.
+    // Right-aligned to the rank (broadcasting), then permuted: folds into a constant.
     ShuffleParams p;
     p.has_reshape = true;
-    p.reshape = Shape(4 - d.shape.size(), 1);
+    p.reshape = Shape(rank - d.shape.size(), 1);
     p.reshape.insert(p.reshape.end(), d.shape.begin(), d.shape.end());
-    p.second_perm = kToLast;
+    p.second_perm = to_last(rank);
     TensorDesc permuted = d;
     permuted.name = unique(d.name, "nhwc");
     permuted.shape = to_channels_last(p.reshape);
@@ -173,11 +197,15 @@ class Pass {
   bool sink(size_t i) {
     Layer m = net_.layers()[i];
     if (m.outputs.size() != 1 || m.inputs.empty()) return false;
-    bool any = false;
-    for (TensorId id : m.inputs) any = any || channels_last_source(id) >= 0;
-    if (!any) return false;
+    size_t rank = 0;  // of the channels-last data read
+    for (TensorId id : m.inputs) {
+      if (channels_last_source(id) >= 0) rank = net_.tensor(id).shape.size();
+    }
+    if (rank == 0) return false;
+    const Perm into = to_last(rank), back = to_first(rank);
+    const int64_t irank = static_cast<int64_t>(rank);
     const Shape out_shape = net_.tensor(m.outputs[0]).shape;
-    if (out_shape.size() != 4) {
+    if (out_shape.size() != rank) {
       // Only a reduction may drop dims (checked below).
       if (!std::holds_alternative<ReduceParams>(m.params)) return false;
     }
@@ -196,34 +224,38 @@ class Pass {
       for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
     } else if (auto* pool = std::get_if<PoolingParams>(&m.params)) {
       const size_t nd = pool->adaptive ? pool->output_size.size() : pool->kernel.size();
-      if (pool->channels_last || nd != 2 || channels_last_source(m.inputs[0]) < 0) return false;
+      if (pool->channels_last || nd + 2 != rank || channels_last_source(m.inputs[0]) < 0) {
+        return false;
+      }
       pool->channels_last = true;
       followed = {0};
     } else if (auto* cat = std::get_if<ConcatParams>(&m.params)) {
       if (cat->stack) return false;
-      cat->axis = kToFirst[static_cast<size_t>(normalize_axis(cat->axis, 4, m.name))];
+      cat->axis = back[static_cast<size_t>(normalize_axis(cat->axis, irank, m.name))];
       for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
     } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
       // A masked or causal softmax is over the last axis.
       if (channels_last_source(m.inputs[0]) < 0 || m.inputs.size() > 1 || soft->causal) {
         return false;
       }
-      soft->axis = kToFirst[static_cast<size_t>(normalize_axis(soft->axis, 4, m.name))];
+      soft->axis = back[static_cast<size_t>(normalize_axis(soft->axis, irank, m.name))];
       followed = {0};
     } else if (auto* red = std::get_if<ReduceParams>(&m.params)) {
       if (channels_last_source(m.inputs[0]) < 0 || red->axes.empty()) return false;
-      std::vector<bool> reduced(4, false);
-      for (int64_t a : red->axes) reduced[static_cast<size_t>(normalize_axis(a, 4, m.name))] = true;
+      std::vector<bool> reduced(rank, false);
+      for (int64_t a : red->axes) {
+        reduced[static_cast<size_t>(normalize_axis(a, irank, m.name))] = true;
+      }
       std::vector<int64_t> axes;
-      for (size_t a = 0; a < 4; ++a) {
-        if (reduced[a]) axes.push_back(kToFirst[a]);
+      for (size_t a = 0; a < rank; ++a) {
+        if (reduced[a]) axes.push_back(back[a]);
       }
       std::sort(axes.begin(), axes.end());
       if (!red->keep_dims) {
         // The kept dims must come out in the same order in both layouts.
         std::vector<int64_t> kept;
-        for (size_t j = 0; j < 4; ++j) {
-          if (!reduced[static_cast<size_t>(kToLast[j])]) kept.push_back(kToLast[j]);
+        for (size_t j = 0; j < rank; ++j) {
+          if (!reduced[static_cast<size_t>(into[j])]) kept.push_back(into[j]);
         }
         if (!std::is_sorted(kept.begin(), kept.end())) return false;
         transpose_output = false;
@@ -234,15 +266,15 @@ class Pass {
       return false;
     }
     for (size_t k : followed) {
-      if (!can_follow(m.inputs[k])) return false;
+      if (!can_follow(m.inputs[k], rank)) return false;
     }
     std::vector<Layer> before;
-    for (size_t k : followed) m.inputs[k] = follow(m, m.inputs[k], before);
+    for (size_t k : followed) m.inputs[k] = follow(m, m.inputs[k], rank, before);
     std::vector<Layer> after;
     if (transpose_output) {
       const TensorId y = m.outputs[0];
       m.outputs[0] = channels_last_tensor(y);
-      after.push_back(transpose(m.name, m.outputs[0], y, kToFirst));
+      after.push_back(transpose(m.name, m.outputs[0], y, false));
     }
     auto& layers = net_.mutable_layers();
     layers[i] = m;
@@ -275,7 +307,7 @@ int count_layout_transposes(const Network& net) {
   int n = 0;
   for (const Layer& l : net.layers()) {
     if (std::holds_alternative<ConstantParams>(l.params)) constant.insert(l.outputs[0]);
-    if ((is_transpose(l, kToLast) || is_transpose(l, kToFirst)) && !constant.count(l.inputs[0])) {
+    if ((is_transpose(l, true) || is_transpose(l, false)) && !constant.count(l.inputs[0])) {
       ++n;
     }
   }

@@ -1,9 +1,10 @@
-// The builder's layout pass: 2-d convolutions the backend runs faster on channels-last data
-// ([N, H, W, C]) become channels-last layers, with a transpose on each side; the transposes are
-// then pushed through the layers between convolutions (elementwise, pooling, reductions, concat)
-// until they meet and cancel, so that a chain of convolutions keeps its data channels-last and
-// transposes only where the chain begins and ends. Weight transposes fold into constants, and so
-// do those of values computed from constants only (a batch norm's scale cast to f16).
+// The builder's layout pass: 2-d and 3-d convolutions the backend runs faster on channels-last data
+// ([N, H, W, C], [N, D, H, W, C]) become channels-last layers, with a transpose on each side; the
+// transposes are then pushed through the layers between convolutions (elementwise, pooling,
+// reductions, concat) until they meet and cancel, so that a chain of convolutions keeps its data
+// channels-last and transposes only where the chain begins and ends. Weight transposes fold into
+// constants, and so do those of values computed from constants only (a batch norm's scale cast to
+// f16).
 #pragma once
 
 #include <functional>
@@ -18,8 +19,8 @@ struct LayoutReport {
   int transposes = 0;    // transposes of activations in the built plan (count_layout_transposes)
 };
 
-// Rewrites every convolution for which `wants(net, layer)` holds (only 2-d, non-transposed ones
-// are considered). Leaves dead transposes behind for the builder's dead-layer removal.
+// Rewrites every convolution for which `wants(net, layer)` holds (only 2-d and 3-d, non-transposed
+// ones are considered). Leaves dead transposes behind for the builder's dead-layer removal.
 LayoutReport assign_channels_last(Network& net,
                                   const std::function<bool(const Network&, const Layer&)>& wants);
 
