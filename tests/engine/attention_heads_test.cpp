@@ -164,6 +164,53 @@ TEST(AttentionHeads, HeadsOfWindowsFold) {
   }
 }
 
+// nn.MultiheadAttention (batch_first) as torch.export writes it: the input transposed to [L, B, D]
+// before the packed in-projection, q, k and v split from it through [L, B * H, E] views (which
+// merge dims that are not adjacent in the batch-first projection), the result merged through [L *
+// B, D] and the out-projection, then transposed back. The transposes cross the projections
+// (row_shuffles) and the head split and merge fold: no shuffle moves data, values as unbuilt.
+TEST(AttentionHeads, ExportedMultiheadAttentionFolds) {
+  const int64_t B = 2, L = 5, H = 3, E = 4, D = H * E;
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {B, L, D});
+  MatMulParams linear;
+  linear.transpose_b = true;
+  linear.post.has_bias = true;
+  const auto seq_first = net.add("transpose", permute({1, 0, 2}), {x});
+  const auto proj = net.add("in_proj", linear,
+                            {seq_first, testing::random_constant(net, "w_in", {3 * D, D}, 11),
+                             testing::random_constant(net, "b_in", {3 * D}, 12)});
+  const auto unflat = net.add("unflatten", reshape({L, B, 3, D}), {proj});
+  const auto unsq = net.add("unsqueeze", reshape({1, L, B, 3, D}), {unflat});
+  const auto moved = net.add("transpose_1", permute({3, 1, 2, 0, 4}), {unsq});
+  const auto squeezed = net.add("squeeze", reshape({3, L, B, D}), {moved});
+  std::vector<TensorId> qkv;
+  for (int64_t i = 0; i < 3; ++i) {
+    SliceParams sl;
+    sl.axes = {0}, sl.starts = {i}, sl.ends = {i + 1}, sl.steps = {1};
+    const std::string n = "p" + std::to_string(i);
+    const auto part =
+        net.add(n + ".select", reshape({L, B, D}), {net.add(n + ".s", sl, {squeezed})});
+    const auto heads = net.add(n + ".t", permute({1, 0, 2}),
+                               {net.add(n + ".view", reshape({L, B * H, E}), {part})});
+    qkv.push_back(net.add(n, reshape({B, H, L, E}), {heads}));
+  }
+  const auto o = net.add("attn", AttentionParams{}, qkv);
+  const auto rows =
+      net.add("view_6", reshape({L * B, D}), {net.add("permute_1", permute({2, 0, 1, 3}), {o})});
+  const auto out = net.add("out_proj", linear,
+                           {rows, testing::random_constant(net, "w_out", {D, D}, 13),
+                            testing::random_constant(net, "b_out", {D}, 14)});
+  const auto back =
+      net.add("transpose_5", permute({1, 0, 2}), {net.add("view_7", reshape({L, B, D}), {out})});
+  net.mark_output(back, "y");
+  const Built b = run_both(net, {random_tensor(DataType::kF32, {B, L, D}, 15)});
+  EXPECT_GE(b.report.changes("row_shuffles"), 3) << b.report.to_string();
+  EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+  EXPECT_EQ(b.report.shuffles, 0) << b.report.to_string();
+  EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+}
+
 // Queries from one tensor, keys and values from another of another length (cross-attention).
 TEST(AttentionHeads, CrossAttentionFolds) {
   const int64_t B = 3, L = 5, S = 9, H = 2, E = 4;

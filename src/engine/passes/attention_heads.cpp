@@ -31,52 +31,147 @@ std::optional<std::vector<size_t>> permutation(const std::vector<int64_t>& perm,
   return p;
 }
 
-// The other way: the output laid out with `st` puts the input (shape `in`) at these strides.
-std::optional<Strides> backward_shuffle(const ShuffleParams& p, const Shape& in, const Shape& out,
-                                        const Strides& st) {
+// Whether `st` lays out `shape` as `want` does; dims of size 1 take any stride.
+bool same_layout(const Shape& shape, const Strides& st, const Strides& want) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 1 && st[i] != want[i]) return false;
+  }
+  return true;
+}
+
+// A tensor's elements as positions in a base tensor, dim by dim: each dim a list of (size,
+// stride) modes, major first (its index splits into their indices, mixed radix). Strides alone
+// cannot say where a view that merges dims not adjacent in memory puts its elements (MHA's
+// [L, B * H, E] of a batch-first projection); modes can, and a later split gives the dims back.
+using Mode = std::pair<int64_t, int64_t>;
+using Modes = std::vector<std::vector<Mode>>;
+
+Modes contiguous_modes(const Shape& shape) {
+  Modes m(shape.size());
+  const Strides st = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != 1) m[d] = {{shape[d], st[d]}};
+  }
+  return m;
+}
+
+// The dims regrouped into `to` (a reshape): modes split where a dim of `to` ends inside one,
+// which must then divide it.
+std::optional<Modes> reshape_modes(const Modes& in, const Shape& to) {
+  std::vector<Mode> flat;
+  for (const auto& dim : in) flat.insert(flat.end(), dim.begin(), dim.end());
+  Modes out(to.size());
+  size_t next = 0;
+  for (size_t d = 0; d < to.size(); ++d) {
+    int64_t want = to[d];
+    while (want > 1) {
+      if (next >= flat.size()) return std::nullopt;
+      auto [size, stride] = flat[next];
+      if (size <= want) {
+        if (want % size != 0) return std::nullopt;
+        out[d].push_back(flat[next++]);
+        want /= size;
+      } else {
+        if (size % want != 0) return std::nullopt;
+        out[d].push_back({want, stride * (size / want)});  // the major part
+        flat[next] = {size / want, stride};                // the rest, for the next dims
+        want = 1;
+      }
+    }
+  }
+  if (next != flat.size()) return std::nullopt;
+  return out;
+}
+
+// One dim's modes as a single stride, if they coalesce (each major mode's stride is the minor
+// one's span); 0 for a dim of size 1.
+std::optional<int64_t> single_stride(const std::vector<Mode>& dim) {
+  if (dim.empty()) return 0;
+  for (size_t i = 0; i + 1 < dim.size(); ++i) {
+    if (dim[i].second != dim[i + 1].first * dim[i + 1].second) return std::nullopt;
+  }
+  return dim.back().second;
+}
+
+// The modes after shuffle `p` (permute, reshape, permute) of an input of shape `in`.
+std::optional<Modes> shuffle_modes(const ShuffleParams& p, const Modes& m, const Shape& in,
+                                   const Shape& out) {
   const auto p1 = permutation(p.first_perm, in.size());
   const auto p2 = permutation(p.second_perm, out.size());
-  if (!p1 || !p2) return std::nullopt;
-  Shape reshaped(out.size()), permuted(in.size());
-  Strides reshaped_st(out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    reshaped[(*p2)[i]] = out[i];
-    reshaped_st[(*p2)[i]] = st[i];
-  }
-  for (size_t i = 0; i < in.size(); ++i) permuted[i] = in[(*p1)[i]];
-  std::optional<Strides> permuted_st = reshaped_st;
+  if (!p1 || !p2 || m.size() != in.size()) return std::nullopt;
+  Modes permuted(in.size());
+  for (size_t i = 0; i < in.size(); ++i) permuted[i] = m[(*p1)[i]];
+  Shape reshaped(out.size());
+  for (size_t i = 0; i < out.size(); ++i) reshaped[(*p2)[i]] = out[i];
+  std::optional<Modes> r = permuted;
   if (p.has_reshape) {
-    permuted_st = view_strides(reshaped, reshaped_st, permuted);
-  } else if (reshaped != permuted) {
-    return std::nullopt;
+    r = reshape_modes(permuted, reshaped);
+  } else {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[(*p1)[i]] != reshaped[i]) return std::nullopt;
+    }
   }
-  if (!permuted_st) return std::nullopt;
-  Strides result(in.size());
-  for (size_t i = 0; i < in.size(); ++i) result[(*p1)[i]] = (*permuted_st)[i];
+  if (!r) return std::nullopt;
+  Modes result(out.size());
+  for (size_t i = 0; i < out.size(); ++i) result[i] = (*r)[(*p2)[i]];
   return result;
 }
 
-// A slice of an input laid out with `st` at `offset`: its output's strides and offset.
-bool forward_slice(const SliceParams& p, const Shape& in, Strides& st, int64_t& offset) {
+// The modes of a shuffle's input (shape `in`) from those of its output (shape `out`): the
+// shuffle undone (second permutation, reshape, first permutation).
+std::optional<Modes> shuffle_modes_back(const ShuffleParams& p, const Modes& m, const Shape& in,
+                                        const Shape& out) {
+  const auto p1 = permutation(p.first_perm, in.size());
+  const auto p2 = permutation(p.second_perm, out.size());
+  if (!p1 || !p2 || m.size() != out.size()) return std::nullopt;
+  Modes reshaped(out.size());
+  Shape reshaped_shape(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    reshaped[(*p2)[i]] = m[i];
+    reshaped_shape[(*p2)[i]] = out[i];
+  }
+  Shape permuted(in.size());
+  for (size_t i = 0; i < in.size(); ++i) permuted[i] = in[(*p1)[i]];
+  std::optional<Modes> r = reshaped;
+  if (p.has_reshape) {
+    r = reshape_modes(reshaped, permuted);
+  } else if (reshaped_shape != permuted) {
+    return std::nullopt;
+  }
+  if (!r) return std::nullopt;
+  Modes result(in.size());
+  for (size_t i = 0; i < in.size(); ++i) result[(*p1)[i]] = (*r)[i];
+  return result;
+}
+
+// Every dim's single stride (single_stride), if each has one.
+std::optional<Strides> single_strides(const Modes& m) {
+  Strides st(m.size());
+  for (size_t d = 0; d < m.size(); ++d) {
+    const auto one = single_stride(m[d]);
+    if (!one) return std::nullopt;
+    st[d] = *one;
+  }
+  return st;
+}
+
+// A slice: each sliced dim must be one mode (or coalesce into one).
+bool slice_modes(const SliceParams& p, const Shape& in, const Shape& out, Modes& m,
+                 int64_t& offset) {
   const size_t n = p.axes.size();
   if (p.starts.size() != n || p.steps.size() != n) return false;
   for (size_t j = 0; j < n; ++j) {
     int64_t axis = p.axes[j];
     if (axis < 0) axis += static_cast<int64_t>(in.size());
     if (axis < 0 || axis >= static_cast<int64_t>(in.size()) || p.steps[j] <= 0) return false;
-    const int64_t dim = in[static_cast<size_t>(axis)];
-    int64_t start = p.starts[j] < 0 ? p.starts[j] + dim : p.starts[j];
-    start = std::clamp<int64_t>(start, 0, dim);
-    offset += start * st[static_cast<size_t>(axis)];
-    st[static_cast<size_t>(axis)] *= p.steps[j];
-  }
-  return true;
-}
-
-// Whether `st` lays out `shape` as `want` does; dims of size 1 take any stride.
-bool same_layout(const Shape& shape, const Strides& st, const Strides& want) {
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] != 1 && st[i] != want[i]) return false;
+    const size_t a = static_cast<size_t>(axis);
+    const auto stride = single_stride(m[a]);
+    if (!stride) return false;
+    const int64_t start =
+        std::clamp<int64_t>(p.starts[j] < 0 ? p.starts[j] + in[a] : p.starts[j], 0, in[a]);
+    offset += start * *stride;
+    m[a].clear();
+    if (out[a] != 1) m[a] = {{out[a], *stride * p.steps[j]}};
   }
   return true;
 }
@@ -117,7 +212,7 @@ struct Operand {
 // start further back (GPT-2's projection is a [B * L, 3 D] GEMM viewed as [B, L, 3 D]).
 std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
   std::vector<const Layer*> path;
-  for (const Layer* l = g.produced_by(id); l && path.size() < 8;) {
+  for (const Layer* l = g.produced_by(id); l && path.size() < 16;) {
     const bool view = std::holds_alternative<ShuffleParams>(l->params) ||
                       (std::holds_alternative<SliceParams>(l->params) && l->inputs.size() == 1);
     if (!view || l->inputs.empty() || !is_static(g.shape(l->inputs[0]))) break;
@@ -133,22 +228,21 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
     // rows.
     const auto rows_at = packed_rows_dim(b, t[0], t[2]);
     if (!rows_at) continue;
-    Strides st = contiguous_strides(b);
+    std::optional<Modes> modes = contiguous_modes(b);
     int64_t offset = 0;
-    bool traced = true;
-    for (size_t i = len; i-- > 0 && traced;) {
+    for (size_t i = len; i-- > 0 && modes;) {
       const Layer& l = *path[i];
       const Shape& in = g.shape(l.inputs[0]);
       if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
-        const auto next = forward_shuffle(*s, in, st, g.shape(l.outputs[0]));
-        if (next) st = *next;
-        traced = next.has_value();
-      } else {
-        traced = forward_slice(std::get<SliceParams>(l.params), in, st, offset);
+        modes = shuffle_modes(*s, *modes, in, g.shape(l.outputs[0]));
+      } else if (!slice_modes(std::get<SliceParams>(l.params), in, g.shape(l.outputs[0]), *modes,
+                              offset)) {
+        modes.reset();
       }
     }
+    const auto st = modes ? single_strides(*modes) : std::nullopt;
     const int64_t width = volume(b) / (t[0] * t[2]), heads = t[1], e = t[3];
-    if (!traced || !same_layout(t, st, {t[2] * width, e, width, 1})) continue;
+    if (!st || !same_layout(t, *st, {t[2] * width, e, width, 1})) continue;
     if (offset < 0 || offset + heads * e > width) continue;
     return Operand{base, offset};
   }
@@ -256,12 +350,13 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
     const auto rows_at = packed_rows_dim(r, o[0], o[2]);
     if (!rows_at || *rows_at + 2 != r.size() || r.back() != o[1] * o[3]) continue;
     // Where the result tensor puts the attention's elements: back through the chain.
-    std::optional<Strides> st = contiguous_strides(r);
-    for (size_t i = m.layers.size(); i-- > 0 && st;) {
+    std::optional<Modes> modes = contiguous_modes(r);
+    for (size_t i = m.layers.size(); i-- > 0 && modes;) {
       const Layer& s = g.layers[m.layers[i]];
-      st = backward_shuffle(std::get<ShuffleParams>(s.params), g.shape(s.inputs[0]),
-                            g.shape(s.outputs[0]), *st);
+      modes = shuffle_modes_back(std::get<ShuffleParams>(s.params), *modes, g.shape(s.inputs[0]),
+                                 g.shape(s.outputs[0]));
     }
+    const auto st = modes ? single_strides(*modes) : std::nullopt;
     if (st && same_layout(o, *st, {o[2] * o[1] * o[3], o[3], o[1] * o[3], 1})) {
       m.result = cur;
       return m;

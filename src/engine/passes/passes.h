@@ -58,6 +58,12 @@ int decompose_attention(
 int fold_written_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
+// Shuffles that move whole rows (permute and regroup leading dims, the last dim kept) cross the
+// row-wise matmuls (a 2-d b, no residual) between them and an attention: down, below the matmul,
+// where its result goes on only to attention operands; up, above it, where its input comes from
+// an attention's result alone. nn.MultiheadAttention's seq-first transposes, as torch.export
+// writes them, then meet the head split and merge, which attention_heads folds.
+int move_row_shuffles(Network& net);
 // f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
 int allow_tf32(Network& net);
 // f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form.

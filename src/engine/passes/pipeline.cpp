@@ -111,6 +111,11 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"head_permutes",
                [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
                [](Network& n, const PassContext&) { return sink_head_permutes(n); }});
+  // Before the head folding, which then finds seq-first transposes next to the head split and
+  // merge instead of behind the projections.
+  p.push_back({"row_shuffles",
+               [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
+               [](Network& n, const PassContext&) { return move_row_shuffles(n); }});
   // After the precisions (the cuda kernel takes packed heads in f16/bf16 only), before folding
   // and dead-layer removal, which clear the head-split views it leaves behind.
   p.push_back({"attention_heads",
