@@ -49,7 +49,11 @@ def make(name, size):
         mask[1, 20:] = 0
         return model, (ids, mask)
     side = 224 if name in ("vit_b_16", "swin_t") else size
-    return getattr(torchvision.models, name)().eval(), (torch.randn(2, 3, side, side),)
+    model = getattr(torchvision.models, name)().eval()
+    for m in model.modules():  # ViT's classifier starts at zero: its output would say nothing
+        if isinstance(m, torch.nn.Linear) and not m.weight.any():
+            torch.nn.init.normal_(m.weight, std=0.02)
+    return model, (torch.randn(2, 3, side, side),)
 
 
 def median_ms(fn, args, runs=5):

@@ -211,6 +211,28 @@ TEST(AttentionHeads, ExportedMultiheadAttentionFolds) {
   EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
 }
 
+// A projection between two attentions, with whole-row shuffles on either side: row_shuffles would
+// move the first down towards the second attention and then back up towards the first, for ever;
+// it leaves them, and the build ends with the values of the unbuilt network.
+TEST(AttentionHeads, AProjectionBetweenTwoAttentionsKeepsItsShuffle) {
+  const int64_t B = 2, L = 5, H = 2, E = 4, D = H * E;
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {B, H, L, E});
+  const auto first = net.add("attn1", AttentionParams{}, {x, x, x});
+  const auto rows = net.add("transpose", permute({1, 0, 2}), {merge(net, first)});
+  MatMulParams linear;
+  linear.transpose_b = true;
+  const auto proj = net.add("proj", linear, {rows, testing::random_constant(net, "w", {D, D}, 21)});
+  const auto flat = net.add("flat", reshape({L * B, D}), {proj});  // whole rows again
+  const auto heads =
+      net.add("heads", permute({1, 2, 0, 3}), {net.add("split", reshape({L, B, H, E}), {flat})});
+  const auto second = net.add("attn2", AttentionParams{}, {heads, heads, heads});
+  net.mark_output(net.add("out", permute({0, 2, 1, 3}), {second}), "y");
+  const Built b = run_both(net, {random_tensor(DataType::kF32, {B, H, L, E}, 22)});
+  EXPECT_EQ(b.report.changes("row_shuffles"), 0) << b.report.to_string();
+  EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+}
+
 // Queries from one tensor, keys and values from another of another length (cross-attention).
 TEST(AttentionHeads, CrossAttentionFolds) {
   const int64_t B = 3, L = 5, S = 9, H = 2, E = 4;

@@ -87,7 +87,8 @@ int move_row_shuffles(Network& net) {
     return base + ":rows" + std::to_string(moved);
   };
   // Each move takes a shuffle one matmul nearer its attention, so this ends; the bound is a guard.
-  for (bool changed = true; changed && moved < 100000;) {
+  const int bound = 4 * static_cast<int>(net.layers().size());
+  for (bool changed = true; changed && moved < bound;) {
     changed = false;
     const NetworkIndex index(net);
     std::vector<Layer> layers = net.layers();
@@ -97,8 +98,10 @@ int move_row_shuffles(Network& net) {
       // Down: shuffle(x) -> matmul, its result on its way to attention operands:
       // matmul(x) -> shuffle.
       const auto sp = index.producer(m.inputs[0]);
+      // (Neither way for a matmul between two attentions, where the moves would undo each
+      // other.)
       if (sp && index.single_consumer(m.inputs[0]) == i && moves_rows(layers[*sp], net) &&
-          feeds_attention(net, index, m.outputs[0])) {
+          feeds_attention(net, index, m.outputs[0]) && !from_attention(net, index, m.inputs[0])) {
         const Layer s = layers[*sp];
         const int64_t n = net.tensor(m.outputs[0]).shape.back();
         TensorDesc t = net.tensor(m.outputs[0]);
@@ -128,7 +131,8 @@ int move_row_shuffles(Network& net) {
       }
       // Up: an attention's result -> ... -> matmul -> shuffle: ... -> shuffle -> matmul.
       const auto sc = index.single_consumer(m.outputs[0]);
-      if (sc && moves_rows(layers[*sc], net) && from_attention(net, index, m.inputs[0])) {
+      if (sc && moves_rows(layers[*sc], net) && from_attention(net, index, m.inputs[0]) &&
+          !feeds_attention(net, index, m.outputs[0])) {
         const Layer s = layers[*sc];
         const TensorId y = m.inputs[0];
         TensorDesc t = net.tensor(y);
