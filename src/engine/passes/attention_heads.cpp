@@ -67,6 +67,7 @@ std::optional<Modes> reshape_modes(const Modes& in, const Shape& to) {
     while (want > 1) {
       if (next >= flat.size()) return std::nullopt;
       auto [size, stride] = flat[next];
+      if (size <= 0) return std::nullopt;  // (an empty tensor: nothing to trace)
       if (size <= want) {
         if (want % size != 0) return std::nullopt;
         out[d].push_back(flat[next++]);
