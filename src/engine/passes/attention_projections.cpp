@@ -161,6 +161,7 @@ int merge_attention_projections(
     AttentionParams packed = *a;
     std::vector<TensorDesc> sources;
     const int64_t rows = out.shape.size() >= 2 ? out.shape[out.shape.size() - 2] : 1;
+    if (rows <= 0 || width <= 0 || volume(out.shape) <= 0) continue;  // (empty: nothing to merge)
     TensorDesc flat = out;
     flat.shape = {volume(out.shape) / (rows * width), rows, width};
     for (size_t j = 0; j < 3; ++j) {
