@@ -171,7 +171,9 @@ int merge_attention_projections(
         sources.push_back(flat);
       } else {  // as fold_attention_heads gave it: [B, rows, width]
         TensorDesc d = net.tensor(layers[i].inputs[j]);
-        d.shape = {d.shape[0], d.shape[1], volume(d.shape) / (d.shape[0] * d.shape[1])};
+        const int64_t lead = d.shape.size() >= 2 ? d.shape[0] * d.shape[1] : 0;
+        d.shape = {d.shape.size() >= 2 ? d.shape[0] : 0, d.shape.size() >= 2 ? d.shape[1] : 0,
+                   lead > 0 ? volume(d.shape) / lead : 0};
         sources.push_back(d);
       }
     }
