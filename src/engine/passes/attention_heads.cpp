@@ -119,30 +119,26 @@ std::optional<Modes> shuffle_modes(const ShuffleParams& p, const Modes& m, const
 }
 
 // The modes of a shuffle's input (shape `in`) from those of its output (shape `out`): the
-// shuffle undone (second permutation, reshape, first permutation).
+// shuffle that undoes it (the second permutation inverted, a reshape back to the permuted input,
+// the first permutation inverted) applied to them.
 std::optional<Modes> shuffle_modes_back(const ShuffleParams& p, const Modes& m, const Shape& in,
                                         const Shape& out) {
   const auto p1 = permutation(p.first_perm, in.size());
   const auto p2 = permutation(p.second_perm, out.size());
-  if (!p1 || !p2 || m.size() != out.size()) return std::nullopt;
-  Modes reshaped(out.size());
-  Shape reshaped_shape(out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    reshaped[(*p2)[i]] = m[i];
-    reshaped_shape[(*p2)[i]] = out[i];
-  }
-  Shape permuted(in.size());
-  for (size_t i = 0; i < in.size(); ++i) permuted[i] = in[(*p1)[i]];
-  std::optional<Modes> r = reshaped;
+  if (!p1 || !p2) return std::nullopt;
+  const auto inverse = [](const std::vector<size_t>& perm) {
+    std::vector<int64_t> inv(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+    return inv;
+  };
+  ShuffleParams undo;
+  undo.first_perm = inverse(*p2);
+  undo.second_perm = inverse(*p1);
+  undo.has_reshape = p.has_reshape;
   if (p.has_reshape) {
-    r = reshape_modes(reshaped, permuted);
-  } else if (reshaped_shape != permuted) {
-    return std::nullopt;
+    for (size_t i = 0; i < in.size(); ++i) undo.reshape.push_back(in[(*p1)[i]]);
   }
-  if (!r) return std::nullopt;
-  Modes result(in.size());
-  for (size_t i = 0; i < in.size(); ++i) result[(*p1)[i]] = (*r)[i];
-  return result;
+  return shuffle_modes(undo, m, out, in);
 }
 
 // Every dim's single stride (single_stride), if each has one.
