@@ -109,10 +109,13 @@ KILN_SWITCHES = {"kiln-interp": ["cuda_codegen=off"],
                  "kiln-cudnn-grouped": ["cuda_grouped=cudnn"]}
 
 
+PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
 def kiln_compile_package(args, model, x, dtype, backend):
-    """kiln.compile as a user would call it: traced on the CPU in fp32 (shape analysis runs
-    there), or with --via export exported there by torch.export (the ATen frontend), compiled
-    for cuda with f16 allowed for fp16 rows. Export and trace times are not in compile s.
+    """kiln.compile as a user would call it: traced on the CPU in fp32, or with --via export
+    exported there by torch.export (the ATen frontend), compiled for cuda with f16 (bf16)
+    allowed for fp16 (bf16) rows. Export and trace times are not in compile s.
     x: the tuple of example arguments (CPU)."""
     import kiln
     with torch.no_grad():
@@ -120,7 +123,7 @@ def kiln_compile_package(args, model, x, dtype, backend):
             source = torch.export.export(model, x)
         else:
             source = torch.jit.trace(model, x, check_trace=False)
-    precisions = {torch.float16, torch.float32} if dtype == torch.float16 else {torch.float32}
+    precisions = {dtype, torch.float32}
     switches = [s for s in args.switches.split(",") if s] + KILN_SWITCHES.get(backend, [])
     start = time.time()
     compiled = kiln.compile(source, inputs=[kiln.Input(shape=tuple(t.shape), dtype=t.dtype)
@@ -155,8 +158,8 @@ def kiln_compile(args, model, x, dtype, tmp, tag, extra_flags=()):
         torch.jit.trace(model, x, check_trace=False).save(path)
     cmd = [args.kilnc, path, out, *input_spec(x).split(), "--device", "cuda", "--report", report,
            "-q"]
-    if dtype == torch.float16:
-        cmd += ["-p", "f16", "-p", "f32"]
+    if dtype != torch.float32:
+        cmd += ["-p", {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype], "-p", "f32"]
     cmd += list(extra_flags) + args.kilnc_flags.split()
     start = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -208,7 +211,7 @@ def main():
                    help="more kilnc flags for every kiln backend (--via kilnc), e.g. "
                         "'--switch conv_layout=auto'")
     p.add_argument("--batches", default="1,32")
-    p.add_argument("--precisions", default="fp16,fp32")
+    p.add_argument("--precisions", default="fp16,fp32", help="of fp16, bf16, fp32")
     p.add_argument("--backends", default="eager,torchscript,reduce-overhead,max-autotune,kiln")
     p.add_argument("--kilnc", default="build/bin/kilnc")
     p.add_argument("--runtime", default="build/lib/libkiln_runtime.so")
@@ -238,7 +241,7 @@ def main():
     models = {"suite": SUITE, "fallback": FALLBACK}.get(args.models, args.models.split(","))
     for name in models:
         for prec in args.precisions.split(","):
-            dtype = torch.float16 if prec == "fp16" else torch.float32
+            dtype = PRECISIONS[prec]
             for batch in [int(b) for b in args.batches.split(",")]:
                 torch.manual_seed(0)
                 model, make_input = make_model(name, mask=not args.no_mask, seq=args.seq)

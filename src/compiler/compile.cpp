@@ -66,7 +66,9 @@ engine::DataType engine_dtype(DType d) {
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? "," : "") + (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
+  }
   return s + ")";
 }
 
@@ -330,6 +332,11 @@ struct Pipeline {
         throw NodeRefused{it->second, named};
       }
       throw named;
+    }
+    if (sr.output_shapes_opt.empty()) {  // shapes from the profiles: the outputs' from the network
+      for (engine::TensorId t : converted.network.outputs()) {
+        sr.output_shapes_opt.push_back(shape_text(converted.network.tensor(t).shape));
+      }
     }
     const std::string device = device_of(s);
     if (reuse) return refit_engine(position, name, converted.network, device, sr);
@@ -607,7 +614,10 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
 
     pipe.phase(Phase::kShapeAnalysis);
     try {
-      partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
+      const auto profiles = pipe.profiles(*graph);
+      if (!partitioning::shapes_from_profiles(partitioned, profiles)) {
+        partitioning::analyze_shapes(partitioned, profiles);
+      }
     } catch (const partitioning::EngineSegmentFailed& f) {
       // An engine segment the generated inputs make fail (an integer division by zero, a
       // solver given a singular matrix) runs in PyTorch, where the model's own inputs go.
@@ -753,7 +763,10 @@ std::vector<uint8_t> convert_method_to_engine(const torch::jit::Module& module,
   auto graph = pipe.lower();
   compiler::RegistryCapability capability;
   auto partitioned = partitioning::partition(graph, capability, pipe.settings(true));
-  partitioning::analyze_shapes(partitioned, pipe.profiles(*graph));
+  const auto profiles = pipe.profiles(*graph);
+  if (!partitioning::shapes_from_profiles(partitioned, profiles)) {
+    partitioning::analyze_shapes(partitioned, profiles);
+  }
   const Segment* only = nullptr;
   for (const Segment& s : partitioned.segments) {
     if (s.target == Target::kEngine) {

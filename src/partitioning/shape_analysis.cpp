@@ -1,6 +1,7 @@
 // Shape analysis by running each segment, on generated inputs, in the TorchScript interpreter.
 #include "partitioning/shape_analysis.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
@@ -254,7 +255,8 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
   KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument,
              "shape analysis: the graph has ", graph.inputs().size(), " inputs but ",
              profiles.size(), " input profiles were given");
-  torch::manual_seed(seed);
+  // A generator of its own: compiling leaves the caller's random state alone.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<c10::IValue> inputs;
   for (size_t i = 0; i < profiles.size(); ++i) {
     const InputProfile& p = profiles[i];
@@ -270,16 +272,16 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
                "shape analysis: input %", input->debugName(), ": min, opt and max ranks differ");
     const auto options = at::TensorOptions().dtype(p.dtype);
     if (c10::isFloatingType(p.dtype)) {
-      inputs.emplace_back(at::randn(shape, options));
+      inputs.emplace_back(at::randn(shape, gen, options));
     } else if (p.dtype == c10::ScalarType::Bool) {
-      inputs.emplace_back(at::randint(0, 2, shape, options));
+      inputs.emplace_back(at::randint(0, 2, shape, gen, options));
     } else {
       // Indices within what they index (zeros where that is unknown); other integers from 1
       // to 5, which divide, take remainders and raise powers without failing.
       const auto bound = index_bound(input, graph, profiles, profile);
-      inputs.emplace_back(!bound && !zero_integers ? at::randint(1, 6, shape, options)
+      inputs.emplace_back(!bound && !zero_integers ? at::randint(1, 6, shape, gen, options)
                           : !bound                 ? at::zeros(shape, options)
-                          : *bound > 0             ? at::randint(0, *bound, shape, options)
+                          : *bound > 0             ? at::randint(0, *bound, shape, gen, options)
                                                    : at::zeros(shape, options));
     }
   }
@@ -323,6 +325,107 @@ void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfil
       }
     }
   }
+}
+
+namespace {
+
+bool is_scalar_type_argument(const c10::Argument& arg) {
+  c10::TypePtr t = arg.real_type();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::ScalarTypeType;
+}
+
+bool is_f64_tensor_type(const c10::TypePtr& t) {
+  const auto tensor = t->cast<c10::TensorType>();
+  return tensor && tensor->scalarType() == c10::ScalarType::Double;
+}
+
+// True where `n` may make an f64 tensor from operands that are not f64 (see
+// shapes_from_profiles), or holds one already.
+bool may_make_f64(const Node* n) {
+  for (const Value* v : n->outputs()) {
+    if (is_f64_tensor_type(v->type())) return true;
+  }
+  if (n->kind() == torch::jit::prim::Constant) {
+    const auto iv = torch::jit::toIValue(n->output());
+    return iv && iv->isTensor() && iv->toTensor().scalar_type() == c10::ScalarType::Double;
+  }
+  if (n->kind() == torch::jit::prim::NumToTensor) {
+    return n->input(0)->type()->kind() != c10::TypeKind::IntType &&
+           n->input(0)->type()->kind() != c10::TypeKind::BoolType;
+  }
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (!schema) return !n->kind().is_prim();  // an op whose signature we cannot read
+  for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
+    if (!is_scalar_type_argument(schema->arguments()[i])) continue;
+    const Value* dtype = n->input(i);
+    // A dtype read off a tensor (prim::dtype) is f64 only where something else made one.
+    if (dtype->node()->kind() == torch::jit::prim::dtype) continue;
+    const auto iv = torch::jit::toIValue(dtype);
+    if (!iv) return true;
+    if (iv->isInt() && iv->toInt() == static_cast<int64_t>(c10::ScalarType::Double)) return true;
+  }
+  return false;
+}
+
+bool blocks_hold_engines(const std::vector<PartitionedBlock>& blocks) {
+  for (const PartitionedBlock& b : blocks) {
+    for (const Segment& s : b.segments) {
+      if (s.target == Target::kEngine || blocks_hold_engines(s.blocks)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool shapes_from_profiles(PartitionedGraph& partitioned,
+                          const std::vector<InputProfile>& profiles) {
+  const Graph& graph = *partitioned.graph;
+  if (profiles.size() != graph.inputs().size()) return false;  // analyze_shapes says why
+  if (c10::get_default_dtype() != caffe2::TypeMeta::Make<float>()) return false;
+  std::unordered_map<const Value*, size_t> input_index;
+  for (size_t i = 0; i < graph.inputs().size(); ++i) input_index[graph.inputs()[i]] = i;
+  std::vector<std::pair<Segment*, std::vector<size_t>>> engines;
+  for (Segment& s : partitioned.segments) {
+    if (blocks_hold_engines(s.blocks)) return false;
+    if (s.target != Target::kEngine) continue;
+    std::vector<size_t> reads;
+    for (const Value* v : s.inputs) {
+      const auto it = input_index.find(v);
+      if (it == input_index.end()) return false;
+      const InputProfile& p = profiles[it->second];
+      if (p.value || !is_tensor(v) || p.dtype == c10::ScalarType::Double) return false;
+      if (p.min.size() != p.opt.size() || p.max.size() != p.opt.size()) return false;
+      reads.push_back(it->second);
+    }
+    for (const Node* n : s.nodes) {
+      if (may_make_f64(n)) return false;
+      for (const Value* v : n->inputs()) {
+        if (v->node()->kind() == torch::jit::prim::Constant && may_make_f64(v->node())) {
+          return false;
+        }
+      }
+    }
+    engines.emplace_back(&s, std::move(reads));
+  }
+  for (auto& [s, reads] : engines) {
+    for (Profile profile : {kMin, kOpt, kMax}) {
+      SegmentShapes& shapes = s->shapes[profile];
+      shapes = {};
+      for (size_t k = 0; k < reads.size(); ++k) {
+        const InputProfile& p = profiles[reads[k]];
+        ValueDesc d;
+        d.type = s->inputs[k]->type()->str();
+        d.is_tensor = true;
+        d.sizes = shape_of(p, profile);
+        d.dtype = p.dtype;
+        shapes.inputs.push_back(std::move(d));
+      }
+    }
+    s->has_shapes = true;
+  }
+  return true;
 }
 
 std::shared_ptr<Graph> segment_graph(const Segment& s,

@@ -43,6 +43,16 @@ std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
 // (EngineSegmentFailed, with its nodes, for an engine segment).
 void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
 
+// Shapes without running the graph: where every engine segment reads only graph inputs that are
+// tensors (a model that converts whole, whatever PyTorch does around it), its input shapes are
+// the profiles' and its dtypes theirs. Its outputs stay undescribed, which is safe because none
+// can be f64 (the one output dtype stitching needs): no input is, no constant is and no node
+// asks for f64 (a dtype argument, a float scalar made a tensor), and the default
+// dtype is f32. Fills those segments' input shapes and returns true; returns false with nothing
+// changed where that does not hold (nested blocks with engines, an engine reading another
+// segment's value, a possible f64), and analyze_shapes must run.
+bool shapes_from_profiles(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
+
 // What analyze_shapes throws when an engine segment fails on the generated inputs (a ShapeMismatch
 // naming the segment and PyTorch's error): the segment's nodes, which can run in PyTorch instead.
 class EngineSegmentFailed : public ShapeMismatch {

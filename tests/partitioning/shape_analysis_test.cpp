@@ -214,5 +214,98 @@ graph(%x : Tensor, %w : Tensor):
   EXPECT_EQ(shapes(branch.shapes[kMax].outputs), (std::vector<Shape>{{3, 2}}));
 }
 
+// A graph whose engines read only graph inputs needs no run: the shapes are the profiles'.
+TEST(ShapeAnalysis, EnginesOverGraphInputsTakeTheProfilesShapes) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %c : Tensor = kiln_shape_test::count_calls(%x)
+  %y : Tensor = aten::matmul(%c, %w)
+  %l : Tensor = aten::lgamma(%y)
+  return (%l))IR";
+  auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+  ASSERT_EQ(p.segments.size(), 2u);
+  g_count_calls = 0;
+  ASSERT_TRUE(shapes_from_profiles(
+      p, {InputProfile::range({1, 8}, {4, 8}, {9, 8}), InputProfile::fixed({8, 3})}));
+  EXPECT_EQ(g_count_calls, 0);
+  const Segment& engine = p.segments[0];
+  ASSERT_TRUE(engine.has_shapes);
+  EXPECT_EQ(shapes(engine.shapes[kMin].inputs), (std::vector<Shape>{{1, 8}, {8, 3}}));
+  EXPECT_EQ(shapes(engine.shapes[kOpt].inputs), (std::vector<Shape>{{4, 8}, {8, 3}}));
+  EXPECT_EQ(shapes(engine.shapes[kMax].inputs), (std::vector<Shape>{{9, 8}, {8, 3}}));
+  EXPECT_EQ(engine.shapes[kOpt].inputs[0].dtype, c10::ScalarType::Float);
+  EXPECT_TRUE(engine.shapes[kOpt].outputs.empty());
+  // The PyTorch segment after it is not described: stitching needs nothing of it.
+  EXPECT_FALSE(p.segments[1].has_shapes);
+}
+
+TEST(ShapeAnalysis, WhatMayNeedARunIsNotTakenFromTheProfiles) {
+  const std::vector<InputProfile> profiles = {InputProfile::fixed({2, 3}),
+                                              InputProfile::fixed({3, 3})};
+  const auto from_profiles = [&](const std::string& ir) {
+    auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+    const bool taken = shapes_from_profiles(p, profiles);
+    for (const Segment& s : p.segments) {
+      if (s.target == Target::kEngine) {
+        EXPECT_EQ(s.has_shapes, taken) << ir;
+      }
+    }
+    return taken;
+  };
+  // An engine reading what PyTorch computed.
+  EXPECT_FALSE(from_profiles(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %l : Tensor = aten::lgamma(%x)
+  %y : Tensor = aten::matmul(%l, %w)
+  return (%y))IR"));
+  // f64 the graph asks for: a dtype argument, a float made a tensor, an f64 constant or input.
+  EXPECT_FALSE(from_profiles(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %f64 : int = prim::Constant[value=7]()
+  %false : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %d : Tensor = aten::to(%x, %f64, %false, %false, %none)
+  %y : Tensor = aten::matmul(%d, %w)
+  return (%y))IR"));
+  EXPECT_FALSE(from_profiles(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %half : float = prim::Constant[value=0.5]()
+  %t : Tensor = prim::NumToTensor(%half)
+  %y : Tensor = aten::mul(%x, %t)
+  return (%y))IR"));
+  {
+    auto graph = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %y : Tensor = aten::mul(%x, %w)
+  return (%y))IR");
+    torch::jit::Node* mul = graph->outputs()[0]->node();
+    torch::jit::WithInsertPoint here(mul);
+    mul->replaceInput(1, graph->insertConstant(at::ones({3}, at::kDouble)));
+    auto p = partition(graph, kAllButLgamma, with_min_block(1));
+    EXPECT_FALSE(shapes_from_profiles(p, profiles));
+  }
+  {
+    auto p = partition_ir(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %y : Tensor = aten::matmul(%x, %w)
+  return (%y))IR",
+                          kAllButLgamma, with_min_block(1));
+    EXPECT_FALSE(shapes_from_profiles(
+        p, {InputProfile::fixed({2, 3}, c10::ScalarType::Double), InputProfile::fixed({3, 3})}));
+    EXPECT_TRUE(shapes_from_profiles(p, profiles));
+  }
+  // A dtype read off a tensor, and f32 asked for, are not f64.
+  EXPECT_TRUE(from_profiles(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %f32 : int = prim::Constant[value=6]()
+  %false : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %t : int = prim::dtype(%w)
+  %d : Tensor = aten::to(%x, %t, %false, %false, %none)
+  %e : Tensor = aten::to(%d, %f32, %false, %false, %none)
+  %y : Tensor = aten::matmul(%e, %w)
+  return (%y))IR"));
+}
+
 }  // namespace
 }  // namespace kiln::partitioning

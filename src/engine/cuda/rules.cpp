@@ -30,11 +30,11 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
     }
     return sources.size() == 3 || cuda::fused_attention_mask_applies(sources[3].dtype);
   };
-  // cuDNN's tensor-core kernels want NHWC: f16/bf16 convolutions, and f32 ones in TF32. 2-d ones:
-  // 3-d ones channels-last (NDHWC) are not measured on the GPU yet (`--switch
-  // conv_layout=channels_last` takes them, for the A/B).
+  // cuDNN's tensor-core kernels want channels-last: f16/bf16 convolutions, and f32 ones in TF32,
+  // 2-d (NHWC) and 3-d (NDHWC; r3d_18 fp16 b32 on an H200: 11.35 -> 7.50 ms, bench/NOTES.md G54).
   r.channels_last = [](const Network& n, const Layer& conv, const BuilderConfig& config) {
-    if (n.tensor(conv.inputs[0]).shape.size() != 4) return false;
+    const size_t rank = n.tensor(conv.inputs[0]).shape.size();
+    if (rank != 4 && rank != 5) return false;
     const DataType t = n.tensor(conv.outputs[0]).dtype;
     return t == DataType::kF16 || t == DataType::kBF16 || (t == DataType::kF32 && config.tf32);
   };

@@ -1,0 +1,274 @@
+"""Dynamic shapes (issue #30): one kiln engine compiled for a range of shapes, against a static
+kiln engine built for each shape and torch.compile with dynamic shapes, at the range's min, opt,
+max and two shapes in between.
+
+Per model and shape (fp16 unless --precision fp32; median ms of CUDA-event timed calls after
+warm-up): kiln static (exported at that shape, compiled for it), kiln dynamic (exported with the
+dim symbolic, compiled once for min/opt/max), torch.compile(dynamic=True) in its default mode and
+in reduce-overhead, each compiled once and called at every shape. Also the first call of the
+dynamic engine at each shape (host wall time, synchronized: what a new shape costs) and the
+largest difference from eager PyTorch in the same precision. kiln compiles through the Python
+package from torch.export's programs, default flags, as a user would.
+
+Usage (on the GPU machine, the package built with CUDA):
+  python3 bench/gpu/dynamic.py --package-dir build-gpu/python --models resnet50,hf_bert --out $OUT
+`--device cpu` runs the kiln columns on the CPU (a check of the script, not a measurement).
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from models import make_model, max_diff, padded_batch  # noqa: E402 (bench/models.py)
+
+# The dynamic dim, its range (min, opt, max) and the shapes measured. Image models: the batch;
+# text models: the sequence of one padded request (token ids and attention mask).
+CASES = {
+    "resnet50": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
+    "mobilenet_v2": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
+    "resnet18": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
+    "hf_bert": {"dim": "seq", "range": (1, 128, 512), "points": (1, 64, 128, 300, 512),
+                "batch": 1},
+}
+PEERS = {"torch.compile-dynamic": {"dynamic": True},
+         "reduce-overhead-dynamic": {"dynamic": True, "mode": "reduce-overhead"}}
+
+
+def inputs_at(name, model, make_input, point):
+    """The model's arguments (CPU) at one value of its dynamic dim."""
+    case = CASES[name]
+    if case["dim"] == "batch":
+        x = make_input(point)
+        return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    torch.manual_seed(point)
+    return padded_batch(model.model.config.vocab_size, case["batch"], point)
+
+
+def dynamic_shapes(name, args):
+    case = CASES[name]
+    lo, _, hi = case["range"]
+    d = torch.export.Dim(case["dim"], min=lo, max=hi)
+    axis = 0 if case["dim"] == "batch" else 1
+    return tuple({axis: d} for _ in args)
+
+
+def kiln_inputs(args, name=None, ranged=False):
+    import kiln
+    if not ranged:
+        return [kiln.Input(shape=tuple(a.shape), dtype=a.dtype) for a in args]
+    case = CASES[name]
+    axis = 0 if case["dim"] == "batch" else 1
+    out = []
+    for a in args:
+        shapes = []
+        for v in case["range"]:
+            s = list(a.shape)
+            s[axis] = v
+            shapes.append(tuple(s))
+        out.append(kiln.Input(min_shape=shapes[0], opt_shape=shapes[1], max_shape=shapes[2],
+                              dtype=a.dtype))
+    return out
+
+
+def kiln_compile(source, inputs, device, dtype):
+    import kiln
+    precisions = {dtype, torch.float32}
+    return kiln.compile(source, inputs=inputs, device=device, enabled_precisions=precisions,
+                        progress=False)
+
+
+def timed(fn, args, device, warmup, iters):
+    """Median ms of fn(*args)."""
+    for _ in range(warmup):
+        fn(*args)
+    if device == "cpu":
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            fn(*args)
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def first_call_ms(fn, args, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn(*args)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def on(args, device, dtype):
+    return tuple(a.to(device, dtype) if a.is_floating_point() else a.to(device) for a in args)
+
+
+def kiln_args(args, device):
+    """kiln's modules take f32 (with f16 allowed the engine casts at its boundary)."""
+    return tuple(a.to(device) for a in args)
+
+
+def bench_model(name, args, rows):
+    device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
+    case = CASES[name]
+    torch.manual_seed(0)
+    model, make_input = make_model(name, mask=True, seq=case["range"][1]) \
+        if case["dim"] == "seq" else make_model(name)
+    model.eval()
+    points = {p: inputs_at(name, model, make_input, p) for p in case["points"]}
+    opt_args = inputs_at(name, model, make_input, case["range"][1])
+    eager = copy.deepcopy(model).to(device, dtype if device == "cuda" else torch.float32)
+    rows_of = {p: {"model": name, "dim": case["dim"], "point": p, "precision": args.precision}
+               for p in case["points"]}
+    with torch.no_grad():
+        references = {p: eager(*on(x, device, eager_dtype(device, dtype)))
+                      for p, x in points.items()}
+
+        def record(backend, p, fn, call_args, first=None):
+            row = rows_of[p]
+            try:
+                if first is not None:
+                    row[f"{backend} first ms"] = first
+                out = fn(*call_args)
+                row[f"{backend} max diff"] = max_diff(out, references[p])
+                row[f"{backend} ms"] = timed(fn, call_args, device, args.warmup, args.iters)
+            except Exception as e:  # a backend that fails is a cell that says so
+                row[f"{backend} error"] = str(e).strip().splitlines()[0][:160]
+                traceback.print_exc()
+
+        # kiln dynamic: one export with the dim symbolic, one compile for the range.
+        start = time.time()
+        try:
+            ep = torch.export.export(model, opt_args,
+                                     dynamic_shapes=dynamic_shapes(name, opt_args))
+            dyn = kiln_compile(ep, kiln_inputs(opt_args, name, ranged=True), device, dtype)
+            compile_s = time.time() - start
+            for p, x in points.items():
+                call_args = kiln_args(x, device)
+                first = first_call_ms(dyn, call_args, device)
+                record("kiln-dynamic", p, dyn, call_args, first)
+                rows_of[p]["kiln-dynamic compile s"] = compile_s
+            del dyn
+        except Exception as e:
+            for p in points:
+                rows_of[p]["kiln-dynamic error"] = str(e).strip().splitlines()[0][:160]
+            traceback.print_exc()
+        # kiln static: exported and compiled at each shape.
+        for p, x in points.items():
+            try:
+                start = time.time()
+                static = kiln_compile(torch.export.export(model, x), kiln_inputs(x), device,
+                                      dtype)
+                rows_of[p]["kiln-static compile s"] = time.time() - start
+                record("kiln-static", p, static, kiln_args(x, device))
+                del static
+            except Exception as e:
+                rows_of[p]["kiln-static error"] = str(e).strip().splitlines()[0][:160]
+                traceback.print_exc()
+        # torch.compile with dynamic shapes, compiled once, called at every shape.
+        if device == "cuda":
+            for peer, options in PEERS.items():
+                if peer not in args.peers.split(","):
+                    continue
+                torch._dynamo.reset()
+                fn = torch.compile(copy.deepcopy(eager), **options)
+                for p, x in points.items():
+                    call_args = on(x, device, dtype)
+                    try:
+                        first = first_call_ms(fn, call_args, device)
+                    except Exception as e:
+                        rows_of[p][f"{peer} error"] = str(e).strip().splitlines()[0][:160]
+                        continue
+                    record(peer, p, fn, call_args, first)
+                del fn
+                torch.cuda.empty_cache()
+    for p in case["points"]:
+        rows.append(rows_of[p])
+        print(json.dumps(rows_of[p]), flush=True)
+
+
+def eager_dtype(device, dtype):
+    return dtype if device == "cuda" else torch.float32
+
+
+def fmt(row, key):
+    v = row.get(key)
+    return "" if v is None else f"{v:.3f}"
+
+
+def table(rows):
+    lines = ["| model | dynamic dim | shape | kiln static ms | kiln dynamic ms | dynamic / static "
+             "| torch.compile dynamic ms | reduce-overhead dynamic ms | speed-up vs best peer "
+             "| kiln dynamic first call ms | max diff dynamic / static |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        dyn, static = r.get("kiln-dynamic ms"), r.get("kiln-static ms")
+        peers = [r[f"{p} ms"] for p in PEERS if f"{p} ms" in r]
+        ratio = f"{dyn / static:.2f}x" if dyn and static else ""
+        speedup = f"{min(peers) / dyn:.2f}x" if dyn and peers else ""
+        errors = "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error"))
+        lines.append(
+            f"| {r['model']} | {r['dim']} | {r['point']} | {fmt(r, 'kiln-static ms')} | "
+            f"{fmt(r, 'kiln-dynamic ms')} | {ratio} | {fmt(r, 'torch.compile-dynamic ms')} | "
+            f"{fmt(r, 'reduce-overhead-dynamic ms')} | {speedup} | "
+            f"{fmt(r, 'kiln-dynamic first ms')} | "
+            f"{r.get('kiln-dynamic max diff', float('nan')):.1e} / "
+            f"{r.get('kiln-static max diff', float('nan')):.1e} |"
+            + (f" {errors}" if errors else ""))
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="resnet50,mobilenet_v2,hf_bert",
+                   help=f"comma-separated, of {', '.join(CASES)}")
+    p.add_argument("--package-dir", default="build/python")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--precision", default="fp16", choices=["fp16", "fp32"])
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help="torch.compile peers (cuda only), comma-separated, of "
+                        + ", ".join(PEERS))
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args()
+    for name in args.models.split(","):
+        if name not in CASES:
+            p.error(f"unknown model {name} (known: {', '.join(CASES)})")
+    sys.path.insert(0, os.path.abspath(args.package_dir))
+    import kiln  # noqa: F401
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+        print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        bench_model(name, args, rows)
+    text = table(rows)
+    print(text)
+    with open(os.path.join(args.out, "dynamic.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(args.out, "dynamic.md"), "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
