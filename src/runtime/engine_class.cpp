@@ -27,13 +27,6 @@ std::vector<std::string> io_names(const engine::Engine& e, bool inputs) {
   return names;
 }
 
-bool all_inputs_static(const engine::Network& net) {
-  for (engine::TensorId id : net.inputs()) {
-    if (!engine::is_static(net.tensor(id).shape)) return false;
-  }
-  return true;
-}
-
 bool cuda_graphs_allowed() {
   const char* env = std::getenv("KILN_CUDA_GRAPHS");
   return env == nullptr || std::string(env) != "0";
@@ -56,7 +49,8 @@ EngineHolder::EngineHolder(std::string name, std::vector<uint8_t> plan_bytes,
                engine::cuda::built() ? "yes" : "no",
                ", libtorch with CUDA: ", torch_cuda::kTorchHasCuda ? "yes" : "no", ")");
     target.device_index = engine::cuda::parse_device(wanted);
-    cuda_graphs_ = all_inputs_static(plan.network) && cuda_graphs_allowed();
+    // One graph per set of input shapes (graphs.h), so dynamic engines replay too.
+    cuda_graphs_ = cuda_graphs_allowed();
   } else {
     KILN_CHECK(device.empty() || device == "cpu", InvalidArgument, "kiln.Engine `", name_,
                "`: its plan targets ", target.device, ", so it cannot run on ", device);

@@ -5,6 +5,7 @@
 
 #include "cuda_testing.h"
 #include "engine/cuda/backend.h"
+#include "engine/cuda/graphs.h"
 #include "engine/cuda/kernels.h"
 #include "util/errors.h"
 
@@ -153,6 +154,95 @@ TEST(CudaRuntime, CudaGraphsReplayAndFollowShapes) {
   cudaFree(din);
   cudaFree(dout[0]);
   cudaFree(dout[1]);
+  cudaStreamDestroy(s);
+}
+
+// The graph cache keeps the most recently run shapes up to its bound, replays each shape's own
+// graph, and drops every graph once memory they read has moved.
+TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  void* out = nullptr;
+  CUDA_OK(cudaMalloc(&out, sizeof(int)));
+  cuda::GraphCache cache(2);
+  uint64_t moves = 0;
+  int enqueued = 0;
+  // Runs "shape" k: the enqueued work fills the output's bytes with k.
+  const auto run = [&](int k) {
+    const int before = enqueued;
+    cache.execute(
+        s, {k}, {}, {}, {out}, {sizeof(int)},
+        [&](const std::vector<const void*>&, const std::vector<void*>& outs) {
+          ++enqueued;
+          CUDA_OK(cudaMemsetAsync(outs[0], k, sizeof(int), s));
+        },
+        &moves);
+    unsigned char got[sizeof(int)] = {};
+    EXPECT_EQ(cudaMemcpyAsync(got, out, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    for (unsigned char b : got) EXPECT_EQ(b, k) << "shape " << k;
+    return enqueued > before;  // false: a graph replayed
+  };
+  EXPECT_TRUE(run(1));   // eager
+  EXPECT_TRUE(run(1));   // captured
+  EXPECT_FALSE(run(1));  // replayed
+  EXPECT_TRUE(run(2));
+  EXPECT_TRUE(run(2));
+  EXPECT_FALSE(run(2));
+  EXPECT_FALSE(run(1));  // 1 is now the most recent
+  EXPECT_TRUE(run(3));
+  EXPECT_TRUE(run(3));  // captured: 2, the least recently run, goes
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_TRUE(cache.has({1}) && cache.has({3}) && !cache.has({2}));
+  EXPECT_FALSE(run(1));
+  EXPECT_FALSE(run(3));
+  ++moves;  // e.g. the arena grew: no graph replays
+  EXPECT_TRUE(run(1));
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_TRUE(run(1));
+  EXPECT_FALSE(run(1));
+  cudaFree(out);
+  cudaStreamDestroy(s);
+}
+
+// Dynamic shapes that alternate, one of them larger (the arena grows), through a resize (tables
+// per shape): every run matches the CPU's, replayed or not.
+TEST(CudaRuntime, GraphsOfAlternatingShapesStayRight) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto in = net.add_input("x", DataType::kF32, {kDynamic, 2, 4, 4},
+                          Profile{{1, 2, 4, 4}, {2, 2, 4, 4}, {6, 2, 4, 4}});
+  auto up = net.add("up", ResizeParams{ResizeMode::kLinear, {}, {2.0, 2.0}, false}, {in});
+  auto y = net.add("gelu", ActivationParams{ActivationKind::kGelu}, {up});
+  net.mark_output(y);
+  auto engine = cuda_engine(net);
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  ExecutionContext gpu(engine);
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  gpu.set_stream(s);
+  gpu.enable_cuda_graphs(true);
+  const size_t most = 6 * 2 * 8 * 8 * 4;
+  void *din = nullptr, *dout = nullptr;
+  CUDA_OK(cudaMalloc(&din, most));
+  CUDA_OK(cudaMalloc(&dout, most));
+  int run = 0;
+  for (int64_t n : {1, 1, 1, 3, 3, 3, 1, 3, 1, 6, 6, 6, 1, 3, 6, 1, 3, 6}) {
+    const HostTensor x = random_tensor(DataType::kF32, {n, 2, 4, 4}, static_cast<uint64_t>(run++));
+    CUDA_OK(cudaMemcpyAsync(din, x.data(), x.nbytes(), cudaMemcpyHostToDevice, s));
+    gpu.set_input_shape(0, {n, 2, 4, 4});
+    gpu.bind_input(0, din);
+    gpu.bind_output(0, dout);
+    gpu.execute();
+    HostTensor got(DataType::kF32, {n, 2, 8, 8});
+    CUDA_OK(cudaMemcpyAsync(got.data(), dout, got.nbytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(testing::near(got, testing::to_doubles(cpu.run({x})[0]), 1e-5, 1e-6))
+        << "run " << run << " n " << n;
+  }
+  cudaFree(din);
+  cudaFree(dout);
   cudaStreamDestroy(s);
 }
 

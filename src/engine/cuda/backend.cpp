@@ -45,12 +45,14 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
-// Stream-ordered device buffer that only grows.
+// Stream-ordered device buffer that only grows; a move bumps `*moves` (graphs captured before
+// read the old buffer).
 struct GrowingBuffer {
   void* ptr = nullptr;
   size_t capacity = 0;
-  void* reserve(size_t bytes, cudaStream_t stream, const char* what) {
+  void* reserve(size_t bytes, cudaStream_t stream, const char* what, uint64_t* moves) {
     if (bytes <= capacity && ptr) return ptr;
+    if (ptr) ++*moves;
     if (ptr) KILN_CUDA_CHECK(cudaFreeAsync(ptr, stream));
     ptr = nullptr;
     capacity = 0;
@@ -193,7 +195,10 @@ class ContextState : public Resources {
   }
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return engine_->device(); }
-  void* workspace(size_t bytes) override { return workspace_.reserve(bytes, stream_, "workspace"); }
+  void* workspace(size_t bytes) override {
+    return workspace_.reserve(bytes, stream_, "workspace", &memory_moves);
+  }
+  void device_memory_moved() override { ++memory_moves; }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -239,7 +244,10 @@ class ContextState : public Resources {
     stream_ = s;
   }
   EngineState& engine() { return *engine_; }
-  GraphCache graphs;
+  GraphCache graphs{graph_cache_size()};
+  // Bumped whenever device memory that enqueued work reads moves (arena, workspace, a kernel's
+  // state): graphs captured before are dropped.
+  uint64_t memory_moves = 0;
   GrowingBuffer& arena_buffer() { return arena_; }
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
@@ -418,7 +426,8 @@ class CudaContext final : public ContextBackend {
   }
   void* arena(size_t bytes) override {
     DeviceGuard guard(ctx_.device());
-    return ctx_.arena_buffer().reserve(bytes, ctx_.stream(), "activation arena");
+    return ctx_.arena_buffer().reserve(bytes, ctx_.stream(), "activation arena",
+                                       &ctx_.memory_moves);
   }
   const void* weight(const std::string& name) override {
     DeviceGuard guard(ctx_.device());
@@ -478,7 +487,8 @@ class CudaContext final : public ContextBackend {
                      const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
                      const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) override {
     DeviceGuard guard(ctx_.device());
-    ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue);
+    ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue,
+                        &ctx_.memory_moves);
   }
 
   void profile_begin() override { ctx_.profile_begin(); }

@@ -1,9 +1,22 @@
 // Whole-engine CUDA graphs: capture per input shapes, replay with staged inputs and outputs.
 #include "engine/cuda/graphs.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "engine/cuda/cuda_check.h"
 
 namespace kiln::engine::cuda {
+
+size_t graph_cache_size() {
+  const char* env = std::getenv("KILN_CUDA_GRAPH_CACHE");
+  if (env == nullptr || *env == '\0') return 16;
+  char* end = nullptr;
+  const long long n = std::strtoll(env, &end, 10);
+  KILN_CHECK(*end == '\0' && n > 0, InvalidArgument, "KILN_CUDA_GRAPH_CACHE=", env,
+             ": expected the number of CUDA graphs an engine context keeps, a positive integer");
+  return static_cast<size_t>(n);
+}
 
 GraphCache::~GraphCache() {
   clear();
@@ -39,10 +52,15 @@ void* GraphCache::staging(size_t slot, size_t bytes) {
 void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
                          const std::vector<const void*>& inputs,
                          const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
-                         const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) {
+                         const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue,
+                         const uint64_t* moves) {
   if (stream == nullptr) {
     enqueue(inputs, outputs);
     return;
+  }
+  if (*moves != moves_seen_) {  // what the graphs read has moved
+    clear();
+    moves_seen_ = *moves;
   }
   std::vector<const void*> staged_in(inputs.size());
   std::vector<void*> staged_out(outputs.size());
@@ -57,6 +75,10 @@ void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
   }
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
+    if (order_.back() != key) {  // the most recently run goes last
+      order_.erase(std::find(order_.begin(), order_.end(), key));
+      order_.push_back(key);
+    }
     KILN_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
   } else if (last_eager_key_ != key) {
     last_eager_key_ = key;
@@ -79,14 +101,22 @@ void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
     cudaGraphDestroy(graph);
     KILN_CHECK(status == cudaSuccess, DeviceError,
                "cudaGraphInstantiate failed: ", cudaGetErrorString(status));
-    if (graphs_.size() >= kMaxGraphs) {
-      cudaGraphExecDestroy(graphs_[order_.front()]);
-      graphs_.erase(order_.front());
-      order_.pop_front();
+    const cudaError_t launched = cudaGraphLaunch(exec, stream);
+    if (launched != cudaSuccess || *moves != moves_seen_) {
+      // Memory moved while capturing (not expected: the eager run before allocated for this
+      // key): the graph ran once and is not kept.
+      cudaStreamSynchronize(stream);
+      cudaGraphExecDestroy(exec);
+      KILN_CUDA_CHECK(launched);
+    } else {
+      if (graphs_.size() >= max_graphs_) {
+        cudaGraphExecDestroy(graphs_[order_.front()]);
+        graphs_.erase(order_.front());
+        order_.pop_front();
+      }
+      graphs_[key] = exec;
+      order_.push_back(key);
     }
-    graphs_[key] = exec;
-    order_.push_back(key);
-    KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (output_bytes[i] == 0) continue;

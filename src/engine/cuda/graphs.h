@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -16,29 +17,40 @@ namespace kiln::engine::cuda {
 using EnqueueFn =
     std::function<void(const std::vector<const void*>& inputs, const std::vector<void*>& outputs)>;
 
+// The graphs one execution context keeps (KILN_CUDA_GRAPH_CACHE, default 16): an
+// InvalidArgument naming the variable when it is not a positive integer.
+size_t graph_cache_size();
+
 class GraphCache {
  public:
-  GraphCache() = default;
+  explicit GraphCache(size_t max_graphs = 16) : max_graphs_(max_graphs) {}
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
   ~GraphCache();
 
   // A key seen for the first time runs eagerly (allocations, weight upload and algorithm choice
-  // happen outside any capture); on its second execution it is captured; later ones replay.
-  // The legacy default stream cannot be captured: there everything runs eagerly. The calling
-  // thread must have the context's device current.
+  // happen outside any capture); when it comes again right after, it is captured; later ones
+  // replay. At most max_graphs graphs are kept, the least recently run evicted first. `*moves`
+  // counts moves of device memory the enqueued work reads (a grown arena, a kernel's new
+  // buffers): when it changed since the graphs were captured, they are all dropped. The legacy
+  // default stream cannot be captured: there everything runs eagerly. The calling thread must
+  // have the context's device current.
   void execute(cudaStream_t stream, std::vector<int64_t> key,
                const std::vector<const void*>& inputs, const std::vector<size_t>& input_bytes,
                const std::vector<void*>& outputs, const std::vector<size_t>& output_bytes,
-               const EnqueueFn& enqueue);
+               const EnqueueFn& enqueue, const uint64_t* moves);
+
+  size_t size() const { return graphs_.size(); }
+  bool has(const std::vector<int64_t>& key) const { return graphs_.count(key) != 0; }
 
  private:
   void clear();
   void* staging(size_t slot, size_t bytes);
 
-  static constexpr size_t kMaxGraphs = 16;
+  size_t max_graphs_;
+  uint64_t moves_seen_ = 0;
   std::map<std::vector<int64_t>, cudaGraphExec_t> graphs_;
-  std::deque<std::vector<int64_t>> order_;  // oldest first, for eviction
+  std::deque<std::vector<int64_t>> order_;  // least recently run first, for eviction
   std::vector<int64_t> last_eager_key_;
   std::vector<void*> staging_;
   std::vector<size_t> staging_bytes_;

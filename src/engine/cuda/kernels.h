@@ -51,6 +51,9 @@ class Resources {
   virtual void* workspace(size_t bytes) = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
+  // A kernel freed (or moved) device memory that work it enqueued before may read: CUDA graphs
+  // captured before then are dropped (graphs.h).
+  virtual void device_memory_moved() = 0;
 };
 
 // Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
@@ -74,6 +77,7 @@ class WorkspaceAfter : public Resources {
   }
   void* cublaslt() override { return base_.cublaslt(); }
   void* cudnn() override { return base_.cudnn(); }
+  void device_memory_moved() override { base_.device_memory_moved(); }
 
  private:
   Resources& base_;

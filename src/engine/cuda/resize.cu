@@ -3,6 +3,9 @@
 // same taps), uploaded once per shape, and each thread sums its output's taps.
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
 
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
@@ -20,18 +23,28 @@ struct ResizeDims {
   int64_t out_plane = 1, in_plane = 1;
 };
 
-// Tap tables on the device for the last shapes: indices then weights.
-struct ResizeState : KernelState {
-  Shape key;
+// Tap tables on the device for one pair of input and output shapes: indices then weights.
+struct ResizeTables {
   ResizeDims dims;
   int64_t* index = nullptr;
   float* weight = nullptr;
   std::vector<int64_t> host_index;  // kept until the upload is certainly done
   std::vector<float> host_weight;
-  ~ResizeState() override {
+  ResizeTables() = default;
+  ResizeTables(const ResizeTables&) = delete;
+  ResizeTables& operator=(const ResizeTables&) = delete;
+  ~ResizeTables() {
     if (index) cudaFree(index);
     if (weight) cudaFree(weight);
   }
+};
+
+// The tables of the shapes run lately (CUDA graphs of each shape read their own), the least
+// recently used dropped past kMaxResizeTables.
+constexpr size_t kMaxResizeTables = 16;
+struct ResizeState : KernelState {
+  std::map<Shape, std::unique_ptr<ResizeTables>> tables;
+  std::deque<Shape> order;  // least recently used first
 };
 
 __global__ void resize_kernel_t(const void* x, DataType xt, void* y, DataType yt, ResizeDims d,
@@ -83,9 +96,22 @@ void resize_kernel(KernelArgs& args) {
   Shape key = in.shape;
   key.insert(key.end(), out.shape.begin(), out.shape.end());
   auto* state = dynamic_cast<ResizeState*>(args.state.get());
-  if (!state || state->key != key) {
-    auto fresh = std::make_unique<ResizeState>();
-    fresh->key = key;
+  if (!state) {
+    args.state = std::make_unique<ResizeState>();
+    state = static_cast<ResizeState*>(args.state.get());
+  }
+  ResizeTables* tables = nullptr;
+  if (auto it = state->tables.find(key); it != state->tables.end()) {
+    tables = it->second.get();
+    state->order.erase(std::find(state->order.begin(), state->order.end(), key));
+    state->order.push_back(key);
+  } else {
+    if (state->tables.size() >= kMaxResizeTables) {
+      state->tables.erase(state->order.front());  // frees device memory graphs may read
+      state->order.pop_front();
+      args.res.device_memory_moved();
+    }
+    auto fresh = std::make_unique<ResizeTables>();
     ResizeDims& d = fresh->dims;
     d.spatial = static_cast<int>(spatial);
     const Shape in_sp(in.shape.begin() + 2, in.shape.end());
@@ -110,12 +136,13 @@ void resize_kernel(KernelArgs& args) {
                                     cudaMemcpyHostToDevice, args.stream()));
     KILN_CUDA_CHECK(cudaMemcpyAsync(fresh->weight, fresh->host_weight.data(), n * sizeof(float),
                                     cudaMemcpyHostToDevice, args.stream()));
-    state = fresh.get();
-    args.state = std::move(fresh);
+    tables = fresh.get();
+    state->tables[key] = std::move(fresh);
+    state->order.push_back(key);
   }
   const int64_t total = out.numel();
   resize_kernel_t<<<grid_for(total), kThreads, 0, args.stream()>>>(
-      in.data, in.dtype, out.data, out.dtype, state->dims, state->index, state->weight,
+      in.data, in.dtype, out.data, out.dtype, tables->dims, tables->index, tables->weight,
       p.mode == ResizeMode::kNearest, dtype_size(in.dtype), total);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }

@@ -416,6 +416,7 @@ void squeeze_excitation_kernel(KernelArgs& args) {
     fresh->capacity = samples;
     KILN_CUDA_CHECK(
         cudaDeviceGetAttribute(&fresh->sms, cudaDevAttrMultiProcessorCount, args.res.device()));
+    if (state) args.res.device_memory_moved();  // the old counters are freed
     state = fresh.get();
     args.state = std::move(fresh);
   }
@@ -423,6 +424,7 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   const size_t w2_bytes = static_cast<size_t>(w2.numel()) * dtype_size(w2.dtype);
   if (state->w2_source != w2.data || state->w2t_bytes != w2_bytes) {
     if (state->w2t_bytes != w2_bytes) {
+      if (state->w2t) args.res.device_memory_moved();
       if (state->w2t) KILN_CUDA_CHECK(cudaFree(state->w2t));
       state->w2t = nullptr;
       KILN_CUDA_CHECK(cudaMalloc(&state->w2t, w2_bytes));
