@@ -12,6 +12,7 @@
 #include "partitioning/partitioning.h"
 #include "partitioning/segmentation.h"
 #include "util/errors.h"
+#include "util/logging.h"
 
 namespace kiln::partitioning {
 namespace {
@@ -393,18 +394,25 @@ bool shapes_from_profiles(PartitionedGraph& partitioned,
     std::vector<size_t> reads;
     for (const Value* v : s.inputs) {
       const auto it = input_index.find(v);
-      if (it == input_index.end()) return false;
+      if (it == input_index.end()) {
+        KILN_LOG(kDebug, "shape analysis runs: an engine reads %", v->debugName(),
+                 ", which another segment computes");
+        return false;
+      }
       const InputProfile& p = profiles[it->second];
       if (p.value || !is_tensor(v) || p.dtype == c10::ScalarType::Double) return false;
       if (p.min.size() != p.opt.size() || p.max.size() != p.opt.size()) return false;
       reads.push_back(it->second);
     }
     for (const Node* n : s.nodes) {
-      if (may_make_f64(n)) return false;
+      bool f64 = may_make_f64(n);
       for (const Value* v : n->inputs()) {
-        if (v->node()->kind() == torch::jit::prim::Constant && may_make_f64(v->node())) {
-          return false;
-        }
+        f64 = f64 || (v->node()->kind() == torch::jit::prim::Constant && may_make_f64(v->node()));
+      }
+      if (f64) {
+        KILN_LOG(kDebug, "shape analysis runs: `", overload_name(n),
+                 "` in an engine may make f64, whose results stitching casts back");
+        return false;
       }
     }
     engines.emplace_back(&s, std::move(reads));
