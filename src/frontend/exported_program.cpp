@@ -254,6 +254,9 @@ class GraphBuilder {
     graph_->addInput("self")->setType(out.module.type());
     refuse_mutation(signature);
     metas_ = &field(graph, "tensor_values", where_ + ".graph");
+    sym_ints_ = graph.contains("sym_int_values") && graph.at("sym_int_values").is_object()
+                    ? &graph.at("sym_int_values")
+                    : nullptr;
     inputs(signature, graph, out);
     for (const json& n : field(graph, "nodes", where_ + ".graph")) node(n);
     outputs(signature);
@@ -589,14 +592,21 @@ class GraphBuilder {
     const c10::FunctionSchema& schema = op_ptr->schema();
     std::vector<NamedValue> kwargs;
     torch::jit::SourceRange loc;
+    const bool reshape =
+        (name == "view" || name == "reshape" || name == "_unsafe_view") && overload.empty();
     for (const json& a : field(n, "inputs", where)) {
       const std::string arg_name = field(a, "name", where).get<std::string>();
       const auto index = schema.argumentIndexWithName(arg_name);
       KILN_CHECK(index.has_value(), Unsupported, where, ": `", c10::toString(schema),
                  "` has no argument `", arg_name, "`");
-      kwargs.emplace_back(loc, arg_name,
-                          argument(field(a, "arg", where), where + " argument `" + arg_name + "`",
-                                   schema.arguments()[*index].type()));
+      const std::string arg_where = where + " argument `" + arg_name + "`";
+      Value* sizes = reshape && (arg_name == "size" || arg_name == "shape")
+                         ? sizes_of_own_dims(n, field(a, "arg", where), arg_where)
+                         : nullptr;
+      kwargs.emplace_back(
+          loc, arg_name,
+          sizes ? sizes
+                : argument(field(a, "arg", where), arg_where, schema.arguments()[*index].type()));
     }
     torch::jit::MatchedSchema matched;
     try {
@@ -623,6 +633,72 @@ class GraphBuilder {
     KILN_CHECK(node->maybeSchema() != nullptr, Unsupported, where,
                ": no schema of this libtorch takes the node's argument types");
     bind_outputs(n, node, where);
+  }
+
+  // The expression a SymInt named `name` stands for ("" when the program does not say).
+  std::string sym_expr(const std::string& name) const {
+    if (!sym_ints_ || !sym_ints_->contains(name)) return "";
+    const json& v = sym_ints_->at(name);
+    if (!v.is_object() || !v.contains("as_expr") || !v.at("as_expr").is_object()) return "";
+    const json& e = v.at("as_expr");
+    return e.contains("expr_str") && e.at("expr_str").is_string()
+               ? e.at("expr_str").get<std::string>()
+               : "";
+  }
+
+  // A reshape's size list whose run-time entries are dims of the reshaped tensor itself:
+  // `view(x, [1, s0, -1, 64])` of an x of sizes [1, s0, 768] (s0 read off another tensor by
+  // sym_size) reads `x.size(1)` there, so that the converter sees a dim kept in place and infers
+  // the -1 while building (12) instead of leaving two dims to run time. nullptr where nothing is
+  // matched (the argument is read as usual).
+  Value* sizes_of_own_dims(const json& n, const json& arg, const std::string& where) {
+    if (!arg.is_object() || !arg.contains("as_sym_ints") || !arg.at("as_sym_ints").is_array()) {
+      return nullptr;
+    }
+    const json* self_meta = nullptr;
+    std::string self_name;
+    for (const json& a : field(n, "inputs", where)) {
+      if (!a.is_object() || a.value("name", "") != "self" || !a.contains("arg")) continue;
+      const json& s = a.at("arg");
+      if (!s.is_object() || !s.contains("as_tensor") || !s.at("as_tensor").is_object()) continue;
+      self_name = s.at("as_tensor").value("name", "");
+      if (metas_->contains(self_name)) self_meta = &metas_->at(self_name);
+    }
+    if (!self_meta || !self_meta->contains("sizes") || !self_meta->at("sizes").is_array()) {
+      return nullptr;
+    }
+    const json& dims = self_meta->at("sizes");
+    const auto dim_expr = [&](size_t j) -> std::string {
+      const json& d = dims[j];
+      if (!d.is_object() || !d.contains("as_expr") || !d.at("as_expr").is_object()) return "";
+      const json& e = d.at("as_expr");
+      return e.contains("expr_str") && e.at("expr_str").is_string()
+                 ? e.at("expr_str").get<std::string>()
+                 : "";
+    };
+    const json& items = arg.at("as_sym_ints");
+    std::vector<Value*> values;
+    bool matched = false;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const json& item = items[i];
+      const std::string expr =
+          item.is_object() && item.contains("as_name") && item.at("as_name").is_string()
+              ? sym_expr(item.at("as_name").get<std::string>())
+              : "";
+      std::optional<size_t> own;
+      for (size_t j = 0; j < dims.size() && !expr.empty(); ++j) {
+        if (dim_expr(j) != expr) continue;
+        if (!own || j == i) own = j;  // the same position first
+      }
+      if (own) {
+        Value* self = named(self_name, where);
+        values.push_back(graph_->insert(c10::aten::size, {self, static_cast<int64_t>(*own)}));
+        matched = true;
+      } else {
+        values.push_back(symbolic(item, where));
+      }
+    }
+    return matched ? list(values, c10::IntType::get()) : nullptr;
   }
 
   // as_strided reads its input's storage, which an engine does not have: it is taken when both
@@ -795,7 +871,8 @@ class GraphBuilder {
   }
 
   const json& program_;
-  const json* metas_ = nullptr;  // graph.tensor_values: each tensor's sizes, strides and offset
+  const json* metas_ = nullptr;     // graph.tensor_values: each tensor's sizes, strides and offset
+  const json* sym_ints_ = nullptr;  // graph.sym_int_values: each SymInt's expression
   std::map<std::string, at::Tensor> weights_, constants_;
   std::string where_;
   std::shared_ptr<Graph> graph_;

@@ -223,6 +223,34 @@ def test_torch_compile_backend_runs_bert():
     assert counts["compiled"] >= 1 and counts["in_pytorch"] == 0, counts
 
 
+def test_exported_head_splits_keep_their_static_dims():
+    # export writes `h.view(x.size(0), x.size(1), -1, 4)` with sizes read off x, not h: the
+    # reader reads them off h (the same symbols), so the converter infers the -1 while building
+    # and the dynamic engine has the static one's layers (no shape arithmetic at run time).
+    class HeadSplit(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.lin(x)
+            heads = h.view(x.size(0), x.size(1), -1, 4).transpose(1, 2)
+            return heads.softmax(-1).sum(1)
+
+    m = HeadSplit().eval()
+    x = torch.randn(2, 8, 16)
+    batch, seq = torch.export.Dim("batch", min=1, max=4), torch.export.Dim("seq", min=2, max=16)
+    dynamic = kiln.compile(torch.export.export(m, (x,), dynamic_shapes=({0: batch, 1: seq},)))
+    static = kiln.compile(torch.export.export(m, (x,)))
+    layers = [sum(s.get("layers", 0) for s in c.kiln_report["segments"] if s["target"] == "engine")
+              for c in (dynamic, static)]
+    assert layers[0] == layers[1], layers
+    for shape in ((1, 2, 16), (3, 11, 16), (4, 16, 16)):
+        y = torch.randn(shape)
+        with torch.no_grad():
+            torch.testing.assert_close(dynamic(y), m(y), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("device", [
     "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                          reason="no CUDA device"))])
