@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from models import make_model, max_diff, padded_batch  # noqa: E402 (bench/models.py)
+from bench import time_cuda  # noqa: E402 (beside this file)
 
 # The dynamic dim, its range (min, opt, max) and the shapes measured. Image models: the batch;
 # text models: the sequence of one padded request (token ids and attention mask).
@@ -85,25 +86,16 @@ def kiln_compile(source, inputs, device, dtype):
 
 
 def timed(fn, args, device, warmup, iters):
-    """Median ms of fn(*args)."""
+    """Median ms of fn(*args): bench.py's CUDA-event timing, wall clock on the CPU."""
+    if device == "cuda":
+        return time_cuda(fn, args, warmup, iters)["median"]
     for _ in range(warmup):
         fn(*args)
-    if device == "cpu":
-        times = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            fn(*args)
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
-    torch.cuda.synchronize()
     times = []
     for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start = time.perf_counter()
         fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
 
