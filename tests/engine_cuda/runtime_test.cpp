@@ -3,6 +3,8 @@
 // pointers, missing devices and foreign compute capabilities.
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "cuda_testing.h"
 #include "engine/cuda/backend.h"
 #include "engine/cuda/graphs.h"
@@ -204,6 +206,30 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   EXPECT_FALSE(run(1));
   cudaFree(out);
   cudaStreamDestroy(s);
+}
+
+// KILN_CUDA_GRAPH_CACHE sets the bound; anything but a positive integer is an error naming it.
+TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
+  const char* saved = std::getenv("KILN_CUDA_GRAPH_CACHE");
+  const std::string before = saved ? saved : "";
+  unsetenv("KILN_CUDA_GRAPH_CACHE");
+  EXPECT_EQ(cuda::graph_cache_size(), 16u);
+  setenv("KILN_CUDA_GRAPH_CACHE", "5", 1);
+  EXPECT_EQ(cuda::graph_cache_size(), 5u);
+  for (const char* bad : {"0", "-3", "many", "4x"}) {
+    setenv("KILN_CUDA_GRAPH_CACHE", bad, 1);
+    try {
+      cuda::graph_cache_size();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find("KILN_CUDA_GRAPH_CACHE"), std::string::npos) << e.message();
+    }
+  }
+  if (saved) {
+    setenv("KILN_CUDA_GRAPH_CACHE", before.c_str(), 1);
+  } else {
+    unsetenv("KILN_CUDA_GRAPH_CACHE");
+  }
 }
 
 // Dynamic shapes that alternate, one of them larger (the arena grows), through a resize (tables
