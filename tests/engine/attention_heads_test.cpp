@@ -6,6 +6,7 @@
 #include "engine/builder.h"
 #include "engine/passes/attention_heads.h"
 #include "engine/passes/passes.h"
+#include "engine/verify.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -587,6 +588,96 @@ TEST(AttentionHeads, OnlyViewsFold) {
     EXPECT_EQ(b.report.changes("attention_heads"), 0) << b.report.to_string();
     for (size_t i = 0; i < b.folded.size(); ++i) {
       EXPECT_TRUE(testing::near(b.folded[i], testing::to_doubles(b.unbuilt[i]), 1e-5, 1e-6));
+    }
+  }
+}
+
+// Dynamic batch and sequence: the head splits and merges are written with 0 (the input's dim)
+// and -1 (inferred) for the dynamic dims, as exported programs' views are. They fold as the
+// static ones do (traced with the dims as symbols), and the packed layer computes what the views
+// did at every shape of the profile: q, k, v as slices of a [B, L, 3, H, E] view (BERT's fused
+// projection, its own reshape to [B, L, 3 H E] before the layer) or as column slices of [B, L,
+// 3 H E] (GPT-2's), with a key padding mask whose dims are the inputs' own.
+TEST(AttentionHeads, DynamicBatchAndSequenceFold) {
+  const int64_t H = 2, E = 8, D = H * E;
+  const Profile profile{{1, 1, 3 * D}, {2, 8, 3 * D}, {4, 16, 3 * D}};
+  for (const bool columns : {false, true}) {
+    SCOPED_TRACE(columns);
+    Network net;
+    const auto x = net.add_input("qkv", DataType::kF32, {kDynamic, kDynamic, 3 * D}, profile);
+    const auto keep = net.add_input("keep", DataType::kBool, {kDynamic, 1, 1, kDynamic},
+                                    Profile{{1, 1, 1, 1}, {2, 1, 1, 8}, {4, 1, 1, 16}});
+    std::vector<TensorId> qkv;
+    for (int64_t part = 0; part < 3; ++part) {
+      const std::string name = std::string(1, "qkv"[part]);
+      SliceParams sl;
+      sl.steps = {1};
+      TensorId heads;
+      if (columns) {
+        sl.axes = {2}, sl.starts = {part * D}, sl.ends = {(part + 1) * D};
+        heads = net.add(name + ".r", reshape({0, 0, H, E}), {net.add(name + ".s", sl, {x})});
+      } else {
+        sl.axes = {2}, sl.starts = {part}, sl.ends = {part + 1};
+        const auto parts = net.add(name + ".parts", reshape({0, 0, 3, H, E}), {x});
+        heads = net.add(name + ".r", reshape({0, 0, H, E}), {net.add(name + ".s", sl, {parts})});
+      }
+      qkv.push_back(net.add(name, permute({0, 2, 1, 3}), {heads}));
+    }
+    qkv.push_back(keep);
+    AttentionParams a;
+    a.has_mask = true;
+    const auto o = net.add("attn", a, qkv);
+    const auto t = net.add("merge.p", permute({0, 2, 1, 3}), {o});
+    net.mark_output(net.add("merge.r", reshape({0, 0, -1}), {t}), "y");
+    ASSERT_EQ(net.tensor(net.outputs()[0]).shape, (Shape{kDynamic, kDynamic, D}));
+    const Plan plan = build(net, BuilderConfig{});
+    EXPECT_EQ(count_views(plan.network), 0) << network_to_text(plan.network);
+    ExecutionContext folded(std::make_shared<const Engine>(plan.network, plan.target));
+    ExecutionContext unbuilt(std::make_shared<const Engine>(net));
+    for (const auto& [batch, seq] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 8}, {3, 5}, {4, 16}, {1, 13}}) {
+      SCOPED_TRACE(std::to_string(batch) + " x " + std::to_string(seq));
+      const HostTensor in = random_tensor(DataType::kF32, {batch, seq, 3 * D}, batch * 100 + seq);
+      HostTensor mask(DataType::kBool, {batch, 1, 1, seq});
+      for (int64_t i = 0; i < batch * seq; ++i) mask.as<bool>()[i] = (i * 7 + batch) % 5 != 0;
+      const auto got = folded.run({in, mask});
+      const auto want = unbuilt.run({in, mask});
+      ASSERT_EQ(got[0].shape(), (Shape{batch, seq, D}));
+      EXPECT_TRUE(testing::near(got[0], testing::to_doubles(want[0]), 1e-5, 1e-6));
+    }
+  }
+}
+
+// Views that are a head split or merge at some sizes only do not fold with dynamic dims: [B, L,
+// H E] viewed as [B, H, L, E] directly (no permutation: at L = H it has the split's shape, never
+// its elements), and the result [B, H, L, E] viewed as [B, L, H E] likewise.
+TEST(AttentionHeads, DynamicViewsThatAreNoHeadSplitsDoNotFold) {
+  const int64_t H = 2, E = 4, D = H * E;
+  for (const bool bad_merge : {false, true}) {
+    SCOPED_TRACE(bad_merge);
+    Network net;
+    const auto x = net.add_input("x", DataType::kF32, {1, kDynamic, D},
+                                 Profile{{1, 1, D}, {1, 4, D}, {1, 8, D}});
+    const auto heads =
+        net.add("heads", permute({0, 2, 1, 3}), {net.add("heads.r", reshape({0, 0, H, E}), {x})});
+    const auto q = bad_merge ? heads : net.add("q", reshape({0, H, -1, E}), {x});
+    const auto o = net.add("attn", AttentionParams{}, {q, heads, heads});
+    TensorId y;
+    if (bad_merge) {
+      y = net.add("merge.r", reshape({0, -1, D}), {o});
+    } else {
+      y = net.add("merge.r", reshape({0, 0, -1}), {net.add("merge.p", permute({0, 2, 1, 3}), {o})});
+    }
+    net.mark_output(y, "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("attention_heads"), 0) << network_to_text(plan.network);
+    ExecutionContext folded(std::make_shared<const Engine>(plan.network, plan.target));
+    ExecutionContext unbuilt(std::make_shared<const Engine>(net));
+    for (int64_t seq : {1, 2, 5, 8}) {
+      const HostTensor in = random_tensor(DataType::kF32, {1, seq, D}, seq);
+      EXPECT_TRUE(testing::near(folded.run({in})[0], testing::to_doubles(unbuilt.run({in})[0]),
+                                1e-5, 1e-6));
     }
   }
 }

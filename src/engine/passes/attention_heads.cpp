@@ -6,7 +6,9 @@
 #include <map>
 #include <optional>
 
+#include "engine/layers/infer.h"
 #include "engine/passes/network_index.h"
+#include "util/errors.h"
 
 namespace kiln::engine {
 
@@ -186,6 +188,130 @@ struct Graph {
   const Shape& shape(TensorId id) const { return net.tensor(id).shape; }
 };
 
+// Dynamic dims traced as symbols: each a distinct prime larger than every static dim of the
+// tensors a trace meets. A traced size is then a product of static factors and symbols that its
+// factorization tells apart: one size divides another exactly when it does for every value of
+// the dims, and the views' own shape inference (a reshape's 0 and -1, permutations) computes the
+// sizes it would compute symbolically. So a view traced at these sizes is that view at every size
+// of the dims. (Slices along a dynamic dim are not traced: a clamp is no such product.)
+class Symbols {
+ public:
+  // Symbols above every static dim of `shapes`.
+  explicit Symbols(const std::vector<const Shape*>& shapes) {
+    for (const Shape* s : shapes) {
+      for (int64_t d : *s) next_ = std::max(next_, d + 1);
+    }
+  }
+  // `s` with a new symbol for each dynamic dim.
+  Shape of(const Shape& s) {
+    Shape out = s;
+    for (int64_t& d : out) {
+      if (d == kDynamic) d = fresh();
+    }
+    return out;
+  }
+  // Whether `v` is a product of static factors only (or 0).
+  bool is_static(int64_t v) const {
+    for (int64_t p : primes_) {
+      if (v != 0 && v % p == 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  int64_t fresh() {
+    for (int64_t n = std::max<int64_t>(next_, 2);; ++n) {
+      bool prime = true;
+      for (int64_t f = 2; f * f <= n && prime; ++f) prime = n % f != 0;
+      if (prime) {
+        next_ = n + 1;
+        primes_.push_back(n);
+        return n;
+      }
+    }
+  }
+  int64_t next_ = 2;
+  std::vector<int64_t> primes_;
+};
+
+// The shapes of `path`'s outputs (layers in order, each reading the one before's output as its
+// first input, shuffles and slices) from `first`, the first layer's input's shape in symbols
+// (Symbols), by the layers' own shape inference; nullopt where a layer slices a dynamic dim or
+// inference leaves a dim unknown (a reshape to a shape tensor's unknown values).
+std::optional<std::vector<Shape>> view_shapes(const Graph& g, const std::vector<const Layer*>& path,
+                                              Shape first) {
+  std::vector<Shape> shapes;
+  for (const Layer* l : path) {
+    if (const auto* s = std::get_if<SliceParams>(&l->params)) {
+      const Shape& in = g.shape(l->inputs[0]);
+      for (int64_t axis : s->axes) {
+        if (axis < 0) axis += static_cast<int64_t>(in.size());
+        if (axis < 0 || axis >= static_cast<int64_t>(in.size()) ||
+            in[static_cast<size_t>(axis)] == kDynamic) {
+          return std::nullopt;
+        }
+      }
+    }
+    std::vector<InferInput> inputs;
+    for (size_t i = 0; i < l->inputs.size(); ++i) {
+      const TensorDesc& d = g.net.tensor(l->inputs[i]);
+      inputs.push_back({d.dtype, i == 0 ? first : d.shape, d.values ? &*d.values : nullptr});
+    }
+    std::vector<InferOutput> out;
+    try {
+      out = infer_layer(l->name, l->params, inputs);
+    } catch (const Error&) {
+      return std::nullopt;  // (sizes past the bound on volumes: not traced)
+    }
+    if (out.size() != 1 || !is_static(out[0].shape)) return std::nullopt;
+    // Where the network knows a dim, it is that.
+    const Shape& known = g.shape(l->outputs[0]);
+    if (known.size() != out[0].shape.size()) return std::nullopt;
+    for (size_t d = 0; d < known.size(); ++d) {
+      if (known[d] != kDynamic && known[d] != out[0].shape[d]) return std::nullopt;
+    }
+    first = out[0].shape;
+    shapes.push_back(first);
+  }
+  return shapes;
+}
+
+// The volume of a shape in symbols, unless past the bound on volumes.
+std::optional<int64_t> volume_of(const Shape& s) {
+  try {
+    return volume(s);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// A reshape of a tensor of (symbolic) shape `from` to `to`, written with `known`'s static dims,
+// 0 where a dynamic dim is the input's at that position and -1 for at most one other, if that
+// reshape infers `to`.
+std::optional<ShuffleParams> reshape_to(const std::string& name, const Shape& from, const Shape& to,
+                                        const Shape& known) {
+  ShuffleParams r;
+  r.has_reshape = true;
+  int inferred = 0;
+  for (size_t d = 0; d < to.size(); ++d) {
+    if (known[d] != kDynamic) {
+      r.reshape.push_back(known[d]);
+    } else if (d < from.size() && from[d] == to[d]) {
+      r.reshape.push_back(0);
+    } else {
+      r.reshape.push_back(-1);
+      ++inferred;
+    }
+  }
+  if (inferred > 1) return std::nullopt;
+  try {
+    const auto out = infer_layer(name, r, {{DataType::kF32, from, nullptr}});
+    if (out.size() == 1 && out[0].shape == to) return r;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
 // The dim of `shape` that holds `rows` after leading dims whose product is `batch` (the packed
 // [batch, rows, width] reading of a tensor of at least 3 dims), if there is one.
 std::optional<size_t> packed_rows_dim(const Shape& shape, int64_t batch, int64_t rows) {
@@ -202,24 +328,37 @@ std::optional<size_t> packed_rows_dim(const Shape& shape, int64_t batch, int64_t
 struct Operand {
   TensorId base;  // [B, rows, ...]: a reshape to [B, rows, width] makes it the packed operand
   int64_t column;
+  int64_t width;
+  Shape base_shape, packed;  // in the trace's symbols: base's, and [B, rows, width]
 };
 
 // The [B, rows, width] tensor and column at which `id` ([B, H, rows, E]) is the heads' column
 // ranges, traced back through shuffles and slices. The farthest such tensor wins; the chain may
-// start further back (GPT-2's projection is a [B * L, 3 D] GEMM viewed as [B, L, 3 D]).
+// start further back (GPT-2's projection is a [B * L, 3 D] GEMM viewed as [B, L, 3 D]). B and rows
+// may be dynamic (Symbols); H, E, the width and the column are static.
 std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
   std::vector<const Layer*> path;
   for (const Layer* l = g.produced_by(id); l && path.size() < 16;) {
     const bool view = std::holds_alternative<ShuffleParams>(l->params) ||
                       (std::holds_alternative<SliceParams>(l->params) && l->inputs.size() == 1);
-    if (!view || l->inputs.empty() || !is_static(g.shape(l->inputs[0]))) break;
+    if (!view || l->inputs.empty()) break;
     path.push_back(l);
     l = g.produced_by(l->inputs[0]);
   }
-  const Shape& t = g.shape(id);
   for (size_t len = path.size(); len > 0; --len) {
     const TensorId base = path[len - 1]->inputs[0];
-    const Shape& b = g.shape(base);
+    std::vector<const Shape*> met = {&g.shape(base)};
+    std::vector<const Layer*> chain;  // from base to id
+    for (size_t i = len; i-- > 0;) {
+      chain.push_back(path[i]);
+      met.push_back(&g.shape(path[i]->outputs[0]));
+    }
+    Symbols sym(met);
+    const Shape b = sym.of(g.shape(base));
+    const auto shapes = view_shapes(g, chain, b);
+    if (!shapes) continue;
+    const Shape& t = shapes->back();
+    if (t.size() != 4 || !sym.is_static(t[1]) || !sym.is_static(t[3])) continue;
     // [B, rows, width], or [B..., rows, ...] read as [B, rows, width] (a contiguous view): leading
     // dims whose product is B (the batch of an attention whose leading dims were merged), then
     // rows.
@@ -227,21 +366,23 @@ std::optional<Operand> trace_operand(const Graph& g, TensorId id) {
     if (!rows_at) continue;
     std::optional<Modes> modes = contiguous_modes(b);
     int64_t offset = 0;
-    for (size_t i = len; i-- > 0 && modes;) {
-      const Layer& l = *path[i];
-      const Shape& in = g.shape(l.inputs[0]);
+    for (size_t i = 0; i < chain.size() && modes; ++i) {
+      const Layer& l = *chain[i];
+      const Shape& in = i == 0 ? b : (*shapes)[i - 1];
       if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
-        modes = shuffle_modes(*s, *modes, in, g.shape(l.outputs[0]));
-      } else if (!slice_modes(std::get<SliceParams>(l.params), in, g.shape(l.outputs[0]), *modes,
-                              offset)) {
+        modes = shuffle_modes(*s, *modes, in, (*shapes)[i]);
+      } else if (!slice_modes(std::get<SliceParams>(l.params), in, (*shapes)[i], *modes, offset)) {
         modes.reset();
       }
     }
     const auto st = modes ? single_strides(*modes) : std::nullopt;
-    const int64_t width = volume(b) / (t[0] * t[2]), heads = t[1], e = t[3];
+    const auto elements = volume_of(b);
+    if (!elements) continue;
+    const int64_t width = *elements / (t[0] * t[2]), heads = t[1], e = t[3];
+    if (!sym.is_static(width) || !sym.is_static(offset)) continue;
     if (!st || !same_layout(t, *st, {t[2] * width, e, width, 1})) continue;
     if (offset < 0 || offset + heads * e > width) continue;
-    return Operand{base, offset};
+    return Operand{base, offset, width, b, {t[0], t[2], width}};
   }
   return std::nullopt;
 }
@@ -325,13 +466,14 @@ std::optional<RepeatedHeads> repeated_heads(const Graph& g, TensorId id) {
 struct Merge {
   TensorId result;             // [B, L, H * E]
   std::vector<size_t> layers;  // the shuffles between the attention and `result`
+  Shape packed, result_shape;  // in the trace's symbols: [B, L, H * E], and result's
 };
 
 // The [B, L, H * E] tensor that the attention's result `id` ([B, H, L, E]) becomes through a
-// chain of shuffles, each the only consumer of the one before.
+// chain of shuffles, each the only consumer of the one before (B and L may be dynamic: Symbols).
 std::optional<Merge> trace_result(const Graph& g, TensorId id) {
-  const Shape& o = g.shape(id);
   Merge m;
+  std::vector<const Layer*> chain;
   TensorId cur = id;
   while (m.layers.size() < 4) {
     const auto next = g.single_consumer(cur);
@@ -341,21 +483,29 @@ std::optional<Merge> trace_result(const Graph& g, TensorId id) {
       return std::nullopt;
     }
     m.layers.push_back(*next);
+    chain.push_back(&l);
     cur = l.outputs[0];
+    std::vector<const Shape*> met = {&g.shape(id)};
+    for (const Layer* c : chain) met.push_back(&g.shape(c->outputs[0]));
+    Symbols sym(met);
+    const Shape o = sym.of(g.shape(id));
+    const auto shapes = view_shapes(g, chain, o);
+    if (!shapes) return std::nullopt;
     // [B, L, H * E], or [B..., L, H * E] with leading dims whose product is B.
-    const Shape& r = g.shape(cur);
+    const Shape& r = shapes->back();
     const auto rows_at = packed_rows_dim(r, o[0], o[2]);
     if (!rows_at || *rows_at + 2 != r.size() || r.back() != o[1] * o[3]) continue;
     // Where the result tensor puts the attention's elements: back through the chain.
     std::optional<Modes> modes = contiguous_modes(r);
-    for (size_t i = m.layers.size(); i-- > 0 && modes;) {
-      const Layer& s = g.layers[m.layers[i]];
-      modes = shuffle_modes_back(std::get<ShuffleParams>(s.params), *modes, g.shape(s.inputs[0]),
-                                 g.shape(s.outputs[0]));
+    for (size_t i = chain.size(); i-- > 0 && modes;) {
+      modes = shuffle_modes_back(std::get<ShuffleParams>(chain[i]->params), *modes,
+                                 i == 0 ? o : (*shapes)[i - 1], (*shapes)[i]);
     }
     const auto st = modes ? single_strides(*modes) : std::nullopt;
     if (st && same_layout(o, *st, {o[2] * o[1] * o[3], o[3], o[1] * o[3], 1})) {
       m.result = cur;
+      m.packed = {o[0], o[2], o[1] * o[3]};
+      m.result_shape = r;
       return m;
     }
   }
@@ -520,13 +670,13 @@ int fold_attention_heads(
     if (!a || a->heads > 0 || layers[i].inputs.size() != (a->has_mask ? 4u : 3u)) continue;
     const TensorDesc &q = net.tensor(layers[i].inputs[0]), &k = net.tensor(layers[i].inputs[1]),
                      &v = net.tensor(layers[i].inputs[2]), &o = net.tensor(layers[i].outputs[0]);
-    if (q.shape.size() != 4 || !is_static(q.shape) || !is_static(k.shape) || !is_static(v.shape)) {
-      continue;
-    }
-    const int64_t B = q.shape[0], H = q.shape[1], L = q.shape[2], E = q.shape[3],
-                  S = k.shape.size() == 4 ? k.shape[2] : -1;
-    if (k.shape != Shape{B, H, S, E} || v.shape != k.shape || o.shape != q.shape ||
-        k.dtype != q.dtype || v.dtype != q.dtype || o.dtype != q.dtype || B * H * L * E == 0) {
+    // B, L and S may be dynamic (the operands and the result are traced in symbols, and the
+    // packed layer checks at run time what the unpacked one checks).
+    if (q.shape.size() != 4 || k.shape.size() != 4) continue;
+    const int64_t B = q.shape[0], H = q.shape[1], L = q.shape[2], E = q.shape[3], S = k.shape[2];
+    if (H <= 0 || E <= 0 || B == 0 || L == 0 || S == 0 || k.shape != Shape{B, H, S, E} ||
+        v.shape != k.shape || o.shape != q.shape || k.dtype != q.dtype || v.dtype != q.dtype ||
+        o.dtype != q.dtype) {
       continue;
     }
     AttentionParams packed = *a;
@@ -538,6 +688,7 @@ int fold_attention_heads(
     if (grouped) packed.kv_heads = H / rk->group;
     std::vector<TensorId> sources;
     std::vector<TensorDesc> source_descs;
+    std::vector<Operand> operands;
     for (size_t j = 0; j < 3; ++j) {
       TensorId operand = layers[i].inputs[j];
       if (grouped && j > 0) operand = (j == 1 ? rk : rv)->source;
@@ -545,12 +696,23 @@ int fold_attention_heads(
       if (!src) break;
       sources.push_back(src->base);
       TensorDesc d = net.tensor(src->base);
-      const int64_t rows = j == 0 ? L : S;
-      d.shape = {B, rows, volume(d.shape) / (B * rows)};
+      d.shape = {B, j == 0 ? L : S, src->width};
       source_descs.push_back(d);
       packed.columns.push_back(src->column);
+      operands.push_back(*src);
     }
     if (sources.size() != 3) continue;
+    // Sources of more than 3 dims ([B, rows, H, E]: computed on the unpermuted heads) are read
+    // through a reshape to [B, rows, width] (a view at run time), one per source.
+    std::vector<std::optional<ShuffleParams>> flatten(3);
+    bool flattens = true;
+    for (size_t j = 0; j < 3; ++j) {
+      if (operands[j].base_shape.size() == 3) continue;
+      flatten[j] = reshape_to(layers[i].name, operands[j].base_shape, operands[j].packed,
+                              source_descs[j].shape);
+      flattens = flattens && flatten[j].has_value();
+    }
+    if (!flattens) continue;
     if (a->has_mask) {  // unchanged: it broadcasts to [B, H, L, S] as it did
       sources.push_back(layers[i].inputs[3]);
       source_descs.push_back(net.tensor(layers[i].inputs[3]));
@@ -559,36 +721,34 @@ int fold_attention_heads(
     if (!merge) continue;
     TensorDesc result = net.tensor(merge->result);
     result.shape = {B, L, H * E};
+    std::optional<ShuffleParams> unflatten;  // [B..., L, H * E]: through a view
+    if (merge->result_shape.size() != 3) {
+      unflatten = reshape_to(layers[i].name, merge->packed, merge->result_shape,
+                             net.tensor(merge->result).shape);
+      if (!unflatten) continue;
+    }
     if (!accept(packed, source_descs, result)) continue;
     for (size_t r : merge->layers) index.remove(r);
     TensorId written = merge->result;
-    if (result.shape != net.tensor(merge->result).shape) {  // [B..., L, H * E]: through a view
+    if (unflatten) {
       result.name += ":packed";
       result.values.reset();
       written = net.add_tensor(result);
-      ShuffleParams r;
-      r.has_reshape = true;
-      r.reshape = net.tensor(merge->result).shape;
-      after[i].push_back(Layer{result.name, r, {written}, {merge->result}});
+      after[i].push_back(Layer{result.name, *unflatten, {written}, {merge->result}});
     }
     Layer rewritten{layers[i].name, packed, sources, {written}};
     index.replace(i, layers[i], rewritten);
     layers[i] = std::move(rewritten);
-    // Sources of more than 3 dims ([B, rows, H, E]: computed on the unpermuted heads) are read
-    // through a reshape to [B, rows, width] (a view at run time), one per source.
     std::map<TensorId, TensorId> flat;
     for (size_t j = 0; j < 3; ++j) {
       const TensorId base = sources[j];
-      if (net.tensor(base).shape == source_descs[j].shape) continue;
+      if (!flatten[j]) continue;
       if (!flat.count(base)) {
         TensorDesc d = source_descs[j];
         d.name += ":packed:" + layers[i].name;
         d.values.reset();
         const TensorId id = net.add_tensor(d);
-        ShuffleParams r;
-        r.has_reshape = true;
-        r.reshape = d.shape;
-        reshapes[i].push_back(Layer{d.name, r, {base}, {id}});
+        reshapes[i].push_back(Layer{d.name, *flatten[j], {base}, {id}});
         flat[base] = id;
       }
       swaps[i].emplace_back(j, flat[base]);

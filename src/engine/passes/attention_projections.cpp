@@ -43,8 +43,7 @@ std::optional<Projection> projection(const Network& net, const std::vector<Layer
   }
   const int64_t n = m->transpose_b ? w->shape[0] : w->shape[1];
   const Shape& out = net.tensor(id).shape;
-  if (out.size() < 2 || out.back() != n || !is_static(out) ||
-      (b && (b->shape != Shape{n} || b->dtype != w->dtype))) {
+  if (out.size() < 2 || out.back() != n || (b && (b->shape != Shape{n} || b->dtype != w->dtype))) {
     return std::nullopt;
   }
   return Projection{*p, w, b, n};
@@ -160,21 +159,16 @@ int merge_attention_projections(
     out.values.reset();
     AttentionParams packed = *a;
     std::vector<TensorDesc> sources;
-    const int64_t rows = out.shape.size() >= 2 ? out.shape[out.shape.size() - 2] : 1;
-    if (rows <= 0 || width <= 0 || volume(out.shape) <= 0) continue;  // (empty: nothing to merge)
-    TensorDesc flat = out;
-    flat.shape = {volume(out.shape) / (rows * width), rows, width};
+    // The operands were [B, rows, width] (fold_attention_heads), so is the merged result; B and
+    // rows may be dynamic.
+    if (out.shape.size() != 3 || out.shape[0] == 0 || out.shape[1] == 0 || width <= 0) continue;
     for (size_t j = 0; j < 3; ++j) {
       const auto at = offset.find(layers[i].inputs[j]);
       if (at != offset.end()) {
         packed.columns[j] += at->second;
-        sources.push_back(flat);
-      } else {  // as fold_attention_heads gave it: [B, rows, width]
-        TensorDesc d = net.tensor(layers[i].inputs[j]);
-        const int64_t lead = d.shape.size() >= 2 ? d.shape[0] * d.shape[1] : 0;
-        d.shape = {d.shape.size() >= 2 ? d.shape[0] : 0, d.shape.size() >= 2 ? d.shape[1] : 0,
-                   lead > 0 ? volume(d.shape) / lead : 0};
-        sources.push_back(d);
+        sources.push_back(out);
+      } else {
+        sources.push_back(net.tensor(layers[i].inputs[j]));
       }
     }
     if (a->has_mask) sources.push_back(net.tensor(layers[i].inputs[3]));
