@@ -256,6 +256,7 @@ def main():
         bench_model(name, args, rows)
     text = table(rows)
     print(text)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dynamic.json"), "w") as f:
         json.dump(rows, f, indent=1)
     with open(os.path.join(args.out, "dynamic.md"), "w") as f:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/passes/pass.h"
+#include "engine/verify.h"
 #include "engine_testing.h"
 
 namespace kiln::engine {
@@ -108,6 +109,71 @@ TEST(Builder, ConstantsAndedWithAPaddingMaskLeaveIt) {
     in.push_back(keep);
     EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+  }
+}
+
+// Masks built from positions with a dynamic sequence (transformers' `arange(L)[:, None] + c >=
+// 0` and'ed with the padding mask) cannot fold to constants, yet are decided by the positions'
+// range: one true whatever L leaves the padding mask (and'ed) or no mask (or'ed), one that is
+// not (positions >= 1) stays. Values match the unbuilt network at every L.
+TEST(Builder, MasksTrueWhateverTheInputsGo) {
+  const int64_t H = 2, E = 8;
+  struct Case {
+    BinaryOp logic;  // with the padding mask
+    double offset, bound;
+    int left;  // 1: the mask's layers stay, 0: the padding mask is the mask, -1: no mask
+  };
+  for (const Case& c : {Case{BinaryOp::kAnd, 3, 0, 0}, Case{BinaryOp::kOr, 0, 0, -1},
+                        Case{BinaryOp::kAnd, 0, 1, 1}}) {
+    SCOPED_TRACE(binary_op_name(c.logic) + std::string(" ") + std::to_string(c.bound));
+    Network net;
+    const Profile profile{{1, H, 1, E}, {1, H, 8, E}, {1, H, 16, E}};
+    const auto q = net.add_input("q", DataType::kF32, {1, H, kDynamic, E}, profile);
+    const auto kv = net.add_input("kv", DataType::kF32, {1, H, kDynamic, E}, profile);
+    const auto padding = net.add_input("padding", DataType::kBool, {1, 1, 1, kDynamic},
+                                       Profile{{1, 1, 1, 1}, {1, 1, 1, 8}, {1, 1, 1, 16}});
+    SliceParams dim2;
+    dim2.axes = {0}, dim2.starts = {2}, dim2.ends = {3}, dim2.steps = {1};
+    const auto length = net.add("L", dim2, {net.add("shape", ShapeParams{}, {q})});
+    FillParams range{FillMode::kRange, DataType::kI64, {kDynamic}, 0, 0, 1};
+    const auto positions = net.add("positions", range, {length});
+    ShuffleParams column;
+    column.has_reshape = true;
+    column.reshape = {1, 1, -1, 1};
+    const auto shifted =
+        net.add("shifted", ElementwiseParams{BinaryOp::kAdd},
+                {net.add("column", column, {positions}),
+                 net.add_constant("offset", Weights::from_ints({}, {int64_t(c.offset)}))});
+    const auto decided =
+        net.add("decided", ElementwiseParams{BinaryOp::kGe},
+                {shifted, net.add_constant("bound", Weights::from_ints({}, {int64_t(c.bound)}))});
+    const auto mask = net.add("mask", ElementwiseParams{c.logic}, {decided, padding});
+    net.mark_output(net.add("attn", AttentionParams{false, true, 0}, {q, kv, kv, mask}), "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    int mask_layers = 0;
+    bool masked = false;
+    for (const Layer& l : plan.network.layers()) {
+      if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+        masked = a->has_mask;
+        if (masked && c.left == 0) {
+          EXPECT_EQ(l.inputs[3], plan.network.inputs()[2]);
+        }
+      } else if (!std::holds_alternative<ConstantParams>(l.params)) {
+        ++mask_layers;
+      }
+    }
+    EXPECT_EQ(masked, c.left >= 0) << report.to_string();
+    EXPECT_EQ(mask_layers > 0, c.left > 0) << network_to_text(plan.network);
+    for (int64_t L : {1, 5, 16}) {
+      std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {1, H, L, E}, L),
+                                    testing::random_tensor(DataType::kF32, {1, H, L, E}, L + 1)};
+      HostTensor keep(DataType::kBool, {1, 1, 1, L});
+      for (int64_t j = 0; j < L; ++j) keep.as<uint8_t>()[j] = j % 3 != 1;
+      in.push_back(keep);
+      EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                                testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-7));
+    }
   }
 }
 

@@ -4,11 +4,12 @@
 // all-true padding mask when called without one); folded to constants at build time, they would
 // otherwise be read for every score, where the kernels know these two cases by their indices.
 // The same holds for such a constant and'ed with another bool mask (a padding mask): the other is
-// the mask then.
+// the mask then. Masks true whatever the inputs (value_ranges.h) go too, alone or and'ed.
 #include <cstring>
 
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
+#include "engine/passes/value_ranges.h"
 
 namespace kiln::engine {
 
@@ -98,6 +99,14 @@ int simplify_attention_masks(Network& net, const std::set<std::string>& keep) {
       layer.inputs[3] = expand.inputs[1];
       ++changed;
     }
+    // A bool mask true whatever the inputs (built from positions: `arange(L)[:, None] >= 0`,
+    // with L dynamic, so not a constant).
+    if (always_true(net, index, layer.inputs[3], keep)) {
+      a->has_mask = false;
+      layer.inputs.resize(3);
+      ++changed;
+      continue;
+    }
     if (const Weights* w = constant_of(layer.inputs[3])) {
       const MaskKind kind = classify(*w, L, S);
       if (kind == MaskKind::kOther) continue;
@@ -121,7 +130,13 @@ int simplify_attention_masks(Network& net, const std::set<std::string>& keep) {
     for (size_t side = 0; side < 2; ++side) {
       const Weights* w = constant_of(product.inputs[side]);
       const TensorId other = product.inputs[1 - side];
-      if (!w || net.tensor(other).dtype != DataType::kBool) continue;
+      if (net.tensor(other).dtype != DataType::kBool) continue;
+      if (always_true(net, index, product.inputs[side], keep)) {
+        layer.inputs[3] = other;
+        ++changed;
+        break;
+      }
+      if (!w) continue;
       const MaskKind kind = classify(*w, L, S);
       if (kind == MaskKind::kOther) continue;
       if (kind == MaskKind::kCausal) a->causal = true;
