@@ -16,6 +16,9 @@ struct LayerKindTraits {
   // Whether it reads its inputs' values (not only their shapes): a layer that does not needs no
   // cast when the precision pass changes its input's dtype.
   bool reads_values = true;
+  // An input read only for its values, on the host, while shapes resolve (a shape tensor: a
+  // fill's shape, a reshape's target), never by the kernel; -1: none.
+  int shape_input = -1;
 };
 
 LayerKindTraits layer_kind_traits(const LayerParams& params);

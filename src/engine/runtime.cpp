@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/layer_kinds.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
@@ -238,9 +239,34 @@ void ExecutionContext::resolve_shapes() {
     alias_offset_[out] = alias_offset_[in] + *offset;
     view_layer_[li] = true;
   }
+  // Layers whose outputs are known on the host and read by no kernel (a fill's shape, a
+  // reshape's target, arithmetic on them): they need not run. From the last layer back, a tensor
+  // is read on the device when a network output, or an input of a layer that runs other than
+  // its shape input (layers whose outputs are known read no input: their values are written).
+  host_layer_.assign(layers.size(), false);
+  std::vector<bool> device_read = is_output;
+  for (size_t li = layers.size(); li-- > 0;) {
+    const Layer& layer = layers[li];
+    if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+    bool known = true, read = false;
+    for (TensorId id : layer.outputs) {
+      known = known && descs_[static_cast<size_t>(id)].values.has_value();
+      read = read || device_read[static_cast<size_t>(id)];
+    }
+    if (known) {
+      host_layer_[li] = !read;
+      continue;
+    }
+    const int shape_input = layer_kind_traits(layer.params).shape_input;
+    for (size_t i = 0; i < layer.inputs.size(); ++i) {
+      if (static_cast<int>(i) != shape_input)
+        device_read[static_cast<size_t>(layer.inputs[i])] = true;
+    }
+  }
   std::vector<int> first(net.num_tensors(), -1), last(net.num_tensors(), -1);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
+    if (host_layer_[li]) continue;
     // A view's readers keep the bytes it shares alive.
     for (TensorId id : layer.inputs) last[root(id)] = static_cast<int>(li);
     if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
@@ -413,7 +439,10 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
   std::vector<TensorRef> ins, outs;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
+    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li] ||
+        host_layer_[li]) {
+      continue;
+    }
     ins.clear();
     outs.clear();
     bool values_known = true;  // shape tensors: computed on the host while shapes resolved

@@ -154,6 +154,9 @@ class ExecutionContext {
   std::vector<int64_t> alias_of_;
   std::vector<int64_t> alias_offset_;
   std::vector<bool> view_layer_;
+  // Per layer: whether its outputs are values known on the host (shape arithmetic) that nothing
+  // reads on the device (they only size other tensors), so it never runs.
+  std::vector<bool> host_layer_;
   // Per tensor: whether its bytes are an engine weight (directly or through views).
   std::vector<bool> constant_;
   MemoryPlan plan_;

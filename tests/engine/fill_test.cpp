@@ -46,6 +46,40 @@ TEST(Shape, DynamicInputGivesStaticRank) {
   }
 }
 
+// Shape arithmetic whose values only size other tensors (a fill's shape, a reshape's target) is
+// known on the host while shapes resolve and never runs; where a kernel reads such values (an
+// output here), they are written.
+TEST(Shape, ValuesThatOnlySizeTensorsAreNotWritten) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 3}, Profile{{1, 3}, {4, 3}, {8, 3}});
+  auto s = net.add("shape", ShapeParams{}, {x});
+  auto twice = net.add("twice", ElementwiseParams{BinaryOp::kMul},
+                       {s, net.add_constant("two", Weights::from_ints({2}, {2, 1}))});
+  auto ones =
+      net.add("ones", FillParams{FillMode::kConstant, DataType::kF32, {kDynamic, 3}, 1}, {twice});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  auto reshaped = net.add("reshaped", flat,
+                          {x, net.add("count", ReduceParams{ReduceOp::kProd, {0}, true}, {s})});
+  net.mark_output(ones, "ones");
+  net.mark_output(reshaped, "reshaped");
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  ctx.enable_profiling(true);
+  for (int64_t n : {2, 5}) {
+    auto outs = ctx.run({random_tensor(DataType::kF32, {n, 3}, 4)});
+    EXPECT_EQ(outs[0].shape(), (Shape{2 * n, 3}));
+    EXPECT_TRUE(near(outs[0], std::vector<double>(static_cast<size_t>(6 * n), 1.0), 0, 0));
+    EXPECT_EQ(outs[1].shape(), (Shape{3 * n}));
+  }
+  std::map<std::string, int> runs;
+  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  EXPECT_EQ(runs["shape"], 0);
+  EXPECT_EQ(runs["twice"], 0);
+  EXPECT_EQ(runs["count"], 0);
+  EXPECT_EQ(runs["ones"], 2);
+  EXPECT_EQ(runs["reshaped"], 2);
+}
+
 // With a shape input, a fill's and a reshape's own dims are what is known while building: the
 // static ones stay static, and a shape input that disagrees at run time is refused.
 TEST(Shape, ShapeInputsKeepTheDimsKnownWhileBuilding) {
