@@ -272,6 +272,79 @@ TEST(CudaRuntime, GraphsOfAlternatingShapesStayRight) {
   cudaStreamDestroy(s);
 }
 
+// 10,000 calls at random shapes of a dynamic engine with CUDA graphs (128 shapes: graphs
+// captured, replayed and evicted past the cache's bound of 16, cuDNN plans and resize tables per
+// shape) keep the device memory in use flat after a warm-up, and results right.
+TEST(CudaRuntime, TenThousandRandomShapesKeepDeviceMemoryFlat) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 2, kDynamic, kDynamic},
+                         Profile{{1, 2, 4, 4}, {4, 2, 8, 8}, {8, 2, 19, 19}});
+  ConvolutionParams c;
+  c.strides = {1, 1};
+  c.padding_begin = c.padding_end = {1, 1};
+  c.dilations = {1, 1};
+  std::vector<float> wv(4 * 2 * 9);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
+  auto y = net.add("conv", c, {x, net.add_constant("w", Weights::from_floats({4, 2, 3, 3}, wv))});
+  y = net.add("up", ResizeParams{ResizeMode::kLinear, {}, {2.0, 2.0}, false}, {y});
+  net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y}), "y");
+  BuilderConfig config;
+  config.device = "cuda";
+  const Plan plan = build(net, config);
+  ExecutionContext gpu(std::make_shared<const Engine>(plan.network, plan.target));
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  gpu.set_stream(s);
+  gpu.enable_cuda_graphs(true);
+  const size_t most = 8 * 4 * 38 * 38 * 4;
+  void *din = nullptr, *dout = nullptr;
+  CUDA_OK(cudaMalloc(&din, most));
+  CUDA_OK(cudaMalloc(&dout, most));
+  const auto used = [] {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return total - free;
+  };
+  uint64_t state = 7;
+  const auto next = [&](int64_t lo, int64_t hi) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(hi - lo + 1));
+  };
+  constexpr int kWarmup = 2000, kCalls = kWarmup + 10000;
+  size_t before = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    if (i == kWarmup) {
+      CUDA_OK(cudaStreamSynchronize(s));
+      before = used();
+    }
+    const int64_t n = next(1, 8), h = next(4, 19);
+    const HostTensor in = random_tensor(DataType::kF32, {n, 2, h, h}, static_cast<uint64_t>(i));
+    CUDA_OK(cudaMemcpyAsync(din, in.data(), in.nbytes(), cudaMemcpyHostToDevice, s));
+    gpu.set_input_shape(0, {n, 2, h, h});
+    gpu.bind_input(0, din);
+    gpu.bind_output(0, dout);
+    gpu.execute();
+    if (i % 499 == 0) {
+      HostTensor got(DataType::kF32, {n, 4, 2 * h, 2 * h});
+      CUDA_OK(cudaMemcpyAsync(got.data(), dout, got.nbytes(), cudaMemcpyDeviceToHost, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      ASSERT_TRUE(testing::near(got, testing::to_doubles(cpu.run({in})[0]), 1e-4, 1e-5))
+          << "call " << i << ": " << n << " x " << h;
+    }
+  }
+  CUDA_OK(cudaStreamSynchronize(s));
+  const size_t after = used();
+  RecordProperty("device_bytes_before", std::to_string(before));
+  RecordProperty("device_bytes_after", std::to_string(after));
+  EXPECT_LE(after, before + (size_t{8} << 20))
+      << "device memory in use " << before << " -> " << after << " bytes over 10,000 calls";
+  cudaFree(din);
+  cudaFree(dout);
+  cudaStreamDestroy(s);
+}
+
 TEST(CudaRuntime, DynamicShapesAndShapeTensors) {
   KILN_REQUIRE_GPU();
   Network net;
