@@ -24,6 +24,10 @@ struct ConversionSettings {
   // depend on which constants the TorchScript graph shares: freezing merges constants of equal
   // values (a fresh batch norm's weight and running variance), which new weights tell apart.
   bool refittable = false;
+  // Whether the target backend runs layers with data-dependent output shapes (nonzero: rows
+  // counted while running, memory planned at the bound): the CPU backend does; the CUDA backend
+  // has no nonzero kernel yet, so such nodes stay in PyTorch there.
+  bool output_allocator = true;
 };
 
 class ConversionContext {

@@ -33,6 +33,12 @@ ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector
   }
   for (const torch::jit::Node* node : graph.nodes()) {
     if (const ConverterEntry* e = registry.find_converter(node)) {
+      if (e->requires_output_allocator && !ctx.settings().output_allocator) {
+        if (failed) *failed = node;
+        KILN_THROW(Unsupported, "`", ir::node_to_string(node),
+                   "`: its output shape depends on the input's values, and the target backend "
+                   "has no output allocator for data-dependent shapes");
+      }
       if (e->validator) {
         if (auto reason = e->validator(node)) {
           if (failed) *failed = node;

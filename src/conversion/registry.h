@@ -26,6 +26,9 @@ struct ConverterEntry {
   ConvertFn convert;
   CapabilityValidator validator;  // may be empty: always capable
   int priority = 0;               // higher wins when several entries match
+  // Its output shape depends on input values (nonzero, masked_select): only for backends with an
+  // output allocator (ConversionSettings::output_allocator); elsewhere the node is refused.
+  bool requires_output_allocator = false;
 };
 
 struct EvaluatorEntry {

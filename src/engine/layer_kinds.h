@@ -19,6 +19,9 @@ struct LayerKindTraits {
   // An input read only for its values, on the host, while shapes resolve (a shape tensor: a
   // fill's shape, a reshape's target), never by the kernel; -1: none.
   int shape_input = -1;
+  // Its output 0's first dim is data-dependent: known once the layer has run, from output 1 (an
+  // i64 scalar the kernel writes), and at most the number of elements of input 0.
+  bool data_dependent = false;
 };
 
 LayerKindTraits layer_kind_traits(const LayerParams& params);

@@ -30,7 +30,8 @@ const char* layer_kind_name(size_t index) {
                                        "fill",
                                        "attention",
                                        "fused_elementwise",
-                                       "squeeze_excitation"};
+                                       "squeeze_excitation",
+                                       "nonzero"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumLayerKinds, "one name per layer kind");
   return index < kNumLayerKinds ? kNames[index] : "unknown";
 }

@@ -470,13 +470,22 @@ struct SqueezeExcitationParams {
   }
 };
 
+// torch.nonzero: the indices of x's nonzero elements (true, or != 0; NaN counts), row-major, as
+// output 0, i64 [count, rank of x]; output 1, i64 [], holds count. count is a data-dependent dim:
+// known only once the layer has run. The runtime plans memory for count = numel(x), reads output
+// 1 after the layer runs and sizes what follows by it (ExecutionContext).
+struct NonZeroParams {
+  template <class V>
+  void fields(V&) {}
+};
+
 using LayerParams =
     std::variant<ConvolutionParams, MatMulParams, ElementwiseParams, UnaryParams, ActivationParams,
                  PoolingParams, ReduceParams, SoftmaxParams, NormalizationParams, ConcatParams,
                  ShuffleParams, SliceParams, GatherParams, ScatterParams, SelectParams, CastParams,
                  ConstantParams, PadParams, ResizeParams, TopKParams, ArgMaxParams, ScanParams,
                  ShapeParams, FillParams, AttentionParams, FusedElementwiseParams,
-                 SqueezeExcitationParams>;
+                 SqueezeExcitationParams, NonZeroParams>;
 
 // The name of a layer kind ("convolution", "matmul", ...), by variant index.
 const char* layer_kind_name(const LayerParams& params);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <sstream>
 
@@ -183,6 +184,7 @@ void ExecutionContext::resolve_shapes() {
                "` has a dynamic shape that was not set");
   }
   descs_.assign(net.num_tensors(), TensorDesc{});
+  data_dependent_.assign(net.num_tensors(), false);
   for (size_t i = 0; i < net.num_tensors(); ++i) descs_[i] = net.tensor(static_cast<TensorId>(i));
   for (size_t i = 0; i < net.inputs().size(); ++i) {
     TensorDesc& d = descs_[static_cast<size_t>(net.inputs()[i])];
@@ -196,6 +198,12 @@ void ExecutionContext::resolve_shapes() {
     std::vector<TensorDesc> outs = infer_layer_outputs(layer, in);
     KILN_CHECK(outs.size() == layer.outputs.size(), InternalError, "layer `", layer.name,
                "`: inferred ", outs.size(), " outputs, plan has ", layer.outputs.size());
+    // Data-dependent dims (nonzero's count) are planned at their bound; so is everything
+    // computed from them, whose shapes execution resolves again as the counts become known.
+    bool tainted = false;
+    for (TensorId id : layer.inputs) tainted = tainted || data_dependent_[static_cast<size_t>(id)];
+    const bool counts = layer_kind_traits(layer.params).data_dependent;
+    if (counts) outs[0].shape[0] = volume(in[0]->shape);
     for (size_t k = 0; k < outs.size(); ++k) {
       TensorDesc& d = descs_[static_cast<size_t>(layer.outputs[k])];
       KILN_CHECK(is_static(outs[k].shape), Unsupported, "layer `", layer.name, "`: output shape ",
@@ -203,7 +211,15 @@ void ExecutionContext::resolve_shapes() {
                  " depends on tensor values that are only known while running");
       d.shape = outs[k].shape;
       d.values = outs[k].values;
+      if (tainted || (counts && k == 0)) {
+        data_dependent_[static_cast<size_t>(layer.outputs[k])] = true;
+        d.values.reset();  // (values of the bound, not of the run)
+      }
     }
+  }
+  bound_shapes_.assign(net.num_tensors(), Shape{});
+  for (size_t t = 0; t < net.num_tensors(); ++t) {
+    if (data_dependent_[t]) bound_shapes_[t] = descs_[t].shape;
   }
 
   // Arena: every layer output that is not a network output, a constant or a view.
@@ -233,7 +249,7 @@ void ExecutionContext::resolve_shapes() {
     }
     if (!offset || layer.inputs.size() != 1) continue;
     const size_t out = static_cast<size_t>(layer.outputs[0]);
-    if (is_output[out] || descs_[out].values.has_value()) continue;
+    if (is_output[out] || descs_[out].values.has_value() || data_dependent_[out]) continue;
     const size_t in = static_cast<size_t>(layer.inputs[0]);
     alias_of_[out] = static_cast<int64_t>(root(layer.inputs[0]));
     alias_offset_[out] = alias_offset_[in] + *offset;
@@ -339,6 +355,9 @@ void ExecutionContext::enable_cuda_graphs(bool on) {
 
 void ExecutionContext::execute() {
   resolve_shapes();
+  for (size_t t = 0; t < descs_.size(); ++t) {  // (a call that failed half-way leaves counts)
+    if (data_dependent_[t]) descs_[t].shape = bound_shapes_[t];
+  }
   const Network& net = engine_->network();
   std::vector<size_t> in_bytes(net.inputs().size()), out_bytes(net.outputs().size());
   for (size_t i = 0; i < in_bytes.size(); ++i) {
@@ -353,7 +372,7 @@ void ExecutionContext::execute() {
     KILN_CHECK(bound_outputs_[i] != nullptr || out_bytes[i] == 0, InvalidArgument, "output `",
                engine_->output(i).name, "` is not bound");
   }
-  if (graphs_ && !profiling_) {
+  if (graphs_ && !profiling_ && !has_data_dependent()) {
     std::vector<int64_t> key;  // one graph per set of input shapes
     for (const Shape& s : input_shapes_) {
       key.push_back(static_cast<int64_t>(s.size()));
@@ -362,9 +381,30 @@ void ExecutionContext::execute() {
     backend_->execute_graph(key, bound_inputs_, in_bytes, bound_outputs_, out_bytes,
                             [this](const std::vector<const void*>& in,
                                    const std::vector<void*>& out) { enqueue(in, out); });
-    return;
+  } else {
+    enqueue(bound_inputs_, bound_outputs_);
   }
-  enqueue(bound_inputs_, bound_outputs_);
+  // What was written (data-dependent dims as counted), then the bounds again for the next call.
+  executed_shapes_.clear();
+  for (TensorId id : net.outputs())
+    executed_shapes_.push_back(descs_[static_cast<size_t>(id)].shape);
+  for (size_t t = 0; t < descs_.size(); ++t) {
+    if (data_dependent_[t]) descs_[t].shape = bound_shapes_[t];
+  }
+}
+
+bool ExecutionContext::has_data_dependent() const {
+  for (bool d : data_dependent_) {
+    if (d) return true;
+  }
+  return false;
+}
+
+const Shape& ExecutionContext::executed_output_shape(size_t index) const {
+  engine_->output(index);  // validates the index
+  KILN_CHECK(index < executed_shapes_.size(), InvalidArgument,
+             "executed_output_shape: nothing has been executed with these input shapes");
+  return executed_shapes_[index];
 }
 
 void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
@@ -443,6 +483,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
         host_layer_[li]) {
       continue;
     }
+    resolve_data_dependent(layer);
     ins.clear();
     outs.clear();
     bool values_known = true;  // shape tensors: computed on the host while shapes resolved
@@ -462,6 +503,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     } else {
       backend_->run_layer(li, layer, ins, outs);
     }
+    if (layer_kind_traits(layer.params).data_dependent) read_count(layer, where);
     if (profiling_) backend_->profile_mark(li);
   }
   if (profiling_) {
@@ -470,6 +512,36 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
       ++timings_[li].runs;
     }
   }
+}
+
+void ExecutionContext::resolve_data_dependent(const Layer& layer) {
+  bool tainted = false;
+  for (TensorId id : layer.inputs) tainted = tainted || data_dependent_[static_cast<size_t>(id)];
+  if (!tainted) return;
+  std::vector<const TensorDesc*> in;
+  for (TensorId id : layer.inputs) in.push_back(&descs_[static_cast<size_t>(id)]);
+  std::vector<TensorDesc> outs = infer_layer_outputs(layer, in);
+  if (layer_kind_traits(layer.params).data_dependent) outs[0].shape[0] = volume(in[0]->shape);
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const size_t t = static_cast<size_t>(layer.outputs[k]);
+    // Within the bound memory was planned for (sizes grow with the counts they follow).
+    KILN_CHECK(is_static(outs[k].shape) && volume(outs[k].shape) <= volume(bound_shapes_[t]),
+               InternalError, "layer `", layer.name, "`: output ", shape_to_string(outs[k].shape),
+               " at the counts of this run exceeds the ", shape_to_string(bound_shapes_[t]),
+               " planned for it");
+    descs_[t].shape = outs[k].shape;
+  }
+}
+
+void ExecutionContext::read_count(const Layer& layer, const std::vector<void*>& where) {
+  int64_t count = 0;
+  backend_->copy(&count, where[static_cast<size_t>(layer.outputs[1])], sizeof(count),
+                 ContextBackend::Copy::kToHost);
+  backend_->synchronize();
+  TensorDesc& d = descs_[static_cast<size_t>(layer.outputs[0])];
+  KILN_CHECK(count >= 0 && count <= d.shape[0], InternalError, "layer `", layer.name, "` counted ",
+             count, " rows, past the bound of ", d.shape[0]);
+  d.shape[0] = count;
 }
 
 std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inputs) {
@@ -507,6 +579,14 @@ std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inp
     bind_output(i, direct ? outputs.back().data() : staged(n_in + i, outputs.back().nbytes()));
   }
   execute();
+  // Outputs with data-dependent dims: what was written is a prefix of the bound's buffer.
+  for (size_t i = 0; i < n_out; ++i) {
+    const Shape& written = executed_shapes_[i];
+    if (written == outputs[i].shape()) continue;
+    HostTensor shrunk(outputs[i].dtype(), written);
+    if (direct) std::memcpy(shrunk.data(), outputs[i].data(), shrunk.nbytes());
+    outputs[i] = std::move(shrunk);
+  }
   if (!direct) {
     for (size_t i = 0; i < n_out; ++i) {
       backend_->copy(outputs[i].data(), bound_outputs_[i], outputs[i].nbytes(),

@@ -103,8 +103,14 @@ class ExecutionContext {
 
   // Throws ShapeMismatch if the rank or a dim is outside the input's profile.
   void set_input_shape(size_t index, const Shape& shape);
-  // Output shapes for the input shapes set so far (every dynamic input must be set).
+  // Output shapes for the input shapes set so far (every dynamic input must be set): what to
+  // allocate. A data-dependent dim (the rows of a nonzero) is given at its bound (the most it can
+  // be); executed_output_shape says what execute() wrote.
   const Shape& output_shape(size_t index);
+  // The shape of what the last execute() wrote to output `index`: output_shape with each
+  // data-dependent dim as counted (the data is a dense prefix of the buffer). Such engines
+  // synchronize their stream once per count while executing, and never replay CUDA graphs.
+  const Shape& executed_output_shape(size_t index) const;
   // Host pointers for a CPU engine; device pointers (of the engine's device) for a cuda engine.
   void bind_input(size_t index, const void* data);
   void bind_output(size_t index, void* data);
@@ -141,6 +147,11 @@ class ExecutionContext {
   // Every layer once, reading `inputs` and writing `outputs` (on the stream for cuda engines).
   void enqueue(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
   void execute_layers(const std::vector<void*>& where);
+  // Tensors computed from data-dependent dims: `layer`'s output shapes at the counts known so far.
+  void resolve_data_dependent(const Layer& layer);
+  // After a data-dependent layer ran: its count (output 1) read back, its output 0 sized by it.
+  void read_count(const Layer& layer, const std::vector<void*>& where);
+  bool has_data_dependent() const;
 
   std::shared_ptr<const Engine> engine_;
   std::vector<Shape> input_shapes_;
@@ -157,6 +168,11 @@ class ExecutionContext {
   // Per layer: whether its outputs are values known on the host (shape arithmetic) that nothing
   // reads on the device (they only size other tensors), so it never runs.
   std::vector<bool> host_layer_;
+  // Per tensor: whether its shape depends on a data-dependent dim, and the shape it was planned
+  // at (the bounds); per output, the shape the last execution wrote.
+  std::vector<bool> data_dependent_;
+  std::vector<Shape> bound_shapes_;
+  std::vector<Shape> executed_shapes_;
   // Per tensor: whether its bytes are an engine weight (directly or through views).
   std::vector<bool> constant_;
   MemoryPlan plan_;

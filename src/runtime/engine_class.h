@@ -47,6 +47,9 @@ class EngineHolder : public torch::CustomClassHolder {
   // Output tensors on `device` in the context's output shapes, bound to the context.
   std::vector<at::Tensor> allocate_outputs(engine::ExecutionContext& ctx,
                                            const c10::Device& device) const;
+  // The outputs as execution wrote them: data-dependent dims at their counts.
+  std::vector<at::Tensor> written(const engine::ExecutionContext& ctx,
+                                  std::vector<at::Tensor> outputs) const;
   std::vector<at::Tensor> execute_on_cpu(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> execute_on_cuda(const std::vector<at::Tensor>& inputs);
   // An idle context, preferring one last used on `stream` (cuda) so that no cross-stream wait

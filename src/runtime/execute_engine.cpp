@@ -112,6 +112,18 @@ std::vector<at::Tensor> EngineHolder::allocate_outputs(engine::ExecutionContext&
   return outputs;
 }
 
+std::vector<at::Tensor> EngineHolder::written(const engine::ExecutionContext& ctx,
+                                              std::vector<at::Tensor> outputs) const {
+  // Outputs with data-dependent dims (a nonzero's rows) were allocated at their bound: what was
+  // written is a dense prefix of that.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const engine::Shape& shape = ctx.executed_output_shape(i);
+    if (outputs[i].sizes().vec() == shape) continue;
+    outputs[i] = outputs[i].view({-1}).narrow(0, 0, engine::volume(shape)).view(shape);
+  }
+  return outputs;
+}
+
 std::vector<at::Tensor> EngineHolder::execute_on_cpu(const std::vector<at::Tensor>& inputs) {
   ContextLease lease{[this](std::unique_ptr<engine::ExecutionContext> c) { release(std::move(c)); },
                      acquire()};
@@ -121,7 +133,7 @@ std::vector<at::Tensor> EngineHolder::execute_on_cpu(const std::vector<at::Tenso
   for (size_t i = 0; i < inputs.size(); ++i) keep.push_back(prepare_input(i, inputs[i], ctx));
   std::vector<at::Tensor> outputs = allocate_outputs(ctx, c10::Device(c10::DeviceType::CPU));
   ctx.execute();
-  return outputs;
+  return written(ctx, std::move(outputs));
 }
 
 #if KILN_RUNTIME_CUDA
@@ -202,7 +214,7 @@ std::vector<at::Tensor> EngineHolder::execute_on_cuda(const std::vector<at::Tens
     check_cuda(cudaEventRecord(side->join, stream), "execute_engine: cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(current, side->join, 0), "execute_engine: cudaStreamWaitEvent");
   }
-  return outputs;
+  return written(ctx, std::move(outputs));
 }
 #else
 std::vector<at::Tensor> EngineHolder::execute_on_cuda(const std::vector<at::Tensor>&) {

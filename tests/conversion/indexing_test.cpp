@@ -2,6 +2,7 @@
 // scatter_reduce, slice_scatter, select_scatter)
 // against libtorch on the CPU backend.
 #include "conversion/converter_testing.h"
+#include "conversion/dtypes.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
 #include "util/errors.h"
@@ -339,17 +340,91 @@ graph(%x : Tensor, %src : Tensor):
   }
 }
 
-TEST(ConvertIndexing, BooleanMaskIndexIsUnsupported) {
-  const std::string ir = R"IR(
+// Boolean masks pick the positions where they are true (nonzero in the engine, its count known
+// once it runs): over dim 0, over two dims, after a full slice, uint8 masks; nonzero and
+// masked_select (broadcast) too; empty, full and random masks.
+TEST(ConvertIndexing, BooleanMasksPickWhereTheyAreTrue) {
+  const std::string one = R"IR(
 graph(%x : Tensor, %m : Tensor):
   %l : Tensor?[] = prim::ListConstruct(%m)
   %y : Tensor = aten::index(%x, %l)
   return (%y))IR";
+  const std::string after_slice = R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %none : NoneType = prim::Constant()
+  %l : Tensor?[] = prim::ListConstruct(%none, %m)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR";
+  const std::string nonzero = R"IR(
+graph(%x : Tensor):
+  %y : Tensor = aten::nonzero(%x)
+  return (%y))IR";
+  const std::string masked_select = R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %y : Tensor = aten::masked_select(%x, %m)
+  return (%y))IR";
+  torch::manual_seed(5);
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE(kind);
+    const auto mask = [&](at::IntArrayRef shape) {
+      return kind == 0   ? torch::zeros(shape, torch::kBool)
+             : kind == 1 ? torch::ones(shape, torch::kBool)
+                         : torch::rand(shape) > 0.5;
+    };
+    EXPECT_TRUE(testing::matches_torch(one, {torch::randn({5, 3}), mask({5})}));
+    EXPECT_TRUE(testing::matches_torch(one, {torch::randn({4, 3, 2}), mask({4, 3})}));
+    EXPECT_TRUE(
+        testing::matches_torch(one, {torch::randn({4, 3}), mask({4, 3}).to(torch::kUInt8)}));
+    EXPECT_TRUE(testing::matches_torch(after_slice, {torch::randn({2, 5, 3}), mask({5})}));
+    EXPECT_TRUE(testing::matches_torch(nonzero, {mask({3, 4}).to(torch::kFloat)}));
+    EXPECT_TRUE(testing::matches_torch(nonzero, {mask({6}).to(torch::kLong)}));
+    EXPECT_TRUE(testing::matches_torch(masked_select, {torch::randn({3, 4}), mask({4})}));
+  }
+}
+
+// A target without an output allocator (ConversionSettings::output_allocator: the CUDA backend
+// for now) refuses such nodes with the reason, so that partitioning leaves them to PyTorch; a
+// mask whose dims do not match the indexed tensor's is a clear error.
+TEST(ConvertIndexing, DataDependentShapesNeedAnOutputAllocator) {
+  const std::vector<std::pair<std::string, std::vector<at::Tensor>>> cases = {
+      {R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %l : Tensor?[] = prim::ListConstruct(%m)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR",
+       {torch::randn({4}), torch::rand({4}) > 0.5}},
+      {R"IR(
+graph(%x : Tensor):
+  %y : Tensor = aten::nonzero(%x)
+  return (%y))IR",
+       {torch::randn({4})}}};
+  for (const auto& [ir, inputs] : cases) {
+    auto graph = kiln::testing::parse(ir);
+    std::vector<InputSpec> specs;
+    for (const auto& t : inputs) {
+      specs.push_back(InputSpec::fixed(to_engine_dtype(t.scalar_type(), "input"), t.sizes().vec()));
+    }
+    ConversionSettings settings;
+    settings.output_allocator = false;
+    try {
+      convert_graph(*graph, specs, default_registry(), settings);
+      FAIL() << "converted without an output allocator";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("output allocator"), std::string::npos) << e.what();
+    }
+  }
   try {
-    testing::run_converted(ir, {torch::randn({4}), torch::rand({4}) > 0.5});
-    FAIL() << "expected Unsupported";
+    testing::run_converted(R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %l : Tensor?[] = prim::ListConstruct(%m)
+  %y : Tensor = aten::index(%x, %l)
+  return (%y))IR",
+                           {torch::randn({4, 3}), torch::rand({5}) > 0.5});
+    FAIL() << "a [5] mask indexed a [4, 3] tensor";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kShapeMismatch) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not match"), std::string::npos) << e.what();
   }
 }
 

@@ -712,3 +712,40 @@ def test_resource_partitioning_keeps_registered_patterns_whole():
             kiln.register_atomic_subgraph(*bad, name="bad")
     with pytest.raises(kiln.InvalidArgument, match="needs a name="):
         kiln.register_atomic_subgraph(["aten::relu", "aten::mul"])
+
+
+class _DataDependent(torch.nn.Module):
+    def forward(self, x, keep):
+        return (torch.nonzero(x > 0.5), x[keep].relu() * 2,
+                torch.masked_select(x, x > 0).sum(), x[x > 1.0] + 1)
+
+
+@pytest.mark.parametrize("frontend", ["torchscript", "export"])
+def test_data_dependent_shapes_run_in_the_engine(frontend):
+    # nonzero, boolean-mask indexing and masked_select: their rows are counted while the engine
+    # runs (memory planned at the bound), and the layers after them are sized by the count; all
+    # in one engine, matching PyTorch on empty, full and random masks at every batch.
+    m = _DataDependent().eval()
+    x, keep = torch.randn(4, 3), torch.rand(4) > 0.5
+    if frontend == "export":
+        batch = torch.export.Dim("batch", min=1, max=8)
+        c = kiln.compile(torch.export.export(m, (x, keep),
+                                             dynamic_shapes=({0: batch}, {0: batch})))
+    else:
+        c = kiln.compile(m, inputs=[kiln.Input(min_shape=(1, 3), opt_shape=(4, 3),
+                                               max_shape=(8, 3)),
+                                    kiln.Input(min_shape=(1,), opt_shape=(4,), max_shape=(8,),
+                                               dtype=torch.bool)])
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report
+    assert {"aten::nonzero", "aten::index", "aten::masked_select"} <= set(engines[0]["ops"])
+    torch.manual_seed(3)
+    for n in (1, 4, 8):
+        for x, keep in ((torch.zeros(n, 3), torch.zeros(n, dtype=torch.bool)),
+                        (torch.full((n, 3), 2.0), torch.ones(n, dtype=torch.bool)),
+                        (torch.randn(n, 3), torch.rand(n) > 0.5)):
+            got, want = c(x, keep), m(x, keep)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape
+                torch.testing.assert_close(g, w)

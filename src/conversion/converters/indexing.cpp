@@ -332,23 +332,65 @@ TensorId dim_size(ConversionContext& ctx, const Node* n, TensorId x, int64_t axi
   return drop_dim(ctx, n, one, 0, "dim");
 }
 
+// The positions where a bool (or uint8) mask over k dims of x is true, as k index tensors (the
+// columns of its nonzero indices, [count] each): torch's x[mask]. The count is data-dependent:
+// the engine plans for every position and sizes what follows once the layer has run.
+std::vector<TensorId> mask_indices(ConversionContext& ctx, const Node* n, TensorId mask,
+                                   const engine::Shape& x_shape, int64_t first_dim) {
+  const engine::Shape m = ctx.desc(mask).shape;
+  KILN_CHECK(ctx.settings().output_allocator, Unsupported,
+             "indexing with a mask: the output shape depends on the mask's values, and the "
+             "target backend has no output allocator for data-dependent shapes");
+  KILN_CHECK(first_dim + static_cast<int64_t>(m.size()) <= static_cast<int64_t>(x_shape.size()),
+             InvalidArgument, "a mask of shape ", engine::shape_to_string(m), " at dim ", first_dim,
+             " indexes past the rank of ", engine::shape_to_string(x_shape));
+  for (size_t j = 0; j < m.size(); ++j) {
+    const int64_t want = x_shape[static_cast<size_t>(first_dim) + j];
+    KILN_CHECK(m[j] == engine::kDynamic || want == engine::kDynamic || m[j] == want, ShapeMismatch,
+               "the shape of the mask ", engine::shape_to_string(m), " at index ", j,
+               " does not match the shape of the indexed tensor ", engine::shape_to_string(x_shape),
+               " at index ", first_dim + j);
+  }
+  const std::vector<TensorId> nz = ctx.add_layer(n, engine::NonZeroParams{}, {mask}, "nonzero");
+  std::vector<TensorId> columns;
+  for (size_t j = 0; j < m.size(); ++j) {
+    engine::SliceParams col;
+    col.axes = {1}, col.starts = {static_cast<int64_t>(j)},
+    col.ends = {static_cast<int64_t>(j) + 1}, col.steps = {1};
+    const TensorId c = ctx.add(n, col, {nz[0]}, "column");
+    columns.push_back(reshape_dims(ctx, n, c, {{engine::kDynamic, 0}}, "column"));
+  }
+  return columns;
+}
+
 void convert_index(ConversionContext& ctx, const Node* n) {
   TensorId x = ctx.tensor(n->input(0));
   const engine::Shape shape = ctx.desc(x).shape;
   const Node* list = n->input(1)->node();
   int64_t axis = 0;
   while (is_none(list->input(static_cast<size_t>(axis)))) ++axis;
-  int64_t count = 0;
-  while (axis + count < static_cast<int64_t>(list->inputs().size()) &&
-         !is_none(list->input(static_cast<size_t>(axis + count)))) {
-    ++count;
+  // The index tensors, a dim of x each (a mask over k dims gives k).
+  std::vector<TensorId> indices;
+  for (size_t i = static_cast<size_t>(axis); i < list->inputs().size() && !is_none(list->input(i));
+       ++i) {
+    const TensorId v = ctx.tensor(list->input(i));
+    const engine::DataType dt = ctx.desc(v).dtype;
+    if (dt == engine::DataType::kBool || dt == engine::DataType::kU8) {
+      const auto cols = mask_indices(ctx, n, v, shape, axis + static_cast<int64_t>(indices.size()));
+      indices.insert(indices.end(), cols.begin(), cols.end());
+    } else {
+      indices.push_back(integer_index(ctx, n, list->input(i)));
+    }
   }
+  const int64_t count = static_cast<int64_t>(indices.size());
   KILN_CHECK(axis + count <= static_cast<int64_t>(shape.size()), InvalidArgument,
              "too many indices for a tensor of rank ", shape.size());
+  if (count == 0) {  // a mask of rank 0: x[True] is x with a dim of 1 (of 0 for False) in front
+    KILN_THROW(Unsupported, "indexing with a 0-d mask");
+  }
   if (count == 1) {
-    const TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis)));
-    ctx.set_tensor(n->output(),
-                   ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, idx}));
+    ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis},
+                                        {x, indices[0]}));
     return;
   }
   const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b) {
@@ -357,8 +399,7 @@ void convert_index(ConversionContext& ctx, const Node* n) {
   const TensorId zero = ctx.constant(at::scalar_tensor(0, at::kLong), "zero");
   TensorId linear = -1;
   for (int64_t j = 0; j < count; ++j) {
-    TensorId idx = integer_index(ctx, n, list->input(static_cast<size_t>(axis + j)));
-    idx = ctx.cast(n, idx, engine::DataType::kI64);
+    TensorId idx = ctx.cast(n, indices[static_cast<size_t>(j)], engine::DataType::kI64);
     const TensorId size = dim_size(ctx, n, x, axis + j);
     const TensorId negative = binary(engine::BinaryOp::kLt, idx, zero);
     idx = ctx.add(n, engine::SelectParams{},
@@ -382,6 +423,37 @@ void convert_index(ConversionContext& ctx, const Node* n) {
   x = reshape_dims(ctx, n, x, dims, "flat");
   ctx.set_tensor(n->output(),
                  ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, linear}));
+}
+
+// nonzero(x): the indices of x's nonzero elements, [count, rank], count data-dependent.
+void convert_nonzero(ConversionContext& ctx, const Node* n) {
+  ctx.set_tensor(n->output(),
+                 ctx.add_layer(n, engine::NonZeroParams{}, {ctx.tensor(n->input(0))})[0]);
+}
+
+// masked_select(x, mask): x's elements where mask is true, x and mask broadcast together, as a
+// vector (row-major): the broadcast x flattened, gathered at the broadcast mask's nonzeros.
+void convert_masked_select(ConversionContext& ctx, const Node* n) {
+  const TensorId x = ctx.tensor(n->input(0));
+  TensorId mask = ctx.tensor(n->input(1));
+  if (ctx.desc(mask).dtype != engine::DataType::kBool) {
+    mask = ctx.cast(n, mask, engine::DataType::kBool);
+  }
+  // x broadcast with the mask (a select whose branches are both x), the mask with x (and'ed
+  // with trues of that shape).
+  const TensorId xb = ctx.add(n, engine::SelectParams{}, {mask, x, x}, "x");
+  const TensorId shape = ctx.add(n, engine::ShapeParams{}, {xb}, "shape");
+  engine::FillParams trues;
+  trues.dtype = engine::DataType::kBool;
+  trues.value = 1;
+  const TensorId all = ctx.add(n, trues, {shape}, "all");
+  const TensorId mb =
+      ctx.add(n, engine::ElementwiseParams{engine::BinaryOp::kAnd}, {all, mask}, "mask");
+  const TensorId flat_x = reshape_dims(ctx, n, xb, {{engine::kDynamic, -1}}, "flat");
+  const TensorId flat_mask = reshape_dims(ctx, n, mb, {{engine::kDynamic, -1}}, "flat_mask");
+  const auto rows = mask_indices(ctx, n, flat_mask, ctx.desc(flat_x).shape, 0);
+  ctx.set_tensor(n->output(), ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, 0},
+                                      {flat_x, rows[0]}));
 }
 
 // scatter(self, dim, index, src|value) and scatter_add: updates of a scalar value are the value
@@ -449,6 +521,9 @@ void register_indexing_converters(Registry& r) {
   r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), 0});
   r.add_converter({existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}),
                    convert_index, index_capable});
+  r.add_converter({{"aten::nonzero"}, convert_nonzero, {}, 0, /*requires_output_allocator=*/true});
+  r.add_converter(
+      {{"aten::masked_select"}, convert_masked_select, {}, 0, /*requires_output_allocator=*/true});
   r.add_converter(
       {{"aten::scatter.src"}, scatter(engine::ScatterReduce::kNone), static_inputs({1}), 0});
   r.add_converter(

@@ -157,6 +157,26 @@ void argmax_kernel(KernelArgs& args) {
   }
 }
 
+// The row-major indices of the nonzero elements (NaN counts: it is not 0), then their count.
+void nonzero_kernel(KernelArgs& args) {
+  const TensorView& in = args.inputs[0];
+  const int64_t n = in.numel(), rank = static_cast<int64_t>(in.shape.size());
+  int64_t* out = args.outputs[0].as<int64_t>();
+  int64_t count = 0;
+  std::vector<int64_t> index(static_cast<size_t>(rank), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (load_as<double>(in.dtype, in.data, i) != 0) {
+      std::copy(index.begin(), index.end(), out + count * rank);
+      ++count;
+    }
+    for (int64_t d = rank - 1; d >= 0; --d) {  // the next element's index
+      if (++index[static_cast<size_t>(d)] < in.shape[static_cast<size_t>(d)]) break;
+      index[static_cast<size_t>(d)] = 0;
+    }
+  }
+  *args.outputs[1].as<int64_t>() = count;
+}
+
 // Orders (value, index) pairs for topk: NaN above everything (as torch), ties by lower index.
 template <class C>
 struct TopKOrder {
@@ -241,6 +261,7 @@ void register_reduce(KernelTable& t) {
   t.set<ArgMaxParams>(argmax_kernel);
   t.set<TopKParams>(topk_kernel);
   t.set<ScanParams>(scan_kernel);
+  t.set<NonZeroParams>(nonzero_kernel);
 }
 
 }  // namespace kiln::engine::cpu

@@ -21,6 +21,7 @@ LayerKindTraits traits_of() {
   if constexpr (std::is_same_v<Params, ShapeParams>) t.reads_values = false;
   if constexpr (std::is_same_v<Params, FillParams>) t.shape_input = 0;
   if constexpr (std::is_same_v<Params, ShuffleParams>) t.shape_input = 1;
+  if constexpr (std::is_same_v<Params, NonZeroParams>) t.data_dependent = true;
   return t;
 }
 

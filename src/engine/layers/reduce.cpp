@@ -114,6 +114,13 @@ std::vector<InferOutput> infer(const std::string& layer, const ArgMaxParams& p,
   return {{DataType::kI64, out}};
 }
 
+std::vector<InferOutput> infer(const std::string& layer, const NonZeroParams&,
+                               const std::vector<InferInput>& in) {
+  expect_input_count(layer, in, 1, 1);
+  return {{DataType::kI64, Shape{kDynamic, static_cast<int64_t>(in[0].shape.size())}},
+          {DataType::kI64, Shape{}}};
+}
+
 std::vector<InferOutput> infer(const std::string& layer, const TopKParams& p,
                                const std::vector<InferInput>& in) {
   expect_input_count(layer, in, 1, 1);
