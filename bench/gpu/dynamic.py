@@ -3,8 +3,8 @@ kiln engine built for each shape and torch.compile with dynamic shapes, at the r
 max and two shapes in between.
 
 Per model and shape (fp16 unless --precision fp32; median ms of CUDA-event timed calls after
-warm-up): kiln static (exported at that shape, compiled for it), kiln dynamic (exported with the
-dim symbolic, compiled once for min/opt/max), torch.compile(dynamic=True) in its default mode and
+warm-up): kiln static (exported at that shape, compiled for it), kiln dynamic (exported with its
+dims symbolic, compiled once for min/opt/max), torch.compile(dynamic=True) in its default mode and
 in reduce-overhead, each compiled once and called at every shape. Also the first call of the
 dynamic engine at each shape (host wall time, synchronized: what a new shape costs) and the
 largest difference from eager PyTorch in the same precision. kiln compiles through the Python
@@ -13,6 +13,8 @@ package from torch.export's programs, default flags, as a user would.
 Usage (on the GPU machine, the package built with CUDA):
   python3 bench/gpu/dynamic.py --package-dir build-gpu/python --models resnet50,hf_bert --out $OUT
 `--device cpu` runs the kiln columns on the CPU (a check of the script, not a measurement).
+"hf_bert_batch_seq" is BertModel with the batch (1..32) and the sequence (1..512) dynamic in one
+engine, the inputs' dims tied (one export Dim each).
 """
 import argparse
 import copy
@@ -29,52 +31,69 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from models import make_model, max_diff, padded_batch  # noqa: E402 (bench/models.py)
 from bench import time_cuda  # noqa: E402 (beside this file)
 
-# The dynamic dim, its range (min, opt, max) and the shapes measured. Image models: the batch;
-# text models: the sequence of one padded request (token ids and attention mask).
+# The dynamic dims, each with its axis and range (min, opt, max), and the shapes measured (one
+# value per dim). Image models: the batch; text models: the sequence of padded requests (token ids
+# and attention mask), of one request unless the batch is dynamic too (one engine for both).
+BATCH = {"batch": (0, (1, 8, 32))}
 CASES = {
-    "resnet50": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
-    "mobilenet_v2": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
-    "resnet18": {"dim": "batch", "range": (1, 8, 32), "points": (1, 4, 8, 20, 32)},
-    "hf_bert": {"dim": "seq", "range": (1, 128, 512), "points": (1, 64, 128, 300, 512),
+    "resnet50": {"dims": BATCH, "points": (1, 4, 8, 20, 32)},
+    "mobilenet_v2": {"dims": BATCH, "points": (1, 4, 8, 20, 32)},
+    "resnet18": {"dims": BATCH, "points": (1, 4, 8, 20, 32)},
+    "hf_bert": {"dims": {"seq": (1, (1, 128, 512))}, "points": (1, 64, 128, 300, 512),
                 "batch": 1},
+    "hf_bert_batch_seq": {"model": "hf_bert",
+                          "dims": {"batch": (0, (1, 8, 32)), "seq": (1, (1, 128, 512))},
+                          "points": ((1, 1), (1, 512), (4, 64), (8, 128), (16, 300), (32, 512))},
 }
 PEERS = {"torch.compile-dynamic": {"dynamic": True},
          "reduce-overhead-dynamic": {"dynamic": True, "mode": "reduce-overhead"}}
 
 
+def values(point):
+    """A point's value per dynamic dim."""
+    return tuple(point) if isinstance(point, tuple) else (point,)
+
+
+def label(point):
+    return "x".join(str(v) for v in values(point))
+
+
 def inputs_at(name, model, make_input, point):
-    """The model's arguments (CPU) at one value of its dynamic dim."""
+    """The model's arguments (CPU) at one point: a value per dynamic dim."""
     case = CASES[name]
-    if case["dim"] == "batch":
-        x = make_input(point)
+    at = dict(zip(case["dims"], values(point)))
+    if "seq" not in at:
+        x = make_input(at["batch"])
         return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-    torch.manual_seed(point)
-    return padded_batch(model.model.config.vocab_size, case["batch"], point)
+    torch.manual_seed(at["seq"] + 1000 * at.get("batch", 0))
+    return padded_batch(model.model.config.vocab_size, at.get("batch", case.get("batch", 1)),
+                        at["seq"])
+
+
+def opt_point(case):
+    opts = tuple(r[1] for _, r in case["dims"].values())
+    return opts if len(opts) > 1 else opts[0]
 
 
 def dynamic_shapes(name, args):
-    case = CASES[name]
-    lo, _, hi = case["range"]
-    d = torch.export.Dim(case["dim"], min=lo, max=hi)
-    axis = 0 if case["dim"] == "batch" else 1
-    return tuple({axis: d} for _ in args)
+    """Every argument's dynamic dims, one torch.export.Dim each (shared: tied across inputs)."""
+    dims = {d: (axis, torch.export.Dim(d, min=r[0], max=r[2]))
+            for d, (axis, r) in CASES[name]["dims"].items()}
+    return tuple({axis: dim for axis, dim in dims.values()} for _ in args)
 
 
 def kiln_inputs(args, name=None, ranged=False):
     import kiln
     if not ranged:
         return [kiln.Input(shape=tuple(a.shape), dtype=a.dtype) for a in args]
-    case = CASES[name]
-    axis = 0 if case["dim"] == "batch" else 1
     out = []
     for a in args:
-        shapes = []
-        for v in case["range"]:
-            s = list(a.shape)
-            s[axis] = v
-            shapes.append(tuple(s))
-        out.append(kiln.Input(min_shape=shapes[0], opt_shape=shapes[1], max_shape=shapes[2],
-                              dtype=a.dtype))
+        shapes = [list(a.shape) for _ in range(3)]
+        for axis, r in CASES[name]["dims"].values():
+            for i in range(3):
+                shapes[i][axis] = r[i]
+        out.append(kiln.Input(min_shape=tuple(shapes[0]), opt_shape=tuple(shapes[1]),
+                              max_shape=tuple(shapes[2]), dtype=a.dtype))
     return out
 
 
@@ -122,13 +141,15 @@ def bench_model(name, args, rows):
     device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
     case = CASES[name]
     torch.manual_seed(0)
-    model, make_input = make_model(name, mask=True, seq=case["range"][1]) \
-        if case["dim"] == "seq" else make_model(name)
+    model_name = case.get("model", name)
+    model, make_input = make_model(model_name, mask=True, seq=case["dims"]["seq"][1][1]) \
+        if "seq" in case["dims"] else make_model(model_name)
     model.eval()
     points = {p: inputs_at(name, model, make_input, p) for p in case["points"]}
-    opt_args = inputs_at(name, model, make_input, case["range"][1])
+    opt_args = inputs_at(name, model, make_input, opt_point(case))
     eager = copy.deepcopy(model).to(device, dtype if device == "cuda" else torch.float32)
-    rows_of = {p: {"model": name, "dim": case["dim"], "point": p, "precision": args.precision}
+    rows_of = {p: {"model": model_name, "dim": "x".join(case["dims"]), "point": label(p),
+                   "precision": args.precision}
                for p in case["points"]}
     with torch.no_grad():
         references = {p: eager(*on(x, device, eager_dtype(device, dtype)))
@@ -231,7 +252,7 @@ def table(rows):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="resnet50,mobilenet_v2,hf_bert",
+    p.add_argument("--models", default="resnet50,mobilenet_v2,hf_bert,hf_bert_batch_seq",
                    help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--package-dir", default="build/python")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
