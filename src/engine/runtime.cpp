@@ -218,8 +218,9 @@ void ExecutionContext::resolve_shapes() {
     }
   }
   bound_shapes_.assign(net.num_tensors(), Shape{});
+  any_data_dependent_ = false;
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (data_dependent_[t]) bound_shapes_[t] = descs_[t].shape;
+    if (data_dependent_[t]) bound_shapes_[t] = descs_[t].shape, any_data_dependent_ = true;
   }
 
   // Arena: every layer output that is not a network output, a constant or a view.
@@ -355,9 +356,7 @@ void ExecutionContext::enable_cuda_graphs(bool on) {
 
 void ExecutionContext::execute() {
   resolve_shapes();
-  for (size_t t = 0; t < descs_.size(); ++t) {  // (a call that failed half-way leaves counts)
-    if (data_dependent_[t]) descs_[t].shape = bound_shapes_[t];
-  }
+  restore_bounds();  // (a call that failed half-way leaves counts)
   const Network& net = engine_->network();
   std::vector<size_t> in_bytes(net.inputs().size()), out_bytes(net.outputs().size());
   for (size_t i = 0; i < in_bytes.size(); ++i) {
@@ -372,7 +371,7 @@ void ExecutionContext::execute() {
     KILN_CHECK(bound_outputs_[i] != nullptr || out_bytes[i] == 0, InvalidArgument, "output `",
                engine_->output(i).name, "` is not bound");
   }
-  if (graphs_ && !profiling_ && !has_data_dependent()) {
+  if (graphs_ && !profiling_ && !any_data_dependent_) {
     std::vector<int64_t> key;  // one graph per set of input shapes
     for (const Shape& s : input_shapes_) {
       key.push_back(static_cast<int64_t>(s.size()));
@@ -388,16 +387,14 @@ void ExecutionContext::execute() {
   executed_shapes_.clear();
   for (TensorId id : net.outputs())
     executed_shapes_.push_back(descs_[static_cast<size_t>(id)].shape);
+  restore_bounds();
+}
+
+void ExecutionContext::restore_bounds() {
+  if (!any_data_dependent_) return;
   for (size_t t = 0; t < descs_.size(); ++t) {
     if (data_dependent_[t]) descs_[t].shape = bound_shapes_[t];
   }
-}
-
-bool ExecutionContext::has_data_dependent() const {
-  for (bool d : data_dependent_) {
-    if (d) return true;
-  }
-  return false;
 }
 
 const Shape& ExecutionContext::executed_output_shape(size_t index) const {
@@ -503,7 +500,9 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     } else {
       backend_->run_layer(li, layer, ins, outs);
     }
-    if (layer_kind_traits(layer.params).data_dependent) read_count(layer, where);
+    if (any_data_dependent_ && layer_kind_traits(layer.params).data_dependent) {
+      read_count(layer, where);
+    }
     if (profiling_) backend_->profile_mark(li);
   }
   if (profiling_) {
@@ -515,6 +514,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
 }
 
 void ExecutionContext::resolve_data_dependent(const Layer& layer) {
+  if (!any_data_dependent_) return;
   bool tainted = false;
   for (TensorId id : layer.inputs) tainted = tainted || data_dependent_[static_cast<size_t>(id)];
   if (!tainted) return;

@@ -151,7 +151,8 @@ class ExecutionContext {
   void resolve_data_dependent(const Layer& layer);
   // After a data-dependent layer ran: its count (output 1) read back, its output 0 sized by it.
   void read_count(const Layer& layer, const std::vector<void*>& where);
-  bool has_data_dependent() const;
+  // Data-dependent tensors' shapes back to their bounds (what output_shape gives).
+  void restore_bounds();
 
   std::shared_ptr<const Engine> engine_;
   std::vector<Shape> input_shapes_;
@@ -171,6 +172,7 @@ class ExecutionContext {
   // Per tensor: whether its shape depends on a data-dependent dim, and the shape it was planned
   // at (the bounds); per output, the shape the last execution wrote.
   std::vector<bool> data_dependent_;
+  bool any_data_dependent_ = false;
   std::vector<Shape> bound_shapes_;
   std::vector<Shape> executed_shapes_;
   // Per tensor: whether its bytes are an engine weight (directly or through views).

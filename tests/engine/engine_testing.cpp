@@ -123,4 +123,19 @@ int64_t broadcast_index(const Shape& in, const Shape& out, const std::vector<int
   return flat_index(in, idx);
 }
 
+Network conv_resize_network(const Profile& profile, const std::vector<double>& scales) {
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {kDynamic, 2, kDynamic, kDynamic}, profile);
+  ConvolutionParams c;
+  c.strides = {1, 1};
+  c.padding_begin = c.padding_end = {1, 1};
+  c.dilations = {1, 1};
+  std::vector<float> wv(4 * 2 * 9);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
+  auto y = net.add("conv", c, {x, net.add_constant("w", Weights::from_floats({4, 2, 3, 3}, wv))});
+  y = net.add("up", ResizeParams{ResizeMode::kLinear, {}, scales, false}, {y});
+  net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y}), "y");
+  return net;
+}
+
 }  // namespace kiln::engine::testing

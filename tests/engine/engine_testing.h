@@ -45,4 +45,22 @@ std::vector<int64_t> unflatten(const Shape& shape, int64_t flat);
 // Index of `out_index` (of a broadcast output) in an input of shape `in`.
 int64_t broadcast_index(const Shape& in, const Shape& out, const std::vector<int64_t>& out_index);
 
+// x [N, 2, H, W] (dims dynamic within `profile`) -> 3x3 convolution to 4 channels -> linear resize
+// by `scales` -> GELU: per-shape kernel state (convolution plans, resize taps) for tests that
+// call one engine at many shapes.
+Network conv_resize_network(const Profile& profile, const std::vector<double>& scales);
+
+// Deterministic draws in [lo, hi] (a 64-bit LCG), for random shapes.
+class ShapeDraws {
+ public:
+  explicit ShapeDraws(uint64_t seed) : state_(seed) {}
+  int64_t next(int64_t lo, int64_t hi) {
+    state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + static_cast<int64_t>((state_ >> 33) % static_cast<uint64_t>(hi - lo + 1));
+  }
+
+ private:
+  uint64_t state_;
+};
+
 }  // namespace kiln::engine::testing

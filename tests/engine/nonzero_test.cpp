@@ -88,8 +88,7 @@ TEST(NonZero, LayersAfterACountAreSizedByIt) {
   Network net;
   const auto x =
       net.add_input("x", DataType::kF32, {kDynamic, D}, Profile{{1, D}, {4, D}, {16, D}});
-  const auto keep =
-      net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {4}, {16}});
+  const auto keep = net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {4}, {16}});
   const auto nz = net.add_layer("nz", NonZeroParams{}, {keep});
   ShuffleParams flat;
   flat.has_reshape = true;
@@ -130,9 +129,9 @@ TEST(NonZero, LayersAfterACountAreSizedByIt) {
     EXPECT_TRUE(testing::near(out[1], total, 1e-5, 1e-6));
     EXPECT_TRUE(testing::near(out[2], {static_cast<double>(count), static_cast<double>(D)}, 0, 0));
   }
-  EXPECT_THROW(ctx.run({random_tensor(DataType::kF32, {17, D}, 1),
-                        mask(DataType::kBool, {17}, 1, 1)}),
-               ShapeMismatch);
+  EXPECT_THROW(
+      ctx.run({random_tensor(DataType::kF32, {17, D}, 1), mask(DataType::kBool, {17}, 1, 1)}),
+      ShapeMismatch);
 }
 
 }  // namespace

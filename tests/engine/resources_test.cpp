@@ -103,31 +103,17 @@ TEST(Resources, TenThousandRandomShapesKeepResidentSizeStable) {
 #ifdef KILN_TEST_UNDER_ASAN
   GTEST_SKIP() << "AddressSanitizer's quarantine grows the resident size by design";
 #endif
-  Network net;
-  auto x = net.add_input("x", DataType::kF32, {kDynamic, 2, kDynamic, kDynamic},
-                         Profile{{1, 2, 2, 2}, {4, 2, 8, 8}, {6, 2, 24, 24}});
-  ConvolutionParams c;
-  c.strides = {1, 1};
-  c.padding_begin = c.padding_end = {1, 1};
-  c.dilations = {1, 1};
-  std::vector<float> wv(4 * 2 * 9);
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
-  auto y = net.add("conv", c, {x, net.add_constant("w", Weights::from_floats({4, 2, 3, 3}, wv))});
-  y = net.add("up", ResizeParams{ResizeMode::kLinear, {}, {2.0, 1.5}, false}, {y});
-  net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y}), "y");
+  const Network net =
+      testing::conv_resize_network(Profile{{1, 2, 2, 2}, {4, 2, 8, 8}, {6, 2, 24, 24}}, {2.0, 1.5});
   const Plan plan = build(net, BuilderConfig{});
   ExecutionContext ctx(std::make_shared<const Engine>(plan.network, plan.target));
   ExecutionContext reference(std::make_shared<const Engine>(net));  // unbuilt: layer by layer
-  uint64_t state = 12345;
-  const auto next = [&](int64_t lo, int64_t hi) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(hi - lo + 1));
-  };
+  testing::ShapeDraws draw(12345);
   constexpr int kWarmup = 5000, kCalls = kWarmup + 10000;
   size_t before = 0;
   for (int i = 0; i < kCalls; ++i) {
     if (i == kWarmup) before = resident_bytes();
-    const Shape shape = {next(1, 6), 2, next(2, 24), next(2, 24)};
+    const Shape shape = {draw.next(1, 6), 2, draw.next(2, 24), draw.next(2, 24)};
     const HostTensor in = testing::random_tensor(DataType::kF32, shape, static_cast<uint64_t>(i));
     const auto out = ctx.run({in});
     if (i % 997 == 0) {

@@ -277,22 +277,9 @@ TEST(CudaRuntime, GraphsOfAlternatingShapesStayRight) {
 // shape) keep the device memory in use flat after a warm-up, and results right.
 TEST(CudaRuntime, TenThousandRandomShapesKeepDeviceMemoryFlat) {
   KILN_REQUIRE_GPU();
-  Network net;
-  auto x = net.add_input("x", DataType::kF32, {kDynamic, 2, kDynamic, kDynamic},
-                         Profile{{1, 2, 4, 4}, {4, 2, 8, 8}, {8, 2, 19, 19}});
-  ConvolutionParams c;
-  c.strides = {1, 1};
-  c.padding_begin = c.padding_end = {1, 1};
-  c.dilations = {1, 1};
-  std::vector<float> wv(4 * 2 * 9);
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
-  auto y = net.add("conv", c, {x, net.add_constant("w", Weights::from_floats({4, 2, 3, 3}, wv))});
-  y = net.add("up", ResizeParams{ResizeMode::kLinear, {}, {2.0, 2.0}, false}, {y});
-  net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y}), "y");
-  BuilderConfig config;
-  config.device = "cuda";
-  const Plan plan = build(net, config);
-  ExecutionContext gpu(std::make_shared<const Engine>(plan.network, plan.target));
+  const Network net =
+      testing::conv_resize_network(Profile{{1, 2, 4, 4}, {4, 2, 8, 8}, {8, 2, 19, 19}}, {2.0, 2.0});
+  ExecutionContext gpu(cuda_engine(net));
   ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
   cudaStream_t s = nullptr;
   CUDA_OK(cudaStreamCreate(&s));
@@ -307,11 +294,7 @@ TEST(CudaRuntime, TenThousandRandomShapesKeepDeviceMemoryFlat) {
     cudaMemGetInfo(&free, &total);
     return total - free;
   };
-  uint64_t state = 7;
-  const auto next = [&](int64_t lo, int64_t hi) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(hi - lo + 1));
-  };
+  testing::ShapeDraws draw(7);
   constexpr int kWarmup = 2000, kCalls = kWarmup + 10000;
   size_t before = 0;
   for (int i = 0; i < kCalls; ++i) {
@@ -319,7 +302,7 @@ TEST(CudaRuntime, TenThousandRandomShapesKeepDeviceMemoryFlat) {
       CUDA_OK(cudaStreamSynchronize(s));
       before = used();
     }
-    const int64_t n = next(1, 8), h = next(4, 19);
+    const int64_t n = draw.next(1, 8), h = draw.next(4, 19);
     const HostTensor in = random_tensor(DataType::kF32, {n, 2, h, h}, static_cast<uint64_t>(i));
     CUDA_OK(cudaMemcpyAsync(din, in.data(), in.nbytes(), cudaMemcpyHostToDevice, s));
     gpu.set_input_shape(0, {n, 2, h, h});

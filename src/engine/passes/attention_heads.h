@@ -20,9 +20,10 @@ namespace kiln::engine {
 class NetworkIndex;
 
 // Rewrites every attention over [B, H, L, E] operands (H and E static; B, L and S may be dynamic:
-// the views are traced with them as symbols) whose operands and result are such views, where `accept(packed params, q/k/v sources[, the mask], output)` holds (a mask
-// stays as it is). Leaves the split views behind for the builder's dead-layer removal; the merge
-// views are removed. Returns the number of attention layers rewritten.
+// the views are traced with them as symbols) whose operands and result are such views, where
+// `accept(packed params, q/k/v sources[, the mask], output)` holds (a mask stays as it is). Leaves
+// the split views behind for the builder's dead-layer removal; the merge views are removed. Returns
+// the number of attention layers rewritten.
 int fold_attention_heads(
     Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
                                            const TensorDesc&)>& accept);
