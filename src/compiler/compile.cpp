@@ -291,10 +291,9 @@ struct Pipeline {
     return config;
   }
 
-  conversion::ConversionSettings conversion_settings(const std::string& device) const {
+  conversion::ConversionSettings conversion_settings() const {
     conversion::ConversionSettings s;
     s.enabled_precisions = builder_config(spec.device.str()).enabled_precisions;
-    s.output_allocator = device.rfind("cuda", 0) != 0;  // (no CUDA nonzero kernel yet)
     s.truncate_long_and_double = spec.truncate_long_and_double;
     s.refittable = spec.refittable;
     return s;
@@ -326,7 +325,7 @@ struct Pipeline {
     const torch::jit::Node* failed = nullptr;
     try {
       converted = conversion::convert_graph(*graph, inputs, conversion::default_registry(),
-                                            conversion_settings(device_of(s)), &failed);
+                                            conversion_settings(), &failed);
     } catch (const Error& e) {
       Error named(e.kind(), "engine `" + name + "`: " + e.message());
       if (auto it = origin.find(failed); failed && it != origin.end()) {

@@ -25,8 +25,8 @@ struct ConversionSettings {
   // values (a fresh batch norm's weight and running variance), which new weights tell apart.
   bool refittable = false;
   // Whether the target backend runs layers with data-dependent output shapes (nonzero: rows
-  // counted while running, memory planned at the bound): the CPU backend does; the CUDA backend
-  // has no nonzero kernel yet, so such nodes stay in PyTorch there.
+  // counted while running, memory planned at the bound). The CPU and CUDA backends both do; a
+  // target without leaves such nodes to PyTorch.
   bool output_allocator = true;
 };
 

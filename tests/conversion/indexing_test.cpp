@@ -382,9 +382,9 @@ graph(%x : Tensor, %m : Tensor):
   }
 }
 
-// A target without an output allocator (ConversionSettings::output_allocator: the CUDA backend
-// for now) refuses such nodes with the reason, so that partitioning leaves them to PyTorch; a
-// mask whose dims do not match the indexed tensor's is a clear error.
+// A target without an output allocator (ConversionSettings::output_allocator false) refuses such
+// nodes with the reason, so that partitioning leaves them to PyTorch; a mask whose dims do not
+// match the indexed tensor's is a clear error.
 TEST(ConvertIndexing, DataDependentShapesNeedAnOutputAllocator) {
   const std::vector<std::pair<std::string, std::vector<at::Tensor>>> cases = {
       {R"IR(

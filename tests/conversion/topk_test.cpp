@@ -1,12 +1,15 @@
-// topk, sort, argsort and the scan converters (cumsum, cumprod, cummax, cummin, logcumsumexp)
-// against libtorch on the CPU backend.
+// topk, sort, argsort, the scan converters (cumsum, cumprod, cummax, cummin, logcumsumexp) and
+// unique (_unique2, _unique, unique_consecutive) against libtorch on the CPU backend.
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
 namespace {
 
+using kiln::Error;
+using kiln::ErrorKind;
 using testing::matches_torch;
 
 TEST(ConvertTopK, TopKBothOutputsEveryFlag) {
@@ -138,6 +141,108 @@ graph(%x : Tensor, %t : Tensor):
   const Support s = default_registry().supports(g->outputs()[0]->node());
   EXPECT_FALSE(s.supported);
   EXPECT_NE(s.reason.find("graph input"), std::string::npos) << s.reason;
+}
+
+// Inputs for unique: duplicates everywhere, a NaN, +-0 and +-inf, every element equal, bools,
+// halves, a 0-d tensor and empty ones. (Several NaNs are each their own value, as in torch, but
+// which of them comes first is unspecified there: they are tested without the inverse.)
+std::vector<at::Tensor> unique_inputs() {
+  auto f = torch::randint(-4, 4, {3, 5, 7}).to(torch::kFloat);
+  f[1][2][3] = NAN;
+  f[2][4][6] = -0.0;
+  f[0][1][1] = INFINITY;
+  f[0][1][2] = -INFINITY;
+  return {f,
+          torch::randint(-3, 50, {40}),
+          torch::full({6, 2}, 7, torch::kInt),
+          torch::rand({4, 9}) > 0.5,
+          torch::randint(0, 5, {33}).to(torch::kHalf),
+          torch::tensor(3.5),
+          torch::empty({0}),
+          torch::empty({2, 0}, torch::kLong)};
+}
+
+TEST(ConvertTopK, UniqueEveryOutputAndFlag) {
+  for (const at::Tensor& x : unique_inputs()) {
+    for (const char* inverse : {"0", "1"}) {
+      for (const char* counts : {"0", "1"}) {
+        SCOPED_TRACE(std::string(toString(x.scalar_type())) + " " + std::to_string(x.dim()) +
+                     "-d inverse " + inverse + " counts " + counts);
+        const std::string flags = std::string("  %s : bool = prim::Constant[value=1]()\n") +
+                                  "  %inv : bool = prim::Constant[value=" + inverse + "]()\n" +
+                                  "  %cnt : bool = prim::Constant[value=" + counts + "]()\n";
+        EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n" + flags +
+                                      "  %v : Tensor, %i : Tensor, %c : Tensor = "
+                                      "aten::_unique2(%x, %s, %inv, %cnt)\n  return (%v, %i, %c)",
+                                  {x}, 0, 0));
+        EXPECT_TRUE(matches_torch("graph(%x : Tensor):\n" + flags +
+                                      "  %none : NoneType = prim::Constant()\n"
+                                      "  %v : Tensor, %i : Tensor, %c : Tensor = "
+                                      "aten::unique_consecutive(%x, %inv, %cnt, %none)\n"
+                                      "  return (%v, %i, %c)",
+                                  {x}, 0, 0));
+      }
+    }
+    EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor):
+  %s : bool = prim::Constant[value=1]()
+  %v : Tensor, %i : Tensor = aten::_unique(%x, %s, %s)
+  return (%v, %i))IR",
+                              {x}, 0, 0));
+  }
+  auto nans = torch::randint(0, 3, {20}).to(torch::kFloat);
+  nans[0] = nans[7] = nans[19] = NAN;
+  EXPECT_TRUE(matches_torch(R"IR(
+graph(%x : Tensor):
+  %t : bool = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %v : Tensor, %i : Tensor, %c : Tensor = aten::_unique2(%x, %t, %f, %t)
+  return (%v, %c))IR",
+                            {nans}, 0, 0));
+}
+
+// unique_consecutive of a dynamic length (sizes from 1 to 16 in one engine); unique itself sorts,
+// which needs a static number of elements, and along a dim is not converted: both say so.
+TEST(ConvertTopK, UniqueOfDynamicLengthsAndWhatIsRefused) {
+  for (const char* out : {"%v", "%i", "%c"}) {
+    const std::string ir = std::string(R"IR(
+graph(%x : Tensor):
+  %t : bool = prim::Constant[value=1]()
+  %none : NoneType = prim::Constant()
+  %v : Tensor, %i : Tensor, %c : Tensor = aten::unique_consecutive(%x, %t, %t, %none)
+  return ()IR") + out + ")";
+    for (int64_t n : {1, 5, 16, 9}) {
+      SCOPED_TRACE(std::string(out) + " n " + std::to_string(n));
+      const auto x = torch::randint(0, 3, {n});
+      const auto [v, i, c] = torch::unique_consecutive(x, true, true);
+      const at::Tensor want = out == std::string("%v") ? v : out == std::string("%i") ? i : c;
+      const at::Tensor got = testing::run_dynamic_batch(ir, x);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(torch::equal(got, want)) << got << want;
+    }
+  }
+  try {
+    testing::run_dynamic_batch(R"IR(
+graph(%x : Tensor):
+  %t : bool = prim::Constant[value=1]()
+  %v : Tensor, %i : Tensor, %c : Tensor = aten::_unique2(%x, %t, %t, %t)
+  return (%v))IR",
+                               torch::randn({4}));
+    FAIL() << "sorted a dynamic number of elements";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("static number of elements"), std::string::npos)
+        << e.what();
+  }
+  auto g = kiln::testing::parse(R"IR(
+graph(%x : Tensor):
+  %t : bool = prim::Constant[value=1]()
+  %d : int = prim::Constant[value=0]()
+  %v : Tensor, %i : Tensor, %c : Tensor = aten::unique_consecutive(%x, %t, %t, %d)
+  return (%v))IR");
+  const Support s = default_registry().supports(g->outputs()[0]->node());
+  EXPECT_FALSE(s.supported);
+  EXPECT_NE(s.reason.find("along a dim"), std::string::npos) << s.reason;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The CUDA reduce family against the CPU backend: reduce ops over axes (float, integer, bool),
-// argmax/argmin, topk and the scans.
+// argmax/argmin, topk, the scans, and nonzero (its rows counted while the engine runs).
 #include <cmath>
+#include <limits>
 
 #include "cuda_testing.h"
 
@@ -9,6 +10,23 @@ namespace {
 
 using cuda_testing::compare_layer;
 using testing::random_tensor;
+using testing::tensor_from;
+
+// A mask of `kind`: 0 none set, 1 all, 2 about `density` of them (NaN and -0.5 among the set
+// elements of a float mask; both are nonzero).
+HostTensor nonzero_mask(DataType dtype, const Shape& shape, int kind, uint64_t seed,
+                        double density = 0.3) {
+  const auto u = testing::to_doubles(random_tensor(DataType::kF32, shape, seed, 0, 1));
+  std::vector<double> v(u.size());
+  for (size_t i = 0; i < u.size(); ++i) {
+    v[i] = kind == 0 ? 0 : kind == 1 ? 1 : u[i] < density ? 1 : 0;
+  }
+  if (dtype == DataType::kF32 && kind == 2 && v.size() > 2) {
+    v[1] = std::numeric_limits<double>::quiet_NaN();
+    v[v.size() / 2] = -0.5;
+  }
+  return tensor_from(dtype, shape, v);
+}
 
 TEST(CudaReduce, OpsAndAxes) {
   KILN_REQUIRE_GPU();
@@ -91,6 +109,71 @@ TEST(CudaReduce, Scans) {
   compare_layer(ScanParams{ScanOp::kLogSumExp, 1, false, false}, {half}, 1e-3, 1e-3);
   compare_layer(ScanParams{ScanOp::kMax, 0, false, false},
                 {random_tensor(DataType::kBool, {30, 3}, 10, 0, 1)});
+}
+
+// nonzero on empty, full and random masks of every rank up to 4 and of sizes that take one chunk
+// of one tile, many tiles, and many chunks of many tiles (the compaction's three passes), against
+// the CPU backend: the same rows in the same (row-major) order, and the same count.
+TEST(CudaReduce, NonZeroOfEmptyFullAndRandomMasks) {
+  KILN_REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{},     {7},        {0, 3},         {2, 3, 4},
+                                     {1000}, {513, 257}, {3, 1000, 700}, {2, 3, 64, 129}};
+  uint64_t seed = 0;
+  for (DataType dtype : {DataType::kBool, DataType::kF32, DataType::kF16, DataType::kI64}) {
+    for (const Shape& shape : shapes) {
+      for (int kind : {0, 1, 2}) {
+        for (double density : {0.3, 0.001}) {
+          if (kind != 2 && density != 0.3) continue;
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_to_string(shape) + " kind " +
+                       std::to_string(kind) + " density " + std::to_string(density));
+          const auto r = cuda_testing::run_both_layer(
+              NonZeroParams{}, {nonzero_mask(dtype, shape, kind, ++seed, density)});
+          cuda_testing::expect_match(r, 0, 0);
+        }
+      }
+    }
+  }
+}
+
+// A dynamic engine with a count in the middle (x[keep] as the converters write it: gather by the
+// nonzero rows, then layers sized by the count) on the GPU, against the CPU backend, as the
+// counts change from call to call; the bound planned at the profile's max.
+TEST(CudaReduce, LayersAfterANonZeroCountAreSizedByIt) {
+  KILN_REQUIRE_GPU();
+  const int64_t D = 48;
+  Network net;
+  const auto x =
+      net.add_input("x", DataType::kF32, {kDynamic, D}, Profile{{1, D}, {64, D}, {4096, D}});
+  const auto keep = net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {64}, {4096}});
+  const auto nz = net.add_layer("nz", NonZeroParams{}, {keep});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {-1};
+  const auto rows = net.add("rows", flat, {nz[0]});
+  const auto picked = net.add("picked", GatherParams{}, {x, rows});
+  const auto act = net.add("relu", ActivationParams{ActivationKind::kRelu}, {picked});
+  net.mark_output(act, "y");
+  net.mark_output(net.add("total", ReduceParams{ReduceOp::kSum, {0}, false}, {act}), "total");
+  BuilderConfig gpu_config;
+  gpu_config.device = "cuda:0";
+  const Plan cpu_plan = build(net, BuilderConfig{}), gpu_plan = build(net, gpu_config);
+  ExecutionContext cpu(std::make_shared<const Engine>(cpu_plan.network, cpu_plan.target));
+  ExecutionContext gpu(std::make_shared<const Engine>(gpu_plan.network, gpu_plan.target));
+  uint64_t call = 0;
+  for (const auto& [n, kind] : std::vector<std::pair<int64_t, int>>{
+           {64, 2}, {4096, 0}, {4096, 1}, {1, 1}, {3000, 2}, {1, 0}, {4096, 2}, {64, 2}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind));
+    const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {n, D}, ++call),
+                                        nonzero_mask(DataType::kBool, {n}, kind, call)};
+    const auto want = cpu.run(in), got = gpu.run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
+      EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 1e-5, 1e-5))
+          << "output " << i;
+    }
+    EXPECT_EQ(gpu.executed_output_shape(0), want[0].shape());
+  }
 }
 
 }  // namespace

@@ -720,8 +720,11 @@ class _DataDependent(torch.nn.Module):
                 torch.masked_select(x, x > 0).sum(), x[x > 1.0] + 1)
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="no CUDA device"))])
 @pytest.mark.parametrize("frontend", ["torchscript", "export"])
-def test_data_dependent_shapes_run_in_the_engine(frontend):
+def test_data_dependent_shapes_run_in_the_engine(frontend, device):
     # nonzero, boolean-mask indexing and masked_select: their rows are counted while the engine
     # runs (memory planned at the bound), and the layers after them are sized by the count; all
     # in one engine, matching PyTorch on empty, full and random masks at every batch.
@@ -730,12 +733,13 @@ def test_data_dependent_shapes_run_in_the_engine(frontend):
     if frontend == "export":
         batch = torch.export.Dim("batch", min=1, max=8)
         c = kiln.compile(torch.export.export(m, (x, keep),
-                                             dynamic_shapes=({0: batch}, {0: batch})))
+                                             dynamic_shapes=({0: batch}, {0: batch})),
+                         device=device)
     else:
         c = kiln.compile(m, inputs=[kiln.Input(min_shape=(1, 3), opt_shape=(4, 3),
                                                max_shape=(8, 3)),
                                     kiln.Input(min_shape=(1,), opt_shape=(4,), max_shape=(8,),
-                                               dtype=torch.bool)])
+                                               dtype=torch.bool)], device=device)
     report = c.kiln_report
     engines = [s for s in report["segments"] if s["target"] == "engine"]
     assert len(engines) == 1 and report["torch_ops"] == 0, report
@@ -745,7 +749,39 @@ def test_data_dependent_shapes_run_in_the_engine(frontend):
         for x, keep in ((torch.zeros(n, 3), torch.zeros(n, dtype=torch.bool)),
                         (torch.full((n, 3), 2.0), torch.ones(n, dtype=torch.bool)),
                         (torch.randn(n, 3), torch.rand(n) > 0.5)):
-            got, want = c(x, keep), m(x, keep)
+            got, want = c(x.to(device), keep.to(device)), m(x, keep)
             for g, w in zip(got, want):
-                assert g.shape == w.shape
-                torch.testing.assert_close(g, w)
+                assert g.shape == w.shape and g.device.type == device
+                torch.testing.assert_close(g.cpu(), w)
+
+
+class _Unique(torch.nn.Module):
+    def forward(self, x):
+        v, inv, cnt = torch.unique(torch.round(x * 2), return_inverse=True, return_counts=True)
+        runs, lengths = torch.unique_consecutive(x > 0, return_counts=True)
+        return v * 3, inv + 1, cnt, runs, lengths
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="no CUDA device"))])
+@pytest.mark.parametrize("frontend", ["torchscript", "export"])
+def test_unique_runs_in_the_engine(frontend, device):
+    # torch.unique (sorted, with inverse and counts) and unique_consecutive: a sort, then the
+    # positions where values change, counted while the engine runs; in one engine with the ops
+    # around them, matching PyTorch when every element is equal, all differ, and in between.
+    m = _Unique().eval()
+    x = torch.randn(6, 5)
+    if frontend == "export":
+        c = kiln.compile(torch.export.export(m, (x,)), device=device)
+    else:
+        c = kiln.compile(torch.jit.trace(m, x), inputs=[x], device=device)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report
+    assert {"aten::_unique2", "aten::unique_consecutive"} <= set(engines[0]["ops"])
+    torch.manual_seed(5)
+    for x in (torch.full((6, 5), 3.0), torch.arange(30.0).reshape(6, 5), torch.randn(6, 5)):
+        for g, w in zip(c(x.to(device)), m(x)):
+            assert g.shape == w.shape and g.device.type == device
+            torch.testing.assert_close(g.cpu(), w)

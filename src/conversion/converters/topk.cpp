@@ -1,6 +1,8 @@
-// Converters of topk, sort/argsort (a top-k over the whole dim) and the scans (cumsum, cumprod,
-// cummax, cummin, logcumsumexp) to engine top-k and scan layers.
+// Converters of topk, sort/argsort (a top-k over the whole dim), the scans (cumsum, cumprod,
+// cummax, cummin, logcumsumexp) to engine top-k and scan layers, and unique (a sort, then the
+// nonzeros of where sorted values change: a data-dependent count).
 #include "conversion/converters/operands.h"
+#include "conversion/dtypes.h"
 #include "conversion/converters/shuffle_helpers.h"
 #include "util/errors.h"
 
@@ -68,6 +70,108 @@ ConvertFn scan(engine::ScanOp op) {
   };
 }
 
+// torch.unique of x flattened (`sort`: _unique2, _unique) or of runs of equal neighbours
+// (unique_consecutive with dim=None), with the inverse and counts when asked for:
+//   sorted, perm = sort(flat)               (unique only)
+//   first[i]     = i == 0 or sorted[i] != sorted[i - 1]   (NaNs each their own value, as torch)
+//   starts       = nonzero(first)           [U], U counted while the engine runs
+//   values       = sorted[starts]
+//   inverse      = (cumsum(first) - 1), put back in x's order through perm, in x's shape
+//   counts       = [starts[1:], numel] - starts
+// An output not asked for is the empty i64 tensor torch returns there.
+void convert_unique(ConversionContext& ctx, const Node* n, bool sort, int inverse_arg,
+                    int counts_arg) {
+  const TensorId x = ctx.tensor(n->input(0));
+  const engine::TensorDesc xd = ctx.desc(x);
+  const bool want_inverse = inverse_arg >= 0 && ctx.ivalue(n->input(inverse_arg)).toBool();
+  const bool want_counts = counts_arg >= 0 && ctx.ivalue(n->input(counts_arg)).toBool();
+  const auto empty = [&](engine::DataType dtype) {
+    return ctx.constant(at::empty({0}, to_scalar_type(dtype)), "empty");
+  };
+  if (engine::is_static(xd.shape) && engine::volume(xd.shape) == 0) {  // nothing to count
+    ctx.set_tensor(n->output(0), empty(xd.dtype));
+    if (n->outputs().size() > 1) {
+      ctx.set_tensor(n->output(1), want_inverse
+                                       ? ctx.constant(at::empty(xd.shape, at::kLong), "inverse")
+                                       : empty(engine::DataType::kI64));
+    }
+    if (n->outputs().size() > 2) ctx.set_tensor(n->output(2), empty(engine::DataType::kI64));
+    return;
+  }
+  std::vector<TargetDim> flat_dims = {{engine::kDynamic, -1}};
+  if (engine::is_static(xd.shape)) flat_dims = {{engine::volume(xd.shape), -1}};
+  TensorId sorted = reshape_dims(ctx, n, x, flat_dims, "flat");
+  const bool is_bool = xd.dtype == engine::DataType::kBool;
+  if (is_bool) sorted = ctx.cast(n, sorted, engine::DataType::kI64);  // top-k orders numbers
+  TensorId perm = -1;
+  if (sort) {
+    engine::TopKParams p;
+    p.k = flat_dims[0].size;
+    KILN_CHECK(p.k != engine::kDynamic, Unsupported, "unique of ",
+               engine::shape_to_string(xd.shape),
+               ", whose size is dynamic: sorting needs a static number of elements");
+    p.largest = false;
+    p.sorted = true;
+    const auto outs = ctx.add_layer(n, p, {sorted}, "sort");
+    sorted = outs.at(0), perm = outs.at(1);
+  }
+  const auto binary = [&](engine::BinaryOp op, TensorId a, TensorId b, const char* suffix) {
+    return ctx.add(n, engine::ElementwiseParams{op}, {a, b}, suffix);
+  };
+  const auto i64 = [&](int64_t v) { return ctx.constant(at::tensor({v}, at::kLong), "k"); };
+  engine::PadParams shift;  // prev[i] = sorted[i - 1]; prev[0] = 0, masked by i == 0 below
+  shift.begin = {1}, shift.end = {-1};
+  const TensorId prev = ctx.add(n, shift, {sorted}, "prev");
+  const TensorId numel = ctx.add(n, engine::ShapeParams{}, {sorted}, "numel");
+  engine::FillParams iota;
+  iota.mode = engine::FillMode::kRange;
+  iota.dtype = engine::DataType::kI64;
+  iota.shape = {engine::kDynamic};
+  const TensorId position = ctx.add(n, iota, {numel}, "position");
+  const TensorId first =
+      binary(engine::BinaryOp::kOr, binary(engine::BinaryOp::kNe, sorted, prev, "change"),
+             binary(engine::BinaryOp::kEq, position, i64(0), "at_0"), "first");
+  const auto nz = ctx.add_layer(n, engine::NonZeroParams{}, {first}, "nonzero");
+  const TensorId starts = reshape_dims(ctx, n, nz[0], {{engine::kDynamic, 0}}, "starts");
+  TensorId values =
+      ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, 0}, {sorted, starts}, "values");
+  if (is_bool) values = ctx.cast(n, values, engine::DataType::kBool);
+  ctx.set_tensor(n->output(0), values);
+  if (n->outputs().size() > 1) {
+    TensorId inverse = empty(engine::DataType::kI64);
+    if (want_inverse) {
+      engine::ScanParams cumsum;
+      cumsum.op = engine::ScanOp::kSum;
+      inverse = ctx.add(n, cumsum, {ctx.cast(n, first, engine::DataType::kI64)}, "group");
+      inverse = binary(engine::BinaryOp::kSub, inverse, i64(1), "group");
+      if (sort) {  // inverse[perm[i]] = group[i]: every position is written
+        inverse = ctx.add(n, engine::ScatterParams{0, engine::ScatterReduce::kNone},
+                          {inverse, perm, inverse}, "inverse");
+      }
+      std::vector<TargetDim> dims;
+      for (int64_t d : xd.shape) dims.push_back({d, -1});
+      inverse = reshape_dims(ctx, n, inverse, dims, "inverse");
+    }
+    ctx.set_tensor(n->output(1), inverse);
+  }
+  if (n->outputs().size() > 2) {
+    TensorId counts = empty(engine::DataType::kI64);
+    if (want_counts) {
+      const TensorId next =
+          ctx.add(n, engine::SliceParams{{0}, {1}, {INT64_MAX}, {1}}, {starts}, "next");
+      const TensorId ends = ctx.add(n, engine::ConcatParams{0, false}, {next, numel}, "ends");
+      counts = binary(engine::BinaryOp::kSub, ends, starts, "counts");
+    }
+    ctx.set_tensor(n->output(2), counts);
+  }
+}
+
+std::optional<std::string> unique_consecutive_capable(const Node* n) {
+  if (auto r = static_inputs({1, 2, 3})(n)) return r;
+  if (!is_none(n->input(3))) return std::string("unique_consecutive along a dim");
+  return std::nullopt;
+}
+
 }  // namespace
 
 void register_topk_converters(Registry& r) {
@@ -80,6 +184,24 @@ void register_topk_converters(Registry& r) {
   r.add_converter({{"aten::cummin"}, scan(engine::ScanOp::kMin), static_inputs({1}), 0});
   r.add_converter(
       {{"aten::logcumsumexp"}, scan(engine::ScanOp::kLogSumExp), static_inputs({1}), 0});
+  r.add_converter(
+      {{"aten::_unique2"},
+       [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, true, 2, 3); },
+       static_inputs({1, 2, 3}),
+       0,
+       /*requires_output_allocator=*/true});
+  r.add_converter(
+      {{"aten::_unique"},
+       [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, true, 2, -1); },
+       static_inputs({1, 2}),
+       0,
+       /*requires_output_allocator=*/true});
+  r.add_converter(
+      {{"aten::unique_consecutive"},
+       [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, false, 1, 2); },
+       unique_consecutive_capable,
+       0,
+       /*requires_output_allocator=*/true});
 }
 
 }  // namespace kiln::conversion

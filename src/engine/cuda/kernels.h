@@ -129,7 +129,7 @@ void register_elementwise(KernelTable& t);  // elementwise, unary, activation, s
 void register_matmul(KernelTable& t);
 void register_convolution(KernelTable& t);
 void register_pooling(KernelTable& t);
-void register_reduce(KernelTable& t);         // reduce, argmax, scan, topk
+void register_reduce(KernelTable& t);         // reduce, argmax, scan, topk, nonzero
 void register_normalization(KernelTable& t);  // normalization, softmax
 void register_shuffle(KernelTable& t);        // shuffle, concat, slice, pad
 void register_gather(KernelTable& t);         // gather, scatter

@@ -2,7 +2,8 @@
 // dims: the [outer, m, inner] kernel, accumulating in float; otherwise one warp per output,
 // floating data in double and integers in int64 with wrap-around, as on the CPU), argmax/argmin
 // and scans (one thread per row: scalar_math.h's scan_row, as on the CPU) and topk (one thread per
-// element, placed by its rank in the row).
+// element, placed by its rank in the row); nonzero (an ordered compaction in three passes: counts
+// per chunk, their prefix sums, then each chunk writes its indices at its offset).
 #include <algorithm>
 #include <cmath>
 
@@ -403,6 +404,116 @@ void scan_kernel(KernelArgs& args) {
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
+// nonzero: chunk b of the flattened input is [b * chunk, (b + 1) * chunk); pass 1 counts each
+// chunk's nonzero elements, pass 2 (one block) turns the counts into offsets and the total,
+// pass 3 writes each chunk's indices in order from its offset. The chunks are at most
+// kNonZeroChunks, so that pass 2 is one block's scan.
+constexpr int kNonZeroChunks = 1024;
+
+__device__ __forceinline__ bool is_nonzero(DataType t, const void* x, int64_t i) {
+  return load_as<double>(t, x, i) != 0;  // NaN != 0: nonzero, as torch
+}
+
+// Block-wide sum of one int per thread (blockDim.x == kThreads), returned to every thread.
+__device__ int64_t block_sum(int64_t v) {
+  __shared__ int64_t warp_sums[kThreads / kWarp];
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  int64_t total = 0;
+  for (int w = 0; w < kThreads / kWarp; ++w) total += warp_sums[w];
+  return total;
+}
+
+__global__ void nonzero_count(const void* x, DataType t, int64_t n, int64_t chunk,
+                              int64_t* counts) {
+  const int64_t begin = blockIdx.x * chunk, end = min(n, begin + chunk);
+  int64_t c = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) c += is_nonzero(t, x, i);
+  c = block_sum(c);
+  if (threadIdx.x == 0) counts[blockIdx.x] = c;
+}
+
+// One block of kNonZeroChunks threads: offsets[b] = counts[0] + ... + counts[b - 1]; *total the
+// sum.
+__global__ void nonzero_offsets(const int64_t* counts, int chunks, int64_t* offsets,
+                                int64_t* total) {
+  __shared__ int64_t s[kNonZeroChunks];
+  const int b = threadIdx.x;
+  s[b] = b < chunks ? counts[b] : 0;
+  __syncthreads();
+  for (int step = 1; step < kNonZeroChunks; step *= 2) {  // inclusive scan (Hillis-Steele)
+    const int64_t add = b >= step ? s[b - step] : 0;
+    __syncthreads();
+    s[b] += add;
+    __syncthreads();
+  }
+  if (b < chunks) offsets[b] = b == 0 ? 0 : s[b - 1];
+  if (b == kNonZeroChunks - 1) *total = s[b];
+}
+
+__global__ void nonzero_write(const void* x, DataType t, int64_t n, int64_t chunk, Dims shape,
+                              const int64_t* offsets, int64_t* out) {
+  __shared__ int warp_counts[kThreads / kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t begin = blockIdx.x * chunk, end = min(n, begin + chunk);
+  int64_t next = offsets[blockIdx.x];  // where this tile's first index goes
+  for (int64_t tile = begin; tile < end; tile += blockDim.x) {
+    const int64_t i = tile + threadIdx.x;
+    const bool keep = i < end && is_nonzero(t, x, i);
+    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, in_tile = 0;
+    for (int w = 0; w < kThreads / kWarp; ++w) {
+      before += w < warp ? warp_counts[w] : 0;
+      in_tile += warp_counts[w];
+    }
+    if (keep) {
+      const int64_t row = next + before + __popc(ballot & ((1u << lane) - 1u));
+      int64_t rest = i;
+      for (int d = shape.rank - 1; d >= 0; --d) {
+        out[row * shape.rank + d] = rest % shape.size[d];
+        rest /= shape.size[d];
+      }
+    }
+    next += in_tile;
+    __syncthreads();  // warp_counts is rewritten by the next tile
+  }
+}
+
+void nonzero_kernel(KernelArgs& args) {
+  const TensorView& in = args.inputs[0];
+  const int64_t n = in.numel();
+  auto* count = static_cast<int64_t*>(args.outputs[1].data);
+  if (n == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int64_t), args.stream()));
+    return;
+  }
+  KILN_CHECK(in.shape.size() <= static_cast<size_t>(kMaxRank), Unsupported, "layer `",
+             args.layer.name, "`: nonzero of a rank-", in.shape.size(),
+             " tensor; the CUDA kernel takes rank ", kMaxRank, " at most");
+  Dims shape;
+  shape.rank = static_cast<int>(in.shape.size());
+  for (int d = 0; d < shape.rank; ++d) shape.size[d] = in.shape[static_cast<size_t>(d)];
+  // Chunks of whole tiles, as many as keep every SM busy up to kNonZeroChunks.
+  const int64_t tiles = (n + kThreads - 1) / kThreads;
+  const int64_t tiles_per_chunk = (tiles + kNonZeroChunks - 1) / kNonZeroChunks;
+  const int64_t chunk = tiles_per_chunk * kThreads;
+  const int chunks = static_cast<int>((n + chunk - 1) / chunk);
+  auto* counts = static_cast<int64_t*>(args.res.workspace(2 * kNonZeroChunks * sizeof(int64_t)));
+  int64_t* offsets = counts + kNonZeroChunks;
+  nonzero_count<<<chunks, kThreads, 0, args.stream()>>>(in.data, in.dtype, n, chunk, counts);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+  nonzero_offsets<<<1, kNonZeroChunks, 0, args.stream()>>>(counts, chunks, offsets, count);
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+  nonzero_write<<<chunks, kThreads, 0, args.stream()>>>(
+      in.data, in.dtype, n, chunk, shape, offsets, static_cast<int64_t*>(args.outputs[0].data));
+  KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+}
+
 }  // namespace
 
 void register_reduce(KernelTable& t) {
@@ -410,6 +521,7 @@ void register_reduce(KernelTable& t) {
   t.set<ArgMaxParams>(argmax_kernel, dtype_bit(DataType::kI64));
   t.set<TopKParams>(topk_kernel, kAllTypes);
   t.set<ScanParams>(scan_kernel, kAllTypes);
+  t.set<NonZeroParams>(nonzero_kernel, dtype_bit(DataType::kI64));
 }
 
 }  // namespace kiln::engine::cuda
