@@ -273,15 +273,16 @@ def main():
         torch.backends.cudnn.benchmark = True
         print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = []
+    os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
         bench_model(name, args, rows)
-    text = table(rows)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "dynamic.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    with open(os.path.join(args.out, "dynamic.md"), "w") as f:
-        f.write(text + "\n")
+        # The table so far after every model: a run cut short keeps the models it finished.
+        text = table(rows)
+        print(text, flush=True)
+        with open(os.path.join(args.out, "dynamic.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        with open(os.path.join(args.out, "dynamic.md"), "w") as f:
+            f.write(text + "\n")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ class ContextBackend {
   // Writes host-computed integer values (shape tensors) into `dst`.
   virtual void write_values(const TensorRef& dst, const std::vector<int64_t>& values) = 0;
 
+  // Whether kernels may time their candidates at the shapes of the runs that follow (on the first
+  // run at a shape, choices kept per shape): true for a static engine and for a dynamic one at a
+  // profile point (every input at its min, opt or max); elsewhere kernels take the heuristics'
+  // choices, so that a shape never seen costs little more than a cached one. The CPU has nothing
+  // to time.
+  virtual void set_tuning(bool tune) = 0;
+
   // Runs (CPU) or enqueues (CUDA) layer `index` of the network.
   virtual void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
                          const std::vector<TensorRef>& outputs) = 0;

@@ -315,6 +315,14 @@ void ExecutionContext::resolve_shapes() {
   for (size_t t = 0; t < net.num_tensors(); ++t) {
     if (alias_of_[t] >= 0) constant_[t] = constant_[static_cast<size_t>(alias_of_[t])];
   }
+  // Kernels time their candidates at a static engine's shapes and at profile points only.
+  bool at_profile_point = true;
+  for (size_t i = 0; i < input_shapes_.size(); ++i) {
+    const Profile& p = net.profile(net.inputs()[i]);
+    const Shape& s = input_shapes_[i];
+    at_profile_point = at_profile_point && (s == p.min || s == p.opt || s == p.max);
+  }
+  backend_->set_tuning(at_profile_point);
   resolved_ = true;
 }
 

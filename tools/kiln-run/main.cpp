@@ -86,7 +86,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: load a kiln plan, run it, print outputs and latency"};
-  std::string plan_path, shapes_spec, dump_dir, device;
+  std::string plan_path, shapes_spec, warmup_shapes_spec, dump_dir, device;
   int iterations = 20, warmup = 3;
   bool profile = false, inspect = false;
   app.add_option("plan", plan_path, "plan file (from kilnc --save-engine or the builder)")
@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes_spec, "input shapes for dynamic inputs: NAME:DxD,...");
   app.add_option("--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-shapes", warmup_shapes_spec,
+                 "runs once at each of these shapes (NAME:DxD,...;NAME:DxD,...) before anything "
+                 "else: with --warmup 0 --iterations 1 --profile, what a new shape costs");
   app.add_option("--device", device,
                  "cpu, or cuda[:N] for a cuda plan (the CUDA device to run it on; default cuda:0)");
   app.add_flag("--profile", profile, "print a per-layer profile");
@@ -123,18 +126,31 @@ int main(int argc, char** argv) {
     for (const auto& [name, shape] : shapes) engine->input_index(name);  // unknown names throw
 
     std::mt19937_64 rng(0);
-    std::vector<HostTensor> inputs;
-    for (size_t i = 0; i < engine->num_inputs(); ++i) {
-      const TensorDesc& in = engine->input(i);
-      const Profile& p = engine->network().profile(engine->network().inputs()[i]);
-      const auto it = shapes.find(in.name);
-      const Shape shape = it != shapes.end() ? it->second : p.opt;
-      std::cout << "input " << in.name << ": " << dtype_name(in.dtype) << shape_to_string(shape)
-                << "\n";
-      inputs.push_back(random_input(in.dtype, shape, rng));
-    }
+    // Random inputs at `given` shapes, the profile's opt for inputs not named.
+    auto make_inputs = [&](const std::map<std::string, Shape>& given, bool print) {
+      std::vector<HostTensor> made;
+      for (size_t i = 0; i < engine->num_inputs(); ++i) {
+        const TensorDesc& in = engine->input(i);
+        const Profile& p = engine->network().profile(engine->network().inputs()[i]);
+        const auto it = given.find(in.name);
+        const Shape shape = it != given.end() ? it->second : p.opt;
+        if (print) {
+          std::cout << "input " << in.name << ": " << dtype_name(in.dtype) << shape_to_string(shape)
+                    << "\n";
+        }
+        made.push_back(random_input(in.dtype, shape, rng));
+      }
+      return made;
+    };
     ExecutionContext ctx(engine);
     std::vector<HostTensor> outputs;
+    std::stringstream warm(warmup_shapes_spec);
+    for (std::string item; std::getline(warm, item, ';');) {
+      const auto at = parse_shapes(item);
+      for (const auto& [name, shape] : at) engine->input_index(name);
+      ctx.run(make_inputs(at, false));
+    }
+    const std::vector<HostTensor> inputs = make_inputs(shapes, true);
     for (int i = 0; i < warmup; ++i) outputs = ctx.run(inputs);
     ctx.enable_profiling(profile);
     std::vector<double> ms;

@@ -199,6 +199,7 @@ class ContextState : public Resources {
     return workspace_.reserve(bytes, stream_, "workspace", &memory_moves);
   }
   void device_memory_moved() override { ++memory_moves; }
+  bool tune() const override { return tuning; }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -248,6 +249,7 @@ class ContextState : public Resources {
   // Bumped whenever device memory that enqueued work reads moves (arena, workspace, a kernel's
   // state): graphs captured before are dropped.
   uint64_t memory_moves = 0;
+  bool tuning = true;  // ContextBackend::set_tuning
   GrowingBuffer& arena_buffer() { return arena_; }
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
@@ -462,6 +464,8 @@ class CudaContext final : public ContextBackend {
     const std::vector<uint8_t> bytes = encode_values(dst.dtype, values);
     copy(dst.data, bytes.data(), bytes.size(), Copy::kFromHost);
   }
+
+  void set_tuning(bool tune) override { ctx_.tuning = tune; }
 
   void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
                  const std::vector<TensorRef>& outputs) override {

@@ -49,6 +49,9 @@ class Resources {
   virtual int device() const = 0;
   // Scratch device memory valid until the next layer runs (stream-ordered growth).
   virtual void* workspace(size_t bytes) = 0;
+  // Whether a kernel may time candidates at this run's shapes (ContextBackend::set_tuning): a
+  // static engine or a profile point; elsewhere the heuristics' first choice.
+  virtual bool tune() const = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
   // A kernel freed (or moved) device memory that work it enqueued before may read: CUDA graphs
@@ -75,6 +78,7 @@ class WorkspaceAfter : public Resources {
                " workspace bytes were moved by a larger request (", offset_ + bytes, " bytes)");
     return static_cast<uint8_t*>(ws) + offset_;
   }
+  bool tune() const override { return base_.tune(); }
   void* cublaslt() override { return base_.cublaslt(); }
   void* cudnn() override { return base_.cudnn(); }
   void device_memory_moved() override { base_.device_memory_moved(); }

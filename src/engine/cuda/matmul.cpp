@@ -53,7 +53,8 @@ struct TimingRun {
   cudaStream_t stream;
 };
 
-// Whether the first run of a GEMM this large times the heuristic's candidates: at 2 GFLOP or
+// Whether the first run of a GEMM this large times the heuristic's candidates (where the run's
+// shapes are worth tuning for: Resources::tune): at 2 GFLOP or
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
 // timing costs; smaller ones are latency-bound, where the candidates differ little. The switch
 // gemm_timing=off keeps the heuristic's first.
@@ -319,7 +320,7 @@ void matmul_kernel(KernelArgs& args) {
                                            &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
-      const bool timed = worth_timing(args.res.options(), rows, n, k, mats);
+      const bool timed = args.res.tune() && worth_timing(args.res.options(), rows, n, k, mats);
       cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What a new shape costs a dynamic engine (issue #30 item 2): exports an image model of
+# bench/models.py with a dynamic batch (1..32, opt 8), compiles it with kilnc (cuda, f16,
+# --save-engine), and with kiln-run warms the engine at WARM batches (default the profile points
+# 1, 8, 32), then profiles the first call at each NEW batch (host wall time of that call, and
+# its per-layer device timeline: host set-up shows as gaps charged to the layer waiting for it),
+# then a second call at the same batch for comparison. Usage (device, after gpu-iterate.sh built
+# build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu}
+warm=${WARM:-"1 8 32"} new=${NEW:-"4 20"}
+dir=$(mktemp -d)
+python3 - "$model" "$dir" <<'PY'
+import sys, torch
+sys.path.insert(0, "bench")
+from models import make_model
+name, out = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+model, make_input = make_model(name)
+x = make_input(8)
+batch = torch.export.Dim("batch", min=1, max=32)
+torch.export.save(torch.export.export(model.eval(), (x,), dynamic_shapes=({0: batch},)),
+                  f"{out}/dynamic.pt2")
+print("input", "x".join(str(d) for d in x.shape[1:]))
+PY
+rest=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from models import make_model; \
+m, f = make_model('$model'); print('x'.join(str(d) for d in f(1).shape[1:]))")
+spec="[(1x$rest);(8x$rest);(32x$rest)]"
+spec=${spec//x/,}
+"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/dynamic.plan" "$spec" --device cuda -p f16 -p f32 \
+  --save-engine -q
+name=$("$build/bin/kiln-run" "$dir/dynamic.plan" --device cuda --iterations 1 |
+  sed -n "s/^input \([^:]*\):.*/\1/p" | head -1)
+warm_spec=""
+for b in $warm; do warm_spec+="${warm_spec:+;}$name:${b}x$rest"; done
+for b in $new; do
+  for call in first second; do
+    w=0
+    [ "$call" = second ] && w=1
+    echo "== $model batch $b, $call call (warmed at: $warm)"
+    "$build/bin/kiln-run" "$dir/dynamic.plan" --device cuda --warmup-shapes "$warm_spec" \
+      --shapes "$name:${b}x$rest" --warmup $w --iterations 1 --profile >"$dir/$b-$call.txt"
+    grep "^latency" "$dir/$b-$call.txt"
+    grep -v "^output\|^input\|^latency\|^activation" "$dir/$b-$call.txt" | head -$((top + 3))
+  done
+done
