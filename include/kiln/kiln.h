@@ -85,6 +85,10 @@ struct CompileSpec {
   bool enable_resource_partitioning = false;
   uint64_t cpu_memory_budget = 0;
   bool truncate_long_and_double = false;  // accepted for compatibility: int64 is native
+  // Seed 002's assume_dynamic_shape_support: every converter is taken as right for dynamic dims.
+  // Unset, a node with a dynamic input dim whose converter does not declare support for dynamic
+  // shapes runs in PyTorch, with that reason in the report.
+  bool assume_dynamic_shape_support = false;
   // The most bytes an engine's activations (its memory arena at the opt shapes) may take; a build
   // over it fails with InvalidArgument. 0, the default, sets no limit (as Torch-TensorRT's 0).
   size_t workspace_size = 0;

@@ -195,6 +195,7 @@ class _Progress:
 _SPEC_KEYS = {"min_block_size", "torch_executed_ops", "torch_executed_modules",
               "require_full_compilation", "backend_priority", "backend_support_map",
               "enable_resource_partitioning", "cpu_memory_budget", "workspace_size", "truncate_long_and_double",
+              "assume_dynamic_shape_support",
               "disable_tf32", "exact_gelu", "switches", "refittable", "engine_cache",
               "engine_cache_dir", "engine_cache_size", "print_after_all"}
 
@@ -329,7 +330,9 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     leave is compiled by Inductor, in a kiln.KilnInductorModule, which cannot be saved, unless
     the engines take it all), enable_resource_partitioning and
     cpu_memory_budget (engine segments split until each one's build fits), workspace_size,
-    truncate_long_and_double, disable_tf32, exact_gelu; and kiln's switches, refittable
+    truncate_long_and_double, assume_dynamic_shape_support (every converter taken as right for
+    dynamic dims; unset, a node with a dynamic input dim whose converter does not declare them
+    runs in PyTorch), disable_tf32, exact_gelu; and kiln's switches, refittable
     (engines kiln.refit can give new weights without a rebuild), engine_cache (True: built
     engines are stored and loaded again by later compiles; engine_cache_dir, default
     $KILN_ENGINE_CACHE_DIR or ~/.cache/kiln/engines; engine_cache_size in bytes, default 5 GiB)

@@ -295,6 +295,7 @@ struct Pipeline {
     conversion::ConversionSettings s;
     s.enabled_precisions = builder_config(spec.device.str()).enabled_precisions;
     s.truncate_long_and_double = spec.truncate_long_and_double;
+    s.assume_dynamic_shape_support = spec.assume_dynamic_shape_support;
     s.refittable = spec.refittable;
     return s;
   }

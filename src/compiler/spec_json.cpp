@@ -32,6 +32,7 @@ std::string spec_to_json(const CompileSpec& spec) {
             {"enable_resource_partitioning", spec.enable_resource_partitioning},
             {"cpu_memory_budget", spec.cpu_memory_budget},
             {"truncate_long_and_double", spec.truncate_long_and_double},
+            {"assume_dynamic_shape_support", spec.assume_dynamic_shape_support},
             {"workspace_size", spec.workspace_size},
             {"disable_tf32", spec.disable_tf32},
             {"exact_gelu", spec.exact_gelu},
@@ -74,6 +75,8 @@ CompileSpec spec_from_json(const std::string& text, const std::string& where) {
     spec.enable_resource_partitioning = j.value("enable_resource_partitioning", false);
     spec.cpu_memory_budget = j.value("cpu_memory_budget", uint64_t{0});
     spec.truncate_long_and_double = j.at("truncate_long_and_double").get<bool>();
+    // Not in the specs of kilns before converters declared dynamic-shape support.
+    spec.assume_dynamic_shape_support = j.value("assume_dynamic_shape_support", false);
     spec.workspace_size = j.at("workspace_size").get<size_t>();
     spec.disable_tf32 = j.at("disable_tf32").get<bool>();
     spec.exact_gelu = j.at("exact_gelu").get<bool>();

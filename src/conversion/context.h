@@ -28,6 +28,10 @@ struct ConversionSettings {
   // counted while running, memory planned at the bound). The CPU and CUDA backends both do; a
   // target without leaves such nodes to PyTorch.
   bool output_allocator = true;
+  // Every converter is taken as right for dynamic dims (seed 002's assume_dynamic_shape_support):
+  // a node with a dynamic input dim is converted even where its converter does not declare
+  // ConverterEntry::supports_dynamic_shapes.
+  bool assume_dynamic_shape_support = false;
 };
 
 class ConversionContext {

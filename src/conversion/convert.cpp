@@ -3,6 +3,7 @@
 #include "conversion/convert.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "ir/verifier.h"
@@ -10,6 +11,35 @@
 #include "util/logging.h"
 
 namespace kiln::conversion {
+namespace {
+
+struct DynamicInput {
+  const torch::jit::Value* value;
+  engine::Shape shape;
+};
+
+// The first engine tensor `node` reads that has a dynamic dim: its tensor inputs, and the tensors
+// a Tensor[] input was built from (a list construct's items, a split's input). A value without an
+// engine tensor yet is static (a constant, or computed by evaluators), so it is not looked at.
+std::optional<DynamicInput> dynamic_input(ConversionContext& ctx, const torch::jit::Node* node) {
+  std::vector<const torch::jit::Value*> read;
+  for (const torch::jit::Value* v : node->inputs()) {
+    const auto list = v->type()->cast<c10::ListType>();
+    if (list && list->getElementType()->kind() == c10::TypeKind::TensorType) {
+      for (const torch::jit::Value* item : v->node()->inputs()) read.push_back(item);
+    } else {
+      read.push_back(v);
+    }
+  }
+  for (const torch::jit::Value* v : read) {
+    if (!ctx.has_tensor(v)) continue;
+    const engine::Shape& shape = ctx.desc(ctx.tensor(v)).shape;
+    if (!engine::is_static(shape)) return DynamicInput{v, shape};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector<InputSpec>& inputs,
                                const Registry& registry, const ConversionSettings& settings,
@@ -43,6 +73,18 @@ ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector
         if (auto reason = e->validator(node)) {
           if (failed) *failed = node;
           KILN_THROW(Unsupported, "`", ir::node_to_string(node), "`: ", *reason);
+        }
+      }
+      // After the validator, so that a node it refuses keeps that reason; before converting, so
+      // that a converter never sees a dynamic dim it was not written for.
+      if (!e->supports_dynamic_shapes && !ctx.settings().assume_dynamic_shape_support) {
+        if (auto dynamic = dynamic_input(ctx, node)) {
+          if (failed) *failed = node;
+          KILN_THROW(Unsupported, "`", ir::node_to_string(node), "`: its input %",
+                     dynamic->value->debugName(), " has dynamic dims ",
+                     engine::shape_to_string(dynamic->shape),
+                     " and its converter does not declare support for dynamic shapes "
+                     "(assume_dynamic_shape_support skips this check)");
         }
       }
       try {

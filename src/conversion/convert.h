@@ -25,10 +25,11 @@ struct ConvertedSegment {
   engine::Network network;
 };
 
-// Throws Unsupported naming the node for anything the registry cannot convert, and
-// InternalError for a node that is neither converted nor evaluable inside an engine segment.
-// When a node's validator or converter fails (any error but InternalError), `failed` (when given)
-// is set to that node before the error is thrown.
+// Throws Unsupported naming the node for anything the registry cannot convert (also a node with
+// a dynamic input dim whose converter does not declare supports_dynamic_shapes, unless
+// settings.assume_dynamic_shape_support), and InternalError for a node that is neither converted
+// nor evaluable inside an engine segment. When a node's validator or converter fails (any error but
+// InternalError), `failed` (when given) is set to that node before the error is thrown.
 ConvertedSegment convert_graph(const torch::jit::Graph& graph, const std::vector<InputSpec>& inputs,
                                const Registry& registry = default_registry(),
                                const ConversionSettings& settings = {},

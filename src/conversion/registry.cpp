@@ -75,6 +75,14 @@ std::vector<std::string> Registry::converter_schemas() const {
   return keys;
 }
 
+std::vector<std::pair<std::string, const ConverterEntry*>> Registry::converter_entries() const {
+  std::vector<std::pair<std::string, const ConverterEntry*>> out;
+  for (const auto& [key, entries] : converters_) {
+    for (const ConverterEntry& e : entries) out.emplace_back(key, &e);
+  }
+  return out;
+}
+
 const Registry& default_registry() {
   static const Registry registry = [] {
     Registry r;

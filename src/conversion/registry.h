@@ -1,5 +1,5 @@
 // The converter and evaluator registry. Each entry declares, next to its code, the schemas it
-// handles, a capability validator and a priority.
+// handles, a capability validator, a priority, and what shapes it takes.
 // Partitioning asks this same registry whether a node can go to the engine.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::conversion {
@@ -29,7 +30,20 @@ struct ConverterEntry {
   // Its output shape depends on input values (nonzero, masked_select): only for backends with an
   // output allocator (ConversionSettings::output_allocator); elsewhere the node is refused.
   bool requires_output_allocator = false;
+  // It is right for inputs whose engine shapes have dynamic dims (engine::kDynamic): its layers
+  // compute the right thing for every size in the profile, or it refuses with Unsupported naming
+  // the dim it cannot take. Without it a node with a dynamic input dim is refused, and runs in
+  // PyTorch, unless ConversionSettings::assume_dynamic_shape_support (seed 002's rule). Declared
+  // with with_dynamic_shapes().
+  bool supports_dynamic_shapes = false;
 };
+
+// `entry` declared dynamic-shape capable (ConverterEntry::supports_dynamic_shapes), so that a
+// registration says it in place: r.add_converter(with_dynamic_shapes({schemas, convert})).
+inline ConverterEntry with_dynamic_shapes(ConverterEntry entry) {
+  entry.supports_dynamic_shapes = true;
+  return entry;
+}
 
 struct EvaluatorEntry {
   std::vector<std::string> schemas;
@@ -52,6 +66,9 @@ class Registry {
   Support supports(const torch::jit::Node* node) const;
 
   std::vector<std::string> converter_schemas() const;
+  // Every converter entry under the key it is registered by ("aten::add.Tensor"), highest
+  // priority first within a key; an entry of several schemas appears once per key.
+  std::vector<std::pair<std::string, const ConverterEntry*>> converter_entries() const;
 
  private:
   std::map<std::string, std::vector<ConverterEntry>> converters_;  // by operator or kind name

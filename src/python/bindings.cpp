@@ -128,6 +128,7 @@ kiln::CompileSpec parse_spec(const std::string& text) {
   spec.enable_resource_partitioning = flag(j, "enable_resource_partitioning");
   spec.cpu_memory_budget = count(j, "cpu_memory_budget", 0, 0);
   spec.truncate_long_and_double = flag(j, "truncate_long_and_double");
+  spec.assume_dynamic_shape_support = flag(j, "assume_dynamic_shape_support");
   spec.workspace_size = count(j, "workspace_size", spec.workspace_size, 0);
   spec.disable_tf32 = flag(j, "disable_tf32");
   spec.exact_gelu = flag(j, "exact_gelu");

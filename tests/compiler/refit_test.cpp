@@ -183,12 +183,20 @@ TEST(Refit, TheSpecTravelsWithTheModule) {
   spec.exact_gelu = true;
   spec.switches = {"conv_layout=channels_first"};
   spec.refittable = true;
+  spec.assume_dynamic_shape_support = true;
   const CompileSpec back = compiler::spec_from_json(compiler::spec_to_json(spec), "the spec");
   EXPECT_EQ(compiler::spec_to_json(back), compiler::spec_to_json(spec));
   EXPECT_EQ(back.inputs[0].max_shape, spec.inputs[0].max_shape);
   EXPECT_EQ(back.inputs[0].format, TensorFormat::kChannelsLast);
   EXPECT_EQ(back.torch_executed_ops, spec.torch_executed_ops);
   EXPECT_TRUE(back.refittable);
+  EXPECT_TRUE(back.assume_dynamic_shape_support);
+  // A spec saved before assume_dynamic_shape_support existed reads it as unset.
+  std::string older = compiler::spec_to_json(spec);
+  const std::string key = "\"assume_dynamic_shape_support\":true,";
+  ASSERT_NE(older.find(key), std::string::npos) << older;
+  older.erase(older.find(key), key.size());
+  EXPECT_FALSE(compiler::spec_from_json(older, "the spec").assume_dynamic_shape_support);
   EXPECT_THROW(compiler::spec_from_json("not json", "the spec"), CorruptInput);
   EXPECT_THROW(compiler::spec_from_json("{\"version\": 2}", "the spec"), CorruptInput);
 }

@@ -7,6 +7,7 @@
 #include "engine/builder.h"
 #include "engine/plan.h"
 #include "harness/ir_testing.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
 namespace {
@@ -85,6 +86,36 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor):
         ir, {torch::randn({2, 3, 10, 9}), torch::randn({4, 3, 4, 3}), torch::randn({4})}))
         << mode;
   }
+}
+
+TEST(ConvertConvolution, SamePaddingOfADynamicKernelIsRefused) {
+  // "same" pads by the kernel's size: a weight whose kernel dim is only known at run time has no
+  // padding to build.
+  auto g = kiln::testing::parse(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %none : NoneType = prim::Constant()
+  %one : int = prim::Constant[value=1]()
+  %s : int[] = prim::ListConstruct(%one, %one)
+  %p : str = prim::Constant[value="same"]()
+  %y : Tensor = aten::conv2d(%x, %w, %none, %s, %p, %s, %one)
+  return (%y))IR");
+  const InputSpec x = InputSpec::fixed(engine::DataType::kF32, {1, 3, 8, 8});
+  const InputSpec w{engine::DataType::kF32, {4, 3, 1, 3}, {4, 3, 3, 3}, {4, 3, 5, 3}};
+  try {
+    convert_graph(*g, {x, w});
+    FAIL() << "converted 'same' padding of a dynamic kernel";
+  } catch (const Error& e) {  // the converter's error, with the node named
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(e.message().find("padding='same' with a weight whose spatial dim 0 is dynamic"),
+              std::string::npos)
+        << e.message();
+  }
+  // A dynamic batch keeps its padding.
+  const InputSpec batch{engine::DataType::kF32, {1, 3, 8, 8}, {2, 3, 8, 8}, {4, 3, 8, 8}};
+  ConvertedSegment seg =
+      convert_graph(*g, {batch, InputSpec::fixed(engine::DataType::kF32, {4, 3, 3, 3})});
+  EXPECT_EQ(seg.network.tensor(seg.network.outputs().at(0)).shape,
+            (engine::Shape{engine::kDynamic, 4, 8, 8}));
 }
 
 // conv_transposeNd(x, w, b?, stride, padding, output_padding, groups, dilation)

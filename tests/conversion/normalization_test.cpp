@@ -3,6 +3,7 @@
 #include "conversion/converter_testing.h"
 #include "conversion/registry.h"
 #include "harness/ir_testing.h"
+#include "util/errors.h"
 
 namespace kiln::conversion {
 namespace {
@@ -43,6 +44,27 @@ TEST(ConvertNormalization, BatchNormInference) {
                             {torch::randn({4, 3}), w, b, m, v}));
   EXPECT_TRUE(matches_torch(bn_ir("aten::batch_norm", true, true, false),
                             {torch::randn({2, 3, 7}), w, b, m, v}));
+}
+
+TEST(ConvertNormalization, BatchNormOnesForAMissingWeightNeedStaticStatistics) {
+  // Only the bias given: ones of the running mean's shape stand in for the weight, which a
+  // running mean of dynamic shape cannot give.
+  auto g = kiln::testing::parse(bn_ir("aten::batch_norm", false, true, false));
+  const InputSpec x{engine::DataType::kF32, {1, 3, 4}, {2, 3, 4}, {4, 3, 4}};
+  const InputSpec dynamic{engine::DataType::kF32, {1}, {3}, {3}};
+  const InputSpec fixed = InputSpec::fixed(engine::DataType::kF32, {3});
+  try {
+    convert_graph(*g, {x, fixed, dynamic, dynamic});
+    FAIL() << "converted ones of a dynamic running_mean";
+  } catch (const Error& e) {  // the converter's error, with the node named
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(e.message().find("running_mean of shape [?] needs static dims"), std::string::npos)
+        << e.message();
+  }
+  // Static statistics with a dynamic batch convert.
+  ConvertedSegment seg = convert_graph(*g, {x, fixed, fixed, fixed});
+  EXPECT_EQ(seg.network.tensor(seg.network.outputs().at(0)).shape,
+            (engine::Shape{engine::kDynamic, 3, 4}));
 }
 
 TEST(ConvertNormalization, BatchNormTrainingIsRejected) {

@@ -64,6 +64,23 @@ def test_dynamic_batch_from_an_input_range():
         c(torch.randn(9, 3, 16, 16))
 
 
+def test_assume_dynamic_shape_support_reaches_the_compiler():
+    m = conv_net()
+    spec = kiln.Input(min_shape=(1, 3, 16, 16), opt_shape=(4, 3, 16, 16),
+                      max_shape=(8, 3, 16, 16))
+    c = kiln.compile(m, inputs=[spec], assume_dynamic_shape_support=True)
+    engines = [s for s in c.kiln_report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and c.kiln_report["torch_ops"] == 0, c.kiln_report
+    for batch in (1, 8):
+        x = torch.randn(batch, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), m(x), atol=1e-4, rtol=1e-4)
+    # The C++ spec reads the option (a value that is not a bool is named there).
+    with pytest.raises(kiln.InvalidArgument,
+                       match="assume_dynamic_shape_support: expected True or False"):
+        kiln.compile(m, inputs=[spec], assume_dynamic_shape_support="yes")
+
+
 def test_exported_program_through_the_aten_frontend(tmp_path):
     m = conv_net()
     batch = torch.export.Dim("batch", min=1, max=8)

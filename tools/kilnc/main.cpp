@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   bool resource_partitioning = false;
   uint64_t memory_budget = 0;
   bool full = false, truncate = false, save_engine = false, debug = false, quiet = false,
-       disable_tf32 = false, exact_gelu = false, print_after_all = false, refittable = false;
+       disable_tf32 = false, exact_gelu = false, print_after_all = false, refittable = false,
+       assume_dynamic = false;
   std::string refit_path, cache_dir;
   bool engine_cache = false;
   uint64_t cache_size = kiln::CompileSpec{}.engine_cache_size;
@@ -93,6 +94,9 @@ int main(int argc, char** argv) {
                  "bytes an engine build may take (implies --resource-partitioning; default: the "
                  "machine's available memory)");
   app.add_flag("--truncate-long-double", truncate, "accepted for compatibility (int64 is native)");
+  app.add_flag("--assume-dynamic-shape-support", assume_dynamic,
+               "convert nodes with dynamic input dims also where their converter does not declare "
+               "support for dynamic shapes (default: those run in PyTorch)");
   app.add_option("--workspace-size", workspace,
                  "the most bytes an engine's activations may take at the opt shapes (0, the "
                  "default: no limit)");
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
     spec.enable_resource_partitioning = resource_partitioning || memory_budget > 0;
     spec.cpu_memory_budget = memory_budget;
     spec.truncate_long_and_double = truncate;
+    spec.assume_dynamic_shape_support = assume_dynamic;
     spec.workspace_size = workspace;
     spec.disable_tf32 = disable_tf32;
     spec.exact_gelu = exact_gelu;

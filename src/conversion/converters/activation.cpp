@@ -108,50 +108,57 @@ std::pair<double, double> slope(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_activation_converters(Registry& r) {
-  r.add_converter({{"aten::relu", "aten::relu_"}, convert_relu});
-  r.add_converter({{"aten::sigmoid", "aten::sigmoid_"}, activation(ActivationKind::kSigmoid)});
-  r.add_converter({{"aten::tanh", "aten::tanh_"}, activation(ActivationKind::kTanh)});
-  r.add_converter({{"aten::silu", "aten::silu_"}, activation(ActivationKind::kSilu)});
+  // Activations read no dims: each takes dynamic shapes.
+  r.add_converter(with_dynamic_shapes({{"aten::relu", "aten::relu_"}, convert_relu}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::sigmoid", "aten::sigmoid_"}, activation(ActivationKind::kSigmoid)}));
   r.add_converter(
-      {{"aten::hardswish", "aten::hardswish_"}, activation(ActivationKind::kHardSwish)});
+      with_dynamic_shapes({{"aten::tanh", "aten::tanh_"}, activation(ActivationKind::kTanh)}));
   r.add_converter(
-      {{"aten::hardsigmoid", "aten::hardsigmoid_"}, activation(ActivationKind::kHardSigmoid)});
-  r.add_converter({{"aten::mish", "aten::mish_"}, activation(ActivationKind::kMish)});
-  r.add_converter({{"aten::selu", "aten::selu_"}, activation(ActivationKind::kSelu)});
-  r.add_converter({{"aten::gelu"}, convert_gelu, floating_or_static});
-  r.add_converter({{"aten::leaky_relu", "aten::leaky_relu_"},
-                   activation(ActivationKind::kLeakyRelu, slope),
-                   static_params(1)});
+      with_dynamic_shapes({{"aten::silu", "aten::silu_"}, activation(ActivationKind::kSilu)}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::hardswish", "aten::hardswish_"}, activation(ActivationKind::kHardSwish)}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::hardsigmoid", "aten::hardsigmoid_"}, activation(ActivationKind::kHardSigmoid)}));
   r.add_converter(
+      with_dynamic_shapes({{"aten::mish", "aten::mish_"}, activation(ActivationKind::kMish)}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::selu", "aten::selu_"}, activation(ActivationKind::kSelu)}));
+  r.add_converter(with_dynamic_shapes({{"aten::gelu"}, convert_gelu, floating_or_static}));
+  r.add_converter(with_dynamic_shapes({{"aten::leaky_relu", "aten::leaky_relu_"},
+                                       activation(ActivationKind::kLeakyRelu, slope),
+                                       static_params(1)}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::elu", "aten::elu_"},
        activation(ActivationKind::kElu,
                   [](ConversionContext& ctx, const Node* n) {
                     return std::pair<double, double>{static_number(ctx, n->input(1)), 0};
                   }),
-       elu_is_plain});
-  r.add_converter({{"aten::softplus"},
-                   activation(ActivationKind::kSoftplus,
-                              [](ConversionContext& ctx, const Node* n) {
-                                return std::pair<double, double>{static_number(ctx, n->input(1)),
-                                                                 static_number(ctx, n->input(2))};
-                              }),
-                   static_params(1)});
-  r.add_converter({{"aten::hardtanh", "aten::hardtanh_"},
-                   [](ConversionContext& ctx, const Node* n) {
-                     convert_clamp(ctx, n, n->input(1), n->input(2));
-                   },
-                   static_params(1)});
-  r.add_converter({{"aten::relu6", "aten::relu6_"}, [](ConversionContext& ctx, const Node* n) {
-                     auto x = floating_input(ctx, n);
-                     ctx.set_tensor(
-                         n->output(),
-                         ctx.add(n, engine::ActivationParams{ActivationKind::kClamp, 0, 6}, {x}));
-                   }});
-  r.add_converter({{"aten::clamp", "aten::clamp_"},
-                   [](ConversionContext& ctx, const Node* n) {
-                     convert_clamp(ctx, n, n->input(1), n->input(2));
-                   },
-                   static_params(1)});
+       elu_is_plain}));
+  r.add_converter(with_dynamic_shapes({{"aten::softplus"},
+                                       activation(ActivationKind::kSoftplus,
+                                                  [](ConversionContext& ctx, const Node* n) {
+                                                    return std::pair<double, double>{
+                                                        static_number(ctx, n->input(1)),
+                                                        static_number(ctx, n->input(2))};
+                                                  }),
+                                       static_params(1)}));
+  r.add_converter(with_dynamic_shapes({{"aten::hardtanh", "aten::hardtanh_"},
+                                       [](ConversionContext& ctx, const Node* n) {
+                                         convert_clamp(ctx, n, n->input(1), n->input(2));
+                                       },
+                                       static_params(1)}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::relu6", "aten::relu6_"}, [](ConversionContext& ctx, const Node* n) {
+         auto x = floating_input(ctx, n);
+         ctx.set_tensor(n->output(),
+                        ctx.add(n, engine::ActivationParams{ActivationKind::kClamp, 0, 6}, {x}));
+       }}));
+  r.add_converter(with_dynamic_shapes({{"aten::clamp", "aten::clamp_"},
+                                       [](ConversionContext& ctx, const Node* n) {
+                                         convert_clamp(ctx, n, n->input(1), n->input(2));
+                                       },
+                                       static_params(1)}));
 }
 
 }  // namespace kiln::conversion

@@ -48,9 +48,10 @@ std::optional<std::string> sdpa_validator(const Node* n) {
 }  // namespace
 
 void register_attention_converters(Registry& r) {
+  // Attention layers take dynamic batch and sequence dims.
   // The operator exists from torch 2.0 on; on older libtorch nothing can produce the node.
   if (torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(kSdpa)).empty()) return;
-  r.add_converter({{kSdpa}, convert_sdpa, sdpa_validator});
+  r.add_converter(with_dynamic_shapes({{kSdpa}, convert_sdpa, sdpa_validator}));
 }
 
 }  // namespace kiln::conversion

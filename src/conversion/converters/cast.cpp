@@ -49,13 +49,17 @@ void identity(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_cast_converters(Registry& r) {
-  r.add_converter({{"aten::to.dtype"}, cast_to_arg(1), dtype_arg(1), 0});
-  r.add_converter({{"aten::to.device"}, cast_to_arg(2), dtype_arg(2), 0});
-  r.add_converter({{"aten::to.dtype_layout"}, cast_to_arg(1), dtype_arg(1), 0});
-  r.add_converter({existing_schemas({"aten::to.prim_Device"}), cast_to_arg(2), dtype_arg(2)});
-  r.add_converter({existing_schemas({"aten::to.prim_dtype"}), cast_to_arg(1), dtype_arg(1)});
-  r.add_converter({existing_schemas({"aten::to.prim_other"}), identity});
-  r.add_converter({{"aten::to.other", "aten::type_as"}, cast_like, {}, 0});
+  // Casts read no dims: each takes dynamic shapes.
+  r.add_converter(with_dynamic_shapes({{"aten::to.dtype"}, cast_to_arg(1), dtype_arg(1), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::to.device"}, cast_to_arg(2), dtype_arg(2), 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::to.dtype_layout"}, cast_to_arg(1), dtype_arg(1), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::to.prim_Device"}), cast_to_arg(2), dtype_arg(2)}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::to.prim_dtype"}), cast_to_arg(1), dtype_arg(1)}));
+  r.add_converter(with_dynamic_shapes({existing_schemas({"aten::to.prim_other"}), identity}));
+  r.add_converter(with_dynamic_shapes({{"aten::to.other", "aten::type_as"}, cast_like, {}, 0}));
 }
 
 }  // namespace kiln::conversion

@@ -234,12 +234,16 @@ std::optional<std::string> cat_capable(const Node* n) {
 }  // namespace
 
 void register_concat_converters(Registry& r) {
-  r.add_converter({existing_schemas({"aten::cat", "aten::concat", "aten::concatenate"}),
-                   convert_cat, cat_capable, 0});
-  r.add_converter({{"aten::stack"}, convert_stack, cat_capable, 0});
+  // Concats take dynamic dims; splits refuse a dynamic split dim.
+  r.add_converter(
+      with_dynamic_shapes({existing_schemas({"aten::cat", "aten::concat", "aten::concatenate"}),
+                           convert_cat, cat_capable, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::stack"}, convert_stack, cat_capable, 0}));
   r.add_evaluator({split_keys(), evaluate_split});
-  r.add_converter({{"prim::ListUnpack"}, convert_list_unpack, list_unpack_capable, 1});
-  r.add_converter({{"aten::__getitem__.t"}, convert_getitem, getitem_capable, 1});
+  r.add_converter(
+      with_dynamic_shapes({{"prim::ListUnpack"}, convert_list_unpack, list_unpack_capable, 1}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::__getitem__.t"}, convert_getitem, getitem_capable, 1}));
 }
 
 }  // namespace kiln::conversion

@@ -27,6 +27,9 @@ void same_padding(const std::vector<int64_t>& kernel, const std::vector<int64_t>
                   const std::vector<int64_t>& strides, engine::ConvolutionParams& p) {
   for (size_t d = 0; d < kernel.size(); ++d) {
     KILN_CHECK(strides[d] == 1, Unsupported, "padding='same' needs stride 1, got ", strides[d]);
+    KILN_CHECK(kernel[d] != engine::kDynamic, Unsupported,
+               "padding='same' with a weight whose spatial dim ", d,
+               " is dynamic: the padding depends on the kernel size");
     const int64_t total = dil[d] * (kernel[d] - 1);
     p.padding_begin.push_back(total / 2);
     p.padding_end.push_back(total - total / 2);
@@ -107,15 +110,18 @@ ConverterEntry entry(std::vector<std::string> schemas, const ConvArgs& a, bool t
 }  // namespace
 
 void register_convolution_converters(Registry& r) {
-  r.add_converter(
+  // The convolution layer derives its output dims from the input's, dynamic ones included;
+  // padding='same' refuses a dynamic kernel dim.
+  r.add_converter(with_dynamic_shapes(
       entry({"aten::_convolution", "aten::_convolution.deprecated", "aten::convolution"},
-            kConvolutionArgs, false));
-  r.add_converter(entry({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv1d.padding",
-                         "aten::conv2d.padding", "aten::conv3d.padding"},
-                        kConvArgs, false));
-  r.add_converter(entry(
+            kConvolutionArgs, false)));
+  r.add_converter(with_dynamic_shapes(
+      entry({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv1d.padding",
+             "aten::conv2d.padding", "aten::conv3d.padding"},
+            kConvArgs, false)));
+  r.add_converter(with_dynamic_shapes(entry(
       {"aten::conv_transpose1d", "aten::conv_transpose2d.input", "aten::conv_transpose3d.input"},
-      kConvTransposeArgs, true));
+      kConvTransposeArgs, true)));
 }
 
 }  // namespace kiln::conversion

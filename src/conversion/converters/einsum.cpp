@@ -370,7 +370,9 @@ void convert_einsum(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_einsum_converters(Registry& r) {
-  r.add_converter({{"aten::einsum"}, convert_einsum, einsum_capable});
+  // Dynamic dims stay dynamic through the groups and reshapes; a reshape with two unknown dims
+  // is refused.
+  r.add_converter(with_dynamic_shapes({{"aten::einsum"}, convert_einsum, einsum_capable}));
 }
 
 }  // namespace kiln::conversion

@@ -248,28 +248,35 @@ ConvertFn orthogonal_polynomial(BinaryOp op) {
 }
 
 void add_binary(Registry& r, const std::string& name, ConvertFn fn, CapabilityValidator v = {}) {
-  r.add_converter(
-      {{name + ".Tensor", name + ".Scalar", name + "_.Tensor", name + "_.Scalar"}, fn, v});
+  r.add_converter(with_dynamic_shapes(
+      {{name + ".Tensor", name + ".Scalar", name + "_.Tensor", name + "_.Scalar"}, fn, v}));
 }
 
 }  // namespace
 
 void register_elementwise_converters(Registry& r) {
+  // Elementwise layers read no dims (broadcasts of dynamic dims resolve at run time): each
+  // takes dynamic shapes.
   add_binary(r, "aten::add", add_like(BinaryOp::kAdd), alpha_is_static);
   add_binary(r, "aten::sub", add_like(BinaryOp::kSub), alpha_is_static);
   add_binary(r, "aten::mul", simple_binary(BinaryOp::kMul));
   add_binary(r, "aten::div", convert_div);
-  r.add_converter({{"aten::div.Tensor_mode", "aten::div.Scalar_mode", "aten::div_.Tensor_mode"},
-                   convert_div,
-                   rounding_mode_is_static});
-  r.add_converter({{"aten::rsub.Tensor", "aten::rsub.Scalar"}, convert_rsub, alpha_is_static});
-  r.add_converter({{"aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar"},
-                   simple_binary(BinaryOp::kPow)});
-  r.add_converter({{"aten::maximum", "aten::max.other"}, simple_binary(BinaryOp::kMax)});
-  r.add_converter({{"aten::minimum", "aten::min.other"}, simple_binary(BinaryOp::kMin)});
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::div.Tensor_mode", "aten::div.Scalar_mode", "aten::div_.Tensor_mode"},
+       convert_div,
+       rounding_mode_is_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::rsub.Tensor", "aten::rsub.Scalar"}, convert_rsub, alpha_is_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar"},
+       simple_binary(BinaryOp::kPow)}));
   r.add_converter(
+      with_dynamic_shapes({{"aten::maximum", "aten::max.other"}, simple_binary(BinaryOp::kMax)}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::minimum", "aten::min.other"}, simple_binary(BinaryOp::kMin)}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::floor_divide", "aten::floor_divide.Scalar", "aten::floor_divide_.Tensor"},
-       simple_binary(BinaryOp::kFloorDiv)});
+       simple_binary(BinaryOp::kFloorDiv)}));
   add_binary(r, "aten::remainder", simple_binary(BinaryOp::kMod));
   add_binary(r, "aten::eq", comparison(BinaryOp::kEq));
   add_binary(r, "aten::ne", comparison(BinaryOp::kNe));
@@ -277,19 +284,19 @@ void register_elementwise_converters(Registry& r) {
   add_binary(r, "aten::le", comparison(BinaryOp::kLe));
   add_binary(r, "aten::gt", comparison(BinaryOp::kGt));
   add_binary(r, "aten::ge", comparison(BinaryOp::kGe));
-  r.add_converter({{"aten::logical_and"}, logical(BinaryOp::kAnd)});
-  r.add_converter({{"aten::logical_or"}, logical(BinaryOp::kOr)});
-  r.add_converter({{"aten::logical_xor"}, logical(BinaryOp::kXor)});
-  r.add_converter({{"aten::logical_not"}, convert_logical_not});
-  r.add_converter({{"aten::bitwise_not"}, convert_bitwise_not});
+  r.add_converter(with_dynamic_shapes({{"aten::logical_and"}, logical(BinaryOp::kAnd)}));
+  r.add_converter(with_dynamic_shapes({{"aten::logical_or"}, logical(BinaryOp::kOr)}));
+  r.add_converter(with_dynamic_shapes({{"aten::logical_xor"}, logical(BinaryOp::kXor)}));
+  r.add_converter(with_dynamic_shapes({{"aten::logical_not"}, convert_logical_not}));
+  r.add_converter(with_dynamic_shapes({{"aten::bitwise_not"}, convert_bitwise_not}));
   for (const auto& [name, op] : {std::pair<std::string, BinaryOp>{"and", BinaryOp::kAnd},
                                  {"or", BinaryOp::kOr},
                                  {"xor", BinaryOp::kXor}}) {
-    r.add_converter(
+    r.add_converter(with_dynamic_shapes(
         {existing_schemas({"aten::__" + name + "__.Tensor", "aten::__" + name + "__.Scalar",
                            "aten::bitwise_" + name + ".Tensor",
                            "aten::bitwise_" + name + ".Scalar"}),
-         bitwise(op)});
+         bitwise(op)}));
   }
   const std::pair<const char*, UnaryOp> kFloatUnary[] = {{"aten::exp", UnaryOp::kExp},
                                                          {"aten::log", UnaryOp::kLog},
@@ -308,13 +315,15 @@ void register_elementwise_converters(Registry& r) {
                                                          {"aten::log2", UnaryOp::kLog2},
                                                          {"aten::log1p", UnaryOp::kLog1p},
                                                          {"aten::expm1", UnaryOp::kExpm1}};
-  for (const auto& [name, op] : kFloatUnary) r.add_converter({{name}, unary(op)});
+  for (const auto& [name, op] : kFloatUnary)
+    r.add_converter(with_dynamic_shapes({{name}, unary(op)}));
   const std::pair<const char*, UnaryOp> kAnyUnary[] = {
       {"aten::neg", UnaryOp::kNeg},     {"aten::abs", UnaryOp::kAbs},
       {"aten::floor", UnaryOp::kFloor}, {"aten::ceil", UnaryOp::kCeil},
       {"aten::round", UnaryOp::kRound}, {"aten::trunc", UnaryOp::kTrunc},
       {"aten::sign", UnaryOp::kSign}};
-  for (const auto& [name, op] : kAnyUnary) r.add_converter({{name}, unary(op, true)});
+  for (const auto& [name, op] : kAnyUnary)
+    r.add_converter(with_dynamic_shapes({{name}, unary(op, true)}));
   // Special functions (engine/special_math.h), with torch.special's aliases. aten::lgamma
   // itself is not registered yet: the test suite (tests/data/lgamma.ir, the models of
   // tests/models/make_models.py, the compile, kilnc, refit and partitioning tests) uses it as
@@ -347,21 +356,24 @@ void register_elementwise_converters(Registry& r) {
       {"aten::special_bessel_y1", UnaryOp::kBesselY1},
       {"aten::special_spherical_bessel_j0", UnaryOp::kSphericalBesselJ0},
       {"aten::special_airy_ai", UnaryOp::kAiryAi}};
-  for (const auto& [name, op] : kSpecialUnary) r.add_converter({{name}, unary(op)});
-  r.add_converter(
+  for (const auto& [name, op] : kSpecialUnary)
+    r.add_converter(with_dynamic_shapes({{name}, unary(op)}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::special_zeta", "aten::special_zeta.self_scalar", "aten::special_zeta.other_scalar"},
-       simple_binary(BinaryOp::kZeta)});
-  r.add_converter({{"aten::igamma", "aten::special_gammainc"}, simple_binary(BinaryOp::kIgamma)});
-  r.add_converter({{"aten::copysign.Tensor", "aten::copysign.Scalar"}, convert_copysign});
-  r.add_converter({{"aten::signbit"}, convert_signbit});
+       simple_binary(BinaryOp::kZeta)}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::igamma", "aten::special_gammainc"}, simple_binary(BinaryOp::kIgamma)}));
   r.add_converter(
-      {{"aten::igammac", "aten::special_gammaincc"}, simple_binary(BinaryOp::kIgammac)});
-  r.add_converter({{"aten::polygamma", "aten::special_polygamma"},
-                   convert_polygamma,
-                   static_int_at_least(0, 0, "polygamma's order n")});
-  r.add_converter({{"aten::mvlgamma", "aten::special_multigammaln"},
-                   convert_mvlgamma,
-                   static_int_at_least(1, 1, "mvlgamma's p")});
+      with_dynamic_shapes({{"aten::copysign.Tensor", "aten::copysign.Scalar"}, convert_copysign}));
+  r.add_converter(with_dynamic_shapes({{"aten::signbit"}, convert_signbit}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::igammac", "aten::special_gammaincc"}, simple_binary(BinaryOp::kIgammac)}));
+  r.add_converter(with_dynamic_shapes({{"aten::polygamma", "aten::special_polygamma"},
+                                       convert_polygamma,
+                                       static_int_at_least(0, 0, "polygamma's order n")}));
+  r.add_converter(with_dynamic_shapes({{"aten::mvlgamma", "aten::special_multigammaln"},
+                                       convert_mvlgamma,
+                                       static_int_at_least(1, 1, "mvlgamma's p")}));
   // The orthogonal polynomials (x, n) of two tensors, a number x or a number n.
   const std::pair<const char*, BinaryOp> kPolynomials[] = {
       {"aten::special_chebyshev_polynomial_t", BinaryOp::kChebyshevT},
@@ -378,7 +390,8 @@ void register_elementwise_converters(Registry& r) {
       {"aten::special_legendre_polynomial_p", BinaryOp::kLegendreP}};
   for (const auto& [name, op] : kPolynomials) {
     const std::string s = name;
-    r.add_converter({{s, s + ".x_scalar", s + ".n_scalar"}, orthogonal_polynomial(op)});
+    r.add_converter(
+        with_dynamic_shapes({{s, s + ".x_scalar", s + ".n_scalar"}, orthogonal_polynomial(op)}));
   }
 }
 

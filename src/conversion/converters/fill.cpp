@@ -147,18 +147,23 @@ std::optional<std::string> undefined_contents(const Node*) {
 }  // namespace
 
 void register_fill_converters(Registry& r) {
-  r.add_converter({{"aten::arange"}, arange(1), arguments_static, 0});
-  r.add_converter({{"aten::arange.start"}, arange(2), arguments_static, 0});
-  r.add_converter({{"aten::arange.start_step"}, arange(3), arguments_static, 0});
-  r.add_converter({{"aten::zeros"}, constant_factory(0), arguments_static, 0});
-  r.add_converter({{"aten::ones"}, constant_factory(1), arguments_static, 0});
-  r.add_converter({{"aten::full"}, convert_full, arguments_static, 0});
-  r.add_converter({{"aten::zeros_like"}, like_factory(0), arguments_static, 0});
-  r.add_converter({{"aten::ones_like"}, like_factory(1), arguments_static, 0});
-  r.add_converter({{"aten::full_like"}, like_factory({}), arguments_static, 0});
-  r.add_converter({{"aten::new_zeros"}, new_factory(0), arguments_static, 0});
-  r.add_converter({{"aten::new_ones"}, new_factory(1), arguments_static, 0});
-  r.add_converter({{"aten::new_full"}, new_factory({}), arguments_static, 0});
+  // Factories fill static sizes or another tensor's shape, dynamic included. empty_like stays
+  // without: its validator refuses every node, so it converts nothing.
+  r.add_converter(with_dynamic_shapes({{"aten::arange"}, arange(1), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::arange.start"}, arange(2), arguments_static, 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::arange.start_step"}, arange(3), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::zeros"}, constant_factory(0), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::ones"}, constant_factory(1), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::full"}, convert_full, arguments_static, 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::zeros_like"}, like_factory(0), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::ones_like"}, like_factory(1), arguments_static, 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::full_like"}, like_factory({}), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::new_zeros"}, new_factory(0), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::new_ones"}, new_factory(1), arguments_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::new_full"}, new_factory({}), arguments_static, 0}));
   r.add_converter(
       {{"aten::empty_like"}, [](ConversionContext&, const Node*) {}, undefined_contents, 0});
 }

@@ -509,29 +509,40 @@ void convert_scatter_reduce(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_indexing_converters(Registry& r) {
-  r.add_converter({{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), 0});
-  r.add_converter({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0});
-  r.add_converter({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0});
-  r.add_converter({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0});
-  r.add_converter({existing_schemas({"aten::diff"}), convert_diff, static_inputs({1, 2})});
-  r.add_converter({{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0});
-  r.add_converter({{"aten::select_scatter"}, convert_select_scatter, static_inputs({2, 3}), 0});
-  r.add_converter({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0});
-  r.add_converter({{"aten::embedding"}, convert_embedding, {}, 0});
-  r.add_converter({{"aten::gather"}, convert_gather, static_inputs({1}), 0});
-  r.add_converter({existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}),
-                   convert_index, index_capable});
-  r.add_converter({{"aten::nonzero"}, convert_nonzero, {}, 0, /*requires_output_allocator=*/true});
+  // Slices and gathers resolve their bounds against run-time dims; roll, strided scatters and
+  // negative starts on dynamic dims refuse.
   r.add_converter(
-      {{"aten::masked_select"}, convert_masked_select, {}, 0, /*requires_output_allocator=*/true});
+      with_dynamic_shapes({{"aten::slice.Tensor"}, convert_slice, static_inputs({1, 2, 3, 4}), 0}));
   r.add_converter(
-      {{"aten::scatter.src"}, scatter(engine::ScatterReduce::kNone), static_inputs({1}), 0});
+      with_dynamic_shapes({{"aten::select.int"}, convert_select, static_inputs({1, 2}), 0}));
   r.add_converter(
-      {{"aten::scatter.value"}, scatter(engine::ScatterReduce::kNone), static_inputs({1, 3}), 0});
+      with_dynamic_shapes({{"aten::narrow"}, convert_narrow, static_inputs({1, 2, 3}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::roll"}, convert_roll, static_inputs({1, 2}), 0}));
   r.add_converter(
-      {{"aten::scatter_add"}, scatter(engine::ScatterReduce::kAdd), static_inputs({1}), 0});
+      with_dynamic_shapes({existing_schemas({"aten::diff"}), convert_diff, static_inputs({1, 2})}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::slice_scatter"}, convert_slice_scatter, static_inputs({2, 3, 4, 5}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::select_scatter"}, convert_select_scatter, static_inputs({2, 3}), 0}));
   r.add_converter(
-      {{"aten::scatter_reduce.two"}, convert_scatter_reduce, scatter_reduce_capable, 0});
+      with_dynamic_shapes({{"aten::index_select"}, convert_index_select, static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::embedding"}, convert_embedding, {}, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::gather"}, convert_gather, static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}), convert_index,
+       index_capable}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::nonzero"}, convert_nonzero, {}, 0, /*requires_output_allocator=*/true}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::masked_select"}, convert_masked_select, {}, 0, /*requires_output_allocator=*/true}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::scatter.src"}, scatter(engine::ScatterReduce::kNone), static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::scatter.value"}, scatter(engine::ScatterReduce::kNone), static_inputs({1, 3}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::scatter_add"}, scatter(engine::ScatterReduce::kAdd), static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::scatter_reduce.two"}, convert_scatter_reduce, scatter_reduce_capable, 0}));
 }
 
 }  // namespace kiln::conversion

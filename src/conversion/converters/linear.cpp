@@ -123,10 +123,13 @@ void convert_t(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_linear_converters(Registry& r) {
-  r.add_converter({{"aten::linear"}, convert_linear});
-  r.add_converter({{"aten::matmul", "aten::mm", "aten::bmm"}, convert_matmul});
-  r.add_converter({{"aten::addmm", "aten::baddbmm"}, convert_addmm, beta_alpha_static});
-  r.add_converter({{"aten::t"}, convert_t});
+  // Matmul layers take dynamic dims; addmm's bias post-op is used only where the bias fits
+  // statically.
+  r.add_converter(with_dynamic_shapes({{"aten::linear"}, convert_linear}));
+  r.add_converter(with_dynamic_shapes({{"aten::matmul", "aten::mm", "aten::bmm"}, convert_matmul}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::addmm", "aten::baddbmm"}, convert_addmm, beta_alpha_static}));
+  r.add_converter(with_dynamic_shapes({{"aten::t"}, convert_t}));
 }
 
 }  // namespace kiln::conversion

@@ -55,7 +55,15 @@ void convert_batch_norm(ConversionContext& ctx, const Node* n) {
   p.epsilon = static_number(ctx, n->input(7));
   std::vector<engine::TensorId> inputs = {x};
   p.has_affine = affine_inputs(
-      ctx, n, n->input(1), n->input(2), [&] { return ctx.desc(mean).shape; }, inputs);
+      ctx, n, n->input(1), n->input(2),
+      [&] {
+        const engine::Shape& s = ctx.desc(mean).shape;
+        KILN_CHECK(engine::is_static(s), Unsupported, "running_mean of shape ",
+                   engine::shape_to_string(s),
+                   " needs static dims when only one of weight and bias is given");
+        return s;
+      },
+      inputs);
   inputs.push_back(mean);
   inputs.push_back(var);
   ctx.set_tensor(n->output(), ctx.add(n, p, inputs));
@@ -168,17 +176,21 @@ std::optional<std::string> instance_norm_input_stats(const Node* n) {
 }  // namespace
 
 void register_normalization_converters(Registry& r) {
-  r.add_converter({{"aten::batch_norm"}, convert_batch_norm, batch_norm_inference});
-  r.add_converter({{"aten::layer_norm"}, convert_layer_norm, [](const Node* n) {
-                     return require_static(n, {1, 4});
-                   }});
-  r.add_converter({{"aten::rms_norm"}, convert_rms_norm, [](const Node* n) {
-                     return require_static(n, {1, 3});
-                   }});
-  r.add_converter({{"aten::group_norm"}, convert_group_norm, [](const Node* n) {
-                     return require_static(n, {1, 4});
-                   }});
-  r.add_converter({{"aten::instance_norm"}, convert_instance_norm, instance_norm_input_stats});
+  // Statistics are taken over the input's dims at run time; ones or zeros for a missing weight
+  // or bias need static dims and refuse dynamic ones.
+  r.add_converter(
+      with_dynamic_shapes({{"aten::batch_norm"}, convert_batch_norm, batch_norm_inference}));
+  r.add_converter(with_dynamic_shapes({{"aten::layer_norm"}, convert_layer_norm, [](const Node* n) {
+                                         return require_static(n, {1, 4});
+                                       }}));
+  r.add_converter(with_dynamic_shapes({{"aten::rms_norm"}, convert_rms_norm, [](const Node* n) {
+                                         return require_static(n, {1, 3});
+                                       }}));
+  r.add_converter(with_dynamic_shapes({{"aten::group_norm"}, convert_group_norm, [](const Node* n) {
+                                         return require_static(n, {1, 4});
+                                       }}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::instance_norm"}, convert_instance_norm, instance_norm_input_stats}));
 }
 
 }  // namespace kiln::conversion

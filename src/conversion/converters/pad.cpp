@@ -65,16 +65,20 @@ ConvertFn padding(PadMode mode) {
 }  // namespace
 
 void register_pad_converters(Registry& r) {
-  r.add_converter({{"aten::constant_pad_nd"}, convert_constant_pad, static_inputs({1, 2}), 0});
-  r.add_converter({existing_schemas({"aten::pad"}), convert_pad, pad_capable});
-  r.add_converter({existing_schemas({"aten::reflection_pad1d", "aten::reflection_pad2d",
-                                     "aten::reflection_pad3d"}),
-                   padding(PadMode::kReflect), static_inputs({1})});
-  r.add_converter({existing_schemas({"aten::replication_pad1d", "aten::replication_pad2d",
-                                     "aten::replication_pad3d"}),
-                   padding(PadMode::kReplicate), static_inputs({1})});
+  // Static pads of whatever dims the input has: each takes dynamic shapes.
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::constant_pad_nd"}, convert_constant_pad, static_inputs({1, 2}), 0}));
+  r.add_converter(with_dynamic_shapes({existing_schemas({"aten::pad"}), convert_pad, pad_capable}));
   r.add_converter(
-      {existing_schemas({"aten::zero_pad2d"}), padding(PadMode::kConstant), static_inputs({1})});
+      with_dynamic_shapes({existing_schemas({"aten::reflection_pad1d", "aten::reflection_pad2d",
+                                             "aten::reflection_pad3d"}),
+                           padding(PadMode::kReflect), static_inputs({1})}));
+  r.add_converter(
+      with_dynamic_shapes({existing_schemas({"aten::replication_pad1d", "aten::replication_pad2d",
+                                             "aten::replication_pad3d"}),
+                           padding(PadMode::kReplicate), static_inputs({1})}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::zero_pad2d"}), padding(PadMode::kConstant), static_inputs({1})}));
 }
 
 }  // namespace kiln::conversion

@@ -316,32 +316,38 @@ ConvertFn max_pool_with_indices(size_t nd, bool adaptive) {
 }  // namespace
 
 void register_pooling_converters(Registry& r) {
+  // Pooling layers derive their output dims at run time; the window gathers (indices,
+  // divisor_override with ceil_mode) refuse dynamic spatial dims.
   const CapabilityValidator all_static = [](const Node* n) { return require_static_from(n, 1); };
-  r.add_converter({{"aten::max_pool1d"}, max_pool(1), all_static});
-  r.add_converter({{"aten::max_pool2d"}, max_pool(2), all_static});
-  r.add_converter({{"aten::max_pool3d"}, max_pool(3), all_static});
-  r.add_converter({{"aten::max_pool1d_with_indices"}, max_pool_with_indices(1, false), all_static});
-  r.add_converter({{"aten::max_pool2d_with_indices"}, max_pool_with_indices(2, false), all_static});
-  r.add_converter({{"aten::max_pool3d_with_indices"}, max_pool_with_indices(3, false), all_static});
-  r.add_converter({{"aten::avg_pool1d"}, avg_pool(1), avg_pool_validator});
-  r.add_converter({{"aten::avg_pool2d"}, avg_pool(2), avg_pool_validator});
-  r.add_converter({{"aten::avg_pool3d"}, avg_pool(3), avg_pool_validator});
-  r.add_converter(
-      {{"aten::adaptive_avg_pool1d"}, adaptive_pool(PoolingKind::kAverage, 1), all_static});
-  r.add_converter(
-      {{"aten::adaptive_avg_pool2d"}, adaptive_pool(PoolingKind::kAverage, 2), all_static});
-  r.add_converter(
-      {{"aten::adaptive_avg_pool3d"}, adaptive_pool(PoolingKind::kAverage, 3), all_static});
+  r.add_converter(with_dynamic_shapes({{"aten::max_pool1d"}, max_pool(1), all_static}));
+  r.add_converter(with_dynamic_shapes({{"aten::max_pool2d"}, max_pool(2), all_static}));
+  r.add_converter(with_dynamic_shapes({{"aten::max_pool3d"}, max_pool(3), all_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::max_pool1d_with_indices"}, max_pool_with_indices(1, false), all_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::max_pool2d_with_indices"}, max_pool_with_indices(2, false), all_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::max_pool3d_with_indices"}, max_pool_with_indices(3, false), all_static}));
+  r.add_converter(with_dynamic_shapes({{"aten::avg_pool1d"}, avg_pool(1), avg_pool_validator}));
+  r.add_converter(with_dynamic_shapes({{"aten::avg_pool2d"}, avg_pool(2), avg_pool_validator}));
+  r.add_converter(with_dynamic_shapes({{"aten::avg_pool3d"}, avg_pool(3), avg_pool_validator}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::adaptive_avg_pool1d"}, adaptive_pool(PoolingKind::kAverage, 1), all_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::adaptive_avg_pool2d"}, adaptive_pool(PoolingKind::kAverage, 2), all_static}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::adaptive_avg_pool3d"}, adaptive_pool(PoolingKind::kAverage, 3), all_static}));
   for (size_t nd = 1; nd <= 3; ++nd) {
     const std::string op = "aten::adaptive_max_pool" + std::to_string(nd) + "d";
     // The engine's pooling where the indices go unused, the window gather where they are used.
     const ConvertFn pool = adaptive_pool(PoolingKind::kMax, nd);
     const ConvertFn gather = max_pool_with_indices(nd, true);
-    r.add_converter({{op},
-                     [pool, gather](ConversionContext& ctx, const Node* n) {
-                       (n->outputs().size() > 1 && n->output(1)->hasUses() ? gather : pool)(ctx, n);
-                     },
-                     all_static});
+    r.add_converter(with_dynamic_shapes(
+        {{op},
+         [pool, gather](ConversionContext& ctx, const Node* n) {
+           (n->outputs().size() > 1 && n->output(1)->hasUses() ? gather : pool)(ctx, n);
+         },
+         all_static}));
   }
 }
 

@@ -182,12 +182,13 @@ CapabilityValidator params_static() {
 }
 
 void add(Registry& r, std::vector<std::string> schemas, ConvertFn fn) {
-  r.add_converter({std::move(schemas), std::move(fn), params_static()});
+  r.add_converter(with_dynamic_shapes({std::move(schemas), std::move(fn), params_static()}));
 }
 
 }  // namespace
 
 void register_reduce_converters(Registry& r) {
+  // Reductions read only axes; var/std count dynamic dims at run time.
   add(r, {"aten::sum"}, reduce(ReduceOp::kSum, {-1, -1, 1}));
   add(r, {"aten::sum.dim_IntList"}, reduce(ReduceOp::kSum, {1, 2, 3}));
   add(r, {"aten::mean"}, reduce(ReduceOp::kMean, {-1, -1, 1}));
@@ -213,10 +214,14 @@ void register_reduce_converters(Registry& r) {
     add(r, {name + ".dim"}, var_std(is_std, {1, 2, -1, 3}));
     add(r, {name + ".correction"}, var_std(is_std, {1, -1, 2, 3}));
   }
-  r.add_converter({{"aten::norm.Scalar"}, norm({1, -1, -1, -1}), norm_validator});
-  r.add_converter({{"aten::norm.ScalarOpt_dim"}, norm({1, 2, 3, -1}), norm_validator});
-  r.add_converter({{"aten::norm.ScalarOpt_dim_dtype"}, norm({1, 2, 3, 4}), norm_validator});
-  r.add_converter({{"aten::linalg_vector_norm"}, norm({1, 2, 3, 4}), norm_validator});
+  r.add_converter(
+      with_dynamic_shapes({{"aten::norm.Scalar"}, norm({1, -1, -1, -1}), norm_validator}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::norm.ScalarOpt_dim"}, norm({1, 2, 3, -1}), norm_validator}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::norm.ScalarOpt_dim_dtype"}, norm({1, 2, 3, 4}), norm_validator}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::linalg_vector_norm"}, norm({1, 2, 3, 4}), norm_validator}));
   add(r, {"aten::frobenius_norm.dim"}, [](ConversionContext& ctx, const Node* n) {
     ctx.set_tensor(n->output(), p_norm(ctx, n, ctx.tensor(n->input(0)), 2.0,
                                        dim_list(ctx, n->input(1)), keepdim_arg(ctx, n, 2)));

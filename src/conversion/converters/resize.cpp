@@ -94,13 +94,16 @@ void add(Registry& r, const std::string& name, Resize kind) {
   std::vector<size_t> vec_args, sized_args;
   for (size_t i = 1; i <= args; ++i) vec_args.push_back(i);
   for (size_t i = 1; i < args + kind.spatial; ++i) sized_args.push_back(i);
-  r.add_converter({existing_schemas({name + ".vec"}), resize_vec(kind), static_inputs(vec_args)});
-  r.add_converter({existing_schemas({name}), resize_sized(kind), static_inputs(sized_args)});
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({name + ".vec"}), resize_vec(kind), static_inputs(vec_args)}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({name}), resize_sized(kind), static_inputs(sized_args)}));
 }
 
 }  // namespace
 
 void register_resize_converters(Registry& r) {
+  // Static output sizes or scales; a scale derived from a dynamic input dim refuses.
   add(r, "aten::upsample_nearest1d", {ResizeMode::kNearest, 1});
   add(r, "aten::upsample_nearest2d", {ResizeMode::kNearest, 2});
   add(r, "aten::upsample_nearest3d", {ResizeMode::kNearest, 3});

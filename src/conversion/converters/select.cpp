@@ -46,15 +46,17 @@ std::optional<std::string> scalars_static(const Node* n) {
 }  // namespace
 
 void register_select_converters(Registry& r) {
-  r.add_converter({existing_schemas({"aten::where.self", "aten::where.ScalarOther",
-                                     "aten::where.ScalarSelf", "aten::where.Scalar"}),
-                   convert_where, scalars_static, 0});
-  r.add_converter({{"aten::masked_fill.Scalar", "aten::masked_fill_.Scalar"},
-                   convert_masked_fill,
-                   scalars_static,
-                   0});
+  // Selects read no dims: each takes dynamic shapes.
   r.add_converter(
-      {{"aten::masked_fill.Tensor", "aten::masked_fill_.Tensor"}, convert_masked_fill, {}, 0});
+      with_dynamic_shapes({existing_schemas({"aten::where.self", "aten::where.ScalarOther",
+                                             "aten::where.ScalarSelf", "aten::where.Scalar"}),
+                           convert_where, scalars_static, 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::masked_fill.Scalar", "aten::masked_fill_.Scalar"},
+                                       convert_masked_fill,
+                                       scalars_static,
+                                       0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::masked_fill.Tensor", "aten::masked_fill_.Tensor"}, convert_masked_fill, {}, 0}));
 }
 
 }  // namespace kiln::conversion

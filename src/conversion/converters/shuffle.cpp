@@ -552,22 +552,31 @@ void convert_num_to_tensor(ConversionContext& ctx, const Node* n) {
 }  // namespace
 
 void register_shuffle_converters(Registry& r) {
-  r.add_converter({{"prim::NumToTensor.Scalar"}, convert_num_to_tensor, {}, 0});
-  r.add_converter({{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), 0});
-  r.add_converter({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, 0});
-  r.add_converter({{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), 0});
+  // Reshapes copy or infer dynamic dims (several through a shape tensor) and refuse what they
+  // cannot express; squeeze refuses a dynamic dim that might be 1.
   r.add_converter(
-      {existing_schemas({"aten::unflatten.int"}), convert_unflatten, static_inputs({1, 2})});
-  r.add_converter({{"aten::permute"}, convert_permute, static_inputs({1}), 0});
-  r.add_converter({existing_schemas({"aten::transpose.int", "aten::swapaxes"}), convert_transpose,
-                   static_inputs({1, 2}), 0});
-  r.add_converter({{"aten::t"}, convert_t, {}, 0});
-  r.add_converter({existing_schemas({"aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims"}),
-                   convert_squeeze, static_inputs({1}), 0});
-  r.add_converter({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), 0});
-  r.add_converter({{"aten::expand"}, convert_expand, static_inputs({1}), 0});
-  r.add_converter({{"aten::expand_as"}, convert_expand_as, {}, 0});
-  r.add_converter({{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, 0});
+      with_dynamic_shapes({{"prim::NumToTensor.Scalar"}, convert_num_to_tensor, {}, 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::reshape", "aten::view"}, convert_reshape, static_inputs({1}), 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::view_as", "aten::reshape_as"}, convert_reshape_as, {}, 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::flatten.using_ints"}, convert_flatten, static_inputs({1, 2}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::unflatten.int"}), convert_unflatten, static_inputs({1, 2})}));
+  r.add_converter(with_dynamic_shapes({{"aten::permute"}, convert_permute, static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes({existing_schemas({"aten::transpose.int", "aten::swapaxes"}),
+                                       convert_transpose, static_inputs({1, 2}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::t"}, convert_t, {}, 0}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims"}),
+       convert_squeeze, static_inputs({1}), 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::expand"}, convert_expand, static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::expand_as"}, convert_expand_as, {}, 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, 0}));
 }
 
 }  // namespace kiln::conversion

@@ -35,9 +35,12 @@ ConvertFn softmax(bool log) {
 }  // namespace
 
 void register_softmax_converters(Registry& r) {
+  // Softmax reads only its axis: it takes dynamic shapes.
   const CapabilityValidator dim_and_dtype = [](const Node* n) { return require_static(n, {1, 2}); };
-  r.add_converter({{"aten::softmax.int", "aten::_softmax"}, softmax(false), dim_and_dtype});
-  r.add_converter({{"aten::log_softmax.int", "aten::_log_softmax"}, softmax(true), dim_and_dtype});
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::softmax.int", "aten::_softmax"}, softmax(false), dim_and_dtype}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::log_softmax.int", "aten::_log_softmax"}, softmax(true), dim_and_dtype}));
 }
 
 }  // namespace kiln::conversion

@@ -2,8 +2,8 @@
 // cummax, cummin, logcumsumexp) to engine top-k and scan layers, and unique (a sort, then the
 // nonzeros of where sorted values change: a data-dependent count).
 #include "conversion/converters/operands.h"
-#include "conversion/dtypes.h"
 #include "conversion/converters/shuffle_helpers.h"
+#include "conversion/dtypes.h"
 #include "util/errors.h"
 
 namespace kiln::conversion {
@@ -175,33 +175,40 @@ std::optional<std::string> unique_consecutive_capable(const Node* n) {
 }  // namespace
 
 void register_topk_converters(Registry& r) {
-  r.add_converter({{"aten::topk"}, convert_topk, static_inputs({1, 2, 3, 4}), 0});
-  r.add_converter({{"aten::sort"}, convert_sort, static_inputs({1, 2}), 0});
-  r.add_converter({existing_schemas({"aten::argsort"}), convert_sort, static_inputs({1, 2})});
-  r.add_converter({{"aten::cumsum"}, scan(engine::ScanOp::kSum), static_inputs({1, 2}), 0});
-  r.add_converter({{"aten::cumprod"}, scan(engine::ScanOp::kProd), static_inputs({1, 2}), 0});
-  r.add_converter({{"aten::cummax"}, scan(engine::ScanOp::kMax), static_inputs({1}), 0});
-  r.add_converter({{"aten::cummin"}, scan(engine::ScanOp::kMin), static_inputs({1}), 0});
+  // Top-k and scans take dynamic dims; sort and unique with sort refuse a dynamic sorted dim.
   r.add_converter(
-      {{"aten::logcumsumexp"}, scan(engine::ScanOp::kLogSumExp), static_inputs({1}), 0});
+      with_dynamic_shapes({{"aten::topk"}, convert_topk, static_inputs({1, 2, 3, 4}), 0}));
+  r.add_converter(with_dynamic_shapes({{"aten::sort"}, convert_sort, static_inputs({1, 2}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {existing_schemas({"aten::argsort"}), convert_sort, static_inputs({1, 2})}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::cumsum"}, scan(engine::ScanOp::kSum), static_inputs({1, 2}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::cumprod"}, scan(engine::ScanOp::kProd), static_inputs({1, 2}), 0}));
   r.add_converter(
+      with_dynamic_shapes({{"aten::cummax"}, scan(engine::ScanOp::kMax), static_inputs({1}), 0}));
+  r.add_converter(
+      with_dynamic_shapes({{"aten::cummin"}, scan(engine::ScanOp::kMin), static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes(
+      {{"aten::logcumsumexp"}, scan(engine::ScanOp::kLogSumExp), static_inputs({1}), 0}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::_unique2"},
        [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, true, 2, 3); },
        static_inputs({1, 2, 3}),
        0,
-       /*requires_output_allocator=*/true});
-  r.add_converter(
+       /*requires_output_allocator=*/true}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::_unique"},
        [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, true, 2, -1); },
        static_inputs({1, 2}),
        0,
-       /*requires_output_allocator=*/true});
-  r.add_converter(
+       /*requires_output_allocator=*/true}));
+  r.add_converter(with_dynamic_shapes(
       {{"aten::unique_consecutive"},
        [](ConversionContext& ctx, const Node* n) { convert_unique(ctx, n, false, 1, 2); },
        unique_consecutive_capable,
        0,
-       /*requires_output_allocator=*/true});
+       /*requires_output_allocator=*/true}));
 }
 
 }  // namespace kiln::conversion
