@@ -4,7 +4,8 @@
 # --save-engine), and with kiln-run warms the engine at WARM batches (default the profile points
 # 1, 8, 32), then profiles the first call at each NEW batch (host wall time of that call, and
 # its per-layer device timeline: host set-up shows as gaps charged to the layer waiting for it),
-# then a second call at the same batch for comparison. Usage (device, after gpu-iterate.sh built
+# with the default plan and one asking the heuristics at every new shape (reuse_algorithms=off),
+# and with CUDA modules loaded eagerly. Usage (device, after gpu-iterate.sh built
 # build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,20 +29,40 @@ rest=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from models import m
 m, f = make_model('$model'); print('x'.join(str(d) for d in f(1).shape[1:]))")
 spec="[(1x$rest);(8x$rest);(32x$rest)]"
 spec=${spec//x/,}
-"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/dynamic.plan" "$spec" --device cuda -p f16 -p f32 \
+# The default plan, and one asking the heuristics at every new shape (reuse_algorithms=off).
+"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/default.plan" "$spec" --device cuda -p f16 -p f32 \
   --save-engine -q
-name=$("$build/bin/kiln-run" "$dir/dynamic.plan" --device cuda --iterations 1 |
+"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/heuristic.plan" "$spec" --device cuda -p f16 -p f32 \
+  --save-engine -q --switch reuse_algorithms=off
+name=$("$build/bin/kiln-run" "$dir/default.plan" --device cuda --iterations 1 |
   sed -n "s/^input \([^:]*\):.*/\1/p" | head -1)
 warm_spec=""
 for b in $warm; do warm_spec+="${warm_spec:+;}$name:${b}x$rest"; done
-for b in $new; do
-  for call in first second; do
-    w=0
-    [ "$call" = second ] && w=1
-    echo "== $model batch $b, $call call (warmed at: $warm)"
-    "$build/bin/kiln-run" "$dir/dynamic.plan" --device cuda --warmup-shapes "$warm_spec" \
-      --shapes "$name:${b}x$rest" --warmup $w --iterations 1 --profile >"$dir/$b-$call.txt"
-    grep "^latency" "$dir/$b-$call.txt"
-    grep -v "^output\|^input\|^latency\|^activation" "$dir/$b-$call.txt" | head -$((top + 3))
+run() {  # PLAN BATCH WARMUP ITERATIONS [ARGS...]: kiln-run after the warm shapes
+  local plan=$1 b=$2 w=$3 n=$4
+  shift 4
+  "$build/bin/kiln-run" "$dir/$plan.plan" --device cuda --warmup-shapes "$warm_spec" \
+    --shapes "$name:${b}x$rest" --warmup "$w" --iterations "$n" "$@"
+}
+echo "$model: ms of the first call at a new batch after calls at $warm (host wall time), and of"
+echo "later calls there (median of 20, eager: kiln-run runs without CUDA graphs)"
+echo "| plan | batch | first call ms | later calls ms |"
+echo "|---|---|---|---|"
+for plan in default heuristic default-eager-modules; do
+  file=${plan%-eager-modules} loading=LAZY
+  [ "$plan" = default-eager-modules ] && loading=EAGER
+  for b in $new; do
+    first=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 0 1 |
+      sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
+    later=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 3 20 |
+      sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
+    echo "| $plan | $b | $first | $later |"
   done
+done
+# Where a first call's time goes (per-layer device timeline: host set-up shows as gaps charged
+# to the layer that waited for it; cuDNN calls that synchronize stall on the profiler's gate).
+for plan in default heuristic; do
+  b=${new%% *}
+  echo "== $plan plan, batch $b, first call, top $top layers"
+  run "$plan" "$b" 0 1 --profile | grep -v "^output\|^input\|^activation" | head -$((top + 3))
 done

@@ -276,7 +276,22 @@ void convolution_kernel(KernelArgs& args) {
         cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
     int found = 0;
     bool chosen = false;
-    if (!p.transposed) {
+    // At a shape not worth tuning, the algorithm of the shape run before, where it takes this one
+    // (cuDNN's heuristic query costs milliseconds a layer at each new shape).
+    if (!p.transposed && state && !args.res.tune() && args.res.options().reuse_algorithms) {
+      size_t bytes = 0;
+      if (cudnnGetConvolutionForwardWorkspaceSize(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
+                                                  state->fwd_algo,
+                                                  &bytes) == CUDNN_STATUS_SUCCESS &&
+          bytes <= kMaxAlgoWorkspace) {
+        fresh->fwd_algo = state->fwd_algo;
+        fresh->algo_workspace = bytes;
+        fresh->fallbacks = state->fallbacks;
+        fresh->fusion_failed = state->fusion_failed;
+        chosen = true;
+      }
+    }
+    if (!p.transposed && !chosen) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       KILN_CUDNN_CHECK(
           cudnnGetConvolutionForwardAlgorithm_v7(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
@@ -291,7 +306,7 @@ void convolution_kernel(KernelArgs& args) {
           fresh->fallbacks.push_back(perf[i]);
         }
       }
-    } else {
+    } else if (p.transposed) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           handle, fresh->w, fresh->y, fresh->conv, fresh->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
@@ -357,10 +372,17 @@ void convolution_kernel(KernelArgs& args) {
       if (status == CUDNN_STATUS_SUCCESS || state->fallbacks.empty()) break;
       const cudnnConvolutionFwdAlgoPerf_t next = state->fallbacks.front();
       state->fallbacks.erase(state->fallbacks.begin());
+      // (the workspace asked again: a reused list's sizes are another shape's)
+      size_t bytes = 0;
+      if (cudnnGetConvolutionForwardWorkspaceSize(handle, state->x, state->w, state->conv, state->y,
+                                                  next.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+          bytes > kMaxAlgoWorkspace) {
+        continue;
+      }
       KILN_LOG(kDebug, "layer `", name, "`: cuDNN algorithm ", static_cast<int>(state->fwd_algo),
                " refused; trying ", static_cast<int>(next.algo));
       state->fwd_algo = next.algo;
-      state->algo_workspace = next.memory;
+      state->algo_workspace = bytes;
       stage();
     }
     KILN_CHECK(status == CUDNN_STATUS_SUCCESS, DeviceError, "layer `", name,

@@ -34,6 +34,10 @@ struct KernelOptions {
   bool gemm_fold = true;                     // gemm_fold=off: batched matmuls stay batched (G33)
   bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
   bool codegen = true;      // cuda_codegen=off: pointwise layers on the interpreter kernel
+  // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
+  // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
+  // shape, instead of asking the heuristics again (G56); reuse_algorithms=off asks every time.
+  bool reuse_algorithms = true;
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 

@@ -53,6 +53,17 @@ struct TimingRun {
   cudaStream_t stream;
 };
 
+// Whether two GEMM keys (below) are the same operation at other sizes: dtype, TF32, transposes,
+// bias, activations and residual alike (an algorithm chosen for one may serve the other).
+bool same_operation(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  constexpr size_t kOperation[] = {0, 1, 2, 3, 10, 11, 12, 17, 18, 19};
+  if (a.size() != b.size()) return false;
+  for (size_t i : kOperation) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 // Whether the first run of a GEMM this large times the heuristic's candidates (where the run's
 // shapes are worth tuning for: Resources::tune): at 2 GFLOP or
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
@@ -324,9 +335,23 @@ void matmul_kernel(KernelArgs& args) {
       cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
-      const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
-                                         pref, timed ? kCandidates : 1, results, &found);
+      cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+      // At a shape not worth tuning, the algorithm of the shape run before where it takes this
+      // one (same operation, dtypes and epilogue: only sizes, strides and alignments differ).
+      if (state && !args.res.tune() && args.res.options().reuse_algorithms &&
+          same_operation(state->key, key) &&
+          cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
+                                  &state->algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
+          results[0].workspaceSize <= kCublasWorkspace) {
+        results[0].algo = state->algo;
+        found = 1;
+        status = CUBLAS_STATUS_SUCCESS;
+      }
+      if (found == 0) {
+        status =
+            cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
+                                           pref, timed ? kCandidates : 1, results, &found);
+      }
       cublasLtMatmulPreferenceDestroy(pref);
       KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
                  "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
