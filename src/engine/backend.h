@@ -60,11 +60,11 @@ class ContextBackend {
   // Writes host-computed integer values (shape tensors) into `dst`.
   virtual void write_values(const TensorRef& dst, const std::vector<int64_t>& values) = 0;
 
-  // Whether kernels may time their candidates at the shapes of the runs that follow (on the first
-  // run at a shape, choices kept per shape): true for a static engine and for a dynamic one at a
-  // profile point (every input at its min, opt or max); elsewhere kernels take the heuristics'
-  // choices, so that a shape never seen costs little more than a cached one. The CPU has nothing
-  // to time.
+  // Whether kernels may choose algorithms for the shapes of the runs that follow (heuristic
+  // queries, timed candidates; choices kept per shape): true for a static engine, for a dynamic
+  // one at a profile point (every input at its min, opt or max) and at shapes that repeat;
+  // elsewhere kernels keep the choices made at the shape run before, so that a shape never seen
+  // costs little more than a cached one. The CPU has nothing to choose.
   virtual void set_tuning(bool tune) = 0;
 
   // Runs (CPU) or enqueues (CUDA) layer `index` of the network.
@@ -80,7 +80,8 @@ class ContextBackend {
 
   // Whole-engine graphs (CUDA): runs `enqueue` (every layer, reading `inputs`, writing
   // `outputs`) through a graph per `key` (the input shapes), inputs and outputs staged through
-  // backend-owned buffers so that bindings may change between calls.
+  // backend-owned buffers so that bindings may change between calls; a key is captured only
+  // after an eager run at it with tuning on (set_tuning), so graphs hold tuned choices.
   virtual bool has_graphs() const = 0;
   using EnqueueFn = std::function<void(const std::vector<const void*>& inputs,
                                        const std::vector<void*>& outputs)>;

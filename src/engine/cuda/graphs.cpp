@@ -53,7 +53,7 @@ void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
                          const std::vector<const void*>& inputs,
                          const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
                          const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue,
-                         const uint64_t* moves) {
+                         const uint64_t* moves, bool tuned) {
   if (stream == nullptr) {
     enqueue(inputs, outputs);
     return;
@@ -80,8 +80,9 @@ void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
       order_.push_back(key);
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
-  } else if (last_eager_key_ != key) {
+  } else if (last_eager_key_ != key || !last_eager_tuned_) {
     last_eager_key_ = key;
+    last_eager_tuned_ = tuned;
     enqueue(staged_in, staged_out);
   } else {
     KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));

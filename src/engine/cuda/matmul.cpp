@@ -34,6 +34,7 @@ struct MatMulState : KernelState {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t algo_workspace = 0;
+  bool tuned = false;  // the algorithm was chosen for this shape (not kept from another's)
   bool fused_bias = false, fused_activation = false, fused_residual = false,
        fused_activation2 = false;
   ~MatMulState() override {
@@ -287,7 +288,7 @@ void matmul_kernel(KernelArgs& args) {
                                 static_cast<int64_t>(act2),
                                 residual_c ? alignment(residual->data) : 0};
     auto* state = dynamic_cast<MatMulState*>(args.state.get());
-    if (!state || state->key != key) {
+    if (!state || state->key != key || (args.res.tune() && !state->tuned)) {
       auto fresh = std::make_unique<MatMulState>();
       fresh->key = key;
       KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(
@@ -347,6 +348,7 @@ void matmul_kernel(KernelArgs& args) {
         found = 1;
         status = CUBLAS_STATUS_SUCCESS;
       }
+      fresh->tuned = found == 0;
       if (found == 0) {
         status =
             cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
