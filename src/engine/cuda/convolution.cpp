@@ -99,6 +99,28 @@ bool usable(const Perf& perf, bool strict_f32) {
                           perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
+// cuDNN's heuristic forward algorithms for `s`'s descriptors, best first: the first usable one
+// chosen, the other usable ones its fallbacks. False when none is usable.
+bool heuristic_forward(cudnnHandle_t handle, ConvState& s, bool strict_f32) {
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+      handle, s.x, s.w, s.conv, s.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+  bool chosen = false;
+  s.fallbacks.clear();
+  for (int i = 0; i < found; ++i) {
+    if (!usable(perf[i], strict_f32)) continue;
+    if (!chosen) {
+      s.fwd_algo = perf[i].algo;
+      s.algo_workspace = perf[i].memory;
+      chosen = true;
+    } else {
+      s.fallbacks.push_back(perf[i]);
+    }
+  }
+  return chosen;
+}
+
 // 1-d convolutions run as 2-d ones over a height of 1.
 Shape lift(const Shape& s) {
   if (s.size() != 3) return s;
@@ -294,20 +316,7 @@ void convolution_kernel(KernelArgs& args) {
     }
     fresh->tuned = !chosen;
     if (!p.transposed && !chosen) {
-      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      KILN_CUDNN_CHECK(
-          cudnnGetConvolutionForwardAlgorithm_v7(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
-                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
-      for (int i = 0; i < found; ++i) {
-        if (!usable(perf[i], f32)) continue;
-        if (!chosen) {
-          fresh->fwd_algo = perf[i].algo;
-          fresh->algo_workspace = perf[i].memory;
-          chosen = true;
-        } else {
-          fresh->fallbacks.push_back(perf[i]);
-        }
-      }
+      chosen = heuristic_forward(handle, *fresh, f32);
     } else if (p.transposed) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -371,7 +380,15 @@ void convolution_kernel(KernelArgs& args) {
                                        state->y, out.data);
       // cuDNN's heuristic may offer an algorithm that then refuses these descriptors: the next
       // one, with its own workspace (refusals come on the first, uncaptured run).
-      if (status == CUDNN_STATUS_SUCCESS || state->fallbacks.empty()) break;
+      if (status == CUDNN_STATUS_SUCCESS) break;
+      if (state->fallbacks.empty()) {
+        // An algorithm kept from another shape that this one refuses after all: the heuristic's
+        // choices for this shape, once.
+        if (state->tuned || !heuristic_forward(handle, *state, f32)) break;
+        state->tuned = true;
+        stage();
+        continue;
+      }
       const cudnnConvolutionFwdAlgoPerf_t next = state->fallbacks.front();
       state->fallbacks.erase(state->fallbacks.begin());
       // (the workspace asked again: a reused list's sizes are another shape's)
