@@ -332,7 +332,8 @@ void matmul_kernel(KernelArgs& args) {
                                            &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
-      const bool timed = args.res.tune() && worth_timing(args.res.options(), rows, n, k, mats);
+      const bool worth = worth_timing(args.res.options(), rows, n, k, mats);
+      const bool timed = args.res.tune() && worth;
       cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
@@ -348,7 +349,8 @@ void matmul_kernel(KernelArgs& args) {
         found = 1;
         status = CUBLAS_STATUS_SUCCESS;
       }
-      fresh->tuned = found == 0;
+      // Chosen as a tuning run would choose: by the heuristic, timed where that is worth it.
+      fresh->tuned = found == 0 && (timed || !worth);
       if (found == 0) {
         status =
             cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
