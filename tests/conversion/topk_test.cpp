@@ -156,6 +156,8 @@ std::vector<at::Tensor> unique_inputs() {
           torch::randint(-3, 50, {40}),
           torch::full({6, 2}, 7, torch::kInt),
           torch::rand({4, 9}) > 0.5,
+          torch::zeros({5}, torch::kBool),
+          torch::ones({2, 3}, torch::kBool),
           torch::randint(0, 5, {33}).to(torch::kHalf),
           torch::tensor(3.5),
           torch::empty({0}),
