@@ -23,6 +23,10 @@ struct Input {
   std::vector<int64_t> min_shape, opt_shape, max_shape;
   DType dtype = DType::kF32;
   TensorFormat format = TensorFormat::kContiguous;
+  // Per dim, empty or "" for none: a symbol naming the dim's size, as torch.export's range
+  // constraints do (ExportedInput::spec() fills it). Dims of the inputs that share a symbol must
+  // be equal at every call: the compiled module checks that and raises, naming both, when not.
+  std::vector<std::string> dim_symbols;
 
   Input() = default;
   explicit Input(std::vector<int64_t> shape, DType dtype = DType::kF32)

@@ -667,6 +667,7 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
     move_tensor_constants(compiled.get_method(method).graph()->block(),
                           c10::Device(spec.device.str()));
   }
+  compiler::insert_tied_dim_guards(*compiled.get_method(method).graph(), spec.inputs);
   compiled.register_attribute(compiler::kSpecAttribute, c10::StringType::get(),
                               c10::IValue(compiler::spec_to_json(spec)));
   pipe.end_phase();

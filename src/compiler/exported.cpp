@@ -41,7 +41,9 @@ Input ExportedInput::spec() const {
                max[d] < 0 ? "no upper bound in the export's range constraints" : "no example size",
                ": give its shapes (export with torch.export.Dim(..., max=N), or an input spec)");
   }
-  return Input(min, opt, max, dtype);
+  Input in(min, opt, max, dtype);
+  in.dim_symbols = symbols;
+  return in;
 }
 
 std::vector<Input> ExportedModule::specs() const {

@@ -15,7 +15,8 @@ std::string spec_to_json(const CompileSpec& spec) {
                       {"opt", in.opt_shape},
                       {"max", in.max_shape},
                       {"dtype", dtype_name(in.dtype)},
-                      {"channels_last", in.format == TensorFormat::kChannelsLast}});
+                      {"channels_last", in.format == TensorFormat::kChannelsLast},
+                      {"dim_symbols", in.dim_symbols}});
   }
   json precisions = json::array();
   for (DType d : spec.enabled_precisions) precisions.push_back(dtype_name(d));
@@ -57,6 +58,9 @@ CompileSpec spec_from_json(const std::string& text, const std::string& where) {
               in.at("max").get<std::vector<int64_t>>(),
               parse_dtype(in.at("dtype").get<std::string>()));
       if (in.at("channels_last").get<bool>()) i.format = TensorFormat::kChannelsLast;
+      if (in.contains("dim_symbols")) {  // (specs saved before symbols have none)
+        i.dim_symbols = in.at("dim_symbols").get<std::vector<std::string>>();
+      }
       spec.inputs.push_back(std::move(i));
     }
     spec.device = parse_device(j.at("device").get<std::string>());

@@ -158,4 +158,42 @@ torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
   return module;
 }
 
+void insert_tied_dim_guards(torch::jit::Graph& graph, const std::vector<Input>& inputs) {
+  using torch::jit::Value;
+  if (graph.inputs().size() != inputs.size() + 1) return;  // not one tensor per input spec
+  // Per symbol, every (input, dim) it names, in input order.
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> uses;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<std::string>& symbols = inputs[i].dim_symbols;
+    for (size_t d = 0; d < symbols.size(); ++d) {
+      if (!symbols[d].empty()) uses[symbols[d]].emplace_back(i, d);
+    }
+  }
+  torch::jit::WithInsertPoint top(graph.block()->nodes().front());
+  for (const auto& [symbol, dims] : uses) {
+    if (dims.size() < 2) continue;
+    Value* first = graph.inputs()[dims[0].first + 1];
+    if (first->type()->kind() != c10::TypeKind::TensorType) continue;
+    Value* want =
+        graph.insert(torch::jit::aten::size, {first, static_cast<int64_t>(dims[0].second)});
+    for (size_t k = 1; k < dims.size(); ++k) {
+      Value* other = graph.inputs()[dims[k].first + 1];
+      if (other->type()->kind() != c10::TypeKind::TensorType) continue;
+      Value* got =
+          graph.insert(torch::jit::aten::size, {other, static_cast<int64_t>(dims[k].second)});
+      Value* equal = graph.insert(torch::jit::aten::eq, {got, want});
+      torch::jit::Node* check = graph.insertNode(graph.create(torch::jit::prim::If, {equal}, 0));
+      check->addBlock();  // equal: nothing to do
+      torch::jit::Block* raise = check->addBlock();
+      const std::string message =
+          "kiln: dim " + std::to_string(dims[k].second) + " of input `" + other->debugNameBase() +
+          "` must equal dim " + std::to_string(dims[0].second) + " of input `" +
+          first->debugNameBase() + "` (both are the export's size `" + symbol + "`)";
+      torch::jit::WithInsertPoint in_raise(raise);
+      graph.insert(torch::jit::prim::RaiseException,
+                   {graph.insertConstant(message), graph.insertConstant(c10::IValue())});
+    }
+  }
+}
+
 }  // namespace kiln::compiler

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "kiln/kiln.h"
 #include "partitioning/segment.h"
 #include "runtime/engine_class.h"
 
@@ -31,5 +32,12 @@ using SegmentEngines =
 torch::jit::Module stitch(const partitioning::PartitionedGraph& partitioned,
                           const SegmentEngines& engines, const std::string& name,
                           const std::string& device = "cpu");
+
+// Checks at the top of `graph` (inputs: self, then one tensor per entry of `inputs`) that input
+// dims sharing a symbol (Input::dim_symbols: export's tied dims, e.g. token ids and their
+// attention mask of one sequence length) are equal, raising a RuntimeError that names both dims
+// and the symbol when they are not: what export's own guards do, so that a call the model was
+// not made for is an error, never a result computed at mismatched sizes. No-op without ties.
+void insert_tied_dim_guards(torch::jit::Graph& graph, const std::vector<Input>& inputs);
 
 }  // namespace kiln::compiler

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compiler_testing.h"
+#include "compiler/spec_json.h"
 #include "harness/process.h"
 #include "harness/test_models.h"
 #include "kiln_test_paths.h"
@@ -132,6 +133,44 @@ TEST(Compile, ControlFlowKeepsTheBranchAndLoopInPyTorch) {
       testing::run_in_fresh_cpp_process(compiled, {input}, "control_flow"), expected));
   EXPECT_TRUE(testing::matches_reference(
       testing::run_in_fresh_python_process(compiled, {input}, "control_flow"), expected));
+}
+
+// Input dims that share a symbol (Input::dim_symbols, as export's specs give them) must be equal
+// at every call: the compiled module raises naming both dims and the symbol, and runs when they
+// agree; a spec without symbols checks nothing of the kind; the symbols travel in the spec.
+TEST(Compile, DimsSharingASymbolMustAgree) {
+  torch::jit::Module m("M");
+  m.define(R"(
+def forward(self, x, y, z):
+    return x + torch.sum(y), torch.sum(z, 1)
+)");
+  CompileSpec spec;
+  spec.inputs = {Input({1, 4}, {2, 4}, {8, 4}), Input({1, 3}, {2, 3}, {8, 3}),
+                 Input({1, 5}, {2, 5}, {8, 5})};
+  torch::jit::Module unguarded = compile(m, spec);
+  for (Input& in : spec.inputs) in.dim_symbols = {"s0", ""};
+  torch::jit::Module compiled = compile(m, spec);
+  const auto call = [](torch::jit::Module& c, int64_t bx, int64_t by, int64_t bz) {
+    return c.forward({at::randn({bx, 4}), at::randn({by, 3}), at::randn({bz, 5})});
+  };
+  const at::Tensor x = at::randn({3, 4}), y = at::randn({3, 3}), z = at::randn({3, 5});
+  // (nothing in the model relates the batches: without the symbols, a mismatch runs)
+  const auto got = compiled.forward({x, y, z}).toTuple(), want = m.forward({x, y, z}).toTuple();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(
+        at::allclose(got->elements()[i].toTensor(), want->elements()[i].toTensor(), 1e-5, 1e-5));
+  }
+  const std::string y_off = testing::error_of([&] { call(compiled, 3, 2, 3); });
+  EXPECT_NE(y_off.find("dim 0 of input `y` must equal dim 0 of input `x` (both are the export's "
+                       "size `s0`)"),
+            std::string::npos)
+      << y_off;
+  const std::string z_off = testing::error_of([&] { call(compiled, 3, 3, 4); });
+  EXPECT_NE(z_off.find("dim 0 of input `z` must equal dim 0 of input `x`"), std::string::npos)
+      << z_off;
+  EXPECT_EQ(testing::error_of([&] { call(unguarded, 3, 2, 3); }), "(no error)");
+  const CompileSpec back = compiler::spec_from_json(compiler::spec_to_json(spec), "test");
+  EXPECT_EQ(back.inputs.at(2).dim_symbols, (std::vector<std::string>{"s0", ""}));
 }
 
 // A node its converter accepts and then fails on (an integer average pooling: the validator sees

@@ -802,3 +802,29 @@ def test_unique_runs_in_the_engine(frontend, device):
         for g, w in zip(c(x.to(device)), m(x)):
             assert g.shape == w.shape and g.device.type == device
             torch.testing.assert_close(g.cpu(), w)
+
+
+class _TiedBatch(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y.sum(dim=1, keepdim=True)
+
+
+def test_dims_tied_by_export_must_agree(tmp_path):
+    # x and y share export's batch: a call where they differ is an error naming both dims (as
+    # export's own guard), not a result computed at mismatched sizes. The check survives saving
+    # and loading.
+    m = _TiedBatch().eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    c = kiln.compile(torch.export.export(m, (x, y), dynamic_shapes=({0: batch}, {0: batch})))
+    for n in (1, 2, 8):
+        x, y = torch.randn(n, 4), torch.randn(n, 3)
+        torch.testing.assert_close(c(x, y), m(x, y))
+    with pytest.raises(Exception, match="dim 0 of input `y` must equal dim 0 of input `x`"):
+        c(torch.randn(2, 4), torch.randn(3, 3))
+    path = tmp_path / "tied.ts"
+    kiln.save(c, path)
+    loaded = kiln.load(path)
+    with pytest.raises(Exception, match="must equal dim 0 of input `x`"):
+        loaded(torch.randn(2, 4), torch.randn(3, 3))
+    torch.testing.assert_close(loaded(x, y), m(x, y))
