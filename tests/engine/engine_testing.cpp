@@ -2,6 +2,7 @@
 #include "engine_testing.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "engine/cpu/convert.h"
@@ -136,6 +137,37 @@ Network conv_resize_network(const Profile& profile, const std::vector<double>& s
   y = net.add("up", ResizeParams{ResizeMode::kLinear, {}, scales, false}, {y});
   net.mark_output(net.add("gelu", ActivationParams{ActivationKind::kGelu}, {y}), "y");
   return net;
+}
+
+Network masked_rows_network(int64_t d, int64_t opt, int64_t max) {
+  Network net;
+  const auto x =
+      net.add_input("x", DataType::kF32, {kDynamic, d}, Profile{{1, d}, {opt, d}, {max, d}});
+  const auto keep = net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {opt}, {max}});
+  const auto nz = net.add_layer("nz", NonZeroParams{}, {keep});
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {-1};
+  const auto rows = net.add("rows", flat, {nz[0]});
+  const auto picked = net.add("picked", GatherParams{}, {x, rows});
+  const auto act = net.add("relu", ActivationParams{ActivationKind::kRelu}, {picked});
+  net.mark_output(act, "y");
+  net.mark_output(net.add("total", ReduceParams{ReduceOp::kSum, {0}, false}, {act}), "total");
+  net.mark_output(net.add("count", ShapeParams{}, {act}), "shape");
+  return net;
+}
+
+HostTensor mask_of(DataType dtype, const Shape& shape, int kind, uint64_t seed, double density) {
+  const auto u = to_doubles(random_tensor(DataType::kF32, shape, seed, 0, 1));
+  std::vector<double> v(u.size());
+  for (size_t i = 0; i < u.size(); ++i) {
+    v[i] = kind == 0 ? 0 : kind == 1 ? 1 : u[i] < density ? 1 : 0;
+  }
+  if (dtype == DataType::kF32 && kind == 2 && !v.empty()) {
+    v[0] = std::numeric_limits<double>::quiet_NaN();
+    v[v.size() / 2] = v[v.size() / 2] ? -0.5 : 0;
+  }
+  return tensor_from(dtype, shape, v);
 }
 
 }  // namespace kiln::engine::testing

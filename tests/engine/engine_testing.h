@@ -50,6 +50,16 @@ int64_t broadcast_index(const Shape& in, const Shape& out, const std::vector<int
 // call one engine at many shapes.
 Network conv_resize_network(const Profile& profile, const std::vector<double>& scales);
 
+// x [n, d] f32 and keep [n] bool, n dynamic within {1, opt, max} -> x[keep] as the converters
+// write it (a gather of x's rows at nonzero(keep)'s rows, a count known only while running) ->
+// ReLU: outputs y [count, d], total (the sum over the rows, [d]) and shape (y's shape as i64 [2]).
+Network masked_rows_network(int64_t d, int64_t opt, int64_t max);
+
+// A mask of `kind`: 0 none set, 1 all set, 2 about `density` of the elements set (with a NaN and
+// a -0.5 among them in f32 masks: both nonzero).
+HostTensor mask_of(DataType dtype, const Shape& shape, int kind, uint64_t seed,
+                   double density = 0.33);
+
 // Deterministic draws in [lo, hi] (a 64-bit LCG), for random shapes.
 class ShapeDraws {
  public:

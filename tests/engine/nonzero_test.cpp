@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 
 #include "engine/builder.h"
 #include "engine/plan.h"
@@ -16,7 +15,6 @@ namespace kiln::engine {
 namespace {
 
 using testing::random_tensor;
-using testing::tensor_from;
 
 // torch.nonzero of `x`: the row-major indices of its nonzero elements.
 std::vector<double> reference_nonzero(const HostTensor& x) {
@@ -36,19 +34,6 @@ std::vector<double> reference_nonzero(const HostTensor& x) {
   return out;
 }
 
-// A mask of `kind`: 0 none set, 1 all, 2 about a third (per seed).
-HostTensor mask(DataType dtype, const Shape& shape, int kind, uint64_t seed) {
-  const HostTensor r = random_tensor(DataType::kF32, shape, seed, 0, 1);
-  const auto u = testing::to_doubles(r);
-  std::vector<double> v(u.size());
-  for (size_t i = 0; i < u.size(); ++i) v[i] = kind == 0 ? 0 : kind == 1 ? 1 : u[i] < 0.33 ? 1 : 0;
-  if (dtype == DataType::kF32 && kind == 2 && !v.empty()) {  // NaN is nonzero; so is -0.5
-    v[0] = std::numeric_limits<double>::quiet_NaN();
-    v[v.size() / 2] = v[v.size() / 2] ? -0.5 : 0;
-  }
-  return tensor_from(dtype, shape, v);
-}
-
 TEST(NonZero, IndicesOfEmptyFullAndRandomMasks) {
   for (DataType dtype : {DataType::kBool, DataType::kF32, DataType::kI64}) {
     for (const Shape& shape : {Shape{}, Shape{7}, Shape{2, 3, 4}, Shape{0, 3}}) {
@@ -65,7 +50,7 @@ TEST(NonZero, IndicesOfEmptyFullAndRandomMasks) {
       for (int kind : {0, 1, 2, 2, 0}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_to_string(shape) + " kind " +
                      std::to_string(kind));
-        const HostTensor in = mask(dtype, shape, kind, 3 + static_cast<uint64_t>(kind));
+        const HostTensor in = testing::mask_of(dtype, shape, kind, 3 + static_cast<uint64_t>(kind));
         const auto want = reference_nonzero(in);
         const auto got = ctx.run({in})[0];
         const int64_t rank = static_cast<int64_t>(shape.size());
@@ -85,20 +70,7 @@ TEST(NonZero, IndicesOfEmptyFullAndRandomMasks) {
 // a shape). A dynamic batch; counts of 0, all and some, changing from call to call.
 TEST(NonZero, LayersAfterACountAreSizedByIt) {
   const int64_t D = 5;
-  Network net;
-  const auto x =
-      net.add_input("x", DataType::kF32, {kDynamic, D}, Profile{{1, D}, {4, D}, {16, D}});
-  const auto keep = net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {4}, {16}});
-  const auto nz = net.add_layer("nz", NonZeroParams{}, {keep});
-  ShuffleParams flat;
-  flat.has_reshape = true;
-  flat.reshape = {-1};
-  const auto rows = net.add("rows", flat, {nz[0]});
-  const auto picked = net.add("picked", GatherParams{}, {x, rows});
-  const auto act = net.add("relu", ActivationParams{ActivationKind::kRelu}, {picked});
-  net.mark_output(act, "y");
-  net.mark_output(net.add("total", ReduceParams{ReduceOp::kSum, {0}, false}, {act}), "total");
-  net.mark_output(net.add("count", ShapeParams{}, {act}), "shape");
+  const Network net = testing::masked_rows_network(D, 4, 16);
   const Plan plan = build(net, BuilderConfig{});
   const auto bytes = serialize_plan(plan);  // and back: the layer is in the plan format
   const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
@@ -108,7 +80,7 @@ TEST(NonZero, LayersAfterACountAreSizedByIt) {
            {4, 2}, {16, 0}, {16, 1}, {1, 1}, {9, 2}, {1, 0}, {16, 2}}) {
     SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind));
     const HostTensor xs = random_tensor(DataType::kF32, {n, D}, static_cast<uint64_t>(++call));
-    const HostTensor k = mask(DataType::kBool, {n}, kind, static_cast<uint64_t>(call));
+    const HostTensor k = testing::mask_of(DataType::kBool, {n}, kind, static_cast<uint64_t>(call));
     const auto xv = testing::to_doubles(xs);
     const auto kv = testing::to_doubles(k);
     std::vector<double> y, total(D, 0.0);
@@ -129,9 +101,9 @@ TEST(NonZero, LayersAfterACountAreSizedByIt) {
     EXPECT_TRUE(testing::near(out[1], total, 1e-5, 1e-6));
     EXPECT_TRUE(testing::near(out[2], {static_cast<double>(count), static_cast<double>(D)}, 0, 0));
   }
-  EXPECT_THROW(
-      ctx.run({random_tensor(DataType::kF32, {17, D}, 1), mask(DataType::kBool, {17}, 1, 1)}),
-      ShapeMismatch);
+  EXPECT_THROW(ctx.run({random_tensor(DataType::kF32, {17, D}, 1),
+                        testing::mask_of(DataType::kBool, {17}, 1, 1)}),
+               ShapeMismatch);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The CUDA reduce family against the CPU backend: reduce ops over axes (float, integer, bool),
 // argmax/argmin, topk, the scans, and nonzero (its rows counted while the engine runs).
 #include <cmath>
-#include <limits>
 
 #include "cuda_testing.h"
 
@@ -10,23 +9,6 @@ namespace {
 
 using cuda_testing::compare_layer;
 using testing::random_tensor;
-using testing::tensor_from;
-
-// A mask of `kind`: 0 none set, 1 all, 2 about `density` of them (NaN and -0.5 among the set
-// elements of a float mask; both are nonzero).
-HostTensor nonzero_mask(DataType dtype, const Shape& shape, int kind, uint64_t seed,
-                        double density = 0.3) {
-  const auto u = testing::to_doubles(random_tensor(DataType::kF32, shape, seed, 0, 1));
-  std::vector<double> v(u.size());
-  for (size_t i = 0; i < u.size(); ++i) {
-    v[i] = kind == 0 ? 0 : kind == 1 ? 1 : u[i] < density ? 1 : 0;
-  }
-  if (dtype == DataType::kF32 && kind == 2 && v.size() > 2) {
-    v[1] = std::numeric_limits<double>::quiet_NaN();
-    v[v.size() / 2] = -0.5;
-  }
-  return tensor_from(dtype, shape, v);
-}
 
 TEST(CudaReduce, OpsAndAxes) {
   KILN_REQUIRE_GPU();
@@ -127,7 +109,7 @@ TEST(CudaReduce, NonZeroOfEmptyFullAndRandomMasks) {
           SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_to_string(shape) + " kind " +
                        std::to_string(kind) + " density " + std::to_string(density));
           const auto r = cuda_testing::run_both_layer(
-              NonZeroParams{}, {nonzero_mask(dtype, shape, kind, ++seed, density)});
+              NonZeroParams{}, {testing::mask_of(dtype, shape, kind, ++seed, density)});
           cuda_testing::expect_match(r, 0, 0);
         }
       }
@@ -141,19 +123,7 @@ TEST(CudaReduce, NonZeroOfEmptyFullAndRandomMasks) {
 TEST(CudaReduce, LayersAfterANonZeroCountAreSizedByIt) {
   KILN_REQUIRE_GPU();
   const int64_t D = 48;
-  Network net;
-  const auto x =
-      net.add_input("x", DataType::kF32, {kDynamic, D}, Profile{{1, D}, {64, D}, {4096, D}});
-  const auto keep = net.add_input("keep", DataType::kBool, {kDynamic}, Profile{{1}, {64}, {4096}});
-  const auto nz = net.add_layer("nz", NonZeroParams{}, {keep});
-  ShuffleParams flat;
-  flat.has_reshape = true;
-  flat.reshape = {-1};
-  const auto rows = net.add("rows", flat, {nz[0]});
-  const auto picked = net.add("picked", GatherParams{}, {x, rows});
-  const auto act = net.add("relu", ActivationParams{ActivationKind::kRelu}, {picked});
-  net.mark_output(act, "y");
-  net.mark_output(net.add("total", ReduceParams{ReduceOp::kSum, {0}, false}, {act}), "total");
+  const Network net = testing::masked_rows_network(D, 64, 4096);
   BuilderConfig gpu_config;
   gpu_config.device = "cuda:0";
   const Plan cpu_plan = build(net, BuilderConfig{}), gpu_plan = build(net, gpu_config);
@@ -164,7 +134,7 @@ TEST(CudaReduce, LayersAfterANonZeroCountAreSizedByIt) {
            {64, 2}, {4096, 0}, {4096, 1}, {1, 1}, {3000, 2}, {1, 0}, {4096, 2}, {64, 2}}) {
     SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind));
     const std::vector<HostTensor> in = {random_tensor(DataType::kF32, {n, D}, ++call),
-                                        nonzero_mask(DataType::kBool, {n}, kind, call)};
+                                        testing::mask_of(DataType::kBool, {n}, kind, call)};
     const auto want = cpu.run(in), got = gpu.run(in);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
