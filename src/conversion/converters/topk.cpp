@@ -123,11 +123,7 @@ void convert_unique(ConversionContext& ctx, const Node* n, bool sort, int invers
   shift.begin = {1}, shift.end = {-1};
   const TensorId prev = ctx.add(n, shift, {sorted}, "prev");
   const TensorId numel = ctx.add(n, engine::ShapeParams{}, {sorted}, "numel");
-  engine::FillParams iota;
-  iota.mode = engine::FillMode::kRange;
-  iota.dtype = engine::DataType::kI64;
-  iota.shape = {engine::kDynamic};
-  const TensorId position = ctx.add(n, iota, {numel}, "position");
+  const TensorId position = run_time_range(ctx, n, 0, numel, 1, engine::DataType::kI64);
   const TensorId first =
       binary(engine::BinaryOp::kOr, binary(engine::BinaryOp::kNe, sorted, prev, "change"),
              binary(engine::BinaryOp::kEq, position, i64(0), "at_0"), "first");
