@@ -34,6 +34,25 @@ TEST(KilnRun, RunsAPlanAndReportsLatency) {
   EXPECT_NE(r.out.find("relu"), std::string::npos);  // the profile names the layer
 }
 
+// --warmup-shapes runs at other shapes first (what a new shape then costs): the timed run is at
+// --shapes and answers as a plain run; a warm-up shape outside the profile or of an unknown input
+// is the same clear error as in --shapes.
+TEST(KilnRun, WarmsUpAtOtherShapesFirst) {
+  const std::string plan = save_small_plan();
+  auto r = testing::run_process({KILN_RUN_PATH, plan, "--warmup-shapes", "x:1x3;x:4x3", "--shapes",
+                                 "x:2x3", "--warmup", "0", "--iterations", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("input x: f32[2, 3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("output y: f32[2, 3] min 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("latency ms over 1 runs"), std::string::npos) << r.out;
+  auto outside = testing::run_process({KILN_RUN_PATH, plan, "--warmup-shapes", "x:1x3;x:9x3"});
+  EXPECT_EQ(outside.exit_code, 2);
+  EXPECT_NE(outside.err.find("outside the profile"), std::string::npos) << outside.err;
+  auto unknown = testing::run_process({KILN_RUN_PATH, plan, "--warmup-shapes", "nope:1x3"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("no input `nope`"), std::string::npos) << unknown.err;
+}
+
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
