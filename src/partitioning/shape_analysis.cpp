@@ -1,4 +1,6 @@
-// Shape analysis by running each segment, on generated inputs, in the TorchScript interpreter.
+// Shape analysis by running each segment in the TorchScript interpreter: on meta tensors (sizes and
+// dtypes without data, PyTorch's shape functions) where every op needed has one, else on
+// generated inputs.
 #include "partitioning/shape_analysis.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -99,9 +101,53 @@ c10::IValue lookup(const Env& env, const Value* v) {
   KILN_THROW(InternalError, "shape analysis: %", v->debugName(), " was not computed before use");
 }
 
-void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth);
+// Why a run on meta tensors stopped (an op without a meta kernel, a size read from data).
+struct MetaRunFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-void run_segment(Segment& s, Env& env, Profile profile, size_t depth) {
+// The line of an interpreter error that says what failed: its last one (the first is "The
+// following operation failed in the TorchScript interpreter.", then a traceback).
+std::string last_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  const size_t nl = s.rfind('\n');
+  return nl == std::string::npos ? s : s.substr(nl + 1);
+}
+
+void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth,
+                  bool meta);
+
+// `graph`'s constants and devices moved to the meta device, so that its ops, given meta inputs,
+// compute sizes and dtypes only. 0-d tensors stay where they are: they mix with meta tensors as
+// scalars do, and `aten::Int` and friends can still read them. A traced `aten::_convolution`
+// (which has no meta kernel: it picks a backend) becomes the `aten::convolution` it computes.
+void to_meta(Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* n = *it++;
+    for (Block* b : n->blocks()) to_meta(b);
+    if (n->kind() == c10::Symbol::fromQualString("aten::_convolution") && n->inputs().size() >= 9) {
+      Graph& g = *n->owningGraph();
+      Node* conv =
+          g.create(c10::Symbol::fromQualString("aten::convolution"), n->inputs().slice(0, 9), 1);
+      conv->insertBefore(n)->output()->copyMetadata(n->output());
+      n->output()->replaceAllUsesWith(conv->output());
+      n->destroy();
+      continue;
+    }
+    if (n->kind() != torch::jit::prim::Constant || !n->hasAttribute(torch::jit::attr::value)) {
+      continue;
+    }
+    const c10::TypePtr& type = n->output()->type();
+    if (type->kind() == c10::TypeKind::DeviceObjType) {
+      n->s_(torch::jit::attr::value, "meta");
+    } else if (n->kindOf(torch::jit::attr::value) == torch::jit::AttributeKind::t) {
+      const at::Tensor t = n->t(torch::jit::attr::value);
+      if (t.dim() > 0) n->t_(torch::jit::attr::value, t.to(at::kMeta));
+    }
+  }
+}
+
+void run_segment(Segment& s, Env& env, Profile profile, size_t depth, bool meta = false) {
   SegmentShapes& shapes = s.shapes[profile];
   shapes = {};
   for (const Value* v : s.inputs) shapes.inputs.push_back(describe(v, lookup(env, v)));
@@ -111,7 +157,7 @@ void run_segment(Segment& s, Env& env, Profile profile, size_t depth) {
     const size_t taken = lookup(env, node->input(0)).toBool() ? 0 : 1;
     for (size_t b = 0; b < s.blocks.size(); ++b) {
       try {
-        run_segments(s.blocks[b].segments, env, profile, depth + 1);
+        run_segments(s.blocks[b].segments, env, profile, depth + 1, meta);
       } catch (const std::exception&) {
         if (b == taken) throw;
       }
@@ -122,7 +168,9 @@ void run_segment(Segment& s, Env& env, Profile profile, size_t depth) {
   } else {
     torch::jit::Stack stack;
     for (const Value* v : s.inputs) stack.push_back(lookup(env, v));
-    torch::jit::Code code(segment_graph(s), "kiln_shape_analysis");
+    std::shared_ptr<Graph> graph = segment_graph(s);
+    if (meta) to_meta(graph->block());
+    torch::jit::Code code(graph, "kiln_shape_analysis");
     torch::jit::InterpreterState state(code);
     state.run(stack);
     for (size_t k = 0; k < s.outputs.size(); ++k) env[s.outputs[k]] = stack.at(k);
@@ -184,7 +232,8 @@ std::vector<const Node*> with_consumers(const Node* node) {
   return out;
 }
 
-void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth) {
+void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, size_t depth,
+                  bool meta) {
   // Inside a branch, a segment may feed what follows the If: every one runs there.
   const std::vector<bool> needed =
       depth == 0 ? needed_segments(segments) : std::vector<bool>(segments.size(), true);
@@ -192,6 +241,20 @@ void run_segments(std::vector<Segment>& segments, Env& env, Profile profile, siz
     Segment& s = segments[i];
     s.has_shapes = false;
     if (!needed[i]) continue;
+    if (meta) {
+      // Any failure ends the meta run (the caller runs on generated inputs instead).
+      try {
+        run_segment(s, env, profile, depth, true);
+      } catch (const c10::Error& e) {
+        throw MetaRunFailed(
+            detail::concat("segment ", i, " (", target_name(s.target), "): ", last_line(e.msg())));
+      } catch (const std::exception& e) {
+        throw MetaRunFailed(
+            detail::concat("segment ", i, " (", target_name(s.target), "): ", last_line(e.what())));
+      }
+      s.has_shapes = true;
+      continue;
+    }
     std::string failure;
     try {
       run_segment(s, env, profile, depth);
@@ -250,12 +313,53 @@ InputProfile InputProfile::of_value(c10::IValue value) {
   return p;
 }
 
-std::vector<c10::IValue> generate_inputs(const Graph& graph,
-                                         const std::vector<InputProfile>& profiles, Profile profile,
-                                         uint64_t seed, bool zero_integers) {
+namespace {
+
+void check_profile_count(const Graph& graph, const std::vector<InputProfile>& profiles) {
   KILN_CHECK(profiles.size() == graph.inputs().size(), InvalidArgument,
              "shape analysis: the graph has ", graph.inputs().size(), " inputs but ",
              profiles.size(), " input profiles were given");
+}
+
+// Tensor input `i`'s shape at `profile`, checked against the graph (a tensor input, ranks that
+// agree).
+const std::vector<int64_t>& checked_shape(const Graph& graph,
+                                          const std::vector<InputProfile>& profiles, size_t i,
+                                          Profile profile) {
+  const InputProfile& p = profiles[i];
+  const Value* input = graph.inputs()[i];
+  KILN_CHECK(is_tensor(input), InvalidArgument, "shape analysis: input %", input->debugName(),
+             " is ", input->type()->annotation_str(), "; give its value in the profile");
+  const auto& shape = shape_of(p, profile);
+  KILN_CHECK(p.min.size() == shape.size() && p.max.size() == shape.size(), InvalidArgument,
+             "shape analysis: input %", input->debugName(), ": min, opt and max ranks differ");
+  return shape;
+}
+
+// The inputs of a run on meta tensors: sizes and dtypes, no data.
+std::vector<c10::IValue> meta_inputs(const Graph& graph, const std::vector<InputProfile>& profiles,
+                                     Profile profile) {
+  check_profile_count(graph, profiles);
+  std::vector<c10::IValue> inputs;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    if (profiles[i].value) {
+      const c10::IValue& v = *profiles[i].value;
+      inputs.push_back(v.isTensor() && v.toTensor().dim() > 0 ? v.toTensor().to(at::kMeta) : v);
+      continue;
+    }
+    const auto& shape = checked_shape(graph, profiles, i, profile);
+    inputs.emplace_back(
+        at::empty(shape, at::TensorOptions().dtype(profiles[i].dtype).device(at::kMeta)));
+  }
+  return inputs;
+}
+
+}  // namespace
+
+std::vector<c10::IValue> generate_inputs(const Graph& graph,
+                                         const std::vector<InputProfile>& profiles, Profile profile,
+                                         uint64_t seed, bool zero_integers) {
+  check_profile_count(graph, profiles);
   // A generator of its own: compiling leaves the caller's random state alone.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<c10::IValue> inputs;
@@ -266,11 +370,7 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
       inputs.push_back(*p.value);
       continue;
     }
-    KILN_CHECK(is_tensor(input), InvalidArgument, "shape analysis: input %", input->debugName(),
-               " is ", input->type()->annotation_str(), "; give its value in the profile");
-    const auto& shape = shape_of(p, profile);
-    KILN_CHECK(p.min.size() == shape.size() && p.max.size() == shape.size(), InvalidArgument,
-               "shape analysis: input %", input->debugName(), ": min, opt and max ranks differ");
+    const auto& shape = checked_shape(graph, profiles, i, profile);
     const auto options = at::TensorOptions().dtype(p.dtype);
     if (c10::isFloatingType(p.dtype)) {
       inputs.emplace_back(at::randn(shape, gen, options));
@@ -289,28 +389,50 @@ std::vector<c10::IValue> generate_inputs(const Graph& graph,
   return inputs;
 }
 
-void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles) {
+ShapeSource analyze_shapes(PartitionedGraph& partitioned,
+                           const std::vector<InputProfile>& profiles) {
   const Graph& graph = *partitioned.graph;
-  std::vector<Profile> analyzed;
-  for (Profile profile : {kMin, kOpt, kMax}) {
-    // A profile whose inputs match one already run (every input fixed: all three) would run
-    // the same graph on the same generated data: its shapes are copied instead.
-    const auto same_inputs = [&](Profile done) {
-      return std::all_of(profiles.begin(), profiles.end(), [&](const InputProfile& p) {
-        return shape_of(p, done) == shape_of(p, profile);
-      });
-    };
-    const auto done = std::find_if(analyzed.begin(), analyzed.end(), same_inputs);
-    if (done != analyzed.end()) {
-      copy_shapes(partitioned.segments, *done, profile);
-      continue;
+  // `run` for each profile whose inputs differ from those of a profile run before; a profile
+  // whose inputs match one already run (every input fixed: all three) copies its shapes.
+  const auto for_each_profile = [&](const std::function<void(Profile)>& run) {
+    std::vector<Profile> analyzed;
+    for (Profile profile : {kMin, kOpt, kMax}) {
+      const auto same_inputs = [&](Profile done) {
+        return std::all_of(profiles.begin(), profiles.end(), [&](const InputProfile& p) {
+          return shape_of(p, done) == shape_of(p, profile);
+        });
+      };
+      const auto done = std::find_if(analyzed.begin(), analyzed.end(), same_inputs);
+      if (done != analyzed.end()) {
+        copy_shapes(partitioned.segments, *done, profile);
+        continue;
+      }
+      analyzed.push_back(profile);
+      run(profile);
     }
-    analyzed.push_back(profile);
+  };
+  // First without data: PyTorch's shape functions give every size a run would, and nothing can
+  // fail on made-up values. Ops without a meta kernel, or sizes read from data (nonzero, item),
+  // stop it, and the graph runs on generated inputs instead.
+  try {
+    for_each_profile([&](Profile profile) {
+      const auto inputs = meta_inputs(graph, profiles, profile);
+      Env env;
+      for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
+      run_segments(partitioned.segments, env, profile, 0, true);
+    });
+    KILN_LOG(kDebug, "shape analysis: on meta tensors");
+    return ShapeSource::kMetaTensors;
+  } catch (const MetaRunFailed& f) {
+    KILN_LOG(kDebug, "shape analysis on meta tensors stopped at ", f.what(),
+             "; it runs on generated inputs");
+  }
+  for_each_profile([&](Profile profile) {
     const auto run = [&](bool zero_integers) {
       const auto inputs = generate_inputs(graph, profiles, profile, 0, zero_integers);
       Env env;
       for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
-      run_segments(partitioned.segments, env, profile, 0);
+      run_segments(partitioned.segments, env, profile, 0, false);
     };
     // Integers that are not indices are positive first (divisors), zeros if that fails (an
     // index the graph computes from them, which index_bound cannot see); the first failure is
@@ -325,7 +447,8 @@ void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfil
         std::rethrow_exception(first);
       }
     }
-  }
+  });
+  return ShapeSource::kGeneratedInputs;
 }
 
 namespace {

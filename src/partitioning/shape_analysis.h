@@ -36,12 +36,22 @@ std::vector<c10::IValue> generate_inputs(const torch::jit::Graph& graph,
                                          const std::vector<InputProfile>& profiles, Profile profile,
                                          uint64_t seed = 0, bool zero_integers = false);
 
+// How analyze_shapes found the shapes.
+enum class ShapeSource {
+  kMetaTensors,      // the graph run on meta tensors: sizes and dtypes from PyTorch's shape
+                     // functions, no data
+  kGeneratedInputs,  // the graph run on generated data (an op without a meta kernel, a size
+                     // read from data: nonzero, item)
+};
+
 // Runs the segments in order in the TorchScript interpreter, once per profile, and fills each
-// segment's `shapes` (nested If branches too; a branch that fails on the generated data while
-// not taken keeps has_shapes = false). Throws InvalidArgument for a profile count or shape that
-// does not fit the graph, and ShapeMismatch naming the segment when a segment fails to run
+// segment's `shapes` (nested If branches too; a branch that fails while not taken keeps
+// has_shapes = false): on meta tensors where every op needed runs on them, else on generated
+// inputs. Throws InvalidArgument for a profile count or shape that does not fit the graph, and
+// ShapeMismatch naming the segment when a segment fails on the generated inputs
 // (EngineSegmentFailed, with its nodes, for an engine segment).
-void analyze_shapes(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
+ShapeSource analyze_shapes(PartitionedGraph& partitioned,
+                           const std::vector<InputProfile>& profiles);
 
 // Shapes without running the graph: where every engine segment reads only graph inputs that are
 // tensors (a model that converts whole, whatever PyTorch does around it), its input shapes are

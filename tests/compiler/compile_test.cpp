@@ -204,38 +204,51 @@ def forward(self, x):
 
 // An engine segment that fails on shape analysis's generated inputs (indices computed from an
 // integer input, out of range for positive integers and for zeros, in range for the model's real
-// inputs) runs in PyTorch instead, with the reason in the report. (The sigmoid in PyTorch makes
-// the engine read a value PyTorch computes: shape analysis runs. An engine over the graph's own
-// inputs takes its shapes from the spec, and nothing runs on generated inputs.)
+// inputs) runs in PyTorch instead, with the reason in the report. Shape analysis runs: the engine
+// reads values PyTorch computes (the sigmoid), and a run on meta tensors cannot say the size of
+// nonzero's result, so the graph runs on generated data. Without the nonzero, the run on meta
+// tensors knows every shape and nothing fails; without the sigmoid in PyTorch too, one engine over
+// the graph's own inputs takes its shapes from the spec and nothing runs at all.
 TEST(Compile, AnEngineSegmentThatFailsOnGeneratedInputsRunsInPyTorch) {
-  torch::jit::Module m("M");
-  m.register_parameter("w", at::randn({10, 4}), false);
-  m.define(R"(
+  const auto module = [](const std::string& scale) {
+    torch::jit::Module m("M");
+    m.register_parameter("w", at::randn({10, 4}), false);
+    m.define(R"(
 def forward(self, ids, x):
-    rows = torch.index_select(self.w, 0, ids * 3 + 10)
-    return torch.relu(rows) + torch.sigmoid(x)
-)");
+    rows = torch.gather(self.w, 0, (ids * 3 + 10).unsqueeze(1).expand(4, 4))
+    return torch.tanh(rows) + torch.sigmoid(x) + )" +
+             scale + "\n");
+    return m;
+  };
+  const at::Tensor ids = at::tensor({-3, -1, -2, -3}, at::kLong), x = at::randn({4, 4});
   CompileSpec spec;
   spec.inputs = {Input({4}, DType::kI64), Input({4, 4})};
   spec.min_block_size = 1;
-  spec.torch_executed_ops = {"aten::sigmoid"};
   CompileReport report;
+  const auto names_gather = [&] {
+    for (const std::string& f : report.fallback) {
+      if (f.rfind("aten::gather: failed on generated inputs (shape analysis: segment", 0) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  torch::jit::Module m = module("torch.nonzero(x).size(0)");
+  spec.torch_executed_ops = {"aten::sigmoid"};
   torch::jit::Module compiled = compile(m, spec, &report);
-  bool named = false;
-  for (const std::string& f : report.fallback) {
-    named |=
-        f.rfind("aten::index_select: failed on generated inputs (shape analysis: segment", 0) == 0;
-  }
-  EXPECT_TRUE(named) << report.summary();
+  EXPECT_TRUE(names_gather()) << report.summary();
   EXPECT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
-  const at::Tensor ids = at::tensor({-3, -1, -2, -3}, at::kLong), x = at::randn({4, 4});
   EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
-  // Without the sigmoid in PyTorch, one engine over the inputs: nothing runs on generated data.
-  spec.torch_executed_ops.clear();
-  compiled = compile(m, spec, &report);
-  EXPECT_TRUE(report.fallback.empty()) << report.summary();
-  EXPECT_EQ(testing::count_segments(report, "engine"), 1u) << report.summary();
-  EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
+  // Sizes without data: the gather stays in an engine.
+  m = module("2.0");
+  for (const auto& forced :
+       {std::vector<std::string>{"aten::sigmoid"}, std::vector<std::string>{}}) {
+    spec.torch_executed_ops = forced;
+    compiled = compile(m, spec, &report);
+    EXPECT_FALSE(names_gather()) << report.summary();
+    EXPECT_EQ(report.torch_ops, forced.size()) << report.summary();
+    EXPECT_TRUE(testing::matches_reference(compiled.forward({ids, x}), m.forward({ids, x})));
+  }
 }
 
 // A size known only at run time (the dynamic batch) as a number in tensor arithmetic, and a flip

@@ -42,6 +42,7 @@ TEST(ShapeAnalysis, ConvChainWithAFallbackInTheMiddle) {
             "segment 0 engine: %c1=aten::conv2d %r1=aten::relu\n"
             "segment 1 torch: %l=aten::lgamma\n"
             "segment 2 engine: %c2=aten::conv2d %r2=aten::relu %o=aten::sigmoid\n");
+  // (On generated inputs: libtorch without Python has no meta kernel for convolutions.)
   analyze_shapes(p, {InputProfile::range({1, 3, 8, 8}, {2, 3, 16, 16}, {4, 3, 32, 32}),
                      InputProfile::fixed({8, 3, 3, 3}), InputProfile::fixed({16, 8, 3, 3})});
   const Segment& head = p.segments[0];
@@ -131,6 +132,45 @@ graph(%sel : Tensor, %src : Tensor):
   const auto inputs = generate_inputs(
       *graph, {InputProfile::fixed({6}, c10::ScalarType::Long), InputProfile::fixed({2, 3})}, kOpt);
   EXPECT_EQ(inputs[0].toTensor().abs().sum().item<int64_t>(), 0);
+}
+
+// Factory ops on the device the graph names (here the CPU) give meta tensors in a run on meta
+// tensors; a size that only data can tell (nonzero's) makes the graph run on generated inputs,
+// with the same shapes where they do not depend on the data.
+TEST(ShapeAnalysis, MetaTensorsUnlessASizeDependsOnData) {
+  const char* ir = R"IR(
+graph(%x : Tensor):
+  %none : NoneType = prim::Constant()
+  %cpu : Device = prim::Constant[value="cpu"]()
+  %one : int = prim::Constant[value=1]()
+  %f32 : int = prim::Constant[value=6]()
+  %n : int = aten::size(%x, %one)
+  %a : Tensor = aten::arange(%n, %f32, %none, %cpu, %none)
+  %l : Tensor = aten::lgamma(%a)
+  %y : Tensor = aten::add(%x, %l, %one)
+  return (%y))IR";
+  const std::vector<InputProfile> profiles = {InputProfile::range({1, 2}, {3, 5}, {4, 9})};
+  auto p = partition_ir(ir, kAllButLgamma, with_min_block(1));
+  ASSERT_EQ(analyze_shapes(p, profiles), ShapeSource::kMetaTensors);
+  const Segment& tail = p.segments.back();
+  ASSERT_EQ(tail.target, Target::kEngine);
+  EXPECT_EQ(shapes(tail.shapes[kMin].outputs), (std::vector<Shape>{{1, 2}}));
+  EXPECT_EQ(shapes(tail.shapes[kMax].outputs), (std::vector<Shape>{{4, 9}}));
+  EXPECT_EQ(tail.shapes[kOpt].inputs.back().sizes, (Shape{5}));
+
+  const char* data_dependent = R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %nz : Tensor = aten::nonzero(%x)
+  %l : Tensor = aten::lgamma(%x)
+  %y : Tensor = aten::add(%l, %one, %one)
+  %z : Tensor = aten::mul(%nz, %one)
+  return (%y, %z))IR";
+  auto q = partition_ir(data_dependent, kAllButLgamma, with_min_block(1));
+  ASSERT_EQ(analyze_shapes(q, profiles), ShapeSource::kGeneratedInputs);
+  const Segment& last = q.segments.back();
+  ASSERT_TRUE(last.has_shapes);
+  EXPECT_EQ(shapes(last.shapes[kMax].outputs).front(), (Shape{4, 9}));
 }
 
 // Counts its calls: how often shape analysis runs the graph.

@@ -169,3 +169,37 @@ def test_dims_tied_by_export_must_agree(tmp_path):
     with pytest.raises(Exception, match="must equal dim 0 of input `x`"):
         loaded(torch.randn(2, 4), torch.randn(3, 3))
     torch.testing.assert_close(loaded(x, y), m(x, y))
+
+
+def test_shapes_of_a_split_graph_come_from_meta_tensors(caplog):
+    # An engine that reads what PyTorch computes needs shape analysis; with PyTorch's shape
+    # functions (meta tensors) it runs on no data, so indices the model computes from an integer
+    # input cannot fail on made-up values and the gather stays in the engine.
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.table = torch.nn.Parameter(torch.randn(10, 8))
+
+        def forward(self, x, ids):
+            y = torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)  # pool in PyTorch
+            rows = torch.gather(self.table, 0, (ids * 3 + 10).unsqueeze(1).expand(-1, 8))
+            return y.mean((2, 3)) + rows
+
+    m = M().eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(m, (torch.randn(2, 3, 16, 16), torch.tensor([-3, -1])),
+                                  dynamic_shapes=({0: batch}, {0: batch}))
+    with caplog.at_level("DEBUG", logger="kiln"):
+        kiln.set_log_level("debug")
+        try:
+            c = kiln.compile(program, torch_executed_ops=["aten::max_pool2d"])
+        finally:
+            kiln.set_log_level("warning")
+    assert "shape analysis: on meta tensors" in caplog.text
+    report = c.kiln_report
+    assert not any("generated inputs" in f for f in report["fallback"]), report["fallback"]
+    assert any("aten::gather" in s["ops"] for s in report["segments"] if s["target"] == "engine")
+    for n in (1, 5, 8):
+        x, ids = torch.randn(n, 3, 16, 16), torch.randint(-3, 0, (n,))
+        torch.testing.assert_close(c(x, ids), m(x, ids), atol=1e-5, rtol=1e-5)
