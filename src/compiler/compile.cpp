@@ -259,6 +259,7 @@ struct Pipeline {
       out.push_back(
           partitioning::InputProfile::range(in.min_shape, in.opt_shape, in.max_shape,
                                             conversion::to_scalar_type(engine_dtype(in.dtype))));
+      if (in.dim_symbols.size() == in.opt_shape.size()) out.back().dim_symbols = in.dim_symbols;
     }
     return out;
   }

@@ -6,6 +6,7 @@
 #include "frontend/exported_program.h"
 
 #include "frontend/pt2_archive.h"
+#include "ir/export_sizes.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/frontend/schema_matching.h>
@@ -614,7 +615,9 @@ class GraphBuilder {
     for (size_t i = 0; i < outs.size(); ++i) {
       auto [tag, v] = union_member(outs[i], where);
       if (tag == "as_tensor") {
-        bind(field(*v, "name", where).get<std::string>(), node->output(i));
+        const std::string name = field(*v, "name", where).get<std::string>();
+        bind(name, node->output(i));
+        record_sizes(name, node, i, where);
       } else if (tag == "as_sym_int" || tag == "as_sym_bool" || tag == "as_sym_float") {
         auto [stag, sv] = union_member(*v, where);
         if (stag == "as_name") bind(sv->get<std::string>(), node->output(i));
@@ -622,6 +625,27 @@ class GraphBuilder {
         KILN_THROW(Unsupported, where, ": an output given as `", tag, "`");
       }
     }
+  }
+
+  // What the program says of tensor `name`, made by output `i` of `node`: its sizes and dtype,
+  // which shape analysis can take instead of running the graph (ir/export_sizes.h).
+  void record_sizes(const std::string& name, Node* node, size_t i, const std::string& where) {
+    if (!metas_->contains(name)) return;
+    const json& meta = metas_->at(name);
+    if (!meta.contains("sizes") || !meta.contains("dtype") || !meta.at("dtype").is_number()) return;
+    ir::ExportSizes sizes;
+    sizes.dtype = scalar_type(meta.at("dtype").get<int64_t>(), where + ": tensor `" + name + "`");
+    for (const json& d : meta.at("sizes")) {
+      auto [tag, v] = union_member(d, where);
+      if (tag == "as_int" && v->is_number_integer()) {
+        sizes.sizes.push_back(std::to_string(v->get<int64_t>()));
+      } else if (const std::string expr = expr_str(d); !expr.empty()) {
+        sizes.sizes.push_back(expr);
+      } else {
+        return;
+      }
+    }
+    ir::set_export_sizes(node, i, sizes);
   }
 
   void bind(const std::string& name, Value* v) {

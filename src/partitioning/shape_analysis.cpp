@@ -7,10 +7,13 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/export_sizes.h"
 #include "partitioning/partitioning.h"
 #include "partitioning/segmentation.h"
 #include "util/errors.h"
@@ -510,22 +513,63 @@ bool shapes_from_profiles(PartitionedGraph& partitioned,
   if (c10::get_default_dtype() != caffe2::TypeMeta::Make<float>()) return false;
   std::unordered_map<const Value*, size_t> input_index;
   for (size_t i = 0; i < graph.inputs().size(); ++i) input_index[graph.inputs()[i]] = i;
-  std::vector<std::pair<Segment*, std::vector<size_t>>> engines;
+  // The export's symbols at each profile, from the inputs' dims that are those symbols.
+  std::array<std::map<std::string, int64_t>, 3> symbols;
+  for (Profile profile : {kMin, kOpt, kMax}) {
+    for (const InputProfile& p : profiles) {
+      const auto& shape = shape_of(p, profile);
+      for (size_t d = 0; d < p.dim_symbols.size() && d < shape.size(); ++d) {
+        if (!p.dim_symbols[d].empty()) symbols[profile].emplace(p.dim_symbols[d], shape[d]);
+      }
+    }
+  }
+  bool recorded = false;
+  // Each engine's input descriptions at each profile.
+  std::vector<std::pair<Segment*, std::array<std::vector<ValueDesc>, 3>>> engines;
   for (Segment& s : partitioned.segments) {
     if (blocks_hold_engines(s.blocks)) return false;
     if (s.target != Target::kEngine) continue;
-    std::vector<size_t> reads;
+    std::array<std::vector<ValueDesc>, 3> inputs;
     for (const Value* v : s.inputs) {
+      if (!is_tensor(v)) return false;
+      ValueDesc d;
+      d.type = v->type()->str();
+      d.is_tensor = true;
       const auto it = input_index.find(v);
-      if (it == input_index.end()) {
+      if (it != input_index.end()) {
+        const InputProfile& p = profiles[it->second];
+        if (p.value || p.dtype == c10::ScalarType::Double) return false;
+        if (p.min.size() != p.opt.size() || p.max.size() != p.opt.size()) return false;
+        d.dtype = p.dtype;
+        for (Profile profile : {kMin, kOpt, kMax}) {
+          d.sizes = shape_of(p, profile);
+          inputs[profile].push_back(d);
+        }
+        continue;
+      }
+      // A value PyTorch computes: its sizes as the export recorded them, if it did.
+      const auto meta = ir::export_sizes(v);
+      if (!meta || meta->dtype == c10::ScalarType::Double ||
+          meta->dtype == c10::ScalarType::Undefined) {
         KILN_LOG(kDebug, "shape analysis runs: an engine reads %", v->debugName(),
-                 ", which another segment computes");
+                 ", which another segment computes", meta ? " in f64" : "");
         return false;
       }
-      const InputProfile& p = profiles[it->second];
-      if (p.value || !is_tensor(v) || p.dtype == c10::ScalarType::Double) return false;
-      if (p.min.size() != p.opt.size() || p.max.size() != p.opt.size()) return false;
-      reads.push_back(it->second);
+      d.dtype = meta->dtype;
+      for (Profile profile : {kMin, kOpt, kMax}) {
+        d.sizes.clear();
+        for (const std::string& size : meta->sizes) {
+          const auto value = ir::evaluate_size(size, symbols[profile]);
+          if (!value || *value < 0) {
+            KILN_LOG(kDebug, "shape analysis runs: an engine reads %", v->debugName(),
+                     ", whose recorded size `", size, "` the inputs' symbols do not give");
+            return false;
+          }
+          d.sizes.push_back(*value);
+        }
+        inputs[profile].push_back(d);
+      }
+      recorded = true;
     }
     for (const Node* n : s.nodes) {
       bool f64 = may_make_f64(n);
@@ -538,24 +582,17 @@ bool shapes_from_profiles(PartitionedGraph& partitioned,
         return false;
       }
     }
-    engines.emplace_back(&s, std::move(reads));
+    engines.emplace_back(&s, std::move(inputs));
   }
-  for (auto& [s, reads] : engines) {
+  for (auto& [s, inputs] : engines) {
     for (Profile profile : {kMin, kOpt, kMax}) {
-      SegmentShapes& shapes = s->shapes[profile];
-      shapes = {};
-      for (size_t k = 0; k < reads.size(); ++k) {
-        const InputProfile& p = profiles[reads[k]];
-        ValueDesc d;
-        d.type = s->inputs[k]->type()->str();
-        d.is_tensor = true;
-        d.sizes = shape_of(p, profile);
-        d.dtype = p.dtype;
-        shapes.inputs.push_back(std::move(d));
-      }
+      s->shapes[profile] = {};
+      s->shapes[profile].inputs = std::move(inputs[profile]);
     }
     s->has_shapes = true;
   }
+  KILN_LOG(kDebug, "shape analysis: the engines' input shapes from the profiles",
+           recorded ? " and the export's recorded sizes" : "", "; nothing runs");
   return true;
 }
 

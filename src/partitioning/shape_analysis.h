@@ -17,6 +17,10 @@ struct InputProfile {
   std::vector<int64_t> min, opt, max;
   c10::ScalarType dtype = c10::ScalarType::Float;
   std::optional<c10::IValue> value;
+  // Per dim, the torch.export symbol it is ("s0"; "" for a static dim), when the input comes from
+  // an exported program: sizes the program records in those symbols are then known at each
+  // profile without a run (shapes_from_profiles).
+  std::vector<std::string> dim_symbols;
 
   static InputProfile fixed(std::vector<int64_t> shape,
                             c10::ScalarType dtype = c10::ScalarType::Float);
@@ -53,14 +57,16 @@ enum class ShapeSource {
 ShapeSource analyze_shapes(PartitionedGraph& partitioned,
                            const std::vector<InputProfile>& profiles);
 
-// Shapes without running the graph: where every engine segment reads only graph inputs that are
+// Shapes without running the graph: where every engine segment reads graph inputs that are
 // tensors (a model that converts whole, whatever PyTorch does around it), its input shapes are
-// the profiles' and its dtypes theirs. Its outputs stay undescribed, which is safe because none
-// can be f64 (the one output dtype stitching needs): no input is, no constant is and no node
-// asks for f64 (a dtype argument, a float scalar made a tensor), and the default
-// dtype is f32. Fills those segments' input shapes and returns true; returns false with nothing
-// changed where that does not hold (nested blocks with engines, an engine reading another
-// segment's value, a possible f64), and analyze_shapes must run.
+// the profiles'; a value another segment computes is known too where the node making it carries
+// torch.export's sizes for it (ir/export_sizes.h) in symbols the inputs' `dim_symbols` name, and
+// a dtype other than f64. The engines' outputs stay undescribed, which is safe because none can
+// be f64 (the one output dtype stitching needs): no input is, no constant is and no node asks
+// for f64 (a dtype argument, a float scalar made a tensor), and the default dtype is f32. Fills
+// those segments' input shapes and returns true; returns false with nothing changed where that
+// does not hold (nested blocks with engines, an engine reading another segment's value whose
+// sizes are not recorded, a possible f64), and analyze_shapes must run.
 bool shapes_from_profiles(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
 
 // What analyze_shapes throws when an engine segment fails on the generated inputs (a ShapeMismatch

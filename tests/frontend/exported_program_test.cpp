@@ -4,11 +4,14 @@
 // are refused with errors that name the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "compiler/compiler_testing.h"
 #include "harness/test_models.h"
 #include "kiln/kiln.h"
 #include "kiln_test_paths.h"
 #include "util/errors.h"
+#include "util/logging.h"
 
 namespace kiln {
 namespace {
@@ -91,6 +94,50 @@ INSTANTIATE_TEST_SUITE_P(Models, ExportedPrograms, ::testing::ValuesIn(programs(
                          [](const ::testing::TestParamInfo<Program>& info) {
                            return info.param.name + (info.param.form.empty() ? "" : "_core");
                          });
+
+// A program split between engines and PyTorch (an op forced to PyTorch in every block) needs
+// the shapes of what PyTorch computes for the engines after it: the sizes the export recorded for
+// those values, in its symbols, give them at min, opt and max, and nothing runs (in C++, where
+// libtorch has no meta kernels for most of these ops, this used to run the model on generated
+// data). vit_tiny's sizes include products of the batch symbol ([B * 4, ...] in core ATen).
+TEST(ExportedProgram, SplitProgramsTakeTheirShapesFromTheExport) {
+  const LogLevel saved = log_level();
+  std::vector<std::string> lines;
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&](LogLevel, const std::string& m) { lines.push_back(m); });
+  struct Case {
+    std::string name, form, forced;
+  };
+  for (const Case& c : std::vector<Case>{{"resnet18", "", "aten::max_pool2d"},
+                                         {"vit_tiny", "", "aten::gelu"},
+                                         {"vit_tiny", ".core", "aten::gelu"}}) {
+    SCOPED_TRACE(c.name + c.form);
+    const ExportedModule exported = load_exported_program(model_path(c.name + c.form + ".pt2"));
+    CompileSpec spec;
+    spec.inputs = exported.specs();
+    spec.torch_executed_ops = {c.forced};
+    CompileReport report;
+    lines.clear();
+    torch::jit::Module compiled = compile(exported.module, spec, &report);
+    EXPECT_GE(testing::count_segments(report, "engine"), 1u) << report.summary();
+    EXPECT_GE(report.torch_ops, 1u) << report.summary();
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("the export's recorded sizes; nothing runs") != std::string::npos;
+    }));
+    testing::TestModel reference = testing::load_test_model(c.name);
+    reference.module.eval();
+    torch::NoGradGuard no_grad;
+    for (int64_t batch : {1, 3, 4}) {
+      std::vector<int64_t> shape = exported.inputs[0].opt;
+      shape[0] = batch;
+      const at::Tensor x = at::randn(shape);
+      EXPECT_TRUE(testing::matches_reference(compiled.forward({x}), reference.module.forward({x})))
+          << "batch " << batch;
+    }
+  }
+  set_log_sink(nullptr);
+  set_log_level(saved);
+}
 
 TEST(ExportedProgram, BadArchivesNameTheProblem) {
   struct Bad {

@@ -171,10 +171,13 @@ def test_dims_tied_by_export_must_agree(tmp_path):
     torch.testing.assert_close(loaded(x, y), m(x, y))
 
 
-def test_shapes_of_a_split_graph_come_from_meta_tensors(caplog):
-    # An engine that reads what PyTorch computes needs shape analysis; with PyTorch's shape
-    # functions (meta tensors) it runs on no data, so indices the model computes from an integer
-    # input cannot fail on made-up values and the gather stays in the engine.
+@pytest.mark.parametrize("frontend", ["export", "trace"])
+def test_shapes_of_a_split_graph_without_running_it(frontend, caplog):
+    # An engine that reads what PyTorch computes needs that value's shapes. Through the ATen
+    # frontend they are the sizes the export recorded, in its symbols; through a trace, PyTorch's
+    # shape functions give them on meta tensors. Either way nothing runs on data, so indices the
+    # model computes from an integer input cannot fail on made-up values and the gather stays in
+    # the engine.
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -187,16 +190,24 @@ def test_shapes_of_a_split_graph_come_from_meta_tensors(caplog):
             return y.mean((2, 3)) + rows
 
     m = M().eval()
-    batch = torch.export.Dim("batch", min=1, max=8)
-    program = torch.export.export(m, (torch.randn(2, 3, 16, 16), torch.tensor([-3, -1])),
-                                  dynamic_shapes=({0: batch}, {0: batch}))
+    example = (torch.randn(2, 3, 16, 16), torch.tensor([-3, -1]))
+    if frontend == "export":
+        batch = torch.export.Dim("batch", min=1, max=8)
+        module = torch.export.export(m, example, dynamic_shapes=({0: batch}, {0: batch}))
+        inputs, said = None, "the export's recorded sizes; nothing runs"
+    else:
+        module = torch.jit.trace(m, example)
+        inputs = [kiln.Input(min_shape=(1, 3, 16, 16), opt_shape=(2, 3, 16, 16),
+                             max_shape=(8, 3, 16, 16)),
+                  kiln.Input(min_shape=(1,), opt_shape=(2,), max_shape=(8,), dtype=torch.long)]
+        said = "shape analysis: on meta tensors"
     with caplog.at_level("DEBUG", logger="kiln"):
         kiln.set_log_level("debug")
         try:
-            c = kiln.compile(program, torch_executed_ops=["aten::max_pool2d"])
+            c = kiln.compile(module, inputs=inputs, torch_executed_ops=["aten::max_pool2d"])
         finally:
             kiln.set_log_level("warning")
-    assert "shape analysis: on meta tensors" in caplog.text
+    assert said in caplog.text
     report = c.kiln_report
     assert not any("generated inputs" in f for f in report["fallback"]), report["fallback"]
     assert any("aten::gather" in s["ops"] for s in report["segments"] if s["target"] == "engine")
