@@ -513,7 +513,13 @@ bool shapes_from_profiles(PartitionedGraph& partitioned,
   if (c10::get_default_dtype() != caffe2::TypeMeta::Make<float>()) return false;
   std::unordered_map<const Value*, size_t> input_index;
   for (size_t i = 0; i < graph.inputs().size(); ++i) input_index[graph.inputs()[i]] = i;
-  // The export's symbols at each profile, from the inputs' dims that are those symbols.
+  // The export's symbols at each profile, from the inputs' dims that are those symbols. Recorded
+  // sizes count only where every tensor input comes with the export's symbols, that is, where
+  // the profiles are the export's own: an input shaped otherwise (a spec given by hand) may not
+  // be what the export's static sizes assume.
+  const bool exported = std::all_of(profiles.begin(), profiles.end(), [](const InputProfile& p) {
+    return p.value || p.dim_symbols.size() == p.opt.size();
+  });
   std::array<std::map<std::string, int64_t>, 3> symbols;
   for (Profile profile : {kMin, kOpt, kMax}) {
     for (const InputProfile& p : profiles) {
@@ -548,7 +554,7 @@ bool shapes_from_profiles(PartitionedGraph& partitioned,
         continue;
       }
       // A value PyTorch computes: its sizes as the export recorded them, if it did.
-      const auto meta = ir::export_sizes(v);
+      const auto meta = exported ? ir::export_sizes(v) : std::nullopt;
       if (!meta || meta->dtype == c10::ScalarType::Double ||
           meta->dtype == c10::ScalarType::Undefined) {
         KILN_LOG(kDebug, "shape analysis runs: an engine reads %", v->debugName(),
