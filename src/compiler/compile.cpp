@@ -20,6 +20,7 @@
 #include "engine/builder.h"
 #include "engine/cuda/backend.h"
 #include "engine/plan.h"
+#include "ir/export_sizes.h"
 #include "kiln/kiln.h"
 #include "lowering/lower.h"
 #include "partitioning/atomic.h"
@@ -669,6 +670,7 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
                           c10::Device(spec.device.str()));
   }
   compiler::insert_tied_dim_guards(*compiled.get_method(method).graph(), spec.inputs);
+  ir::clear_export_sizes(compiled.get_method(method).graph()->block());
   compiled.register_attribute(compiler::kSpecAttribute, c10::StringType::get(),
                               c10::IValue(compiler::spec_to_json(spec)));
   pipe.end_phase();

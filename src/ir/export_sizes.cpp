@@ -174,6 +174,17 @@ std::optional<ExportSizes> export_sizes(const torch::jit::Value* value) {
   return out;
 }
 
+void clear_export_sizes(torch::jit::Block* block) {
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* b : n->blocks()) clear_export_sizes(b);
+    for (const c10::Symbol name : n->attributeNames()) {
+      if (std::string(name.toUnqualString()).rfind("kiln_export_", 0) == 0) {
+        n->removeAttribute(name);
+      }
+    }
+  }
+}
+
 std::optional<int64_t> evaluate_size(const std::string& expr,
                                      const std::map<std::string, int64_t>& symbols) {
   return Parser(expr, symbols).parse();

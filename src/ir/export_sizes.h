@@ -24,6 +24,10 @@ void set_export_sizes(torch::jit::Node* node, size_t output, const ExportSizes& 
 // What the node making `value` recorded for it, if anything.
 std::optional<ExportSizes> export_sizes(const torch::jit::Value* value);
 
+// Removes every recorded size from the nodes of `block` and its sub-blocks (a compiled module's
+// graph shows none: they served shape analysis only).
+void clear_export_sizes(torch::jit::Block* block);
+
 // The value of a size (an integer, or an expression in sympy's srepr form) with the symbols
 // ("s77") given their values: Symbol, Integer, Add, Mul, Max, Min, FloorDiv, CeilDiv, Mod,
 // PythonMod and Pow to a non-negative integer power. Nothing (no exception) for a symbol without

@@ -64,6 +64,12 @@ TEST(ExportSizes, RecordedOnTheNodeThatMakesTheValue) {
   // A clone of the node (what segment graphs and copies make) keeps them.
   torch::jit::Node* copy = g.insertNode(g.createClone(n, [](torch::jit::Value* v) { return v; }));
   EXPECT_TRUE(export_sizes(copy->output()));
+  // A compiled module's graph keeps none of them; other attributes stay.
+  copy->i_(c10::Symbol::attr("other"), 1);
+  clear_export_sizes(g.block());
+  EXPECT_FALSE(export_sizes(n->output()));
+  EXPECT_FALSE(export_sizes(copy->output()));
+  EXPECT_TRUE(copy->hasAttribute(c10::Symbol::attr("other")));
 }
 
 }  // namespace
