@@ -628,22 +628,31 @@ class GraphBuilder {
   }
 
   // What the program says of tensor `name`, made by output `i` of `node`: its sizes and dtype,
-  // which shape analysis can take instead of running the graph (ir/export_sizes.h).
+  // which shape analysis can take instead of running the graph (ir/export_sizes.h). Optional: a
+  // description this reader cannot take (a dtype it does not know, a size of another form) is
+  // left out, and shape analysis runs for what reads that value.
   void record_sizes(const std::string& name, Node* node, size_t i, const std::string& where) {
     if (!metas_->contains(name)) return;
     const json& meta = metas_->at(name);
-    if (!meta.contains("sizes") || !meta.contains("dtype") || !meta.at("dtype").is_number()) return;
+    if (!meta.contains("sizes") || !meta.at("sizes").is_array() || !meta.contains("dtype") ||
+        !meta.at("dtype").is_number_integer()) {
+      return;
+    }
     ir::ExportSizes sizes;
-    sizes.dtype = scalar_type(meta.at("dtype").get<int64_t>(), where + ": tensor `" + name + "`");
-    for (const json& d : meta.at("sizes")) {
-      auto [tag, v] = union_member(d, where);
-      if (tag == "as_int" && v->is_number_integer()) {
-        sizes.sizes.push_back(std::to_string(v->get<int64_t>()));
-      } else if (const std::string expr = expr_str(d); !expr.empty()) {
-        sizes.sizes.push_back(expr);
-      } else {
-        return;
+    try {
+      sizes.dtype = scalar_type(meta.at("dtype").get<int64_t>(), where);
+      for (const json& d : meta.at("sizes")) {
+        auto [tag, v] = union_member(d, where);
+        if (tag == "as_int" && v->is_number_integer()) {
+          sizes.sizes.push_back(std::to_string(v->get<int64_t>()));
+        } else if (const std::string expr = expr_str(d); !expr.empty()) {
+          sizes.sizes.push_back(expr);
+        } else {
+          return;
+        }
       }
+    } catch (const Error&) {
+      return;
     }
     ir::set_export_sizes(node, i, sizes);
   }

@@ -62,12 +62,13 @@ ShapeSource analyze_shapes(PartitionedGraph& partitioned,
 // the profiles'; a value another segment computes is known too where the node making it carries
 // torch.export's sizes for it (ir/export_sizes.h) in symbols the inputs' `dim_symbols` name, and
 // a dtype other than f64, provided every tensor input has its `dim_symbols` (the profiles are the
-// export's own, not shapes given by hand that its static sizes may not assume). The engines' outputs stay undescribed, which is safe because none can
-// be f64 (the one output dtype stitching needs): no input is, no constant is and no node asks
-// for f64 (a dtype argument, a float scalar made a tensor), and the default dtype is f32. Fills
-// those segments' input shapes and returns true; returns false with nothing changed where that
-// does not hold (nested blocks with engines, an engine reading another segment's value whose
-// sizes are not recorded, a possible f64), and analyze_shapes must run.
+// export's own, not shapes given by hand that its static sizes may not assume). The engines'
+// outputs stay undescribed, which is safe because none can be f64 (the one output dtype stitching
+// needs): no input is, no constant is and no node asks for f64 (a dtype argument, a float scalar
+// made a tensor), and the default dtype is f32. Fills those segments' input shapes and returns
+// true; returns false with nothing changed where that does not hold (nested blocks with engines, an
+// engine reading another segment's value whose sizes are not recorded, a possible f64), and
+// analyze_shapes must run.
 bool shapes_from_profiles(PartitionedGraph& partitioned, const std::vector<InputProfile>& profiles);
 
 // What analyze_shapes throws when an engine segment fails on the generated inputs (a ShapeMismatch
