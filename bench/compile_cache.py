@@ -3,9 +3,11 @@
 would, for the benchmark models (bench/models.py) on one device:
 
   compile            kiln.compile with default settings
-  compile, cached    the same with engine_cache into an empty directory (cache miss, or skip:
-                     a CPU plan holding weights is stored only when building took longer than
-                     reading it back would), then again (cache hit)
+  compile, cached    the same with engine_cache into an empty directory (engines: cache miss,
+                     or skip: a CPU plan holding weights is stored only when building took
+                     longer than reading it back would; the compiled module is stored whole),
+                     then again: the compiled module loaded from the cache ("warm %": that
+                     second compile over the first, uncached one)
   refittable         kiln.compile(refittable=True) with engine_cache: first (miss), then again
                      with new weights (a hit on the weightless entry, refit on load)
   refit              kiln.refit of the refittable module with new weights
@@ -76,6 +78,7 @@ def run(name, batch, device):
             lambda: kiln.compile(script, engine_cache_dir=cache, **opts))
         row["cached plans"] = plans(first) + " / " + plans(second)
         row["2nd: phases"] = phases(second)
+        row["warm %"] = f"{100 * row['cached 2nd'] / row['compile']:.1f}%"
     with tempfile.TemporaryDirectory() as cache:
         refittable, row["refittable 1st"] = timed(
             lambda: kiln.compile(script, refittable=True, engine_cache_dir=cache, **opts))
@@ -99,7 +102,8 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    keys = ["model", "compile", "cached 1st", "cached 2nd", "cached plans", "2nd: phases", "refittable 1st",
+    keys = ["model", "compile", "cached 1st", "cached 2nd", "warm %", "cached plans", "2nd: phases",
+            "refittable 1st",
             "refittable, new weights", "refittable plans", "hit: phases", "refit", "run ms", "run ms refittable",
             "max diff"]
     print(f"device {args.device}, batch {args.batch}, torch {torch.__version__}; times in ms "

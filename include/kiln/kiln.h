@@ -118,7 +118,10 @@ struct CompileSpec {
   // with an entry loads it instead of building it. The key is the converted network's structure,
   // the settings that shape a build, the device and kiln's version; refittable plans are stored
   // without their weights and hit with any weights (refit on load), others hit only with the
-  // same weights. Off unless set.
+  // same weights. Above the engines, the whole compiled module is stored too, keyed by the
+  // module's code and values (weights and buffers by their data), the spec and the device: the
+  // same module compiled the same way again is loaded (its plans mapped from the file, no weight
+  // copied) without lowering or converting anything. Off unless set.
   bool engine_cache = false;
   // Empty: $KILN_ENGINE_CACHE_DIR, else $XDG_CACHE_HOME/kiln/engines, else ~/.cache/kiln/engines.
   std::string engine_cache_dir;

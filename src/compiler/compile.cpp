@@ -13,6 +13,7 @@
 
 #include "compiler/capability.h"
 #include "compiler/engine_cache.h"
+#include "compiler/module_cache.h"
 #include "compiler/spec_json.h"
 #include "compiler/stitch.h"
 #include "conversion/convert.h"
@@ -417,7 +418,7 @@ struct Pipeline {
     KILN_CHECK(it != reuse->end(), InvalidArgument, "refit: the new module's engine `", name,
                "` has no counterpart in the compiled module (the new module partitions "
                "differently: another graph or other ops)");
-    const std::vector<uint8_t>& bytes = it->second->plan_bytes();
+    const engine::Bytes& bytes = it->second->plan_bytes();
     engine::Plan plan = engine::deserialize_plan(bytes.data(), bytes.size());
     engine::refit(plan, network, builder_config(device),
                   "refit: engine `" + it->second->name() + "`");
@@ -587,10 +588,30 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   pipe.backends = std::move(backends);
   KILN_CHECK(!spec.engine_cache || spec.engine_cache_size > 0, InvalidArgument,
              "engine_cache_size: the engine cache needs room for at least one byte, got 0");
+  const auto start = Clock::now();
+  std::optional<std::string> module_key;
   if (spec.engine_cache && !reuse) {
     pipe.cache.emplace(spec.engine_cache_dir.empty() ? compiler::EngineCache::default_dir()
                                                      : spec.engine_cache_dir,
                        spec.engine_cache_size);
+    // The same module compiled the same way before: its compiled module, loaded.
+    module_key = compiler::module_cache_key(module, spec);
+    KILN_LOG(kInfo, "compile: the module's cache key took ", ms_since(start), " ms");
+    if (module_key) {
+      if (auto hit = compiler::load_compiled(*pipe.cache, *module_key)) {
+        *report = std::move(hit->report);
+        for (SegmentReport& s : report->segments) {
+          if (s.target != "engine") continue;
+          s.build_saved_ms = s.plan == "cache hit" ? s.build_saved_ms : s.build_ms;
+          s.build_ms = 0;
+          s.plan = "cache hit";
+        }
+        report->phase_ms = {{"cached compile", ms_since(start)}};
+        KILN_LOG(kInfo, "compile: loaded from the cache in ", report->phase_ms[0].second,
+                 " ms (the compile stored there took ", hit->compile_ms, " ms)");
+        return hit->module;
+      }
+    }
   }
   auto graph = pipe.lower();
 
@@ -674,6 +695,11 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   compiled.register_attribute(compiler::kSpecAttribute, c10::StringType::get(),
                               c10::IValue(compiler::spec_to_json(spec)));
   pipe.end_phase();
+  if (module_key) {
+    const auto store = Clock::now();
+    compiler::store_compiled(*pipe.cache, *module_key, compiled, *report, ms_since(start));
+    KILN_LOG(kInfo, "compile: storing the compiled module took ", ms_since(store), " ms");
+  }
   return compiled;
 }
 

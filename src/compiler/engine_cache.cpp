@@ -112,11 +112,16 @@ std::string EngineCache::default_dir() {
   return (fs::path(home && *home ? home : "/tmp") / ".cache" / "kiln" / "engines").string();
 }
 
-std::string EngineCache::path_of(const std::string& key) const {
+std::string EngineCache::path_of(const std::string& key, const std::string& suffix) const {
   const uint64_t a = hash_bytes(key.data(), key.size());
   Hasher h;
   h.update(std::string_view("kiln engine cache")).update(std::string_view(key));
-  return (fs::path(dir_) / (hash_hex(a) + hash_hex(h.digest()) + kSuffix)).string();
+  return (fs::path(dir_) / (hash_hex(a) + hash_hex(h.digest()) + suffix)).string();
+}
+
+void EngineCache::touch(const std::string& path) {
+  std::error_code ec;  // LRU by modification time; a read-only cache still hits
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);
 }
 
 std::optional<CacheEntry> EngineCache::get(const std::string& key) {
@@ -133,49 +138,56 @@ std::optional<CacheEntry> EngineCache::get(const std::string& key) {
     fs::remove(path, ec);
     return std::nullopt;
   }
-  std::error_code ec;  // LRU by modification time; a read-only cache still hits
-  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);
+  touch(path);
   return entry;
 }
 
 void EngineCache::put(const std::string& key, const std::vector<uint8_t>& plan, double build_ms) {
+  std::string header(kMagic, sizeof(kMagic));
+  append(header, kEntryVersion);
+  append(header, static_cast<uint64_t>(key.size()));
+  header += key;
+  append(header, build_ms);
+  append(header, static_cast<uint64_t>(plan.size()));
+  write(path_of(key), {{header.data(), header.size()}, {plan.data(), plan.size()}});
+}
+
+bool EngineCache::write(const std::string& path,
+                        const std::vector<std::pair<const void*, size_t>>& parts) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) {
-    KILN_LOG(kWarning, "engine cache: cannot create ", dir_, " (", ec.message(),
-             "); nothing is cached");
-    return;
+    if (!warned_) {  // once for a compile, not once per entry
+      KILN_LOG(kWarning, "engine cache: cannot create ", dir_, " (", ec.message(),
+               "); nothing is cached");
+    }
+    warned_ = true;
+    return false;
   }
-  std::string bytes(kMagic, sizeof(kMagic));
-  append(bytes, kEntryVersion);
-  append(bytes, static_cast<uint64_t>(key.size()));
-  bytes += key;
-  append(bytes, build_ms);
-  append(bytes, static_cast<uint64_t>(plan.size()));
-  bytes.append(reinterpret_cast<const char*>(plan.data()), plan.size());
-
   // A name no other writer uses, in the same directory, so that the rename is atomic.
-  const std::string path = path_of(key);
   std::random_device rd;
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string((static_cast<uint64_t>(rd()) << 32) | rd());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (const auto& [data, size] : parts) {
+      out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    }
     out.close();
     if (!out.good()) {
       KILN_LOG(kWarning, "engine cache: cannot write ", tmp, "; nothing is cached");
       fs::remove(tmp, ec);
-      return;
+      return false;
     }
   }
   fs::rename(tmp, path, ec);
   if (ec) {
     KILN_LOG(kWarning, "engine cache: cannot move ", tmp, " to ", path, " (", ec.message(), ")");
     fs::remove(tmp, ec);
-    return;
+    return false;
   }
   evict(path);
+  return true;
 }
 
 void EngineCache::evict(const std::string& keep) {
@@ -189,7 +201,8 @@ void EngineCache::evict(const std::string& keep) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     std::error_code fe;
-    if (!e.is_regular_file(fe) || e.path().extension() != kSuffix) continue;
+    if (!e.is_regular_file(fe)) continue;
+    if (e.path().extension() != kSuffix && e.path().extension() != ".kmod") continue;
     const uint64_t size = e.file_size(fe);
     if (fe) continue;  // removed by another process meanwhile
     const auto used = e.last_write_time(fe);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/builder.h"
@@ -49,14 +50,23 @@ class EngineCache {
   // compile that built the plan goes on without the cache.
   void put(const std::string& key, const std::vector<uint8_t>& plan, double build_ms);
 
-  // The file an entry of `key` lives in.
-  std::string path_of(const std::string& key) const;
+  // The file an entry of `key` lives in; `suffix` names the kind of entry (".kplan": a plan,
+  // ".kmod": a compiled module, module_cache.h).
+  std::string path_of(const std::string& key, const std::string& suffix = ".kplan") const;
+
+  // Writes `parts` one after another into `path` through a temporary file renamed into place,
+  // then evicts least recently used entries of every kind past the bound, never `path`. False,
+  // with a warning naming what failed, when nothing could be written.
+  bool write(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts);
+  // Marks the entry at `path` as just used.
+  static void touch(const std::string& path);
 
  private:
   void evict(const std::string& keep);
 
   std::string dir_;
   uint64_t max_bytes_;
+  bool warned_ = false;  // that the directory cannot be created
 };
 
 }  // namespace kiln::compiler

@@ -64,7 +64,7 @@ Weights Weights::from_bytes(DataType dtype, const Shape& shape, std::vector<uint
   Weights w;
   w.dtype = dtype;
   w.shape = shape;
-  w.data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  w.data = std::make_shared<const Bytes>(std::move(bytes));
   return w;
 }
 

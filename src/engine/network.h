@@ -29,11 +29,34 @@ struct Profile {
   Shape min, opt, max;
 };
 
+// A weight's bytes: its own, or a view of memory another owner keeps alive (a plan's buffer, a
+// cache entry mapped from its file), so that loading a plan copies no weights.
+class Bytes {
+ public:
+  explicit Bytes(std::vector<uint8_t> owned)
+      : owned_(std::move(owned)), data_(owned_.data()), size_(owned_.size()) {}
+  // `size` bytes at `data`, which stay valid while `keepalive` lives.
+  Bytes(const uint8_t* data, size_t size, std::shared_ptr<const void> keepalive)
+      : data_(data), size_(size), keepalive_(std::move(keepalive)) {}
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  std::vector<uint8_t> owned_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<const void> keepalive_;
+};
+
 // Named weights (the name is what refit uses). Data is shared, never copied by the network.
 struct Weights {
   DataType dtype = DataType::kF32;
   Shape shape;
-  std::shared_ptr<const std::vector<uint8_t>> data;
+  std::shared_ptr<const Bytes> data;
   static Weights from_floats(const Shape& shape, const std::vector<float>& values);
   static Weights from_ints(const Shape& shape, const std::vector<int64_t>& values);
   static Weights from_bytes(DataType dtype, const Shape& shape, std::vector<uint8_t> bytes);

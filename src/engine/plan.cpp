@@ -163,7 +163,7 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
   return std::move(w.bytes());
 }
 
-Plan deserialize_plan(const uint8_t* data, size_t size) {
+Plan deserialize_plan(const uint8_t* data, size_t size, std::shared_ptr<const void> keepalive) {
   KILN_CHECK(size >= sizeof(kPlanMagic) + 4 + 8, CorruptInput, "plan: ", size,
              " bytes is too short to be a plan");
   KILN_CHECK(std::equal(kPlanMagic, kPlanMagic + sizeof(kPlanMagic), data), CorruptInput,
@@ -287,7 +287,8 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
                  volume(wt.shape) * static_cast<int64_t>(dtype_size(wt.dtype)));
       r.align(kWeightAlignment);
       const uint8_t* p = r.get_bytes(static_cast<size_t>(bytes), "weight data");
-      wt.data = std::make_shared<const std::vector<uint8_t>>(p, p + bytes);
+      wt.data = keepalive ? std::make_shared<const Bytes>(p, bytes, keepalive)
+                          : std::make_shared<const Bytes>(std::vector<uint8_t>(p, p + bytes));
     }
     net.add_weight(name, std::move(wt));
   }
@@ -297,6 +298,10 @@ Plan deserialize_plan(const uint8_t* data, size_t size) {
   // Semantic validation: every layer is well-formed and agrees with the stored tensors, in order.
   verify_network(net, "plan", VerifyFailure::kCorrupt);
   return plan;
+}
+
+Plan deserialize_plan(const std::shared_ptr<const Bytes>& bytes) {
+  return deserialize_plan(bytes->data(), bytes->size(), bytes);
 }
 
 std::vector<std::string> constant_slots(const Network& net) {

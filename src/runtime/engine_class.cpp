@@ -32,12 +32,34 @@ bool cuda_graphs_allowed() {
   return env == nullptr || std::string(env) != "0";
 }
 
+thread_local DetachedPlans* detached_plans = nullptr;
+
 }  // namespace
+
+DetachedPlans::DetachedPlans() {
+  KILN_CHECK(detached_plans == nullptr, InternalError,
+             "DetachedPlans: another is alive on this thread");
+  detached_plans = this;
+}
+
+DetachedPlans::~DetachedPlans() {
+  detached_plans = nullptr;
+}
+
+DetachedPlans* DetachedPlans::current() {
+  return detached_plans;
+}
 
 EngineHolder::EngineHolder(std::string name, std::vector<uint8_t> plan_bytes,
                            const std::string& device)
-    : name_(std::move(name)), plan_bytes_(std::move(plan_bytes)) {
-  engine::Plan plan = engine::deserialize_plan(plan_bytes_.data(), plan_bytes_.size());
+    : EngineHolder(std::move(name), std::make_shared<const engine::Bytes>(std::move(plan_bytes)),
+                   device) {}
+
+EngineHolder::EngineHolder(std::string name, std::shared_ptr<const engine::Bytes> plan_bytes,
+                           const std::string& device)
+    : name_(std::move(name)), plan_(std::move(plan_bytes)) {
+  KILN_CHECK(plan_ != nullptr, InvalidArgument, "kiln.Engine `", name_, "`: no plan");
+  engine::Plan plan = engine::deserialize_plan(plan_);
   engine::EngineTarget target = plan.target;
   if (target.device == "cuda") {
     const std::string wanted = device.empty() ? "cuda" : device;
@@ -64,8 +86,16 @@ std::string EngineHolder::device() const {
 }
 
 EngineHolder::State EngineHolder::state() const {
-  at::Tensor plan = at::empty({static_cast<int64_t>(plan_bytes_.size())}, at::kByte);
-  std::memcpy(plan.data_ptr(), plan_bytes_.data(), plan_bytes_.size());
+  at::Tensor plan;
+  if (DetachedPlans* detached = DetachedPlans::current()) {
+    detached->plans[name_] = plan_;
+    plan = at::empty({0}, at::kByte);
+  } else {
+    // A view of the plan's bytes (the archive writer only reads it), keeping them alive.
+    plan = at::from_blob(
+        const_cast<uint8_t*>(plan_->data()), {static_cast<int64_t>(plan_->size())},
+        [keep = plan_](void*) {}, at::TensorOptions().dtype(at::kByte));
+  }
   return {kEngineAbiVersion,
           name_,
           device(),
@@ -81,8 +111,19 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
              "; recompile the module with this kiln");
   KILN_CHECK(plan.defined() && plan.scalar_type() == at::kByte && plan.dim() == 1, CorruptInput,
              "kiln.Engine `", name, "`: the plan is not a 1-D uint8 tensor");
-  const at::Tensor bytes = plan.contiguous();
-  std::vector<uint8_t> data(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
+  std::shared_ptr<const engine::Bytes> data;
+  if (DetachedPlans* detached = DetachedPlans::current(); detached && plan.numel() == 0) {
+    auto it = detached->plans.find(name);
+    KILN_CHECK(it != detached->plans.end(), CorruptInput, "kiln.Engine `", name,
+               "`: its plan is kept outside the module's archive, and the plans beside it have "
+               "none of that name");
+    data = it->second;
+  } else {
+    // The engine's weights are views of the loaded tensor, which the plan keeps alive.
+    auto bytes = std::make_shared<const at::Tensor>(plan.contiguous());
+    data = std::make_shared<const engine::Bytes>(bytes->data_ptr<uint8_t>(),
+                                                 static_cast<size_t>(bytes->numel()), bytes);
+  }
   c10::intrusive_ptr<EngineHolder> holder;
   try {
     // The constructor parses the plan once and checks the state's device against its target

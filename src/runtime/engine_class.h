@@ -6,6 +6,7 @@
 #include <torch/script.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,23 @@ namespace kiln::runtime {
 // Bump when the serialized state layout changes; loading another version is a clear error.
 constexpr int64_t kEngineAbiVersion = 1;
 
+// Plans kept outside a module's archive (the compiled-module cache, compiler/module_cache.h).
+// While one is alive on a thread, an engine saved on that thread puts its plan here by name and an
+// empty plan into its pickled state, and an engine loaded there with an empty plan takes its plan
+// from here. One per thread at a time.
+class DetachedPlans {
+ public:
+  DetachedPlans();
+  ~DetachedPlans();
+  DetachedPlans(const DetachedPlans&) = delete;
+  DetachedPlans& operator=(const DetachedPlans&) = delete;
+
+  // The one alive on this thread, or nullptr.
+  static DetachedPlans* current();
+
+  std::map<std::string, std::shared_ptr<const engine::Bytes>> plans;
+};
+
 // Whether this libkiln_runtime can run cuda engines: kiln's CUDA backend and a libtorch with CUDA
 // were both there when it was built (it may still find no device at run time).
 bool cuda_supported();
@@ -27,6 +45,10 @@ class EngineHolder : public torch::CustomClassHolder {
   // `device` binds the engine: "cpu" for a cpu plan, "cuda" or "cuda:N" for a cuda plan; empty
   // means the plan's own target (cuda plans then run on cuda:0).
   EngineHolder(std::string name, std::vector<uint8_t> plan_bytes, const std::string& device = "");
+  // A plan in bytes another owner keeps (a tensor loaded from an archive, a mapped cache entry):
+  // the engine's weights are views of them, not copies.
+  EngineHolder(std::string name, std::shared_ptr<const engine::Bytes> plan,
+               const std::string& device = "");
   // What __getstate__ saves: (ABI version, name, device ("cpu" or "cuda:N"), plan bytes as a
   // uint8 tensor, input names, output names), names newline-separated.
   using State = std::tuple<int64_t, std::string, std::string, at::Tensor, std::string, std::string>;
@@ -34,7 +56,8 @@ class EngineHolder : public torch::CustomClassHolder {
   State state() const;
 
   const std::string& name() const { return name_; }
-  const std::vector<uint8_t>& plan_bytes() const { return plan_bytes_; }
+  const engine::Bytes& plan_bytes() const { return *plan_; }
+  const std::shared_ptr<const engine::Bytes>& plan() const { return plan_; }
   const engine::Engine& engine() const { return *engine_; }
   // "cpu" or "cuda:N".
   std::string device() const;
@@ -58,7 +81,7 @@ class EngineHolder : public torch::CustomClassHolder {
   void release(std::unique_ptr<engine::ExecutionContext> ctx);
 
   std::string name_;
-  std::vector<uint8_t> plan_bytes_;
+  std::shared_ptr<const engine::Bytes> plan_;
   std::shared_ptr<const engine::Engine> engine_;
   // cuda engines: whole-engine CUDA graphs when every input shape is static (KILN_CUDA_GRAPHS=0
   // in the environment turns them off).

@@ -33,6 +33,12 @@ uint64_t Hasher::digest() const {
   return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_));
 }
 
+std::string Hasher::digest128_hex() const {
+  // The 64- and 128-bit digests share XXH3's streaming state (its resets are the same).
+  const XXH128_hash_t d = XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_));
+  return hash_hex(d.high64) + hash_hex(d.low64);
+}
+
 uint64_t hash_bytes(const void* data, size_t size) {
   return XXH3_64bits(data, size);
 }

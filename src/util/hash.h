@@ -26,6 +26,9 @@ class Hasher {
   }
 
   uint64_t digest() const;
+  // XXH3-128 of the same updates, as 32 lowercase hex digits: for keys whose collision would
+  // serve the wrong result.
+  std::string digest128_hex() const;
 
  private:
   void* state_;  // XXH3_state_t, kept out of this header

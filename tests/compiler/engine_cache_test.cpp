@@ -1,21 +1,26 @@
 // The engine cache (issue #33): a second compile of an engine loads its plan instead of building
 // it, and answers as the first; refittable plans are stored weightless and hit with new weights;
 // a corrupt entry is built again with a warning; a full cache drops its least recently used
-// entries; two processes compiling into one cache both succeed.
+// entries; two processes compiling into one cache both succeed. Above it, the compiled-module
+// cache: the same module compiled the same way again is loaded whole, and anything that decides a
+// compile (weights, buffers, code, spec) misses it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "compiler/compiler_testing.h"
 #include "compiler/engine_cache.h"
+#include "compiler/module_cache.h"
 #include "harness/process.h"
 #include "harness/test_models.h"
 #include "kiln/kiln.h"
 #include "kiln/logging.h"
 #include "kiln_test_paths.h"
+#include "partitioning/atomic.h"
 
 namespace kiln {
 namespace {
@@ -32,10 +37,13 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
-std::vector<fs::path> entries(const std::string& dir) {
+// The directory's entries of one kind (".kplan": plans, ".kmod": compiled modules), or all.
+std::vector<fs::path> entries(const std::string& dir, const std::string& kind = "") {
   std::vector<fs::path> out;
   if (!fs::exists(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (kind.empty() || e.path().extension() == kind) out.push_back(e.path());
+  }
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -86,11 +94,14 @@ TEST(EngineCache, RefittablePlansAreStoredWeightlessAndHitWithAnyWeights) {
   CompileReport first, second, tuned_report;
   torch::jit::Module a = compile(c.model.module, c.spec, &first);
   EXPECT_EQ(plan_of(first), "cache miss");
-  const auto files = entries(dir);
+  const auto files = entries(dir, ".kplan");
   ASSERT_EQ(files.size(), 1u);
   // Weightless: resnet18's weights are 45 MB, its entry a few kB of layers.
   EXPECT_LT(fs::file_size(files[0]), 1u << 20);
+  ASSERT_EQ(entries(dir, ".kmod").size(), 1u);  // and the compiled module, whole
 
+  // The same module again: the compiled module from the cache (below, new weights reach the
+  // engine entries).
   torch::jit::Module b = compile(c.model.module, c.spec, &second);
   EXPECT_EQ(plan_of(second), "cache hit");
   EXPECT_GT(second.segments[0].build_saved_ms, 0.0);
@@ -106,7 +117,7 @@ TEST(EngineCache, RefittablePlansAreStoredWeightlessAndHitWithAnyWeights) {
   torch::jit::Module built = compile(tuned, uncached);
   EXPECT_EQ(diff(hit.forward({c.x}), built.forward({c.x})), 0.0);
   EXPECT_GT(diff(hit.forward({c.x}), a.forward({c.x})), 1e-3);
-  EXPECT_EQ(entries(dir).size(), 1u);
+  EXPECT_EQ(entries(dir, ".kplan").size(), 1u);
 
   // Settings that shape a build are in the key.
   CompileSpec other = c.spec;
@@ -114,7 +125,7 @@ TEST(EngineCache, RefittablePlansAreStoredWeightlessAndHitWithAnyWeights) {
   CompileReport other_report;
   compile(c.model.module, other, &other_report);
   EXPECT_EQ(plan_of(other_report), "cache miss");
-  EXPECT_EQ(entries(dir).size(), 2u);
+  EXPECT_EQ(entries(dir, ".kplan").size(), 2u);
 }
 
 TEST(EngineCache, WholePlansHitOnlyWithTheirOwnWeights) {
@@ -139,8 +150,11 @@ TEST(EngineCache, ACorruptEntryIsBuiltAgainWithAWarning) {
   Case c = make_case("resnet18", dir, /*refittable=*/true);
   torch::NoGradGuard no_grad;
   torch::jit::Module a = compile(c.model.module, c.spec);
-  const auto files = entries(dir);
+  const auto files = entries(dir, ".kplan");
   ASSERT_EQ(files.size(), 1u);
+  // Other weights each time, so that the compiled-module cache misses and the plan is read.
+  double weights = 1;
+  auto tuned = [&] { return scaled(c.model.module, weights += 0.01); };
   std::vector<std::string> warnings;
   set_log_sink([&](LogLevel level, const std::string& text) {
     if (level == LogLevel::kWarning) warnings.push_back(text);
@@ -157,22 +171,24 @@ TEST(EngineCache, ACorruptEntryIsBuiltAgainWithAWarning) {
       std::ofstream(files[0], std::ios::binary | std::ios::trunc) << bytes;
     }
     CompileReport report;
-    torch::jit::Module b = compile(c.model.module, c.spec, &report);
+    torch::jit::Module module = tuned();
+    torch::jit::Module b = compile(module, c.spec, &report);
     EXPECT_EQ(plan_of(report), "cache miss") << how;
-    EXPECT_EQ(diff(a.forward({c.x}), b.forward({c.x})), 0.0) << how;
+    EXPECT_TRUE(testing::matches_reference(b.forward({c.x}), module.forward({c.x}))) << how;
     ASSERT_EQ(warnings.size(), 1u) << how;
     EXPECT_NE(warnings[0].find("unusable"), std::string::npos) << warnings[0];
     EXPECT_NE(warnings[0].find("building the engine again"), std::string::npos) << warnings[0];
     // The rebuilt entry replaced the corrupt one.
     CompileReport again;
-    compile(c.model.module, c.spec, &again);
+    compile(tuned(), c.spec, &again);
     EXPECT_EQ(plan_of(again), "cache hit") << how;
   }
   set_log_sink(nullptr);
 }
 
 TEST(EngineCache, AFullCacheDropsItsLeastRecentlyUsedEntries) {
-  // The size of each model's entry, from a cache without bound.
+  // The size of each model's entries (its plan and its compiled module), from a cache without
+  // bound.
   const std::string sizing = fresh_dir("sizing");
   std::map<std::string, uint64_t> size;
   torch::NoGradGuard no_grad;
@@ -180,9 +196,10 @@ TEST(EngineCache, AFullCacheDropsItsLeastRecentlyUsedEntries) {
     const auto before = entries(sizing);
     compile(make_case(name, sizing, true).model.module, make_case(name, sizing, true).spec);
     const auto after = entries(sizing);
-    ASSERT_EQ(after.size(), before.size() + 1);
+    ASSERT_EQ(after.size(), before.size() + 2);
     for (const auto& p : after) {
-      if (std::find(before.begin(), before.end(), p) == before.end()) size[name] = fs::file_size(p);
+      if (std::find(before.begin(), before.end(), p) == before.end())
+        size[name] += fs::file_size(p);
     }
   }
   // Room for resnet18 and either other, not all three.
@@ -197,17 +214,21 @@ TEST(EngineCache, AFullCacheDropsItsLeastRecentlyUsedEntries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct use times
     return plan_of(report);
   };
+  auto total = [&] {
+    uint64_t bytes = 0;
+    for (const auto& p : entries(dir)) bytes += fs::file_size(p);
+    return bytes;
+  };
   EXPECT_EQ(run("resnet18"), "cache miss");
   EXPECT_EQ(run("mobilenet_v2"), "cache miss");
   EXPECT_EQ(run("resnet18"), "cache hit");   // now used after mobilenet_v2
   EXPECT_EQ(run("vit_tiny"), "cache miss");  // mobilenet_v2 goes
-  EXPECT_EQ(entries(dir).size(), 2u);
+  EXPECT_LE(total(), bound);
+  EXPECT_EQ(entries(dir, ".kmod").size(), 2u);
   EXPECT_EQ(run("resnet18"), "cache hit");
   EXPECT_EQ(run("vit_tiny"), "cache hit");
   EXPECT_EQ(run("mobilenet_v2"), "cache miss");
-  uint64_t total = 0;
-  for (const auto& p : entries(dir)) total += fs::file_size(p);
-  EXPECT_LE(total, bound);
+  EXPECT_LE(total(), bound);
 }
 
 TEST(EngineCache, TwoProcessesCompilingIntoOneCacheBothSucceed) {
@@ -227,10 +248,11 @@ TEST(EngineCache, TwoProcessesCompilingIntoOneCacheBothSucceed) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("cache "), std::string::npos) << r.out;
   }
-  // One whole entry, no temporary files left, and the next compile hits it.
+  // One whole entry of each kind, no temporary files left, and the next compile hits them.
   const auto files = entries(dir);
-  ASSERT_EQ(files.size(), 1u);
-  EXPECT_EQ(files[0].extension(), ".kplan");
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(entries(dir, ".kplan").size(), 1u);
+  EXPECT_EQ(entries(dir, ".kmod").size(), 1u);
   auto r = testing::run_process({KILNC_PATH, model, testing::write_temp_file("cache_2.ts", ""),
                                  "(1,3,64,64)", "--refittable", "--engine-cache-dir", dir});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -250,6 +272,147 @@ TEST(EngineCache, AnUnwritableDirectoryOnlyWarns) {
   EXPECT_TRUE(testing::matches_reference(m.forward({c.x}), c.model.module.forward({c.x})));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("cannot create"), std::string::npos) << warnings[0];
+}
+
+// Phases of a report, "name name ...".
+std::string phases_of(const CompileReport& report) {
+  std::string out;
+  for (const auto& [name, ms] : report.phase_ms) out += (out.empty() ? "" : " ") + name;
+  return out;
+}
+
+TEST(ModuleCache, TheSameModuleCompiledAgainIsLoadedWhole) {
+  const std::string dir = fresh_dir("module");
+  Case c = make_case("resnet18", dir, /*refittable=*/false);
+  torch::NoGradGuard no_grad;
+  CompileReport first, second;
+  torch::jit::Module a = compile(c.model.module, c.spec, &first);
+  EXPECT_NE(phases_of(first).find("lower"), std::string::npos) << phases_of(first);
+  ASSERT_EQ(entries(dir, ".kmod").size(), 1u);
+  torch::jit::Module b = compile(c.model.module, c.spec, &second);
+  EXPECT_EQ(phases_of(second), "cached compile");
+  EXPECT_EQ(plan_of(second), "cache hit");
+  EXPECT_GT(second.segments.at(0).build_saved_ms, 0.0);
+  EXPECT_EQ(second.engine_ops, first.engine_ops);
+  EXPECT_EQ(second.segments.at(0).ops, first.segments.at(0).ops);
+  EXPECT_EQ(second.segments.at(0).layers, first.segments.at(0).layers);
+  EXPECT_EQ(diff(a.forward({c.x}), b.forward({c.x})), 0.0);
+  EXPECT_TRUE(b.hasattr("kiln_spec"));
+
+  // Its engines read their weights from the mapped entry, which outlives the file.
+  for (const auto& p : entries(dir)) fs::remove(p);
+  EXPECT_EQ(diff(a.forward({c.x}), b.forward({c.x})), 0.0);
+  // It saves and loads as any compiled module.
+  std::stringstream saved;
+  b.save(saved);
+  torch::jit::Module loaded = torch::jit::load(saved);
+  EXPECT_EQ(diff(a.forward({c.x}), loaded.forward({c.x})), 0.0);
+}
+
+TEST(ModuleCache, WhatDecidesACompileIsInTheKey) {
+  const std::string dir = fresh_dir("module_key");
+  Case c = make_case("resnet18", dir, /*refittable=*/false);
+  torch::NoGradGuard no_grad;
+  const auto key = [&](const torch::jit::Module& m, const CompileSpec& spec) {
+    auto k = compiler::module_cache_key(m, spec);
+    EXPECT_TRUE(k.has_value());
+    return k.value_or("");
+  };
+  const std::string base = key(c.model.module, c.spec);
+  EXPECT_EQ(key(c.model.module, c.spec), base);
+  EXPECT_EQ(key(c.model.module.clone(), c.spec), base);  // same code and values
+
+  // One weight's one element.
+  torch::jit::Module weight = c.model.module.clone();
+  (*weight.named_parameters(true).begin()).value.view(-1)[7].add_(1e-3);
+  EXPECT_NE(key(weight, c.spec), base);
+  // A buffer (a batch norm's running mean).
+  torch::jit::Module buffer = c.model.module.clone();
+  for (const auto& b : buffer.named_buffers(true)) {
+    if (b.name.find("running_mean") != std::string::npos) {
+      b.value.view(-1)[0].add_(1e-3);
+      break;
+    }
+  }
+  EXPECT_NE(key(buffer, c.spec), base);
+  // A non-tensor attribute.
+  torch::jit::Module training = c.model.module.clone();
+  training.train();
+  EXPECT_NE(key(training, c.spec), base);
+  // The spec: an input shape, a precision, a partitioning setting; not where the cache lives.
+  CompileSpec spec = c.spec;
+  spec.inputs = {Input({2, 3, 64, 64})};
+  EXPECT_NE(key(c.model.module, spec), base);
+  spec = c.spec;
+  spec.enabled_precisions = {DType::kF32, DType::kF16};
+  EXPECT_NE(key(c.model.module, spec), base);
+  spec = c.spec;
+  spec.min_block_size = 7;
+  EXPECT_NE(key(c.model.module, spec), base);
+  spec = c.spec;
+  spec.engine_cache_dir = dir + "_elsewhere";
+  spec.engine_cache_size = 1 << 20;
+  EXPECT_EQ(key(c.model.module, spec), base);
+  // Other code: another model.
+  EXPECT_NE(key(testing::load_test_model("mobilenet_v2").module, c.spec), base);
+  // An atomic pattern registered meanwhile.
+  register_atomic_subgraph("module_cache_test", {"aten::mul", "aten::add"});
+  EXPECT_NE(key(c.model.module, c.spec), base);
+  partitioning::unregister_atomic_pattern("module_cache_test");
+  EXPECT_EQ(key(c.model.module, c.spec), base);
+
+  // A compiled module holds kiln.Engine objects, which have no key: it compiles without the cache.
+  CompileSpec uncached = c.spec;
+  uncached.engine_cache = false;
+  EXPECT_FALSE(compiler::module_cache_key(compile(c.model.module, uncached), c.spec).has_value());
+
+  // New weights miss and compile; their answer is theirs.
+  CompileReport first, tuned_report;
+  compile(c.model.module, c.spec, &first);
+  torch::jit::Module tuned = scaled(c.model.module, 0.9);
+  torch::jit::Module t = compile(tuned, c.spec, &tuned_report);
+  EXPECT_NE(phases_of(tuned_report), "cached compile");
+  EXPECT_TRUE(testing::matches_reference(t.forward({c.x}), tuned.forward({c.x})));
+  EXPECT_EQ(entries(dir, ".kmod").size(), 2u);
+}
+
+TEST(ModuleCache, ACorruptEntryIsCompiledAgainWithAWarning) {
+  const std::string dir = fresh_dir("module_corrupt");
+  Case c = make_case("text_encoder", dir, /*refittable=*/false);
+  torch::NoGradGuard no_grad;
+  torch::jit::Module a = compile(c.model.module, c.spec);
+  const auto files = entries(dir, ".kmod");
+  ASSERT_EQ(files.size(), 1u);
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, const std::string& text) {
+    if (level == LogLevel::kWarning) warnings.push_back(text);
+  });
+  for (const std::string how : {"header", "plan", "truncated", "empty"}) {
+    warnings.clear();
+    {
+      std::ifstream f(files[0], std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      f.close();
+      if (how == "header") bytes[40] ^= 0x5a;                // in the key
+      if (how == "plan") bytes[bytes.size() - 100] ^= 0x5a;  // in the last plan's weights
+      if (how == "truncated") bytes.resize(bytes.size() / 2);
+      if (how == "empty") bytes.clear();
+      std::ofstream(files[0], std::ios::binary | std::ios::trunc) << bytes;
+    }
+    CompileReport report;
+    torch::jit::Module b = compile(c.model.module, c.spec, &report);
+    EXPECT_NE(phases_of(report), "cached compile") << how;
+    EXPECT_EQ(diff(a.forward({c.x}), b.forward({c.x})), 0.0) << how;
+    ASSERT_GE(warnings.size(), 1u) << how;
+    EXPECT_NE(warnings[0].find("compiled-module cache"), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("unusable"), std::string::npos) << warnings[0];
+    // The compile stored a whole entry again.
+    CompileReport again;
+    torch::jit::Module d = compile(c.model.module, c.spec, &again);
+    EXPECT_EQ(phases_of(again), "cached compile") << how;
+    EXPECT_EQ(diff(a.forward({c.x}), d.forward({c.x})), 0.0) << how;
+  }
+  set_log_sink(nullptr);
 }
 
 }  // namespace

@@ -66,6 +66,32 @@ TEST(Plan, RoundTripGivesBitIdenticalOutputs) {
   EXPECT_TRUE(testing::near(a[1], z));
 }
 
+TEST(Plan, APlanReadInPlaceViewsItsBytesAndKeepsThemAlive) {
+  Plan plan = build(small_network(), BuilderConfig{});
+  auto bytes = std::make_shared<const Bytes>(serialize_plan(plan));
+  const uint8_t* begin = bytes->data();
+  const uint8_t* end = begin + bytes->size();
+  std::weak_ptr<const Bytes> watch = bytes;
+  Plan viewed = deserialize_plan(bytes);
+  ASSERT_FALSE(viewed.network.weights().empty());
+  for (const auto& [name, w] : viewed.network.weights()) {
+    ASSERT_TRUE(w.data) << name;
+    EXPECT_GE(w.data->data(), begin) << name << ": a view, not a copy";
+    EXPECT_LE(w.data->data() + w.data->size(), end) << name;
+    EXPECT_EQ((w.data->data() - begin) % 64, 0) << name;
+  }
+  bytes.reset();
+  EXPECT_FALSE(watch.expired()) << "the weights keep the plan's bytes alive";
+  auto x = testing::random_tensor(DataType::kF32, {3, 4}, 12);
+  auto a = run_plan(plan, x), b = run_plan(viewed, x);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].nbytes(), b[i].nbytes());
+    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].nbytes()), 0);
+  }
+  viewed = Plan{};
+  EXPECT_TRUE(watch.expired());
+}
+
 TEST(Plan, FileRoundTripAndMissingFile) {
   Plan plan = build(small_network(), BuilderConfig{});
   const std::string path = ::testing::TempDir() + "/small.plan";
