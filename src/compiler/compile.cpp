@@ -596,8 +596,9 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
                        spec.engine_cache_size);
     // The same module compiled the same way before: its compiled module, loaded.
     module_key = compiler::module_cache_key(module, spec);
-    KILN_LOG(kInfo, "compile: the module's cache key took ", ms_since(start), " ms");
+    const double key_ms = ms_since(start);
     if (module_key) {
+      const auto load = Clock::now();
       if (auto hit = compiler::load_compiled(*pipe.cache, *module_key)) {
         *report = std::move(hit->report);
         for (SegmentReport& s : report->segments) {
@@ -606,12 +607,13 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
           s.build_ms = 0;
           s.plan = "cache hit";
         }
-        report->phase_ms = {{"cached compile", ms_since(start)}};
-        KILN_LOG(kInfo, "compile: loaded from the cache in ", report->phase_ms[0].second,
+        report->phase_ms = {{"module key", key_ms}, {"cached load", ms_since(load)}};
+        KILN_LOG(kInfo, "compile: loaded from the cache in ", ms_since(start),
                  " ms (the compile stored there took ", hit->compile_ms, " ms)");
         return hit->module;
       }
     }
+    report->phase_ms.emplace_back("module key", key_ms);
   }
   auto graph = pipe.lower();
 
@@ -698,7 +700,7 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
   if (module_key) {
     const auto store = Clock::now();
     compiler::store_compiled(*pipe.cache, *module_key, compiled, *report, ms_since(start));
-    KILN_LOG(kInfo, "compile: storing the compiled module took ", ms_since(store), " ms");
+    report->phase_ms.emplace_back("store", ms_since(store));
   }
   return compiled;
 }

@@ -1,7 +1,9 @@
 // The compiled-module cache (module_cache.h). An entry file: "KILNMODC", format version (u32), the
 // key, the compile's time (f64), its report (JSON), the module's archive (torch.jit.save, its
-// engines' plans left out), the plans' table (name, offset, size), a checksum (XXH3-64) of all of
-// that; then each plan at its 64-byte aligned offset, carrying its own checksum. Strings and byte
+// engines' plans left out), the plans' table (name, offset, size, the XXH3-128 digests of its
+// 4 MiB chunks), a checksum (XXH3-64) of all of that; then each plan at its 64-byte aligned
+// offset. A load checks the plans against their digests on several threads instead of each plan's
+// own checksum on one. Strings and byte
 // runs are a u64 length and the bytes, little-endian as the machine writes them.
 #include "compiler/module_cache.h"
 
@@ -39,6 +41,8 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'O', 'D', 'C'};
 constexpr uint32_t kEntryVersion = 1;
 constexpr const char* kSuffix = ".kmod";
 constexpr uint64_t kPlanAlignment = 64;
+// Weights and plans are digested in chunks of this many bytes, on several threads (chunk_digests).
+constexpr size_t kChunk = size_t{4} << 20;
 
 // What the key cannot take by value; the module is compiled without this cache.
 struct Unkeyable {
@@ -74,7 +78,16 @@ class ModuleHasher {
     }
   }
 
-  std::string digest() const { return h_.digest128_hex(); }
+  // The digest of everything hashed, tensors' data (digested on several threads) last.
+  std::string digest() {
+    std::vector<std::pair<const void*, size_t>> regions;
+    for (const at::Tensor& t : data_) regions.emplace_back(t.data_ptr(), t.nbytes());
+    for (const auto& region : chunk_digests(regions, kChunk)) {
+      h_.update(static_cast<uint64_t>(region.size()));
+      for (const Digest128& d : region) h_.update(d.high).update(d.low);
+    }
+    return h_.digest128_hex();
+  }
 
  private:
   void klass(const c10::ClassType& type) {
@@ -141,8 +154,8 @@ class ModuleHasher {
     auto [it, fresh] = seen_.emplace(region, seen_.size());
     h_.update(static_cast<uint64_t>(it->second));
     if (!fresh) return;  // the same data as an earlier tensor
-    const at::Tensor data = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
-    h_.update(data.data_ptr(), data.nbytes());
+    h_.update(static_cast<uint64_t>(t.nbytes()));
+    data_.push_back(t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous());
   }
 
   void value(const c10::IValue& v) {
@@ -194,6 +207,7 @@ class ModuleHasher {
   }
 
   Hasher h_;
+  std::vector<at::Tensor> data_;  // each storage region's data, in the order met
   std::set<const c10::ClassType*> types_;
   std::map<std::tuple<const void*, at::ScalarType, std::vector<int64_t>, std::vector<int64_t>,
                       std::string>,
@@ -351,17 +365,38 @@ std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string
     Reader rest(data + archive_at + archive_size, size - archive_at - archive_size);
     const uint64_t plans = rest.get<uint64_t>("plan count");
     runtime::DetachedPlans detached;
+    std::vector<std::string> names;
+    std::vector<std::pair<const void*, size_t>> regions;
+    std::vector<std::vector<Digest128>> digests;
     for (uint64_t i = 0; i < plans; ++i) {
       const std::string name = rest.string("plan name");
       const uint64_t offset = rest.get<uint64_t>("plan offset");
       const uint64_t bytes = rest.get<uint64_t>("plan size");
       KILN_CHECK(offset % kPlanAlignment == 0 && offset <= size && bytes <= size - offset,
                  CorruptInput, "plan `", name, "` lies outside the file");
+      const uint64_t chunks = rest.get<uint64_t>("plan digest count");
+      KILN_CHECK(chunks == (bytes + kChunk - 1) / kChunk, CorruptInput, "plan `", name, "` has ",
+                 chunks, " digests for ", bytes, " bytes");
+      digests.emplace_back();
+      for (uint64_t k = 0; k < chunks; ++k) {
+        Digest128 d;
+        d.high = rest.get<uint64_t>("plan digest");
+        d.low = rest.get<uint64_t>("plan digest");
+        digests.back().push_back(d);
+      }
+      names.push_back(name);
+      regions.emplace_back(data + offset, bytes);
       detached.plans[name] = std::make_shared<const engine::Bytes>(data + offset, bytes, mapping);
     }
     const size_t header = archive_at + archive_size + rest.at();
     const uint64_t checksum = rest.get<uint64_t>("checksum");
     KILN_CHECK(hash_bytes(data, header) == checksum, CorruptInput, "checksum mismatch");
+    const auto actual = chunk_digests(regions, kChunk);
+    for (size_t i = 0; i < names.size(); ++i) {
+      KILN_CHECK(actual[i] == digests[i], CorruptInput, "plan `", names[i],
+                 "` does not match its digests");
+    }
+    detached.checked = true;
     out.report = report_from_json(report, "its report");
     try {
       out.module =
@@ -397,18 +432,31 @@ void store_compiled(EngineCache& cache, const std::string& key, const torch::jit
   append_string(header, report.to_json());
   append_string(header, archive_bytes);
   append(header, static_cast<uint64_t>(plans.size()));
-  // The table's size is known before its offsets are: names and three u64 each, the checksum.
+  std::vector<std::pair<const void*, size_t>> regions;
+  for (const auto& [name, bytes] : plans) regions.emplace_back(bytes->data(), bytes->size());
+  const auto digests = chunk_digests(regions, kChunk);
+  // The table's size is known before its offsets are: each plan's name, offset, size and digests,
+  // then the checksum.
   size_t table = 0;
-  for (const auto& [name, bytes] : plans) table += 8 + name.size() + 8 + 8;
+  size_t p = 0;
+  for (const auto& [name, bytes] : plans)
+    table += 8 + name.size() + 8 + 8 + 8 + 16 * digests[p++].size();
   auto aligned = [](uint64_t at) {
     return (at + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment;
   };
   uint64_t at = aligned(header.size() + table + 8);
   std::vector<std::pair<uint64_t, const engine::Bytes*>> placed;
+  p = 0;
   for (const auto& [name, bytes] : plans) {
     append_string(header, name);
     append(header, at);
     append(header, static_cast<uint64_t>(bytes->size()));
+    append(header, static_cast<uint64_t>(digests[p].size()));
+    for (const Digest128& d : digests[p]) {
+      append(header, d.high);
+      append(header, d.low);
+    }
+    ++p;
     placed.emplace_back(at, bytes.get());
     at = aligned(at + bytes->size());
   }

@@ -69,11 +69,12 @@ void check_refit_source(const Plan& plan, const Network& source, const std::stri
 std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights = true);
 // Throws CorruptInput naming the check that failed (magic, version, checksum, a field, ...).
 // With `keepalive`, the weights are views of `data` (which must stay valid while `keepalive`
-// lives) instead of copies.
+// lives) instead of copies. Without `verify_checksum`, the checksum is not computed: for bytes a
+// caller has checked otherwise (a cache entry's digests), never for bytes from outside.
 Plan deserialize_plan(const uint8_t* data, size_t size,
-                      std::shared_ptr<const void> keepalive = nullptr);
+                      std::shared_ptr<const void> keepalive = nullptr, bool verify_checksum = true);
 // The plan in `bytes`, its weights views of them.
-Plan deserialize_plan(const std::shared_ptr<const Bytes>& bytes);
+Plan deserialize_plan(const std::shared_ptr<const Bytes>& bytes, bool verify_checksum = true);
 
 void save_plan(const Plan& plan, const std::string& path, bool include_weights = true);
 Plan load_plan(const std::string& path);

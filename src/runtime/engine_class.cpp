@@ -56,10 +56,10 @@ EngineHolder::EngineHolder(std::string name, std::vector<uint8_t> plan_bytes,
                    device) {}
 
 EngineHolder::EngineHolder(std::string name, std::shared_ptr<const engine::Bytes> plan_bytes,
-                           const std::string& device)
+                           const std::string& device, bool checked)
     : name_(std::move(name)), plan_(std::move(plan_bytes)) {
   KILN_CHECK(plan_ != nullptr, InvalidArgument, "kiln.Engine `", name_, "`: no plan");
-  engine::Plan plan = engine::deserialize_plan(plan_);
+  engine::Plan plan = engine::deserialize_plan(plan_, /*verify_checksum=*/!checked);
   engine::EngineTarget target = plan.target;
   if (target.device == "cuda") {
     const std::string wanted = device.empty() ? "cuda" : device;
@@ -112,12 +112,14 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
   KILN_CHECK(plan.defined() && plan.scalar_type() == at::kByte && plan.dim() == 1, CorruptInput,
              "kiln.Engine `", name, "`: the plan is not a 1-D uint8 tensor");
   std::shared_ptr<const engine::Bytes> data;
+  bool checked = false;
   if (DetachedPlans* detached = DetachedPlans::current(); detached && plan.numel() == 0) {
     auto it = detached->plans.find(name);
     KILN_CHECK(it != detached->plans.end(), CorruptInput, "kiln.Engine `", name,
                "`: its plan is kept outside the module's archive, and the plans beside it have "
                "none of that name");
     data = it->second;
+    checked = detached->checked;
   } else {
     // The engine's weights are views of the loaded tensor, which the plan keeps alive.
     auto bytes = std::make_shared<const at::Tensor>(plan.contiguous());
@@ -128,7 +130,7 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
   try {
     // The constructor parses the plan once and checks the state's device against its target
     // (plans record only "cuda"; the state says "cuda:N").
-    holder = c10::make_intrusive<EngineHolder>(name, std::move(data), device);
+    holder = c10::make_intrusive<EngineHolder>(name, std::move(data), device, checked);
   } catch (const CorruptInput& e) {
     KILN_THROW(CorruptInput, "kiln.Engine `", name, "`: ", e.message());
   } catch (const InvalidArgument& e) {

@@ -34,6 +34,9 @@ class DetachedPlans {
   static DetachedPlans* current();
 
   std::map<std::string, std::shared_ptr<const engine::Bytes>> plans;
+  // The plans were checked against digests of their own: engines loaded from them do not compute
+  // their checksums again.
+  bool checked = false;
 };
 
 // Whether this libkiln_runtime can run cuda engines: kiln's CUDA backend and a libtorch with CUDA
@@ -47,8 +50,10 @@ class EngineHolder : public torch::CustomClassHolder {
   EngineHolder(std::string name, std::vector<uint8_t> plan_bytes, const std::string& device = "");
   // A plan in bytes another owner keeps (a tensor loaded from an archive, a mapped cache entry):
   // the engine's weights are views of them, not copies.
+  // `checked`: the bytes were checked by their owner (a cache entry's digests), so the plan's
+  // own checksum is not computed again.
   EngineHolder(std::string name, std::shared_ptr<const engine::Bytes> plan,
-               const std::string& device = "");
+               const std::string& device = "", bool checked = false);
   // What __getstate__ saves: (ABI version, name, device ("cpu" or "cuda:N"), plan bytes as a
   // uint8 tensor, input names, output names), names newline-separated.
   using State = std::tuple<int64_t, std::string, std::string, at::Tensor, std::string, std::string>;

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -35,6 +37,19 @@ class Hasher {
 };
 
 uint64_t hash_bytes(const void* data, size_t size);
+
+struct Digest128 {
+  uint64_t high = 0, low = 0;
+  bool operator==(const Digest128& o) const { return high == o.high && low == o.low; }
+  bool operator!=(const Digest128& o) const { return !(*this == o); }
+};
+
+// XXH3-128 digests of `regions` (data, size) in chunks of `chunk` bytes, on as many threads as the
+// machine has cores (at most 16): out[r][k] is the digest of bytes [k * chunk, (k + 1) * chunk) of
+// region r (the last chunk shorter; an empty region has none). For keys and checks of hundreds of
+// megabytes, which one thread would take tens of milliseconds over.
+std::vector<std::vector<Digest128>> chunk_digests(
+    const std::vector<std::pair<const void*, size_t>>& regions, size_t chunk);
 // 16 lowercase hex digits.
 std::string hash_hex(uint64_t digest);
 

@@ -287,10 +287,10 @@ TEST(ModuleCache, TheSameModuleCompiledAgainIsLoadedWhole) {
   torch::NoGradGuard no_grad;
   CompileReport first, second;
   torch::jit::Module a = compile(c.model.module, c.spec, &first);
-  EXPECT_NE(phases_of(first).find("lower"), std::string::npos) << phases_of(first);
+  EXPECT_EQ(phases_of(first), "module key lower partition shape analysis convert stitch store");
   ASSERT_EQ(entries(dir, ".kmod").size(), 1u);
   torch::jit::Module b = compile(c.model.module, c.spec, &second);
-  EXPECT_EQ(phases_of(second), "cached compile");
+  EXPECT_EQ(phases_of(second), "module key cached load");
   EXPECT_EQ(plan_of(second), "cache hit");
   EXPECT_GT(second.segments.at(0).build_saved_ms, 0.0);
   EXPECT_EQ(second.engine_ops, first.engine_ops);
@@ -371,7 +371,7 @@ TEST(ModuleCache, WhatDecidesACompileIsInTheKey) {
   compile(c.model.module, c.spec, &first);
   torch::jit::Module tuned = scaled(c.model.module, 0.9);
   torch::jit::Module t = compile(tuned, c.spec, &tuned_report);
-  EXPECT_NE(phases_of(tuned_report), "cached compile");
+  EXPECT_EQ(phases_of(tuned_report).find("cached"), std::string::npos);
   EXPECT_TRUE(testing::matches_reference(t.forward({c.x}), tuned.forward({c.x})));
   EXPECT_EQ(entries(dir, ".kmod").size(), 2u);
 }
@@ -401,7 +401,7 @@ TEST(ModuleCache, ACorruptEntryIsCompiledAgainWithAWarning) {
     }
     CompileReport report;
     torch::jit::Module b = compile(c.model.module, c.spec, &report);
-    EXPECT_NE(phases_of(report), "cached compile") << how;
+    EXPECT_EQ(phases_of(report).find("cached"), std::string::npos) << how;
     EXPECT_EQ(diff(a.forward({c.x}), b.forward({c.x})), 0.0) << how;
     ASSERT_GE(warnings.size(), 1u) << how;
     EXPECT_NE(warnings[0].find("compiled-module cache"), std::string::npos) << warnings[0];
@@ -409,7 +409,7 @@ TEST(ModuleCache, ACorruptEntryIsCompiledAgainWithAWarning) {
     // The compile stored a whole entry again.
     CompileReport again;
     torch::jit::Module d = compile(c.model.module, c.spec, &again);
-    EXPECT_EQ(phases_of(again), "cached compile") << how;
+    EXPECT_EQ(phases_of(again), "module key cached load") << how;
     EXPECT_EQ(diff(a.forward({c.x}), d.forward({c.x})), 0.0) << how;
   }
   set_log_sink(nullptr);
