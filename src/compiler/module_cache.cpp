@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "compiler/spec_json.h"
+#include "engine/bytes.h"
 #include "engine/cuda/backend.h"
 #include "engine/plan.h"
 #include "partitioning/atomic.h"
@@ -260,36 +261,6 @@ void append_string(std::string& out, const std::string& s) {
   out += s;
 }
 
-// Bounds-checked reads of an entry's header; a failure names the field.
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, data_ + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  std::string string(const char* what) {
-    const uint64_t n = get<uint64_t>(what);
-    need(n, what);
-    std::string s(reinterpret_cast<const char*>(data_ + at_), static_cast<size_t>(n));
-    at_ += static_cast<size_t>(n);
-    return s;
-  }
-  size_t at() const { return at_; }
-
- private:
-  void need(uint64_t n, const char* what) const {
-    KILN_CHECK(n <= size_ - at_, CorruptInput, "truncated in its ", what);
-  }
-  const uint8_t* data_;
-  size_t size_;
-  size_t at_ = 0;
-};
-
 // The archive of a compiled module, read in place from the mapped entry.
 class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
  public:
@@ -351,25 +322,26 @@ std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string
     const auto* data = static_cast<const uint8_t*>(mapping.get());
     KILN_CHECK(size >= sizeof(kMagic) && std::memcmp(data, kMagic, sizeof(kMagic)) == 0,
                CorruptInput, "not a compiled-module entry");
-    Reader r(data + sizeof(kMagic), size - sizeof(kMagic));
+    engine::ByteReader r(data + sizeof(kMagic), size - sizeof(kMagic), "compiled-module entry");
     const uint32_t version = r.get<uint32_t>("format version");
     KILN_CHECK(version == kEntryVersion, CorruptInput, "entry format ", version);
-    const std::string stored_key = r.string("key");
+    const std::string stored_key = r.get_string("key");
     KILN_CHECK(stored_key == key, CorruptInput, "another key under the same hash");
     CachedCompile out;
     out.compile_ms = r.get<double>("compile time");
-    const std::string report = r.string("report");
+    const std::string report = r.get_string("report");
     const uint64_t archive_size = r.get<uint64_t>("archive size");
-    const size_t archive_at = sizeof(kMagic) + r.at();
+    const size_t archive_at = sizeof(kMagic) + r.pos();
     KILN_CHECK(archive_size <= size - archive_at, CorruptInput, "truncated in its archive");
-    Reader rest(data + archive_at + archive_size, size - archive_at - archive_size);
+    engine::ByteReader rest(data + archive_at + archive_size, size - archive_at - archive_size,
+                            "compiled-module entry");
     const uint64_t plans = rest.get<uint64_t>("plan count");
     runtime::DetachedPlans detached;
     std::vector<std::string> names;
     std::vector<std::pair<const void*, size_t>> regions;
     std::vector<std::vector<Digest128>> digests;
     for (uint64_t i = 0; i < plans; ++i) {
-      const std::string name = rest.string("plan name");
+      const std::string name = rest.get_string("plan name");
       const uint64_t offset = rest.get<uint64_t>("plan offset");
       const uint64_t bytes = rest.get<uint64_t>("plan size");
       KILN_CHECK(offset % kPlanAlignment == 0 && offset <= size && bytes <= size - offset,
@@ -388,7 +360,7 @@ std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string
       regions.emplace_back(data + offset, bytes);
       detached.plans[name] = std::make_shared<const engine::Bytes>(data + offset, bytes, mapping);
     }
-    const size_t header = archive_at + archive_size + rest.at();
+    const size_t header = archive_at + archive_size + rest.pos();
     const uint64_t checksum = rest.get<uint64_t>("checksum");
     KILN_CHECK(hash_bytes(data, header) == checksum, CorruptInput, "checksum mismatch");
     const auto actual = chunk_digests(regions, kChunk);

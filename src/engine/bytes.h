@@ -39,10 +39,12 @@ class ByteWriter {
   std::vector<uint8_t> bytes_;
 };
 
-// Every read checks bounds; a failure names `what` (the field being read) and the offset.
+// Every read checks bounds; a failure names the format (`format`: "plan", ...), `what` (the field
+// being read) and the offset.
 class ByteReader {
  public:
-  ByteReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  ByteReader(const uint8_t* data, size_t size, const char* format = "plan")
+      : data_(data), size_(size), format_(format) {}
   template <class T>
   T get(const char* what) {
     need(sizeof(T), what);
@@ -65,14 +67,15 @@ class ByteReader {
   // A count of items, each at least `min_item_bytes` long: rejects counts the data cannot hold.
   uint64_t get_count(const char* what, size_t min_item_bytes) {
     const uint64_t n = get<uint64_t>(what);
-    KILN_CHECK(min_item_bytes == 0 || n <= remaining() / min_item_bytes, CorruptInput,
-               "plan: ", what, " count ", n, " at offset ", pos_ - 8, " exceeds the remaining ",
+    KILN_CHECK(min_item_bytes == 0 || n <= remaining() / min_item_bytes, CorruptInput, format_,
+               ": ", what, " count ", n, " at offset ", pos_ - 8, " exceeds the remaining ",
                remaining(), " bytes");
     return n;
   }
   void align(size_t alignment) {
     const size_t next = (pos_ + alignment - 1) / alignment * alignment;
-    KILN_CHECK(next <= size_, CorruptInput, "plan: truncated at offset ", pos_, " (alignment)");
+    KILN_CHECK(next <= size_, CorruptInput, format_, ": truncated at offset ", pos_,
+               " (alignment)");
     pos_ = next;
   }
   size_t pos() const { return pos_; }
@@ -80,11 +83,12 @@ class ByteReader {
 
  private:
   void need(size_t n, const char* what) {
-    KILN_CHECK(n <= size_ - pos_, CorruptInput, "plan: truncated reading ", what, " at offset ",
-               pos_, " (need ", n, " bytes, ", size_ - pos_, " left)");
+    KILN_CHECK(n <= size_ - pos_, CorruptInput, format_, ": truncated reading ", what,
+               " at offset ", pos_, " (need ", n, " bytes, ", size_ - pos_, " left)");
   }
   const uint8_t* data_;
   size_t size_;
+  const char* format_;
   size_t pos_ = 0;
 };
 

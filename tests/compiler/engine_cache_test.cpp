@@ -48,6 +48,19 @@ std::vector<fs::path> entries(const std::string& dir, const std::string& kind = 
   return out;
 }
 
+// The warnings logged while it lives.
+struct Warnings {
+  std::vector<std::string> texts;
+  Warnings() {
+    set_log_sink([this](LogLevel level, const std::string& text) {
+      if (level == LogLevel::kWarning) texts.push_back(text);
+    });
+  }
+  ~Warnings() { set_log_sink(nullptr); }
+  Warnings(const Warnings&) = delete;
+  Warnings& operator=(const Warnings&) = delete;
+};
+
 struct Case {
   testing::TestModel model;
   CompileSpec spec;
@@ -155,10 +168,8 @@ TEST(EngineCache, ACorruptEntryIsBuiltAgainWithAWarning) {
   // Other weights each time, so that the compiled-module cache misses and the plan is read.
   double weights = 1;
   auto tuned = [&] { return scaled(c.model.module, weights += 0.01); };
-  std::vector<std::string> warnings;
-  set_log_sink([&](LogLevel level, const std::string& text) {
-    if (level == LogLevel::kWarning) warnings.push_back(text);
-  });
+  Warnings warned;
+  std::vector<std::string>& warnings = warned.texts;
   for (const std::string how : {"flipped", "truncated", "empty"}) {
     warnings.clear();
     {
@@ -183,7 +194,6 @@ TEST(EngineCache, ACorruptEntryIsBuiltAgainWithAWarning) {
     compile(tuned(), c.spec, &again);
     EXPECT_EQ(plan_of(again), "cache hit") << how;
   }
-  set_log_sink(nullptr);
 }
 
 TEST(EngineCache, AFullCacheDropsItsLeastRecentlyUsedEntries) {
@@ -262,13 +272,10 @@ TEST(EngineCache, TwoProcessesCompilingIntoOneCacheBothSucceed) {
 TEST(EngineCache, AnUnwritableDirectoryOnlyWarns) {
   const std::string file = testing::write_temp_file("not_a_dir", "x");
   Case c = make_case("text_encoder", file + "/cache", /*refittable=*/true);
-  std::vector<std::string> warnings;
-  set_log_sink([&](LogLevel level, const std::string& text) {
-    if (level == LogLevel::kWarning) warnings.push_back(text);
-  });
+  Warnings warned;
+  std::vector<std::string>& warnings = warned.texts;
   torch::NoGradGuard no_grad;
   torch::jit::Module m = compile(c.model.module, c.spec);
-  set_log_sink(nullptr);
   EXPECT_TRUE(testing::matches_reference(m.forward({c.x}), c.model.module.forward({c.x})));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("cannot create"), std::string::npos) << warnings[0];
@@ -383,10 +390,8 @@ TEST(ModuleCache, ACorruptEntryIsCompiledAgainWithAWarning) {
   torch::jit::Module a = compile(c.model.module, c.spec);
   const auto files = entries(dir, ".kmod");
   ASSERT_EQ(files.size(), 1u);
-  std::vector<std::string> warnings;
-  set_log_sink([&](LogLevel level, const std::string& text) {
-    if (level == LogLevel::kWarning) warnings.push_back(text);
-  });
+  Warnings warned;
+  std::vector<std::string>& warnings = warned.texts;
   for (const std::string how : {"header", "plan", "truncated", "empty"}) {
     warnings.clear();
     {
@@ -412,7 +417,6 @@ TEST(ModuleCache, ACorruptEntryIsCompiledAgainWithAWarning) {
     EXPECT_EQ(phases_of(again), "module key cached load") << how;
     EXPECT_EQ(diff(a.forward({c.x}), d.forward({c.x})), 0.0) << how;
   }
-  set_log_sink(nullptr);
 }
 
 }  // namespace
