@@ -4,8 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -178,6 +180,7 @@ void ExecutionContext::set_input_shape(size_t index, const Shape& shape) {
 
 void ExecutionContext::resolve_shapes() {
   if (resolved_) return;
+  const auto start = std::chrono::steady_clock::now();
   const Network& net = engine_->network();
   for (size_t i = 0; i < input_set_.size(); ++i) {
     KILN_CHECK(input_set_[i], InvalidArgument, "input `", engine_->input(i).name,
@@ -322,6 +325,11 @@ void ExecutionContext::resolve_shapes() {
     at_profile_point_ = at_profile_point_ && (s == p.min || s == p.opt || s == p.max);
   }
   resolved_ = true;
+  if (profiling_) {
+    resolve_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ++resolves_;
+  }
 }
 
 const Shape& ExecutionContext::output_shape(size_t index) {
@@ -508,6 +516,12 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
       for (size_t k = 0; k < outs.size(); ++k) {
         backend_->write_values(outs[k], *descs_[static_cast<size_t>(layer.outputs[k])].values);
       }
+    } else if (profiling_) {
+      const auto start = std::chrono::steady_clock::now();
+      backend_->run_layer(li, layer, ins, outs);
+      timings_[li].host_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
     } else {
       backend_->run_layer(li, layer, ins, outs);
     }
@@ -615,19 +629,45 @@ std::string ExecutionContext::profile_table() const {
   double total = 0;
   for (const auto& t : sorted) total += t.total_ms;
   std::ostringstream os;
-  os << "layer                                    kind               avg ms     share  shapes\n";
+  os << "layer                                    kind               avg ms     share  host ms  "
+        "shapes\n";
   for (const auto& t : sorted) {
     if (t.runs == 0) continue;
     char line[256];
-    std::snprintf(line, sizeof(line), "%-40.40s %-16s %9.4f %8.1f%%  ", t.name.c_str(),
-                  t.kind.c_str(), t.total_ms / t.runs, total > 0 ? 100.0 * t.total_ms / total : 0);
+    std::snprintf(line, sizeof(line), "%-40.40s %-16s %9.4f %8.1f%% %8.4f  ", t.name.c_str(),
+                  t.kind.c_str(), t.total_ms / t.runs, total > 0 ? 100.0 * t.total_ms / total : 0,
+                  t.host_ms / t.runs);
     os << line << t.shapes << "\n";
   }
-  double per_run = 0;
-  for (const auto& t : sorted) per_run += t.runs > 0 ? t.total_ms / t.runs : 0;
-  char line[128];
-  std::snprintf(line, sizeof(line), "%-57s %9.4f\n", "total (sum of layer averages)", per_run);
+  double per_run = 0, host_per_run = 0;
+  std::map<std::string, std::pair<double, int>> host_by_kind;  // host ms per run, layers
+  for (const auto& t : sorted) {
+    if (t.runs == 0) continue;
+    per_run += t.total_ms / t.runs;
+    host_per_run += t.host_ms / t.runs;
+    auto& k = host_by_kind[t.kind];
+    k.first += t.host_ms / t.runs;
+    k.second += 1;
+  }
+  char line[160];
+  std::snprintf(line, sizeof(line), "%-57s %9.4f %18.4f\n", "total (sum of layer averages)",
+                per_run, host_per_run);
   os << line;
+  if (resolves_ > 0) {
+    std::snprintf(line, sizeof(line), "shapes resolved %d times on the host, %.4f ms each\n",
+                  resolves_, resolve_ms_ / resolves_);
+    os << line;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> kinds(host_by_kind.begin(),
+                                                                    host_by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  os << "host ms per run by kind:";
+  for (const auto& [kind, v] : kinds) {
+    std::snprintf(line, sizeof(line), " %s %.4f (%d)", kind.c_str(), v.first, v.second);
+    os << line;
+  }
+  os << "\n";
   return os.str();
 }
 

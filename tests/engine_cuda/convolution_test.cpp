@@ -113,6 +113,57 @@ TEST(CudaConvolution, HalfPrecisions) {
   }
 }
 
+// A dynamic engine's first call at a shape that is no profile point runs its 2-d convolutions as
+// padded, gathered patches times the filter (strides, dilations, asymmetric padding, bias,
+// activations, residual); the shape's next calls run them on cuDNN, tuned. Every call matches the
+// CPU, as does the first call with first_call_gemm=off (cuDNN's kept algorithms).
+TEST(CudaConvolution, FirstCallsAtNewShapesMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {kDynamic, 8, 13, 13},
+                               Profile{{1, 8, 13, 13}, {2, 8, 13, 13}, {6, 8, 13, 13}});
+  uint64_t seed = 90;
+  const auto weights = [&](const Shape& shape) {
+    ++seed;
+    return testing::random_constant(net, "w" + std::to_string(seed), shape, seed);
+  };
+  ConvolutionParams c1 = conv({1, 1}, {1, 1}, {1, 1}, {1, 1});
+  c1.post.has_bias = true;
+  c1.post.activation = ActivationKind::kRelu;
+  auto y = net.add("c1", c1, {x, weights({16, 8, 3, 3}), weights({16})});
+  const auto skip = y;
+  ConvolutionParams c2 = conv({1, 1}, {2, 2}, {2, 2}, {2, 2});  // dilated
+  c2.post.has_residual = true;
+  c2.post.activation2 = ActivationKind::kRelu;
+  y = net.add("c2", c2, {y, weights({16, 16, 3, 3}), skip});
+  y = net.add("c3", conv({2, 2}, {0, 1}, {1, 2}, {1, 1}), {y, weights({24, 16, 5, 5})});
+  y = net.add("c4", conv({2, 2}, {0, 0}, {0, 0}, {1, 1}), {y, weights({32, 24, 1, 1})});
+  net.mark_output(y, "y");
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  for (bool on : {true, false}) {
+    SCOPED_TRACE(on ? "first_call_gemm=on" : "first_call_gemm=off");
+    BuilderConfig config;
+    config.device = "cuda";
+    config.tf32 = false;
+    apply_switch(config, "conv_layout=channels_last");
+    apply_switch(config, on ? "first_call_gemm=on" : "first_call_gemm=off");
+    Plan plan = build(net, config);
+    int channels_last = 0;
+    for (const Layer& l : plan.network.layers()) {
+      if (const auto* p = std::get_if<ConvolutionParams>(&l.params))
+        channels_last += p->channels_last;
+    }
+    ASSERT_EQ(channels_last, 4);
+    ExecutionContext gpu(std::make_shared<const Engine>(plan.network, plan.target));
+    // Profile points (tuned), then new shapes: first calls, then their repeats (tuned).
+    for (int64_t n : {2, 1, 6, 3, 3, 3, 5, 4, 4, 5, 2}) {
+      const HostTensor in = random_tensor(DataType::kF32, {n, 8, 13, 13}, 100 + n);
+      const auto want = testing::to_doubles(cpu.run({in})[0]);
+      EXPECT_TRUE(testing::near(gpu.run({in})[0], want, 1e-4, 1e-4)) << "batch " << n;
+    }
+  }
+}
+
 TEST(CudaConvolution, BuilderFusesConvBiasReluWithConstantWeights) {
   KILN_REQUIRE_GPU();
   const HostTensor w = random_tensor(DataType::kF32, {8, 3, 3, 3}, 50);

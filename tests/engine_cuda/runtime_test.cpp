@@ -48,9 +48,11 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_FALSE(fast.pointwise_on_cudnn);
   EXPECT_EQ(fast.grouped, cuda::GroupedPath::kAuto);
   EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing);
+  EXPECT_FALSE(fast.first_call_gemm);
   BuilderConfig config;
-  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
-                        "gemm_fold=off", "gemm_timing=off", "gemm_timing=on"}) {
+  for (const char* s :
+       {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn", "gemm_fold=off",
+        "gemm_timing=off", "gemm_timing=on", "first_call_gemm=on"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
@@ -58,6 +60,7 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_FALSE(o.depthwise_tiled);
   EXPECT_EQ(o.grouped, cuda::GroupedPath::kCudnn);
   EXPECT_FALSE(o.gemm_fold);
+  EXPECT_TRUE(o.first_call_gemm);
   EXPECT_TRUE(o.gemm_timing);
 }
 

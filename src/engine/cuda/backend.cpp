@@ -332,6 +332,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "reuse_algorithms=off" || s == "reuse_algorithms=on") {
       o.reuse_algorithms = s == "reuse_algorithms=on";
     }
+    if (s == "first_call_gemm=off" || s == "first_call_gemm=on") {
+      o.first_call_gemm = s == "first_call_gemm=on";
+    }
   }
   return o;
 }

@@ -50,6 +50,8 @@ struct ConvState : KernelState {
   Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
   bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
   bool tuned = false;          // the algorithm was chosen for this shape (not kept from another)
+  std::unique_ptr<KernelState>
+      first_call_gemm;  // the GEMM of first calls (first_call_gemm_applies)
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
@@ -172,42 +174,81 @@ struct PatchGemmState : KernelState {
 // The matmul kernel's workspace need (cuBLASLt's 32 MiB, nothing expanded) with room to spare.
 constexpr size_t kGemmWorkspace = size_t{64} << 20;
 
+// The first call at a shape that is no profile point keeps the algorithms chosen before
+// (Resources::tune), and cuDNN's own set-up for new descriptors still costs it 0.2-0.5 ms a
+// convolution (resnet50's first call at batch 4: 6.0 of 6.1 ms of host time, NOTES.md G59). With
+// first_call_gemm=on (KernelOptions: off for now) such a call runs a 2-d channels-last
+// convolution of one group as patches times the filter instead (padded, gathered, one GEMM that
+// keeps its algorithm from shape to shape), up to this many bytes of patches; the shape's next
+// call is tuned on cuDNN and then captured.
+constexpr size_t kFirstCallPatchBytes = size_t{128} << 20;
+
+bool first_call_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
+                             const TensorView* residual, const TensorView& out) {
+  if (!(p.channels_last && !p.transposed && p.groups == 1 && x.shape.size() == 4 &&
+        w.shape.size() == 4 && out.shape.size() == 4 && p.strides.size() == 2 &&
+        (p.dilations.empty() || p.dilations.size() == 2) &&
+        (p.padding_begin.empty() || p.padding_begin.size() == 2) &&
+        (p.padding_end.empty() || p.padding_end.size() == 2) &&
+        (!residual || residual->shape == out.shape))) {
+    return false;
+  }
+  const int64_t rows = out.shape[0] * out.shape[1] * out.shape[2];
+  const int64_t depth = w.shape[1] * w.shape[2] * w.shape[3];
+  return static_cast<size_t>(rows * depth) * dtype_size(x.dtype) <= kFirstCallPatchBytes;
+}
+
+// A 2-d channels-last convolution of one group as patches [N * OH * OW, kh * kw * C] times the
+// filter [Cout, kh * kw * C]^T: the input padded first where the convolution pads, then each
+// output pixel's receptive field gathered (strides and dilations as a strided copy), unless it is
+// x itself (a 1x1 convolution of stride 1 without padding).
 void patch_gemm(KernelArgs& args, const ConvolutionParams& p, const TensorView& x,
                 const TensorView& w, const TensorView* bias, const TensorView* residual,
-                const TensorView& out) {
+                const TensorView& out, std::unique_ptr<KernelState>& gemm_state) {
   const int64_t n = x.shape[0], c = x.shape[3], h = x.shape[1], wi = x.shape[2];
   const int64_t kh = w.shape[1], kw = w.shape[2], cout = w.shape[0];
   const int64_t oh = out.shape[1], ow = out.shape[2];
   const int64_t rows = n * oh * ow, depth = kh * kw * c;
+  const int64_t sh = p.strides[0], sw = p.strides[1];
+  const int64_t dh = p.dilations.empty() ? 1 : p.dilations[0];
+  const int64_t dw = p.dilations.empty() ? 1 : p.dilations[1];
+  const int64_t top = p.padding_begin.empty() ? 0 : p.padding_begin[0];
+  const int64_t left = p.padding_begin.empty() ? 0 : p.padding_begin[1];
+  const int64_t bottom = p.padding_end.empty() ? 0 : p.padding_end[0];
+  const int64_t right = p.padding_end.empty() ? 0 : p.padding_end[1];
+  const bool padded = top || left || bottom || right;
+  const int64_t hp = h + top + bottom, wp = wi + left + right;
   const size_t es = dtype_size(x.dtype);
-  // A 1x1 convolution reads x as it is; otherwise the patches go first in the workspace.
-  const bool gather = kh * kw > 1;
-  const size_t slot = gather ? (static_cast<size_t>(rows * depth) * es + 255) / 256 * 256 : 0;
-  void* ws = args.res.workspace(slot + kGemmWorkspace);
-  // patches[n, oy, ox, r, s, c] = x[n, oy * kh + r, ox * kw + s, c]
-  if (gather) {
-    launch_strided_copy(args.stream(), args.layer.name, es, x.data, 0,
-                        {h * wi * c, kh * wi * c, kw * c, wi * c, c, 1}, {n, oh, ow, kh, kw, c},
-                        ws);
+  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const bool gather = kh * kw > 1 || sh != 1 || sw != 1 || padded;
+  const size_t pad_slot = padded ? aligned(static_cast<size_t>(n * hp * wp * c) * es) : 0;
+  const size_t slot = gather ? aligned(static_cast<size_t>(rows * depth) * es) : 0;
+  auto* ws = static_cast<uint8_t*>(args.res.workspace(pad_slot + slot + kGemmWorkspace));
+  const void* source = x.data;
+  if (padded) {
+    launch_pad(args.stream(), args.layer.name, x, TensorView{x.dtype, {n, hp, wp, c}, ws},
+               {0, top, left, 0}, PadMode::kConstant, 0.0);
+    source = ws;
   }
-  void* patches = gather ? ws : x.data;
+  // patches[n, oy, ox, r, s, c] = xp[n, oy * sh + r * dh, ox * sw + s * dw, c]
+  if (gather) {
+    launch_strided_copy(args.stream(), args.layer.name, es, source, 0,
+                        {hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1},
+                        {n, oh, ow, kh, kw, c}, ws + pad_slot);
+  }
+  const void* patches = gather ? static_cast<const void*>(ws + pad_slot) : x.data;
   MatMulParams mp;
   mp.transpose_b = true;
   mp.post = p.post;
   mp.tf32 = p.tf32;
   Layer gemm{args.layer.name, mp, {}, {}};
-  std::vector<TensorView> inputs = {{x.dtype, {rows, depth}, patches},
+  std::vector<TensorView> inputs = {{x.dtype, {rows, depth}, const_cast<void*>(patches)},
                                     {w.dtype, {cout, depth}, w.data}};
   if (bias) inputs.push_back(*bias);
   if (residual) inputs.push_back({residual->dtype, {rows, cout}, residual->data});
   const std::vector<TensorView> outputs = {{out.dtype, {rows, cout}, out.data}};
-  auto* state = dynamic_cast<PatchGemmState*>(args.state.get());
-  if (!state) {
-    args.state = std::make_unique<PatchGemmState>();
-    state = static_cast<PatchGemmState*>(args.state.get());
-  }
-  WorkspaceAfter res(args.res, slot, ws);
-  KernelArgs gemm_args{gemm, inputs, outputs, state->gemm, res};
+  WorkspaceAfter res(args.res, pad_slot + slot, ws);
+  KernelArgs gemm_args{gemm, inputs, outputs, gemm_state, res};
   run_matmul(gemm_args);
 }
 
@@ -236,7 +277,23 @@ void convolution_kernel(KernelArgs& args) {
     return;
   }
   if (patch_gemm_applies(p, x, w, residual, out, args.res.options())) {
-    patch_gemm(args, p, x, w, bias, residual, out);
+    auto* state = dynamic_cast<PatchGemmState*>(args.state.get());
+    if (!state) {
+      args.state = std::make_unique<PatchGemmState>();
+      state = static_cast<PatchGemmState*>(args.state.get());
+    }
+    patch_gemm(args, p, x, w, bias, residual, out, state->gemm);
+    return;
+  }
+  if (!args.res.tune() && args.res.options().first_call_gemm &&
+      first_call_gemm_applies(p, x, w, residual, out)) {
+    // The GEMM's state lives beside cuDNN's, which keeps the algorithm chosen before.
+    auto* state = dynamic_cast<ConvState*>(args.state.get());
+    if (!state) {
+      args.state = std::make_unique<ConvState>();
+      state = static_cast<ConvState*>(args.state.get());
+    }
+    patch_gemm(args, p, x, w, bias, residual, out, state->first_call_gemm);
     return;
   }
   const size_t spatial = x.shape.size() - 2;
@@ -332,6 +389,15 @@ void convolution_kernel(KernelArgs& args) {
     KILN_CHECK(chosen, Unsupported, "layer `", name, "` (convolution): cuDNN has no usable ",
                dtype_name(out.dtype), " algorithm for input ", shape_to_string(x.shape),
                " and weights ", shape_to_string(w.shape));
+    // first_call_gemm: the GEMM a first call would run chooses its algorithm here, at a tuned
+    // shape (a profile point's), so that a process's first new shape keeps it rather than asking
+    // the heuristics. Its output is cuDNN's to overwrite below (not where it is also the residual).
+    if (state) fresh->first_call_gemm = std::move(state->first_call_gemm);
+    if (!fresh->first_call_gemm && args.res.tune() && args.res.options().first_call_gemm &&
+        first_call_gemm_applies(p, x, w, residual, out) &&
+        (!residual || residual->data != out.data)) {
+      patch_gemm(args, p, x, w, bias, residual, out, fresh->first_call_gemm);
+    }
     state = fresh.get();
     args.state = std::move(fresh);
   }
