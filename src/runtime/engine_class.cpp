@@ -121,8 +121,9 @@ c10::intrusive_ptr<EngineHolder> EngineHolder::from_state(const State& state) {
     data = it->second;
     checked = detached->checked;
   } else {
-    // The engine's weights are views of the loaded tensor, which the plan keeps alive.
-    auto bytes = std::make_shared<const at::Tensor>(plan.contiguous());
+    // The engine's weights are views of the loaded tensor, which the plan keeps alive (a load
+    // that mapped the module's tensors to a device brings it back first).
+    auto bytes = std::make_shared<const at::Tensor>(plan.to(at::kCPU).contiguous());
     data = std::make_shared<const engine::Bytes>(bytes->data_ptr<uint8_t>(),
                                                  static_cast<size_t>(bytes->numel()), bytes);
   }
