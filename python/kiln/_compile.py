@@ -333,8 +333,9 @@ def compile(module, ir="default", inputs=None, arg_inputs=None, enabled_precisio
     truncate_long_and_double, assume_dynamic_shape_support (every converter taken as right for
     dynamic dims; unset, a node with a dynamic input dim whose converter does not declare them
     runs in PyTorch), disable_tf32, exact_gelu; and kiln's switches, refittable
-    (engines kiln.refit can give new weights without a rebuild), engine_cache (True: built
-    engines are stored and loaded again by later compiles; engine_cache_dir, default
+    (engines kiln.refit can give new weights without a rebuild), engine_cache (True: compiled
+    modules and built engines are stored and loaded again by later compiles: the same model
+    compiled the same way again is a load; engine_cache_dir, default
     $KILN_ENGINE_CACHE_DIR or ~/.cache/kiln/engines; engine_cache_size in bytes, default 5 GiB)
     and print_after_all. debug=True logs every graph after each phase (logger "kiln").
     The result carries `kiln_report` (a dict: segments, op counts, time per phase) and

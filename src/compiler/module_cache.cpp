@@ -373,8 +373,12 @@ std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string
     try {
       out.module =
           torch::jit::load(std::make_shared<MemoryReader>(data + archive_at, archive_size));
+    } catch (const Error&) {
+      throw;  // an engine's own check, naming it
     } catch (const c10::Error& e) {
       KILN_THROW(CorruptInput, "its archive does not load: ", e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      KILN_THROW(CorruptInput, "its archive does not load: ", e.what());
     }
     EngineCache::touch(path);
     return out;

@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
                  "compiled --refittable) with these weights to `output`, without rebuilding "
                  "its engines");
   app.add_flag("--engine-cache", engine_cache,
-               "load built engines from the engine cache, store those it lacks");
+               "load the compiled module, or else its built engines, from the engine cache; store "
+               "what it lacks");
   app.add_option("--engine-cache-dir", cache_dir,
                  "the engine cache's directory (implies --engine-cache; default "
                  "$KILN_ENGINE_CACHE_DIR, else ~/.cache/kiln/engines)");
