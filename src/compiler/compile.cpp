@@ -595,25 +595,9 @@ torch::jit::Module compile_module(const torch::jit::Module& module, const Compil
                                                      : spec.engine_cache_dir,
                        spec.engine_cache_size);
     // The same module compiled the same way before: its compiled module, loaded.
-    module_key = compiler::module_cache_key(module, spec);
-    const double key_ms = ms_since(start);
-    if (module_key) {
-      const auto load = Clock::now();
-      if (auto hit = compiler::load_compiled(*pipe.cache, *module_key)) {
-        *report = std::move(hit->report);
-        for (SegmentReport& s : report->segments) {
-          if (s.target != "engine") continue;
-          s.build_saved_ms = s.plan == "cache hit" ? s.build_saved_ms : s.build_ms;
-          s.build_ms = 0;
-          s.plan = "cache hit";
-        }
-        report->phase_ms = {{"module key", key_ms}, {"cached load", ms_since(load)}};
-        KILN_LOG(kInfo, "compile: loaded from the cache in ", ms_since(start),
-                 " ms (the compile stored there took ", hit->compile_ms, " ms)");
-        return hit->module;
-      }
-    }
-    report->phase_ms.emplace_back("module key", key_ms);
+    compiler::ModuleLookup lookup = compiler::look_up_module(*pipe.cache, module, spec, *report);
+    if (lookup.hit) return *lookup.hit;
+    module_key = std::move(lookup.key);
   }
   auto graph = pipe.lower();
 

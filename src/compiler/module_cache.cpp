@@ -391,6 +391,36 @@ std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string
   }
 }
 
+ModuleLookup look_up_module(EngineCache& cache, const torch::jit::Module& module,
+                            const CompileSpec& spec, CompileReport& report) {
+  using Clock = std::chrono::steady_clock;
+  const auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const auto start = Clock::now();
+  ModuleLookup out;
+  out.key = module_cache_key(module, spec);
+  const double key_ms = ms_since(start);
+  const auto load = Clock::now();
+  auto cached = out.key ? load_compiled(cache, *out.key) : std::nullopt;
+  if (!cached) {
+    report.phase_ms.emplace_back("module key", key_ms);
+    return out;
+  }
+  report = std::move(cached->report);
+  for (SegmentReport& s : report.segments) {
+    if (s.target != "engine") continue;
+    s.build_saved_ms = s.plan == "cache hit" ? s.build_saved_ms : s.build_ms;
+    s.build_ms = 0;
+    s.plan = "cache hit";
+  }
+  report.phase_ms = {{"module key", key_ms}, {"cached load", ms_since(load)}};
+  KILN_LOG(kInfo, "compile: loaded from the cache in ", ms_since(start),
+           " ms (the compile stored there took ", cached->compile_ms, " ms)");
+  out.hit = std::move(cached->module);
+  return out;
+}
+
 void store_compiled(EngineCache& cache, const std::string& key, const torch::jit::Module& compiled,
                     const CompileReport& report, double compile_ms) {
   std::ostringstream archive;

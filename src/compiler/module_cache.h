@@ -37,6 +37,17 @@ struct CachedCompile {
 // none, or (with a warning, the entry removed) when it cannot be used.
 std::optional<CachedCompile> load_compiled(EngineCache& cache, const std::string& key);
 
+// compile()'s first step with the cache: the key of `module` with `spec` (none where the module
+// cannot be keyed) and, when an entry has it, the compiled module, `report` then the stored
+// compile's with its engines "cache hit" and phases "module key" and "cached load"; on a miss
+// `report` gets the "module key" phase.
+struct ModuleLookup {
+  std::optional<std::string> key;
+  std::optional<torch::jit::Module> hit;
+};
+ModuleLookup look_up_module(EngineCache& cache, const torch::jit::Module& module,
+                            const CompileSpec& spec, CompileReport& report);
+
 // Stores `compiled` under `key` (replacing any). Failing to write is a warning, never an error.
 void store_compiled(EngineCache& cache, const std::string& key, const torch::jit::Module& compiled,
                     const CompileReport& report, double compile_ms);

@@ -167,6 +167,14 @@ bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const T
          (x.shape[3] >= kPointwiseGemmMinChannels || pixels <= kPointwiseGemmMaxRows);
 }
 
+// The layer's state as a T: a fresh one where it holds none or another path's.
+template <class T>
+T& state_of(KernelArgs& args) {
+  if (auto* state = dynamic_cast<T*>(args.state.get())) return *state;
+  args.state = std::make_unique<T>();
+  return static_cast<T&>(*args.state);
+}
+
 struct PatchGemmState : KernelState {
   std::unique_ptr<KernelState> gemm;  // the matmul kernel's
 };
@@ -277,23 +285,13 @@ void convolution_kernel(KernelArgs& args) {
     return;
   }
   if (patch_gemm_applies(p, x, w, residual, out, args.res.options())) {
-    auto* state = dynamic_cast<PatchGemmState*>(args.state.get());
-    if (!state) {
-      args.state = std::make_unique<PatchGemmState>();
-      state = static_cast<PatchGemmState*>(args.state.get());
-    }
-    patch_gemm(args, p, x, w, bias, residual, out, state->gemm);
+    patch_gemm(args, p, x, w, bias, residual, out, state_of<PatchGemmState>(args).gemm);
     return;
   }
   if (!args.res.tune() && args.res.options().first_call_gemm &&
       first_call_gemm_applies(p, x, w, residual, out)) {
     // The GEMM's state lives beside cuDNN's, which keeps the algorithm chosen before.
-    auto* state = dynamic_cast<ConvState*>(args.state.get());
-    if (!state) {
-      args.state = std::make_unique<ConvState>();
-      state = static_cast<ConvState*>(args.state.get());
-    }
-    patch_gemm(args, p, x, w, bias, residual, out, state->first_call_gemm);
+    patch_gemm(args, p, x, w, bias, residual, out, state_of<ConvState>(args).first_call_gemm);
     return;
   }
   const size_t spatial = x.shape.size() - 2;
