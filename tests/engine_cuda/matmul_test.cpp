@@ -217,5 +217,31 @@ TEST(CudaMatMul, LargeGemmsTimeTheirCandidates) {
   }
 }
 
+// GEMMs whose output tiles leave most SMs idle (few rows, K of 512 or more: BERT's linear layers
+// at batch 1) also time split-K forms of the heuristic's first candidate, whichever reduction
+// scheme cuBLASLt offers, with the bias, GELU and residual epilogues. Whatever wins answers as the
+// CPU does; the 16-row GEMM with K = 16384 (one output tile) is where a split must win.
+TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, n, k;
+    bool residual;
+  };
+  for (const Case& c : {Case{128, 768, 3072, true}, Case{128, 3072, 768, false},
+                        Case{16, 128, 16384, false}, Case{16, 128, 16384, true}}) {
+    SCOPED_TRACE(std::to_string(c.rows) + " x " + std::to_string(c.n) + " x " +
+                 std::to_string(c.k) + (c.residual ? " bias + residual" : " bias + GELU-tanh"));
+    MatMulParams p{false, true};
+    p.post.has_bias = true;
+    p.post.has_residual = c.residual;
+    p.post.activation = c.residual ? ActivationKind::kNone : ActivationKind::kGeluTanh;
+    std::vector<HostTensor> inputs = {random_tensor(DataType::kF16, {1, c.rows, c.k}, 60, -.5, .5),
+                                      random_tensor(DataType::kF16, {c.n, c.k}, 61, -.5, .5),
+                                      random_tensor(DataType::kF16, {c.n}, 62)};
+    if (c.residual) inputs.push_back(random_tensor(DataType::kF16, {1, c.rows, c.n}, 63));
+    cuda_testing::compare_layer(p, inputs, 1e-2, 3e-2);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

@@ -8,7 +8,9 @@
 # NCU_KERNELS=REGEX runs kiln-run under Nsight Compute instead, for the first NCU_COUNT (16)
 # kernels whose names match: speed of light, occupancy, warp stalls and memory sections, clocks
 # left alone (METHOD.md); NCU_SECTIONS (a space-separated list) replaces those sections and
-# NCU_ARGS adds options (e.g. --cache-control none).
+# NCU_ARGS adds options (e.g. --cache-control none). NCU_CSV=FILE instead writes each kernel's
+# duration, grid and block over three runs (caches kept warm, as in a graph replay) to FILE as
+# CSV (tools/device/kernel-times.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 model=$1 batch=$2
@@ -39,7 +41,12 @@ PY
 # shellcheck disable=SC2086 (one argument per input)
 "$build/bin/kilnc" "$tmp/model.ts" "$tmp/model.plan" $spec --device "$device" --save-engine "$@" |
   tail -12
-if [ -n "${NCU_KERNELS:-}" ]; then
+if [ -n "${NCU_CSV:-}" ]; then
+  ncu --clock-control none --cache-control none --csv \
+    --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+    "$build/bin/kiln-run" "$tmp/model.plan" --device "$device" --warmup 2 --iterations 1 \
+    >"$NCU_CSV"
+elif [ -n "${NCU_KERNELS:-}" ]; then
   sections=${NCU_SECTIONS:-SpeedOfLight Occupancy WarpStateStats MemoryWorkloadAnalysis LaunchStats}
   ncu --clock-control none ${NCU_ARGS:-} --kernel-name "regex:$NCU_KERNELS" --launch-count "${NCU_COUNT:-16}" \
     $(printf -- '--section %s ' $sections) \

@@ -33,7 +33,9 @@ struct KernelOptions {
   GroupedPath grouped = GroupedPath::kAuto;  // cuda_grouped=auto|cudnn|kernel (G48)
   bool gemm_fold = true;                     // gemm_fold=off: batched matmuls stay batched (G33)
   bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
-  bool codegen = true;      // cuda_codegen=off: pointwise layers on the interpreter kernel
+  // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
+  bool gemm_split_k = true;
+  bool codegen = true;  // cuda_codegen=off: pointwise layers on the interpreter kernel
   // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
   // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
   // shape, instead of asking the heuristics again (G56); reuse_algorithms=off asks every time.

@@ -24,8 +24,10 @@ namespace {
   } while (0)
 
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
-// The heuristic's first candidates that a large GEMM times on its first run (G32).
+// The heuristic's first candidates that a large GEMM times on its first run (G32), and room for
+// the split-K forms of the first that a GEMM of few output tiles times too (add_split_k).
 constexpr int kCandidates = 8;
+constexpr int kSplitCandidates = 14;
 
 // A matmul configuration chosen once per shape (and pointer alignment) and cached.
 struct MatMulState : KernelState {
@@ -68,10 +70,80 @@ bool same_operation(const std::vector<int64_t>& a, const std::vector<int64_t>& b
 // Whether the first run of a GEMM this large times the heuristic's candidates (where the run's
 // shapes are worth tuning for: Resources::tune): at 2 GFLOP or
 // more (b32 transformer and 1x1-convolution GEMMs) a candidate 5% faster saves more than the
-// timing costs; smaller ones are latency-bound, where the candidates differ little. The switch
-// gemm_timing=off keeps the heuristic's first.
+// timing costs; smaller ones are latency-bound, where the candidates differ little (but see
+// split_k_worth). The switch gemm_timing=off keeps the heuristic's first.
 bool worth_timing(const KernelOptions& options, int64_t m, int64_t n, int64_t k, int64_t batches) {
   return options.gemm_timing && 2.0 * static_cast<double>(m) * n * k * batches >= 2e9;
+}
+
+int multiprocessors(int device) {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it == counts.end()) {
+    int sms = 0;
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = counts.emplace(device, std::max(sms, 1)).first;
+  }
+  return it->second;
+}
+
+// Output tiles of a GEMM of `rows` x n (per matrix) at cuBLASLt's common 128 x 128 tile.
+int64_t output_tiles(int64_t rows, int64_t n, int64_t mats) {
+  return mats * ((rows + 127) / 128) * ((n + 127) / 128);
+}
+
+// Whether a GEMM's first run also times split-K forms of the heuristic's first candidate: its
+// output tiles keep at most half the SMs busy and each split still has 256 or more of K (BERT's
+// linear layers at batch 1: 128 rows, 6 to 24 tiles on 132 SMs, each tile a long K loop on one SM).
+// The switch gemm_split_k=off leaves them out.
+bool split_k_worth(const KernelOptions& options, int64_t rows, int64_t n, int64_t k, int64_t mats,
+                   int sms) {
+  return options.gemm_timing && options.gemm_split_k && k >= 512 &&
+         2 * output_tiles(rows, n, mats) <= sms;
+}
+
+// Split-K forms of `base` (the heuristic's first candidate) that cuBLASLt accepts for the GEMM of
+// `state`, appended to `results` from `found` up to `capacity`: K split 2 to 16 ways while the
+// splits' tiles fit on the SMs and each split keeps 256 of K, each with the reduction schemes the
+// algorithm offers of in-place (serialized in the output) and f32 partials in the workspace.
+int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMatmulAlgo_t& base,
+                int64_t tiles, int64_t k, int sms, cublasLtMatmulHeuristicResult_t* results,
+                int found, int capacity) {
+  int32_t support = 0;
+  uint32_t schemes = 0;
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support,
+                                        sizeof(support), &bytes) != CUBLAS_STATUS_SUCCESS ||
+      support == 0 ||
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                        sizeof(schemes), &bytes) != CUBLAS_STATUS_SUCCESS) {
+    return found;
+  }
+  for (int32_t splits : {2, 3, 4, 6, 8, 12, 16}) {
+    if (tiles * splits > sms || k / splits < 256) break;
+    for (uint32_t scheme : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                            static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)}) {
+      if ((schemes & scheme) == 0 || found >= capacity) continue;
+      cublasLtMatmulAlgo_t algo = base;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                               &scheme, sizeof(scheme)) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoCheck(lt, state.desc, state.b, state.a, state.d, state.d, &algo,
+                                  &checked) != CUBLAS_STATUS_SUCCESS ||
+          checked.workspaceSize > kCublasWorkspace) {
+        continue;
+      }
+      checked.algo = algo;
+      results[found++] = checked;
+    }
+  }
+  return found;
 }
 
 // The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, timed
@@ -332,9 +404,11 @@ void matmul_kernel(KernelArgs& args) {
                                            &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
-      const bool worth = worth_timing(args.res.options(), rows, n, k, mats);
+      const int sms = multiprocessors(args.res.device());
+      const bool split_k = split_k_worth(args.res.options(), rows, n, k, mats, sms);
+      const bool worth = worth_timing(args.res.options(), rows, n, k, mats) || split_k;
       const bool timed = args.res.tune() && worth;
-      cublasLtMatmulHeuristicResult_t results[kCandidates]{};
+      cublasLtMatmulHeuristicResult_t results[kCandidates + kSplitCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
       cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -360,6 +434,10 @@ void matmul_kernel(KernelArgs& args) {
       KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
                  "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
                  " batch=", batches, " (status ", static_cast<int>(status), ")");
+      if (timed && split_k && fresh->tuned) {
+        found = add_split_k(lt, *fresh, results[0].algo, output_tiles(rows, n, mats), k, sms,
+                            results, found, kCandidates + kSplitCandidates);
+      }
       int chosen = 0;
       if (found > 1) {
         if (bias_epilogue) {
