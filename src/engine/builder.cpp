@@ -83,7 +83,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
   } else if (name == "gemm_fold" || name == "gemm_timing" || name == "gemm_split_k" ||
-             name == "cuda_codegen" || name == "reuse_algorithms" || name == "first_call_gemm") {
+             name == "attention_key_split" || name == "cuda_codegen" ||
+             name == "reuse_algorithms" || name == "first_call_gemm") {
     bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
     on_off(&on);
   } else {
@@ -91,7 +92,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
                "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
                "cuda_grouped, gemm_fold, "
-               "gemm_timing, gemm_split_k, cuda_codegen, reuse_algorithms, first_call_gemm)");
+               "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
+               "reuse_algorithms, first_call_gemm)");
   }
   config.switches.push_back(name_value);
 }

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cuda_testing.h"
+#include "engine/cuda/kernels.h"
+#include "util/errors.h"
 
 namespace kiln::engine {
 namespace {
@@ -189,6 +191,65 @@ TEST(CudaAttention, FlashTakesEveryMask) {
     compare_layer(AttentionParams{false, true, 0},
                   {make({2, 3, 49, 32}), make({2, 3, 49, 32}), make({2, 3, 49, 32}), minus_inf},
                   rtol, atol);
+  }
+}
+
+// With few matrices (BERT's 12 heads at batch 1) the resident kernel splits each row tile's keys
+// between warps and merges their rows; with many (batch 32) or the switch attention_key_split=off
+// one warp takes all keys of its rows. Both answer as the CPU does: key padding (tiles wholly
+// kept, wholly out and mixed), causal (a part with no tile left), an additive mask with -inf rows
+// (nothing kept: zeros), a negative scale, ViT's 197 keys (4 key tiles, the last of 5 keys), and
+// 256 keys with one row tile.
+TEST(CudaAttention, KeySplitsAtFewMatrices) {
+  KILN_REQUIRE_GPU();
+  const cuda::FlashLaunch bert_b1 = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, true);
+  EXPECT_EQ(bert_b1.splits, 2);
+  EXPECT_EQ(bert_b1.warps, 8);
+  EXPECT_EQ(bert_b1.block_rows, 64);
+  const cuda::FlashLaunch whole = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, false);
+  EXPECT_EQ(whole.splits, 1);
+  EXPECT_EQ(whole.block_rows, 128);
+  EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 128, 128, 384, 0, true).splits, 1);
+  EXPECT_GT(cuda::flash_launch(DataType::kBF16, 64, 197, 197, 12, 0, true).splits, 1);
+  EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 70, 300, 12, 0, true).warps, 0);  // streaming
+  EXPECT_THROW(cuda::flash_launch(DataType::kF32, 64, 128, 128, 12, 0, true), Error);
+
+  uint64_t seed = 300;
+  for (const auto& [dtype, rtol, atol] :
+       {std::tuple{DataType::kF16, 1e-2, 2e-3}, std::tuple{DataType::kBF16, 3e-2, 1e-2}}) {
+    const auto make = [&, dt = dtype](const Shape& shape) {
+      return random_tensor(dt, shape, seed++);
+    };
+    for (const auto& [l, s] : {std::pair<int64_t, int64_t>{128, 128}, {197, 197}, {16, 256}}) {
+      const HostTensor q = make({1, 12, l, 64}), k = make({1, 12, s, 64}), v = make({1, 12, s, 64});
+      HostTensor minus_inf = random_tensor(DataType::kF32, {1, 1, l, s}, seed++);
+      for (int64_t j = 0; j < s; ++j) {
+        static_cast<float*>(minus_inf.data())[j] = -std::numeric_limits<float>::infinity();
+      }
+      HostTensor mixed = random_tensor(DataType::kBool, {1, 1, 1, s}, seed++, 0, 1);
+      for (int64_t j = 0; j < std::min<int64_t>(s, 64); ++j) {
+        static_cast<uint8_t*>(mixed.data())[j] = 1;  // the first key tile wholly kept
+      }
+      const std::vector<std::pair<AttentionParams, std::vector<HostTensor>>> layers = {
+          {AttentionParams{false, false, 0}, {q, k, v}},
+          {AttentionParams{true, false, 0}, {q, k, v}},
+          {AttentionParams{false, false, -0.05}, {q, k, v}},
+          {AttentionParams{false, true, 0}, {q, k, v, mixed}},
+          {AttentionParams{false, true, 0}, {q, k, v, minus_inf}},
+          {AttentionParams{true, true, 0}, {q, k, v, mixed}}};
+      for (bool split : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " L=" + std::to_string(l) +
+                     " S=" + std::to_string(s) + (split ? "" : " attention_key_split=off"));
+        BuilderConfig config;
+        if (!split) apply_switch(config, "attention_key_split=off");
+        for (size_t i = 0; i < layers.size(); ++i) {
+          SCOPED_TRACE("layer " + std::to_string(i));
+          const auto r = cuda_testing::run_both_layer(layers[i].first, layers[i].second, config);
+          EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);
+          cuda_testing::expect_match(r, rtol, atol);
+        }
+      }
+    }
   }
 }
 

@@ -566,18 +566,74 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArg
   }
 }
 
+// Words of a warp's FlashRows<E> per lane: o, l and m.
+template <int E>
+constexpr int kRowsWords = E / 2 + 6;
+
+// A warp's FlashRows as words ex[i * 32 + lane] (conflict-free), for the warp that merges them.
+template <int E>
+__device__ __forceinline__ void put_rows(const FlashRows<E>& st, float* ex, int lane) {
+#pragma unroll
+  for (int f = 0; f < E / 8; ++f) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) ex[(f * 4 + j) * kWarp + lane] = st.o[f][j];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ex[(E / 2 + j) * kWarp + lane] = st.l[j];
+  ex[(E / 2 + 4) * kWarp + lane] = st.m[0];
+  ex[(E / 2 + 5) * kWarp + lane] = st.m[1];
+}
+
+// Merges into `st` the rows another warp computed for the same query rows over other keys
+// (put_rows' words): both accumulators rescaled to the larger running max, as attend_tile rescales
+// across key tiles; `scale` is attend_tile's (1 when the scores were prescaled).
+template <int E>
+__device__ __forceinline__ void merge_rows(FlashRows<E>& st, const float* ex, int lane,
+                                           float scale) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float m_other = ex[(E / 2 + 4 + rr) * kWarp + lane];
+    const float m_new = fmaxf(st.m[rr], m_other);
+    const float base = m_new == -INFINITY ? 0.0f : m_new * scale;  // nothing kept: o and l stay 0
+    const float mine = fast_exp2(fmaf(st.m[rr], scale, -base));
+    const float theirs = fast_exp2(fmaf(m_other, scale, -base));
+    st.m[rr] = m_new;
+#pragma unroll
+    for (int f = 0; f < E / 8; ++f) {
+#pragma unroll
+      for (int j = 2 * rr; j < 2 * rr + 2; ++j) {
+        st.o[f][j] = fmaf(st.o[f][j], mine, ex[(f * 4 + j) * kWarp + lane] * theirs);
+      }
+    }
+#pragma unroll
+    for (int j = 2 * rr; j < 2 * rr + 2; ++j) {
+      st.l[j] = fmaf(st.l[j], mine, ex[(E / 2 + j) * kWarp + lane] * theirs);
+    }
+  }
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, a multiple of 32.
+__device__ __forceinline__ void group_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The resident kernel (S <= 256): a block copies all of a matrix's keys and values into shared
 // memory once, as one cp.async group per 64-key tile, and its W warps (4 to 8, resident_shape)
-// take the block's query rows 16 at a time (warp w: tiles w, w + W, ...), each through its own
-// query stage. The first round computes tile t as soon as group t has landed; later rounds run
-// without block barriers. Keys and values are read once per block instead of once per 64 query
-// rows, and no warp waits on another's step (the streaming kernel's latency, NOTES.md G17).
-// Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16, kLd], S16 = S rounded
-// up to 16 (rows past S zero-filled). 128 registers a thread keep 2 blocks of 8 warps on an SM up
-// to E = 64 (larger heads would spill at 128).
+// take the block's query rows 16 at a time, each through its own query stage. With `splits` = 1
+// warp w takes row tiles w, w + W, ... over all keys; with 2 or 4 (few matrices: BERT's 12 heads
+// at batch 1, where one warp's chain over all key tiles is the layer's time) the warps
+// w = slot * splits + part share row tiles slot, slot + W / splits, ..., part p attending key tiles
+// p, p + splits, ..., and part 0 merges the others' rows (through shared memory, a barrier of the
+// group) before storing. The first round computes tile t as soon as group t has landed; later
+// rounds run without block barriers. Keys and values are read once per block instead of once per
+// 64 query rows, and no warp waits on another's step (the streaming kernel's latency, NOTES.md
+// G17). Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16, kLd], S16 = S
+// rounded up to 16 (rows past S zero-filled), then kRowsWords<E> x 32 words for each warp of
+// part > 0. 128 registers a thread keep 2 blocks of 8 warps on an SM up to E = 64 (larger heads
+// would spill at 128).
 template <class T, int E>
 __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
-    flash_attention_resident_kernel(FlashArgs a, int64_t block_rows) {
+    flash_attention_resident_kernel(FlashArgs a, int64_t block_rows, int splits) {
   constexpr int kLd = FlashSmem<E>::kLd;
   constexpr int kChunks = E / 8;  // 16-byte pieces per row
   static_assert(sizeof(T) == kElemBytes, "16-bit elements");
@@ -585,10 +641,15 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
   const int warp = static_cast<int>(threadIdx.x) / kWarp,
             lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warps = static_cast<int>(blockDim.x) / kWarp;
+  const int part = warp % splits, slot = warp / splits, slots = warps / splits;
   const int s16 = static_cast<int>((a.S + 15) / 16 * 16);
   T* const ks = reinterpret_cast<T*>(smem);
   T* const vs = ks + s16 * kLd;
   T* const q_rows = vs + s16 * kLd + warp * kMma * kLd;  // the warp's query stage
+  // Where the parts of slot `slot` past 0 leave their rows for part 0.
+  float* const exchange = reinterpret_cast<float*>(vs + s16 * kLd + warps * kMma * kLd) +
+                          slot * (splits - 1) * kRowsWords<E> * kWarp;
+  const float merge_scale = a.scale_log2 < 0 ? 1.0f : a.scale_log2;         // attend_tile's `scale`
   const int key_tiles = static_cast<int>((a.S + kKeyTile - 1) / kKeyTile);  // 0..4
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * block_rows;
@@ -615,7 +676,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
     __syncthreads();  // no warp still reads the previous matrix's keys, values or queries
     // Groups: the warp's first query tile, then keys and values of each 64-key tile (none when
     // S == 0: the rows are zeros).
-    if (warp < row_tiles && key_tiles > 0) load_query(warp);
+    if (slot < row_tiles && key_tiles > 0) load_query(slot);
     commit_async();
     for (int t = 0; t < key_tiles; ++t) {
       const int r_end = (t + 1) * kKeyTile < s16 ? (t + 1) * kKeyTile : s16;
@@ -629,7 +690,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
       commit_async();
     }
 
-    for (int rt = warp, round = 0; round == 0 || rt < row_tiles; rt += warps, ++round) {
+    for (int rt = slot, round = 0; round == 0 || rt < row_tiles; rt += slots, ++round) {
       const bool active = rt < row_tiles;
       const int first = static_cast<int>(q0) + rt * kMma;
       const int row[2] = {first + lane / 4, first + lane / 4 + 8};
@@ -666,11 +727,21 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
         } else if (t >= tiles) {
           break;
         }
-        if (!active || t >= tiles) continue;
+        if (!active || t >= tiles || t % splits != part) continue;
         const int j0 = t * kKeyTile;
         attend_key_tile<T, E>(st, q_rows, ks + j0 * kLd, vs + j0 * kLd, j0, a, row, mask_base);
       }
-      if (active) store_rows<T, E>(st, om, row, a.L, a.oo.ld);
+      if (splits > 1 && active) {  // (the whole group or none of it)
+        if (part > 0) put_rows<E>(st, exchange + (part - 1) * kRowsWords<E> * kWarp, lane);
+        group_barrier(1 + slot, splits * kWarp);
+        if (part == 0) {
+          for (int p = 1; p < splits; ++p) {
+            merge_rows<E>(st, exchange + (p - 1) * kRowsWords<E> * kWarp, lane, merge_scale);
+          }
+        }
+        group_barrier(1 + slot, splits * kWarp);  // read before the next round's rows replace them
+      }
+      if (active && part == 0) store_rows<T, E>(st, om, row, a.L, a.oo.ld);
     }
   }
 }
@@ -689,58 +760,90 @@ int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   return cache[key] = std::max(1, sms * per_sm);
 }
 
-// The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows,
-// and a 16-row query stage per warp.
+// The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows, a
+// 16-row query stage per warp, and the rows of every warp past part 0 of its row tiles.
 template <int E>
-constexpr size_t resident_bytes(int64_t S, int warps) {
+constexpr size_t resident_bytes(int64_t S, int warps, int splits) {
   return static_cast<size_t>(2 * ((S + kMma - 1) / kMma * kMma) + warps * kMma) *
-         FlashSmem<E>::kLd * kElemBytes;
+             FlashSmem<E>::kLd * kElemBytes +
+         static_cast<size_t>(warps - warps / splits) * kRowsWords<E> * kWarp * sizeof(float);
 }
 constexpr int64_t kResidentKeys = 4 * kKeyTile;  // four cp.async groups of keys and values
 // Above this (with 4 warps) the resident kernel fits fewer than two blocks on an SM (E = 128 past
-// 160 keys), and the streaming kernel runs instead.
+// 160 keys), and the streaming kernel runs instead; key splits stay under it too.
 constexpr size_t kResidentMaxBytes = 110 * 1024;
 
-// The resident kernel's warps per block and query rows per block (whole 16-row tiles, split
-// evenly into chunks) for a layer of `pairs` matrices. The cost of a choice is its waves (blocks
-// over the blocks the device holds at once) times its rounds (a block's tiles over its warps);
-// the cheapest wins, then the fewest chunks (each block copies all keys and values), then the
-// fewest warps. ViT's 13 tiles a matrix at b32: 4 warps are one wave of 4 rounds (the last with
-// one warp working), 5 warps one wave of 3, 8 warps two waves of 2 (NOTES.md G27).
+struct ResidentShape {
+  int warps, block_rows, splits;
+};
+
+// The resident kernel's warps per block, query rows per block (whole 16-row tiles, split evenly
+// into chunks) and key splits for a layer of `pairs` matrices. The cost of a choice is its waves
+// (blocks over the blocks the device holds at once) times its rounds (a block's row tiles over
+// its warps' row slots) times a warp's key tiles in a round (with splits, one step more for the
+// merge, counted as half a tile); the cheapest wins, then the fewest chunks (each block copies all
+// keys and values), then the fewest splits, then the fewest warps. ViT's 13 tiles a matrix at b32:
+// 4 warps are one wave of 4 rounds (the last with one warp working), 5 warps one wave of 3, 8
+// warps two waves of 2 (NOTES.md G27); BERT at b1 (12 matrices of 8 row tiles, 2 key tiles): 24
+// blocks of 8 warps, each tile's keys split in 2, against 12 blocks of one warp a tile over both.
+// `max_splits` 1 (the switch attention_key_split=off) keeps every warp on all keys.
 template <class T, int E>
-std::pair<int, int> resident_shape(int L, int S, int64_t pairs, int device) {
+ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_splits) {
   const auto kernel = reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>);
   const int row_tiles = (L + kMma - 1) / kMma;
-  int best_warps = 0, best_rows = 0;
+  const int key_tiles = (S + kKeyTile - 1) / kKeyTile;
+  ResidentShape best{0, 0, 1};
   int64_t best_cost = 0, best_chunks = 0;
-  for (int warps = kResidentMinWarps; warps <= kResidentMaxWarps; ++warps) {
-    const size_t bytes = resident_bytes<E>(S, warps);
-    const int64_t slots = resident_blocks(kernel, warps * kWarp, bytes, device);
-    for (int chunks = 1;; ++chunks) {
-      const int per_chunk = (row_tiles + chunks - 1) / chunks;
-      const int64_t blocks = pairs * ((row_tiles + per_chunk - 1) / per_chunk);
-      const int64_t cost = (blocks + slots - 1) / slots * ((per_chunk + warps - 1) / warps);
-      if (best_warps == 0 || cost < best_cost || (cost == best_cost && chunks < best_chunks)) {
-        best_warps = warps, best_rows = per_chunk * kMma, best_cost = cost, best_chunks = chunks;
+  for (int splits = 1; splits <= max_splits && (splits == 1 || splits <= key_tiles); splits *= 2) {
+    // A warp's key tiles in a round, in half tiles, the merge included.
+    const int64_t steps = 2 * ((key_tiles + splits - 1) / splits) + (splits > 1 ? 1 : 0);
+    for (int warps = std::max(kResidentMinWarps, splits); warps <= kResidentMaxWarps; ++warps) {
+      if (warps % splits != 0) continue;
+      const size_t bytes = resident_bytes<E>(S, warps, splits);
+      if (splits > 1 && bytes > kResidentMaxBytes) continue;
+      const int64_t slots = resident_blocks(kernel, warps * kWarp, bytes, device);
+      const int row_slots = warps / splits;
+      for (int chunks = 1;; ++chunks) {
+        const int per_chunk = (row_tiles + chunks - 1) / chunks;
+        const int64_t blocks = pairs * ((row_tiles + per_chunk - 1) / per_chunk);
+        const int64_t cost =
+            (blocks + slots - 1) / slots * ((per_chunk + row_slots - 1) / row_slots) * steps;
+        if (best.warps == 0 || cost < best_cost || (cost == best_cost && chunks < best_chunks)) {
+          best = {warps, per_chunk * kMma, splits}, best_cost = cost, best_chunks = chunks;
+        }
+        if (per_chunk <= row_slots) break;  // (more chunks only leave warps idle)
       }
-      if (per_chunk <= warps) break;  // (more chunks only leave warps idle)
     }
   }
-  return {best_warps, best_rows};
+  return best;
+}
+
+// The resident kernel's shape for a layer, or warps = 0 where the streaming kernel runs it.
+template <class T, int E>
+ResidentShape flash_shape(int64_t L, int64_t S, int64_t pairs, int device, bool key_split) {
+  if (S > kResidentKeys || resident_bytes<E>(S, kResidentMinWarps, 1) > kResidentMaxBytes) {
+    return {0, kQueryTile, 1};
+  }
+  return resident_shape<T, E>(static_cast<int>(L), static_cast<int>(S), pairs, device,
+                              key_split ? 4 : 1);
 }
 
 template <class T, int E>
 void launch_flash(KernelArgs& args, const FlashArgs& a) {
   const int device = args.res.device();
   const unsigned pairs = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
-  if (a.S <= kResidentKeys && resident_bytes<E>(a.S, kResidentMinWarps) <= kResidentMaxBytes) {
+  const ResidentShape shape =
+      flash_shape<T, E>(a.L, a.S, pairs, device, args.res.options().attention_key_split);
+  if (shape.warps > 0) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
-    allow_shared_bytes(reinterpret_cast<const void*>(kernel),
-                       resident_bytes<E>(kResidentKeys, kResidentMaxWarps), device, configured);
-    const auto [warps, block_rows] = resident_shape<T, E>(a.L, a.S, pairs, device);
-    const dim3 grid(static_cast<unsigned>((a.L + block_rows - 1) / block_rows), pairs);
-    kernel<<<grid, warps * kWarp, resident_bytes<E>(a.S, warps), args.stream()>>>(a, block_rows);
+    allow_shared_bytes(
+        reinterpret_cast<const void*>(kernel),
+        std::max(resident_bytes<E>(kResidentKeys, kResidentMaxWarps, 1), kResidentMaxBytes), device,
+        configured);
+    const dim3 grid(static_cast<unsigned>((a.L + shape.block_rows - 1) / shape.block_rows), pairs);
+    kernel<<<grid, shape.warps * kWarp, resident_bytes<E>(a.S, shape.warps, shape.splits),
+             args.stream()>>>(a, shape.block_rows, shape.splits);
   } else {
     const auto kernel = flash_attention_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
@@ -752,27 +855,37 @@ void launch_flash(KernelArgs& args, const FlashArgs& a) {
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
-template <class T>
-void launch_flash(KernelArgs& args, const FlashArgs& a, int64_t E) {
+// Calls f(std::integral_constant<int, E>{}) for a head size the flash kernels take; false for
+// any other.
+template <class F>
+bool with_head_size(int64_t E, F&& f) {
   switch (E) {
     case 16:
-      return launch_flash<T, 16>(args, a);
+      return f(std::integral_constant<int, 16>{}), true;
     case 32:
-      return launch_flash<T, 32>(args, a);
+      return f(std::integral_constant<int, 32>{}), true;
     case 48:
-      return launch_flash<T, 48>(args, a);
+      return f(std::integral_constant<int, 48>{}), true;
     case 64:
-      return launch_flash<T, 64>(args, a);
+      return f(std::integral_constant<int, 64>{}), true;
     case 80:
-      return launch_flash<T, 80>(args, a);
+      return f(std::integral_constant<int, 80>{}), true;
     case 96:
-      return launch_flash<T, 96>(args, a);
+      return f(std::integral_constant<int, 96>{}), true;
     case 112:
-      return launch_flash<T, 112>(args, a);
+      return f(std::integral_constant<int, 112>{}), true;
     case 128:
-      return launch_flash<T, 128>(args, a);
+      return f(std::integral_constant<int, 128>{}), true;
   }
-  KILN_THROW(InternalError, "layer `", args.layer.name, "`: no flash attention kernel for E=", E);
+  return false;
+}
+
+template <class T>
+void launch_flash(KernelArgs& args, const FlashArgs& a, int64_t E) {
+  const bool launched =
+      with_head_size(E, [&](auto e) { launch_flash<T, decltype(e)::value>(args, a); });
+  KILN_CHECK(launched, InternalError, "layer `", args.layer.name,
+             "`: no flash attention kernel for E=", E);
 }
 
 // Whether L and S fit the flash kernels' 32-bit row indices.
@@ -927,6 +1040,25 @@ void attention_kernel(KernelArgs& args) {
 }
 
 }  // namespace
+
+FlashLaunch flash_launch(DataType dtype, int64_t E, int64_t L, int64_t S, int64_t pairs, int device,
+                         bool key_split) {
+  FlashLaunch launch;
+  const auto take = [&](auto shape) {
+    launch.warps = shape.warps, launch.block_rows = shape.block_rows, launch.splits = shape.splits;
+  };
+  pairs = std::min<int64_t>(pairs, 65535);  // (the grid's y)
+  const bool known = with_head_size(E, [&](auto e) {
+    constexpr int kE = decltype(e)::value;
+    if (dtype == DataType::kF16) take(flash_shape<__half, kE>(L, S, pairs, device, key_split));
+    if (dtype == DataType::kBF16) {
+      take(flash_shape<__nv_bfloat16, kE>(L, S, pairs, device, key_split));
+    }
+  });
+  KILN_CHECK(known && (dtype == DataType::kF16 || dtype == DataType::kBF16), InvalidArgument,
+             "no flash attention kernel for ", dtype_name(dtype), " E=", E);
+  return launch;
+}
 
 void register_attention(KernelTable& t) {
   t.set<AttentionParams>(attention_kernel, kFloatTypes);

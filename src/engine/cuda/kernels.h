@@ -35,6 +35,9 @@ struct KernelOptions {
   bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
   // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
   bool gemm_split_k = true;
+  // attention_key_split=off: no warp of the flash kernel's shares its query rows' keys with
+  // another (attention.cu resident_shape, G60).
+  bool attention_key_split = true;
   bool codegen = true;  // cuda_codegen=off: pointwise layers on the interpreter kernel
   // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
   // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
@@ -152,6 +155,15 @@ void register_gather(KernelTable& t);         // gather, scatter
 void register_fill(KernelTable& t);           // shape, fill
 void register_resize(KernelTable& t);
 void register_attention(KernelTable& t);
+// How the flash kernel runs attention over `pairs` (batch x head) matrices of L queries and S keys
+// of head size E in f16/bf16 on `device` (attention.cu; tests read it): `warps` 0 for the
+// streaming kernel (64 query rows a block of 4 warps), else the resident kernel's warps and
+// query rows per block, and into how many parts each row tile's keys are split among warps.
+struct FlashLaunch {
+  int warps = 0, block_rows = 0, splits = 1;
+};
+FlashLaunch flash_launch(DataType dtype, int64_t E, int64_t L, int64_t S, int64_t pairs, int device,
+                         bool key_split);
 void register_squeeze_excitation(KernelTable& t);
 
 // Launchers shared between families (defined in the .cu files named).
