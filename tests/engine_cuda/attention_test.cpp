@@ -194,21 +194,23 @@ TEST(CudaAttention, FlashTakesEveryMask) {
   }
 }
 
-// With few matrices (BERT's 12 heads at batch 1) the resident kernel splits each row tile's keys
-// between warps and merges their rows; with many (batch 32) or the switch attention_key_split=off
-// one warp takes all keys of its rows. Both answer as the CPU does: key padding (tiles wholly
-// kept, wholly out and mixed), causal (a part with no tile left), an additive mask with -inf rows
-// (nothing kept: zeros), a negative scale, ViT's 197 keys (4 key tiles, the last of 5 keys), and
-// 256 keys with one row tile.
+// The resident kernel's shape at few matrices (BERT's 12 heads at batch 1): blocks of 4 warps
+// spread over 24 SMs; with attention_key_split=on each row tile's keys split between two warps
+// that merge their rows (48 blocks); at batch 32 one warp takes all keys of its rows either way.
+// Both forms answer as the CPU does: key padding (tiles wholly kept, wholly out and mixed),
+// causal (a part with no tile left), an additive mask with -inf rows (nothing kept: zeros), a
+// negative scale, ViT's 197 keys (4 key tiles, the last of 5 keys), and 256 keys with one row
+// tile.
 TEST(CudaAttention, KeySplitsAtFewMatrices) {
   KILN_REQUIRE_GPU();
-  const cuda::FlashLaunch bert_b1 = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, true);
-  EXPECT_EQ(bert_b1.splits, 2);
-  EXPECT_EQ(bert_b1.warps, 8);
+  const cuda::FlashLaunch bert_b1 = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, false);
+  EXPECT_EQ(bert_b1.warps, 4);
   EXPECT_EQ(bert_b1.block_rows, 64);
-  const cuda::FlashLaunch whole = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, false);
-  EXPECT_EQ(whole.splits, 1);
-  EXPECT_EQ(whole.block_rows, 128);
+  EXPECT_EQ(bert_b1.splits, 1);
+  const cuda::FlashLaunch halves = cuda::flash_launch(DataType::kF16, 64, 128, 128, 12, 0, true);
+  EXPECT_EQ(halves.warps, 4);
+  EXPECT_EQ(halves.block_rows, 32);
+  EXPECT_EQ(halves.splits, 2);
   EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 128, 128, 384, 0, true).splits, 1);
   EXPECT_GT(cuda::flash_launch(DataType::kBF16, 64, 197, 197, 12, 0, true).splits, 1);
   EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 70, 300, 12, 0, true).warps, 0);  // streaming
@@ -239,9 +241,9 @@ TEST(CudaAttention, KeySplitsAtFewMatrices) {
           {AttentionParams{true, true, 0}, {q, k, v, mixed}}};
       for (bool split : {true, false}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " L=" + std::to_string(l) +
-                     " S=" + std::to_string(s) + (split ? "" : " attention_key_split=off"));
+                     " S=" + std::to_string(s) + (split ? " attention_key_split=on" : ""));
         BuilderConfig config;
-        if (!split) apply_switch(config, "attention_key_split=off");
+        if (split) apply_switch(config, "attention_key_split=on");
         for (size_t i = 0; i < layers.size(); ++i) {
           SCOPED_TRACE("layer " + std::to_string(i));
           const auto r = cuda_testing::run_both_layer(layers[i].first, layers[i].second, config);

@@ -47,13 +47,13 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   const cuda::KernelOptions fast = cuda::kernel_options({"conv_layout=auto"});
   EXPECT_FALSE(fast.pointwise_on_cudnn);
   EXPECT_EQ(fast.grouped, cuda::GroupedPath::kAuto);
-  EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing && fast.gemm_split_k &&
-              fast.attention_key_split);
+  EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing && fast.gemm_split_k);
+  EXPECT_FALSE(fast.attention_key_split);
   EXPECT_FALSE(fast.first_call_gemm);
   BuilderConfig config;
   for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
                         "gemm_fold=off", "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off",
-                        "attention_key_split=off", "first_call_gemm=on"}) {
+                        "attention_key_split=on", "first_call_gemm=on"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
@@ -64,7 +64,7 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(o.first_call_gemm);
   EXPECT_TRUE(o.gemm_timing);
   EXPECT_FALSE(o.gemm_split_k);
-  EXPECT_FALSE(o.attention_key_split);
+  EXPECT_TRUE(o.attention_key_split);
 }
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call

@@ -781,19 +781,24 @@ struct ResidentShape {
 // into chunks) and key splits for a layer of `pairs` matrices. The cost of a choice is its waves
 // (blocks over the blocks the device holds at once) times its rounds (a block's row tiles over
 // its warps' row slots) times a warp's key tiles in a round (with splits, one step more for the
-// merge, counted as half a tile); the cheapest wins, then the fewest chunks (each block copies all
-// keys and values), then the fewest splits, then the fewest warps. ViT's 13 tiles a matrix at b32:
-// 4 warps are one wave of 4 rounds (the last with one warp working), 5 warps one wave of 3, 8
-// warps two waves of 2 (NOTES.md G27); BERT at b1 (12 matrices of 8 row tiles, 2 key tiles): 24
-// blocks of 8 warps, each tile's keys split in 2, against 12 blocks of one warp a tile over both.
-// `max_splits` 1 (the switch attention_key_split=off) keeps every warp on all keys.
+// merge, counted as half a tile); the cheapest wins, then the fewest warps an SM (blocks spread
+// evenly: warps sharing an SM's four schedulers stretch each other's chains), then the fewest
+// chunks (each block copies all keys and values), then the fewest splits, then the fewest warps.
+// ViT's 13 tiles a matrix at b32: 4 warps are one wave of 4 rounds (the last with one warp
+// working), 5 warps one wave of 3, 8 warps two waves of 2 (NOTES.md G27). BERT at b1 (12 matrices
+// of 8 row tiles, 2 key tiles): 24 blocks of 4 warps, one warp an SM scheduler (16 us a layer
+// against 22 us for 12 blocks of 8 warps, G60); with `max_splits` 4 (the switch
+// attention_key_split=on) 48 blocks of 4 warps, each row tile's keys split in 2.
 template <class T, int E>
 ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_splits) {
   const auto kernel = reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>);
   const int row_tiles = (L + kMma - 1) / kMma;
   const int key_tiles = (S + kKeyTile - 1) / kKeyTile;
+  int sms = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  sms = std::max(sms, 1);
   ResidentShape best{0, 0, 1};
-  int64_t best_cost = 0, best_chunks = 0;
+  std::tuple<int64_t, int64_t, int> best_key;  // cost, warps an SM, chunks
   for (int splits = 1; splits <= max_splits && (splits == 1 || splits <= key_tiles); splits *= 2) {
     // A warp's key tiles in a round, in half tiles, the merge included.
     const int64_t steps = 2 * ((key_tiles + splits - 1) / splits) + (splits > 1 ? 1 : 0);
@@ -808,9 +813,12 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
         const int64_t blocks = pairs * ((row_tiles + per_chunk - 1) / per_chunk);
         const int64_t cost =
             (blocks + slots - 1) / slots * ((per_chunk + row_slots - 1) / row_slots) * steps;
-        if (best.warps == 0 || cost < best_cost || (cost == best_cost && chunks < best_chunks)) {
-          best = {warps, per_chunk * kMma, splits}, best_cost = cost, best_chunks = chunks;
-        }
+        // Blocks an SM: spread evenly, at most what it holds.
+        const int64_t per_sm =
+            std::min((blocks + sms - 1) / sms, std::max<int64_t>(slots / sms, 1));
+        const std::tuple<int64_t, int64_t, int> key{cost, warps * per_sm, chunks};
+        if (best.warps == 0 || key < best_key)
+          best = {warps, per_chunk * kMma, splits}, best_key = key;
         if (per_chunk <= row_slots) break;  // (more chunks only leave warps idle)
       }
     }
@@ -818,12 +826,19 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
   return best;
 }
 
-// The resident kernel's shape for a layer, or warps = 0 where the streaming kernel runs it.
+// The resident kernel's shape for a layer, or warps = 0 where the streaming kernel runs it. The
+// kernel's shared-memory limit is raised first: the occupancy the shape is chosen by counts no
+// block past the limit.
 template <class T, int E>
 ResidentShape flash_shape(int64_t L, int64_t S, int64_t pairs, int device, bool key_split) {
   if (S > kResidentKeys || resident_bytes<E>(S, kResidentMinWarps, 1) > kResidentMaxBytes) {
     return {0, kQueryTile, 1};
   }
+  static std::atomic<uint64_t> configured{0};
+  allow_shared_bytes(
+      reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>),
+      std::max(resident_bytes<E>(kResidentKeys, kResidentMaxWarps, 1), kResidentMaxBytes), device,
+      configured);
   return resident_shape<T, E>(static_cast<int>(L), static_cast<int>(S), pairs, device,
                               key_split ? 4 : 1);
 }
@@ -836,11 +851,6 @@ void launch_flash(KernelArgs& args, const FlashArgs& a) {
       flash_shape<T, E>(a.L, a.S, pairs, device, args.res.options().attention_key_split);
   if (shape.warps > 0) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
-    static std::atomic<uint64_t> configured{0};
-    allow_shared_bytes(
-        reinterpret_cast<const void*>(kernel),
-        std::max(resident_bytes<E>(kResidentKeys, kResidentMaxWarps, 1), kResidentMaxBytes), device,
-        configured);
     const dim3 grid(static_cast<unsigned>((a.L + shape.block_rows - 1) / shape.block_rows), pairs);
     kernel<<<grid, shape.warps * kWarp, resident_bytes<E>(a.S, shape.warps, shape.splits),
              args.stream()>>>(a, shape.block_rows, shape.splits);

@@ -35,9 +35,9 @@ struct KernelOptions {
   bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
   // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
   bool gemm_split_k = true;
-  // attention_key_split=off: no warp of the flash kernel's shares its query rows' keys with
-  // another (attention.cu resident_shape, G60).
-  bool attention_key_split = true;
+  // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
+  // warps (attention.cu resident_shape). Off until measured (G60).
+  bool attention_key_split = false;
   bool codegen = true;  // cuda_codegen=off: pointwise layers on the interpreter kernel
   // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
   // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
