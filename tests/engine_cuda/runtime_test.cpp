@@ -49,11 +49,11 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_EQ(fast.grouped, cuda::GroupedPath::kAuto);
   EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing && fast.gemm_split_k);
   EXPECT_FALSE(fast.attention_key_split);
-  EXPECT_FALSE(fast.first_call_gemm);
+  EXPECT_TRUE(fast.first_call_gemm);
   BuilderConfig config;
   for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
                         "gemm_fold=off", "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off",
-                        "attention_key_split=on", "first_call_gemm=on"}) {
+                        "attention_key_split=on", "first_call_gemm=off"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
@@ -61,7 +61,7 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_FALSE(o.depthwise_tiled);
   EXPECT_EQ(o.grouped, cuda::GroupedPath::kCudnn);
   EXPECT_FALSE(o.gemm_fold);
-  EXPECT_TRUE(o.first_call_gemm);
+  EXPECT_FALSE(o.first_call_gemm);
   EXPECT_TRUE(o.gemm_timing);
   EXPECT_FALSE(o.gemm_split_k);
   EXPECT_TRUE(o.attention_key_split);

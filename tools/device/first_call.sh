@@ -4,9 +4,9 @@
 # --save-engine), and with kiln-run warms the engine at WARM batches (default the profile points
 # 1, 8, 32), then profiles the first call at each NEW batch (host wall time of that call, and
 # its per-layer device timeline: host set-up shows as gaps charged to the layer waiting for it),
-# with the default plan, one asking the heuristics at every new shape (reuse_algorithms=off), one
-# running first calls' convolutions as patch GEMMs (first_call_gemm=on), and with CUDA modules
-# loaded eagerly; each profile gives the host's enqueue time per layer too. Usage (device, after gpu-iterate.sh built
+# with the default plan (first calls' convolutions as patch GEMMs), one asking the heuristics at
+# every new shape (reuse_algorithms=off), one keeping cuDNN's kept algorithms for first calls
+# (first_call_gemm=off, the default before G60), and with CUDA modules loaded eagerly; each profile gives the host's enqueue time per layer too. Usage (device, after gpu-iterate.sh built
 # build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,9 +35,9 @@ spec=${spec//x/,}
   --save-engine -q
 "$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/heuristic.plan" "$spec" --device cuda -p f16 -p f32 \
   --save-engine -q --switch reuse_algorithms=off
-# First calls running 2-d convolutions as patch GEMMs (first_call_gemm=on, G59).
-"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/gemm.plan" "$spec" --device cuda -p f16 -p f32 \
-  --save-engine -q --switch first_call_gemm=on
+# First calls running 2-d convolutions on cuDNN with the algorithms kept (first_call_gemm=off).
+"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/cudnn.plan" "$spec" --device cuda -p f16 -p f32 \
+  --save-engine -q --switch first_call_gemm=off
 name=$("$build/bin/kiln-run" "$dir/default.plan" --device cuda --iterations 1 |
   sed -n "s/^input \([^:]*\):.*/\1/p" | head -1)
 warm_spec=""
@@ -52,7 +52,7 @@ echo "$model: ms of the first call at a new batch after calls at $warm (host wal
 echo "later calls there (median of 20, eager: kiln-run runs without CUDA graphs)"
 echo "| plan | batch | first call ms | later calls ms |"
 echo "|---|---|---|---|"
-for plan in default heuristic gemm default-eager-modules; do
+for plan in default heuristic cudnn default-eager-modules; do
   file=${plan%-eager-modules} loading=LAZY
   [ "$plan" = default-eager-modules ] && loading=EAGER
   for b in $new; do
@@ -66,7 +66,7 @@ done
 # Where a first call's time goes (per-layer device timeline: host set-up shows as gaps charged
 # to the layer that waited for it; cuDNN calls that synchronize stall on the profiler's gate),
 # and the host's side of it: each layer's enqueue time, by kind and slowest first.
-for plan in default heuristic; do
+for plan in default cudnn; do
   b=${new%% *}
   echo "== $plan plan, batch $b, first call, top $top layers"
   run "$plan" "$b" 0 1 --profile >"$dir/profile.txt"

@@ -43,12 +43,11 @@ struct KernelOptions {
   // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
   // shape, instead of asking the heuristics again (G56); reuse_algorithms=off asks every time.
   bool reuse_algorithms = true;
-  // first_call_gemm=on: a first call at a new shape runs 2-d convolutions as patches times the
-  // filter (convolution.cpp) rather than on cuDNN with kept algorithms. Off until the GEMMs'
-  // algorithms are chosen at the profile points: a process's first new shape pays a heuristic
-  // query per layer (resnet50 b4 30 ms against 9.5), later ones gain (b20 4.1 against 7-12 ms;
-  // NOTES.md G59).
-  bool first_call_gemm = false;
+  // A first call at a new shape runs 2-d convolutions as patches times the filter
+  // (convolution.cpp), their GEMMs' algorithms chosen at the profile points, rather than on cuDNN
+  // with kept algorithms (resnet50's first call at batch 4: 2.8 ms against 9.5, NOTES.md G59,
+  // G60); first_call_gemm=off keeps cuDNN.
+  bool first_call_gemm = true;
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 
