@@ -612,25 +612,20 @@ __device__ __forceinline__ void merge_rows(FlashRows<E>& st, const float* ex, in
   }
 }
 
-// Barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, a multiple of 32.
-__device__ __forceinline__ void group_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // The resident kernel (S <= 256): a block copies all of a matrix's keys and values into shared
 // memory once, as one cp.async group per 64-key tile, and its W warps (4 to 8, resident_shape)
 // take the block's query rows 16 at a time, each through its own query stage. With `splits` = 1
 // warp w takes row tiles w, w + W, ... over all keys; with 2 or 4 (few matrices: BERT's 12 heads
 // at batch 1, where one warp's chain over all key tiles is the layer's time) the warps
 // w = slot * splits + part share row tiles slot, slot + W / splits, ..., part p attending key tiles
-// p, p + splits, ..., and part 0 merges the others' rows (through shared memory, a barrier of the
-// group) before storing. The first round computes tile t as soon as group t has landed; later
-// rounds run without block barriers. Keys and values are read once per block instead of once per
-// 64 query rows, and no warp waits on another's step (the streaming kernel's latency, NOTES.md
-// G17). Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16, kLd], S16 = S
-// rounded up to 16 (rows past S zero-filled), then kRowsWords<E> x 32 words for each warp of
-// part > 0. 128 registers a thread keep 2 blocks of 8 warps on an SM up to E = 64 (larger heads
-// would spill at 128).
+// p, p + splits, ..., and part 0 merges the others' rows (through shared memory, between two block
+// barriers) before storing. The first round computes tile t as soon as group t has landed; later
+// rounds run without block barriers but for the merges. Keys and values are read once per block
+// instead of once per 64 query rows, and no warp waits on another's step (the streaming kernel's
+// latency, NOTES.md G17). Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16,
+// kLd], S16 = S rounded up to 16 (rows past S zero-filled), then kRowsWords<E> x 32 words for each
+// warp of part > 0. 128 registers a thread keep 2 blocks of 8 warps on an SM up to E = 64 (larger
+// heads would spill at 128).
 template <class T, int E>
 __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
     flash_attention_resident_kernel(FlashArgs a, int64_t block_rows, int splits) {
@@ -690,7 +685,12 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
       commit_async();
     }
 
-    for (int rt = slot, round = 0; round == 0 || rt < row_tiles; rt += slots, ++round) {
+    // With splits, every warp runs every round (rounds of the block's first slot), so that the
+    // merges' barriers are the block's: a barrier whose id depends on the warp would reserve all
+    // 16 of the block's barriers, and with them 2 blocks an SM at most.
+    const int rounds = (row_tiles + slots - 1) / slots;
+    for (int rt = slot, round = 0; round == 0 || (splits > 1 ? round < rounds : rt < row_tiles);
+         rt += slots, ++round) {
       const bool active = rt < row_tiles;
       const int first = static_cast<int>(q0) + rt * kMma;
       const int row[2] = {first + lane / 4, first + lane / 4 + 8};
@@ -731,15 +731,17 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
         const int j0 = t * kKeyTile;
         attend_key_tile<T, E>(st, q_rows, ks + j0 * kLd, vs + j0 * kLd, j0, a, row, mask_base);
       }
-      if (splits > 1 && active) {  // (the whole group or none of it)
-        if (part > 0) put_rows<E>(st, exchange + (part - 1) * kRowsWords<E> * kWarp, lane);
-        group_barrier(1 + slot, splits * kWarp);
-        if (part == 0) {
+      if (splits > 1) {  // (every warp of the block)
+        if (active && part > 0) {
+          put_rows<E>(st, exchange + (part - 1) * kRowsWords<E> * kWarp, lane);
+        }
+        __syncthreads();
+        if (active && part == 0) {
           for (int p = 1; p < splits; ++p) {
             merge_rows<E>(st, exchange + (p - 1) * kRowsWords<E> * kWarp, lane, merge_scale);
           }
         }
-        group_barrier(1 + slot, splits * kWarp);  // read before the next round's rows replace them
+        __syncthreads();  // read before the next round's rows replace them
       }
       if (active && part == 0) store_rows<T, E>(st, om, row, a.L, a.oo.ld);
     }
