@@ -27,7 +27,7 @@ constexpr size_t kCublasWorkspace = size_t{32} << 20;
 // The heuristic's first candidates that a large GEMM times on its first run (G32), and room for
 // the split-K forms of the first that a GEMM of few output tiles times too (add_split_k).
 constexpr int kCandidates = 8;
-constexpr int kSplitCandidates = 14;
+constexpr int kSplitCandidates = 15;
 
 // A matmul configuration chosen once per shape (and pointer alignment) and cached.
 struct MatMulState : KernelState {
@@ -105,14 +105,16 @@ bool split_k_worth(const KernelOptions& options, int64_t rows, int64_t n, int64_
 }
 
 // Split-K forms of `base` (the heuristic's first candidate) that cuBLASLt accepts for the GEMM of
-// `state`, appended to `results` from `found` up to `capacity`: K split 2 to 16 ways while the
-// splits' tiles fit on the SMs and each split keeps 256 of K, each with the reduction schemes the
-// algorithm offers of in-place (serialized in the output) and f32 partials in the workspace.
+// `state`, appended to `results` from `found` up to `capacity`: K unsplit (where the heuristic
+// split it: BERT's FFN2 at batch 1 comes split in 2 with a reduction kernel after it, G60) and
+// split 2 to 16 ways while the splits' tiles fit on the SMs and each split keeps 256 of K, each
+// with the reduction schemes the algorithm offers of in-place (serialized in the output) and f32
+// partials in the workspace; the heuristic's own form is not repeated.
 int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMatmulAlgo_t& base,
                 int64_t tiles, int64_t k, int sms, cublasLtMatmulHeuristicResult_t* results,
                 int found, int capacity) {
-  int32_t support = 0;
-  uint32_t schemes = 0;
+  int32_t support = 0, base_splits = 1;
+  uint32_t schemes = 0, base_scheme = 0;
   size_t bytes = 0;
   if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support,
                                         sizeof(support), &bytes) != CUBLAS_STATUS_SUCCESS ||
@@ -121,11 +123,21 @@ int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMat
                                         sizeof(schemes), &bytes) != CUBLAS_STATUS_SUCCESS) {
     return found;
   }
-  for (int32_t splits : {2, 3, 4, 6, 8, 12, 16}) {
-    if (tiles * splits > sms || k / splits < 256) break;
-    for (uint32_t scheme : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &base_splits,
+                                       sizeof(base_splits), &bytes);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &base_scheme,
+                                       sizeof(base_scheme), &bytes);
+  for (int32_t splits : {1, 2, 3, 4, 6, 8, 12, 16}) {
+    if (splits > 1 && (tiles * splits > sms || k / splits < 256)) break;
+    for (uint32_t scheme : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE),
+                            static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
                             static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)}) {
-      if ((schemes & scheme) == 0 || found >= capacity) continue;
+      // Unsplit takes no reduction; a split takes one the algorithm offers.
+      if ((splits == 1) != (scheme == CUBLASLT_REDUCTION_SCHEME_NONE) ||
+          (splits > 1 && (schemes & scheme) == 0) || found >= capacity) {
+        continue;
+      }
+      if (splits == std::max(base_splits, 1) && (splits == 1 || scheme == base_scheme)) continue;
       cublasLtMatmulAlgo_t algo = base;
       if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
                                                sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
