@@ -48,19 +48,22 @@ run() {  # PLAN BATCH WARMUP ITERATIONS [ARGS...]: kiln-run after the warm shape
   "$build/bin/kiln-run" "$dir/$plan.plan" --device cuda --warmup-shapes "$warm_spec" \
     --shapes "$name:${b}x$rest" --warmup "$w" --iterations "$n" "$@"
 }
-echo "$model: ms of the first call at a new batch after calls at $warm (host wall time), and of"
-echo "later calls there (median of 20, eager: kiln-run runs without CUDA graphs)"
-echo "| plan | batch | first call ms | later calls ms |"
-echo "|---|---|---|---|"
+echo "$model: ms of the first call at a new batch after calls at $warm (host wall time), of the"
+echo "second (a repeated shape tunes: Resources::tune), and of later calls there (median of 20,"
+echo "eager: kiln-run runs without CUDA graphs)"
+echo "| plan | batch | first call ms | second call ms | later calls ms |"
+echo "|---|---|---|---|---|"
 for plan in default heuristic cudnn default-eager-modules; do
   file=${plan%-eager-modules} loading=LAZY
   [ "$plan" = default-eager-modules ] && loading=EAGER
   for b in $new; do
     first=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 0 1 |
       sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
+    second=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 1 1 |
+      sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
     later=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 3 20 |
       sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
-    echo "| $plan | $b | $first | $later |"
+    echo "| $plan | $b | $first | $second | $later |"
   done
 done
 # Where a first call's time goes (per-layer device timeline: host set-up shows as gaps charged
