@@ -159,7 +159,8 @@ int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMat
 }
 
 // The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, timed
-// round-robin (so that clock drift falls on all alike) into a scratch output; the first
+// round-robin (so that clock drift falls on all alike) into a scratch output, each as replays of
+// a CUDA graph of its launches; the first
 // candidate unless another is at least 5% faster (timing noise is ~2%). Chosen once per
 // GEMM key and device in the process; 0 while the stream is being captured.
 int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicResult_t* results,
@@ -186,6 +187,11 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   cudaEvent_t start = nullptr, stop = nullptr;
   KILN_CUDA_CHECK(cudaEventCreate(&start));
   KILN_CUDA_CHECK(cudaEventCreate(&stop));
+  // Timing runs on a stream of its own, after the operands are ready on the run's.
+  cudaStream_t stream = nullptr;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaEventRecord(start, run.stream));
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, start, 0));
   constexpr int kRounds = 5, kLaunches = 5;
   std::vector<std::vector<float>> times(static_cast<size_t>(found));
   const float one = 1.f, zero = 0.f;
@@ -193,22 +199,52 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     return cublasLtMatmul(run.lt, state.desc, &one, run.b, state.b, run.a, state.a,
                           run.residual ? &one : &zero, run.residual ? run.residual : scratch,
                           state.d, scratch, state.d, &results[i].algo, run.workspace,
-                          results[i].workspaceSize, run.stream) == CUBLAS_STATUS_SUCCESS;
+                          results[i].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
   };
   std::vector<bool> usable(static_cast<size_t>(found));
   for (int i = 0; i < found; ++i) usable[i] = launch(i);
+  // Each candidate's launches are captured into a CUDA graph and timed as its replays, as the
+  // engine's graphs run them: a GEMM of a few microseconds (BERT's at batch 1) launched back to
+  // back would time the host's cuBLASLt calls instead (G60). Where a capture fails, the launches
+  // are timed as they are.
+  std::vector<cudaGraphExec_t> graphs(static_cast<size_t>(found), nullptr);
+  for (int i = 0; i < found; ++i) {
+    if (!usable[i] ||
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    bool launched = true;
+    for (int l = 0; l < kLaunches; ++l) launched = launch(i) && launched;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !launched || graph == nullptr ||
+        cudaGraphInstantiate(&graphs[i], graph, 0) != cudaSuccess) {
+      graphs[i] = nullptr;
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
   for (int round = 0; round < kRounds; ++round) {
     for (int i = 0; i < found; ++i) {
       if (!usable[i]) continue;
-      KILN_CUDA_CHECK(cudaEventRecord(start, run.stream));
-      for (int l = 0; l < kLaunches; ++l) launch(i);
-      KILN_CUDA_CHECK(cudaEventRecord(stop, run.stream));
+      KILN_CUDA_CHECK(cudaEventRecord(start, stream));
+      if (graphs[i] != nullptr) {
+        KILN_CUDA_CHECK(cudaGraphLaunch(graphs[i], stream));
+      } else {
+        for (int l = 0; l < kLaunches; ++l) launch(i);
+      }
+      KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
       KILN_CUDA_CHECK(cudaEventSynchronize(stop));
       float ms = 0;
       KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
       times[i].push_back(ms);
     }
   }
+  for (cudaGraphExec_t g : graphs) {
+    if (g != nullptr) cudaGraphExecDestroy(g);
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaStreamDestroy(stream);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   KILN_CUDA_CHECK(cudaFree(scratch));
