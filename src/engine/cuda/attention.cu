@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -783,9 +784,10 @@ struct ResidentShape {
 // into chunks) and key splits for a layer of `pairs` matrices. The cost of a choice is its waves
 // (blocks over the blocks the device holds at once) times its rounds (a block's row tiles over
 // its warps' row slots) times a warp's key tiles in a round (with splits, one step more for the
-// merge, counted as half a tile); the cheapest wins, then the fewest warps an SM (blocks spread
-// evenly: warps sharing an SM's four schedulers stretch each other's chains), then the fewest
-// chunks (each block copies all keys and values), then the fewest splits, then the fewest warps.
+// merge, counted as half a tile); the cheapest wins, then, in one wave, the fewest warps an SM
+// (blocks spread evenly: warps sharing an SM's four schedulers stretch each other's chains;
+// several waves are bound by throughput, where the old order stands), then the fewest chunks
+// (each block copies all keys and values), then the fewest splits, then the fewest warps.
 // ViT's 13 tiles a matrix at b32: 4 warps are one wave of 4 rounds (the last with one warp
 // working), 5 warps one wave of 3, 8 warps two waves of 2 (NOTES.md G27). BERT at b1 (12 matrices
 // of 8 row tiles, 2 key tiles): 24 blocks of 4 warps, one warp an SM scheduler (16 us a layer
@@ -800,7 +802,7 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   sms = std::max(sms, 1);
   ResidentShape best{0, 0, 1};
-  std::tuple<int64_t, int64_t, int> best_key;  // cost, warps an SM, chunks
+  std::tuple<int64_t, int64_t, int> best_key;  // cost, crowding, chunks
   for (int splits = 1; splits <= max_splits && (splits == 1 || splits <= key_tiles); splits *= 2) {
     // A warp's key tiles in a round, in half tiles, the merge included.
     const int64_t steps = 2 * ((key_tiles + splits - 1) / splits) + (splits > 1 ? 1 : 0);
@@ -813,12 +815,13 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
       for (int chunks = 1;; ++chunks) {
         const int per_chunk = (row_tiles + chunks - 1) / chunks;
         const int64_t blocks = pairs * ((row_tiles + per_chunk - 1) / per_chunk);
-        const int64_t cost =
-            (blocks + slots - 1) / slots * ((per_chunk + row_slots - 1) / row_slots) * steps;
-        // Blocks an SM: spread evenly, at most what it holds.
-        const int64_t per_sm =
-            std::min((blocks + sms - 1) / sms, std::max<int64_t>(slots / sms, 1));
-        const std::tuple<int64_t, int64_t, int> key{cost, warps * per_sm, chunks};
+        const int64_t waves = (blocks + slots - 1) / slots;
+        const int64_t cost = waves * ((per_chunk + row_slots - 1) / row_slots) * steps;
+        // In one wave, the warps an SM runs (blocks spread evenly); several waves are bound by
+        // throughput, where this says nothing (and one wave is preferred).
+        const int64_t crowding =
+            waves == 1 ? warps * ((blocks + sms - 1) / sms) : std::numeric_limits<int64_t>::max();
+        const std::tuple<int64_t, int64_t, int> key{cost, crowding, chunks};
         if (best.warps == 0 || key < best_key)
           best = {warps, per_chunk * kMma, splits}, best_key = key;
         if (per_chunk <= row_slots) break;  // (more chunks only leave warps idle)
