@@ -342,7 +342,8 @@ graph(%x : Tensor, %src : Tensor):
 
 // Boolean masks pick the positions where they are true (nonzero in the engine, its count known
 // once it runs): over dim 0, over two dims, after a full slice, uint8 masks; nonzero and
-// masked_select (broadcast) too; empty, full and random masks.
+// argwhere (nonzero's other name) and masked_select (broadcast) too; empty, full and random
+// masks.
 TEST(ConvertIndexing, BooleanMasksPickWhereTheyAreTrue) {
   const std::string one = R"IR(
 graph(%x : Tensor, %m : Tensor):
@@ -358,6 +359,10 @@ graph(%x : Tensor, %m : Tensor):
   const std::string nonzero = R"IR(
 graph(%x : Tensor):
   %y : Tensor = aten::nonzero(%x)
+  return (%y))IR";
+  const std::string argwhere = R"IR(
+graph(%x : Tensor):
+  %y : Tensor = aten::argwhere(%x)
   return (%y))IR";
   const std::string masked_select = R"IR(
 graph(%x : Tensor, %m : Tensor):
@@ -378,6 +383,7 @@ graph(%x : Tensor, %m : Tensor):
     EXPECT_TRUE(testing::matches_torch(after_slice, {torch::randn({2, 5, 3}), mask({5})}));
     EXPECT_TRUE(testing::matches_torch(nonzero, {mask({3, 4}).to(torch::kFloat)}));
     EXPECT_TRUE(testing::matches_torch(nonzero, {mask({6}).to(torch::kLong)}));
+    EXPECT_TRUE(testing::matches_torch(argwhere, {mask({2, 3, 2}).to(torch::kFloat)}));
     EXPECT_TRUE(testing::matches_torch(masked_select, {torch::randn({3, 4}), mask({4})}));
   }
 }

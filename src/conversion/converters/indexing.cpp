@@ -425,7 +425,8 @@ void convert_index(ConversionContext& ctx, const Node* n) {
                  ctx.add(n, engine::GatherParams{engine::GatherMode::kDefault, axis}, {x, linear}));
 }
 
-// nonzero(x): the indices of x's nonzero elements, [count, rank], count data-dependent.
+// nonzero(x) and argwhere(x): the indices of x's nonzero elements, [count, rank], count
+// data-dependent.
 void convert_nonzero(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(),
                  ctx.add_layer(n, engine::NonZeroParams{}, {ctx.tensor(n->input(0))})[0]);
@@ -531,8 +532,11 @@ void register_indexing_converters(Registry& r) {
   r.add_converter(with_dynamic_shapes(
       {existing_schemas({"aten::index.Tensor", "aten::index.Tensor_hacked_twin"}), convert_index,
        index_capable}));
-  r.add_converter(with_dynamic_shapes(
-      {{"aten::nonzero"}, convert_nonzero, {}, 0, /*requires_output_allocator=*/true}));
+  r.add_converter(with_dynamic_shapes({{"aten::nonzero", "aten::argwhere"},
+                                       convert_nonzero,
+                                       {},
+                                       0,
+                                       /*requires_output_allocator=*/true}));
   r.add_converter(with_dynamic_shapes(
       {{"aten::masked_select"}, convert_masked_select, {}, 0, /*requires_output_allocator=*/true}));
   r.add_converter(with_dynamic_shapes(
