@@ -109,6 +109,27 @@ graph(%x : Tensor, %o : Tensor):
   EXPECT_TRUE(matches_torch(as, {torch::randn({3, 1}), torch::randn({2, 3, 4})}, 0, 0));
 }
 
+// repeat tiles every dim, more counts than dims adding leading ones, for floats, integers and
+// bools; a count list shorter than the rank is a clear error, and a count of 0 (an empty result)
+// is left to PyTorch with the reason.
+TEST(ConvertShuffle, RepeatTilesEveryDim) {
+  const auto repeat = [](const std::string& counts) {
+    return ir1("  %r : int[] = prim::Constant[value=[" + counts +
+               "]]()\n  %y : Tensor = aten::repeat(%x, %r)");
+  };
+  for (const char* counts : {"2, 3", "1, 1", "3, 1, 2", "1, 2, 1, 3"}) {
+    SCOPED_TRACE(counts);
+    EXPECT_TRUE(matches_torch(repeat(counts), {torch::randn({2, 3})}, 0, 0));
+    EXPECT_TRUE(matches_torch(repeat(counts), {torch::randint(0, 9, {1, 4}, torch::kLong)}, 0, 0));
+    EXPECT_TRUE(matches_torch(repeat(counts), {torch::rand({3, 1}) > 0.5}, 0, 0));
+  }
+  EXPECT_THROW(testing::run_converted(repeat("2"), {torch::randn({2, 3})}), Error);
+  const auto g = kiln::testing::parse(repeat("2, 0"));
+  const Support empty = default_registry().supports(g->outputs()[0]->node());
+  EXPECT_FALSE(empty.supported);
+  EXPECT_NE(empty.reason.find("repeat count of 0"), std::string::npos) << empty.reason;
+}
+
 TEST(ConvertShuffle, IdentitiesAndShapesOfOthers) {
   const auto x = torch::randn({2, 6});
   EXPECT_TRUE(matches_torch(ir1(R"IR(

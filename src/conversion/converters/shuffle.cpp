@@ -529,6 +529,63 @@ void convert_expand(ConversionContext& ctx, const Node* n) {
   ctx.set_tensor(n->output(), broadcast_to(ctx, n, x, target));
 }
 
+// repeat(x, reps): x tiled reps[i] times along each dim, more reps than dims adding leading ones.
+// Lowering writes it as reshape, expand and reshape where it knows x's rank (decompose_math); this
+// takes the rest (a rank that lowering could not see: nn.MultiheadAttention's functional form),
+// with x's static shape known here: [s...] as [1, s0, 1, s1, ...], broadcast to
+// [r0, s0, r1, s1, ...], as [r0 * s0, r1 * s1, ...].
+void convert_repeat(ConversionContext& ctx, const Node* n) {
+  TensorId x = ctx.tensor(n->input(0));
+  const Shape in = ctx.desc(x).shape;
+  KILN_CHECK(engine::is_static(in), Unsupported, "repeat of ", engine::shape_to_string(in),
+             ": a dim known only at run time");
+  const std::vector<int64_t> reps = static_ints(ctx, n->input(1));
+  KILN_CHECK(reps.size() >= in.size(), InvalidArgument, "repeat: ", reps.size(),
+             " repeat counts for a tensor of rank ", in.size(), " (one a dim at least)");
+  KILN_CHECK(engine::volume(in) > 0, Unsupported, "repeat of an empty tensor ",
+             engine::shape_to_string(in));
+  const size_t lead = reps.size() - in.size();
+  std::vector<TargetDim> split, merged;
+  Shape wide;
+  for (size_t i = 0; i < reps.size(); ++i) {
+    KILN_CHECK(reps[i] >= 0, InvalidArgument, "repeat: count ", reps[i], " at dim ", i);
+    KILN_CHECK(reps[i] > 0, Unsupported, "repeat: a count of 0 at dim ", i, " (an empty result)");
+    const int64_t size = i < lead ? 1 : in[i - lead];
+    split.push_back(TargetDim{1, -1});
+    split.push_back(TargetDim{size, -1});
+    wide.push_back(reps[i]);
+    wide.push_back(size);
+    merged.push_back(TargetDim{reps[i] * size, -1});
+  }
+  x = reshape_dims(ctx, n, x, split, "split");
+  x = broadcast_to(ctx, n, x, wide, "tile");
+  ctx.set_tensor(n->output(), reshape_dims(ctx, n, x, merged, "merge"));
+}
+
+// Counts known while compiling, none of them 0 (an empty result, which the engine's reshapes do
+// not express: left to PyTorch). Counts that are constants are read here; others are checked
+// when converting.
+std::optional<std::string> repeat_capable(const Node* n) {
+  if (auto reason = static_inputs({1})(n)) return reason;
+  const Value* counts = n->input(1);
+  std::vector<const Value*> items{counts};
+  if (counts->node()->kind() == torch::jit::prim::ListConstruct) {
+    items.assign(counts->node()->inputs().begin(), counts->node()->inputs().end());
+  }
+  for (const Value* item : items) {
+    const auto iv = torch::jit::toIValue(item);
+    if (!iv) continue;
+    const std::vector<int64_t> values =
+        iv->isIntList()
+            ? iv->toIntVector()
+            : (iv->isInt() ? std::vector<int64_t>{iv->toInt()} : std::vector<int64_t>{});
+    if (std::find(values.begin(), values.end(), 0) != values.end()) {
+      return std::string("a repeat count of 0 (an empty result) stays in PyTorch");
+    }
+  }
+  return std::nullopt;
+}
+
 // expand_as: a select whose condition has `other`'s shape broadcasts x to it, also when that
 // shape is dynamic. The condition's values do not matter: both branches are x.
 void convert_expand_as(ConversionContext& ctx, const Node* n) {
@@ -575,6 +632,7 @@ void register_shuffle_converters(Registry& r) {
       with_dynamic_shapes({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), 0}));
   r.add_converter(with_dynamic_shapes({{"aten::expand"}, convert_expand, static_inputs({1}), 0}));
   r.add_converter(with_dynamic_shapes({{"aten::expand_as"}, convert_expand_as, {}, 0}));
+  r.add_converter({{"aten::repeat"}, convert_repeat, repeat_capable, 0});
   r.add_converter(
       with_dynamic_shapes({{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, 0}));
 }
