@@ -224,6 +224,61 @@ TEST(DecomposeScatter, IndexedWritesMatchTorch) {
   }
 }
 
+// embedding_bag as embedding rows reduced by bag: offsets with an empty bag in the middle and at
+// the end, include_last_offset, sum/mean/max, padding_idx (a bag of only padding gives 0),
+// per-sample weights, _embedding_bag's -1 for no padding. A used backward output keeps
+// the op whole.
+TEST(DecomposeScatter, EmbeddingBagMatchesTorch) {
+  const std::string sig =
+      "graph(%w : Float(10, 4), %i : Long(7), %o : Long(4), %ol : Long(5), %oe : Long(3), "
+      "%p : Float(7), %pad : Long(7)):\n";
+  const std::vector<torch::jit::IValue> in = {
+      torch::randn({10, 4}),
+      at::tensor({1, 2, 4, 5, 4, 3, 2}, at::kLong),
+      at::tensor({0, 2, 2, 5}, at::kLong),
+      at::tensor({0, 2, 2, 5, 7}, at::kLong),
+      at::tensor({0, 7, 7}, at::kLong),
+      torch::randn({7}),
+      at::tensor({1, 2, 2, 2, 2, 3, 9}, at::kLong)};  // bag 2 of %o only padding (2)
+  std::vector<std::string> calls;
+  for (const char* mode : {"%zero", "%one", "%two"}) {
+    for (const char* pad : {"%none", "%two"}) {
+      const std::string tail = std::string(mode) + ", %f, %none, %f, " + pad + ")";
+      calls.push_back("aten::embedding_bag(%w, %i, %o, %f, " + tail);
+      calls.push_back("aten::embedding_bag(%w, %i, %oe, %f, " + tail);
+      calls.push_back("aten::embedding_bag(%w, %pad, %o, %f, " + tail);
+      calls.push_back("aten::embedding_bag(%w, %i, %ol, %f, " + std::string(mode) +
+                      ", %f, %none, %t, " + pad + ")");
+    }
+  }
+  calls.push_back("aten::embedding_bag(%w, %i, %o, %f, %zero, %f, %p, %f, %four)");
+  calls.push_back("aten::embedding_bag(%w, %pad, %ol, %f, %zero, %f, %p, %t, %two)");
+  calls.push_back("aten::embedding_bag(%w, %i, %o, %f, %one, %f, %none, %f)");
+  calls.push_back("aten::_embedding_bag(%w, %i, %o, %f, %two, %f, %none, %f, %m1)");
+  for (const std::string& call : calls) {
+    SCOPED_TRACE(call);
+    auto g = testing::parse(sig + kConstants +
+                            "  %r : Tensor, %a : Tensor, %b : Tensor, "
+                            "%c : Tensor = " +
+                            call + "\n  return (%r)");
+    auto before = g->copy();
+    EXPECT_TRUE(decompose_ops(g));
+    EXPECT_TRUE(testing::file_check("CHECK-NOT: embedding_bag(", *g));
+    try {
+      EXPECT_TRUE(testing::same_values(*before, *g, in, 1e-5, 1e-5));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << *g;
+    }
+  }
+  // The bags' sizes (an output of the backward's) used: left whole.
+  auto used = testing::parse(sig + kConstants +
+                             "  %r : Tensor, %a : Tensor, %b : Tensor, %c : Tensor = "
+                             "aten::embedding_bag(%w, %i, %o, %f, %zero, %f, %none, %f, %none)\n"
+                             "  return (%r, %b)");
+  decompose_ops(used);
+  EXPECT_TRUE(testing::file_check("CHECK: embedding_bag(", *used));
+}
+
 // scatter_reduce and index_reduce in every reduction, with and without self: floats with NaN
 // and ties, integers (mean rounds down, amax/amin start from the dtype's extremes without self).
 // prod/amax/amin with self stay scatter_reduce (the engine's scatter layer); without self they

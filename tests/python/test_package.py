@@ -417,6 +417,21 @@ def test_float64_results_keep_their_dtype():
     torch.testing.assert_close(got, m(x), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bags_run_in_the_engine(mode):
+    # nn.EmbeddingBag (recommendation models): bags from 2-d input and from offsets, an empty
+    # bag and one of only padding (0 for mean and max, as torch), one engine.
+    torch.manual_seed(0)
+    m = torch.nn.EmbeddingBag(20, 8, mode=mode, padding_idx=3).eval()
+    rows = torch.randint(0, 20, (4, 5))
+    rows[1] = 3
+    for args in [(rows,), (torch.randint(0, 20, (9,)), torch.tensor([0, 3, 3, 7]))]:
+        c = kiln.compile(torch.jit.trace(m, args), inputs=list(args))
+        assert c.kiln_report["torch_ops"] == 0, c.kiln_report
+        with torch.no_grad():
+            torch.testing.assert_close(c(*args), m(*args), atol=1e-6, rtol=1e-5)
+
+
 def test_tuple_outputs_are_not_ops_left_in_pytorch():
     # Packing the outputs into the tuple forward returns computes nothing: not a fallback.
     class Pair(torch.nn.Module):

@@ -22,6 +22,11 @@ torch::jit::Value* decompose_loss(GraphPtr& graph, torch::jit::Node* node);
 // masked_scatter, scatter_reduce.
 torch::jit::Value* decompose_scatter(GraphPtr& graph, torch::jit::Node* node);
 
+// embedding_bag (decompose_scatter.cpp): its result, the bags' sums, means or maxima of embedding
+// rows, as the first of its four outputs; empty when the other three are used (they serve the
+// backward) or the arguments are not handled.
+std::vector<torch::jit::Value*> decompose_embedding_bag(GraphPtr& graph, torch::jit::Node* node);
+
 // The same for arrangements (decompose_arrange.cpp): meshgrid, cartesian_prod, block_diag,
 // linspace/logspace of tensor ends, fftshift, diagonal_scatter, gradient, the norms of
 // linalg_norm and linalg_matrix_norm that reductions compute, folded index lists.

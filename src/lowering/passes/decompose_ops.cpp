@@ -267,6 +267,9 @@ std::vector<Value*> decompose_multi(GraphPtr& graph, Node* node) {
     return {insert(graph, c10::aten::amin, {flat, dims, false}),
             insert(graph, c10::aten::amax, {flat, dims, false})};
   }
+  if (name == "aten::embedding_bag" || name == "aten::_embedding_bag") {
+    return decompose_embedding_bag(graph, node);
+  }
   if (name == "aten::native_layer_norm" && node->outputs().size() == 3 &&
       node->inputs().size() == 5) {
     auto shape = constant_value(node->input(1));

@@ -1,7 +1,8 @@
 // decompose_ops' indexed writes (issue #35's coverage): index_add, index_copy, index_fill,
 // index_reduce, put, masked_scatter and scatter_reduce, into the engine's scatter layer (write,
 // add, or scatter_reduce's prod/amax/amin with include_self), gathers, cumulative sums and
-// selects. A 0-d tensor is written as one of one element.
+// selects; and embedding_bag, embedding rows scattered into their bags. A 0-d tensor is written
+// as one of one element.
 #include <limits>
 
 #include "lowering/passes/decompose_math.h"
@@ -83,6 +84,92 @@ Value* scatter_reduce(RewriteBuilder& b, Value* x, Value* dim, Value* index, Val
 }
 
 }  // namespace
+
+std::vector<Value*> decompose_embedding_bag(GraphPtr& graph, Node* node) {
+  // (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+  // include_last_offset[, padding_idx]): the backward's three outputs must be unused.
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  const size_t n = node->inputs().size();
+  if (!schema || (n != 8 && n != 9) || node->outputs().size() != 4) return {};
+  for (size_t i = 1; i < 4; ++i) {
+    if (node->outputs()[i]->hasUses()) return {};
+  }
+  const auto in = [&](size_t i) { return node->input(i); };
+  auto mode = constant_value(in(4)), last = constant_value(in(7));
+  const std::optional<c10::IValue> padding =
+      n == 9 ? constant_value(in(8)) : std::optional<c10::IValue>(c10::IValue());
+  // (torch takes only float weights and 1-d indices and offsets here: F.embedding_bag flattens
+  // [B, L] input and makes its offsets.)
+  if (!mode || !mode->isInt() || mode->toInt() < 0 || mode->toInt() > 2 || !last ||
+      !last->isBool() || !padding || !(padding->isNone() || padding->isInt())) {
+    return {};
+  }
+  const int64_t how = mode->toInt();  // 0 sum, 1 mean, 2 max
+  const bool weighted = !is_constant_none(in(6));
+  if (weighted && how != 0) return {};  // (torch takes per-sample weights with sum only)
+  // _embedding_bag writes "no padding" as -1, embedding_bag.padding_idx as None (F.embedding_bag
+  // makes a negative padding_idx positive first; a negative one here is left to torch).
+  std::optional<int64_t> pad;
+  if (padding->isInt()) {
+    if (padding->toInt() >= 0) {
+      pad = padding->toInt();
+    } else if (schema->name() != "aten::_embedding_bag" || padding->toInt() != -1) {
+      return {};
+    }
+  }
+  RewriteBuilder b(graph);
+  Value* indices = in(1);
+  // Each index's embedding row, whether it counts (not padding: every index without padding_idx,
+  // which max and mean need), and its weight in a sum (per-sample weights, 0 for padding).
+  Value* rows = b("aten::embedding", {in(0), indices, -1, false, false});
+  Value* keep = pad ? b("aten::ne", {indices, *pad}) : b("aten::eq", {indices, indices});
+  Value* coef = weighted ? in(6) : nullptr;
+  if (pad) {
+    Value* k = b("aten::type_as", {keep, rows});
+    coef = coef ? b("aten::mul", {coef, k}) : k;
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // What a bag's reduction takes: weighted rows for sum and mean, rows kept (-inf else) for max.
+  Value* terms = how == 2 ? b("aten::where", {b("aten::unsqueeze", {keep, -1}), rows, -kInf})
+                 : coef   ? b("aten::mul", {rows, b("aten::unsqueeze", {coef, -1})})
+                          : rows;
+  // [N] indices in bags starting at offsets ([B], or [B + 1] ending with N when
+  // include_last_offset): each index's bag from the starts (a count scattered at each start,
+  // summed along: empty bags share their start with the next, which gets the indices), then
+  // the rows scattered into [B, D] by bag.
+  Value* offsets = in(2);
+  Value* bags = b.size(offsets, 0);
+  if (last->toBool()) bags = b("aten::sub", {bags, 1});
+  Value* starts = b("aten::slice", {offsets, 0, 0, bags, 1});
+  Value* total = b.size(indices, 0);
+  // i64 marks, one past the end for bags that start there (empty trailing bags).
+  Value* marks = b("aten::new_zeros", {offsets, b.list({b("aten::add", {total, 1})})});
+  marks = b("aten::scatter_add", {marks, 0, starts, b("aten::ones_like", {starts})});
+  Value* bag =
+      b("aten::sub", {b("aten::cumsum", {b("aten::slice", {marks, 0, 0, total, 1}), 0}), 1});
+  Value* at = b("aten::expand_as", {b("aten::unsqueeze", {bag, -1}), rows});
+  Value* shape = b.list({bags, b.size(in(0), 1)});
+  Value* result = nullptr;
+  if (how == 2) {
+    result = scatter_reduce_with_self(b, b("aten::new_full", {rows, shape, -kInf}),
+                                      b.constant(int64_t{0}), at, terms, "amax");
+  } else {
+    result = b("aten::scatter_add", {b("aten::new_zeros", {rows, shape}), 0, at, terms});
+  }
+  if (how != 0) {
+    Value* kept = b("aten::type_as", {keep, rows});
+    Value* count = b(
+        "aten::unsqueeze",
+        {b("aten::scatter_add", {b("aten::new_zeros", {kept, b.list({bags})}), 0, bag, kept}), -1});
+    result = how == 1 ? b("aten::div", {result, b("aten::clamp", {count, 1, b.none()})})
+                      // a bag of nothing, or only padding, gives 0, as torch
+                      : b("aten::where", {b("aten::gt", {count, 0}), result, 0.0});
+  }
+  // The backward's outputs are unused: empty placeholders, which dead code removes.
+  std::vector<Value*> out{result};
+  for (size_t i = 1; i < 4; ++i) out.push_back(b.constant(at::empty({0}, at::kLong)));
+  return out;
+}
 
 Value* decompose_scatter(GraphPtr& graph, Node* node) {
   const c10::FunctionSchema* schema = node->maybeSchema();
