@@ -25,7 +25,7 @@
 //   kron, tensordot, bilinear, distances, cosine_similarity, renorm, trapezoid rules, pixel and
 //   channel shuffles, unfold, msort/median/nanmedian, quantile/nanquantile, cov/corrcoef,
 //   matrix_power (n >= 0); decompose_losses.cpp's losses; decompose_scatter.cpp's
-//   index_add/copy/fill/reduce, put, masked_scatter and scatter_reduce;
+//   index_add/copy/fill/reduce, put, masked_scatter, scatter_reduce and embedding_bag;
 //   decompose_arrange.cpp's grids, shifts, norms, unpooling, nearest-exact resizes, histc;
 //   decompose_spectral.cpp's irfft/hfft family; the ops torch computes in f32 for integer
 //   inputs (entr, xlog1py, trapezoid rules, cov, corrcoef, distance losses) on their inputs
