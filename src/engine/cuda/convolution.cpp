@@ -186,9 +186,9 @@ constexpr size_t kGemmWorkspace = size_t{64} << 20;
 // (Resources::tune), and cuDNN's own set-up for new descriptors still costs it 0.2-0.5 ms a
 // convolution (resnet50's first call at batch 4: 6.0 of 6.1 ms of host time, NOTES.md G59). So
 // such a call runs a 2-d channels-last convolution of one group as patches times the filter
-// instead (KernelOptions::first_call_gemm, the default; first call at batch 4 2.8 ms, G60) (padded,
-// gathered, one GEMM that keeps its algorithm from shape to shape), up to this many bytes of
-// patches; the shape's next call is tuned on cuDNN and then captured.
+// instead (padded, gathered, one GEMM that keeps its algorithm from shape to shape), up to this
+// many bytes of patches: KernelOptions::first_call_gemm, on by default (the first call at batch 4
+// 2.8 ms, G60). The shape's next call is tuned on cuDNN and then captured.
 constexpr size_t kFirstCallPatchBytes = size_t{128} << 20;
 
 bool first_call_gemm_applies(const ConvolutionParams& p, const TensorView& x, const TensorView& w,
