@@ -110,8 +110,8 @@ graph(%x : Tensor, %o : Tensor):
 }
 
 // repeat tiles every dim, more counts than dims adding leading ones, for floats, integers and
-// bools; a count list shorter than the rank is a clear error, and a count of 0 (an empty result)
-// is left to PyTorch with the reason.
+// bools; a count list shorter than the rank is a clear error, a count of 0 (an empty result) is
+// left to PyTorch with the reason, and a dynamic dim is refused.
 TEST(ConvertShuffle, RepeatTilesEveryDim) {
   const auto repeat = [](const std::string& counts) {
     return ir1("  %r : int[] = prim::Constant[value=[" + counts +
@@ -124,6 +124,14 @@ TEST(ConvertShuffle, RepeatTilesEveryDim) {
     EXPECT_TRUE(matches_torch(repeat(counts), {torch::rand({3, 1}) > 0.5}, 0, 0));
   }
   EXPECT_THROW(testing::run_converted(repeat("2"), {torch::randn({2, 3})}), Error);
+  // A dim known only at run time: refused (compile() then leaves the node to PyTorch).
+  try {
+    run_dynamic_batch(repeat("2, 3"), torch::randn({4, 3}));
+    ADD_FAILURE() << "a repeat of a dynamic dim converted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(e.message().find("known only at run time"), std::string::npos) << e.what();
+  }
   const auto g = kiln::testing::parse(repeat("2, 0"));
   const Support empty = default_registry().supports(g->outputs()[0]->node());
   EXPECT_FALSE(empty.supported);

@@ -533,7 +533,7 @@ void convert_expand(ConversionContext& ctx, const Node* n) {
 // Lowering writes it as reshape, expand and reshape where it knows x's rank (decompose_math); this
 // takes the rest (a rank that lowering could not see: nn.MultiheadAttention's functional form),
 // with x's static shape known here: [s...] as [1, s0, 1, s1, ...], broadcast to
-// [r0, s0, r1, s1, ...], as [r0 * s0, r1 * s1, ...].
+// [r0, s0, r1, s1, ...], as [r0 * s0, r1 * s1, ...]. A dim known only at run time it refuses.
 void convert_repeat(ConversionContext& ctx, const Node* n) {
   TensorId x = ctx.tensor(n->input(0));
   const Shape in = ctx.desc(x).shape;
@@ -632,7 +632,7 @@ void register_shuffle_converters(Registry& r) {
       with_dynamic_shapes({{"aten::unsqueeze"}, convert_unsqueeze, static_inputs({1}), 0}));
   r.add_converter(with_dynamic_shapes({{"aten::expand"}, convert_expand, static_inputs({1}), 0}));
   r.add_converter(with_dynamic_shapes({{"aten::expand_as"}, convert_expand_as, {}, 0}));
-  r.add_converter({{"aten::repeat"}, convert_repeat, repeat_capable, 0});
+  r.add_converter(with_dynamic_shapes({{"aten::repeat"}, convert_repeat, repeat_capable, 0}));
   r.add_converter(
       with_dynamic_shapes({{"aten::contiguous", "aten::clone", "aten::detach"}, identity, {}, 0}));
 }
