@@ -228,9 +228,12 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     for (int i = 0; i < found; ++i) {
       if (!usable[i]) continue;
       KILN_CUDA_CHECK(cudaEventRecord(start, stream));
-      if (graphs[i] != nullptr) {
-        KILN_CUDA_CHECK(cudaGraphLaunch(graphs[i], stream));
-      } else {
+      if (graphs[i] != nullptr && cudaGraphLaunch(graphs[i], stream) != cudaSuccess) {
+        cudaGetLastError();  // (not sticky) from here on this candidate is timed directly
+        cudaGraphExecDestroy(graphs[i]);
+        graphs[i] = nullptr;
+      }
+      if (graphs[i] == nullptr) {
         for (int l = 0; l < kLaunches; ++l) launch(i);
       }
       KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
