@@ -533,7 +533,8 @@ void convert_expand(ConversionContext& ctx, const Node* n) {
 // Lowering writes it as reshape, expand and reshape where it knows x's rank (decompose_math); this
 // takes the rest (a rank that lowering could not see: nn.MultiheadAttention's functional form),
 // with x's static shape known here: [s...] as [1, s0, 1, s1, ...], broadcast to
-// [r0, s0, r1, s1, ...], as [r0 * s0, r1 * s1, ...]. A dim known only at run time it refuses.
+// [r0, s0, r1, s1, ...], as [r0 * s0, r1 * s1, ...] (dims repeated once without their 1). A dim
+// known only at run time it refuses.
 void convert_repeat(ConversionContext& ctx, const Node* n) {
   TensorId x = ctx.tensor(n->input(0));
   const Shape in = ctx.desc(x).shape;
@@ -551,9 +552,11 @@ void convert_repeat(ConversionContext& ctx, const Node* n) {
     KILN_CHECK(reps[i] >= 0, InvalidArgument, "repeat: count ", reps[i], " at dim ", i);
     KILN_CHECK(reps[i] > 0, Unsupported, "repeat: a count of 0 at dim ", i, " (an empty result)");
     const int64_t size = i < lead ? 1 : in[i - lead];
-    split.push_back(TargetDim{1, -1});
+    if (reps[i] != 1) {  // (a dim repeated once needs no broadcast dim: fewer dims to index)
+      split.push_back(TargetDim{1, -1});
+      wide.push_back(reps[i]);
+    }
     split.push_back(TargetDim{size, -1});
-    wide.push_back(reps[i]);
     wide.push_back(size);
     merged.push_back(TargetDim{reps[i] * size, -1});
   }
