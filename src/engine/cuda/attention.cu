@@ -757,10 +757,9 @@ int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   const auto key = std::make_tuple(kernel, threads, bytes, device);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
   KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
-  return cache[key] = std::max(1, sms * per_sm);
+  return cache[key] = std::max(1, multiprocessors(device) * per_sm);
 }
 
 // The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows, a
@@ -798,9 +797,7 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
   const auto kernel = reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>);
   const int row_tiles = (L + kMma - 1) / kMma;
   const int key_tiles = (S + kKeyTile - 1) / kKeyTile;
-  int sms = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  sms = std::max(sms, 1);
+  const int sms = multiprocessors(device);
   ResidentShape best{0, 0, 1};
   std::tuple<int64_t, int64_t, int> best_key;  // cost, crowding, chunks
   for (int splits = 1; splits <= max_splits && (splits == 1 || splits <= key_tiles); splits *= 2) {

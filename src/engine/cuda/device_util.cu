@@ -81,6 +81,12 @@ std::vector<Dims> broadcast_dims(const std::string& layer, const Shape& out,
   return merge(layer, out, strides);
 }
 
+int multiprocessors(int device) {
+  int sms = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::max(sms, 1);
+}
+
 void allow_shared_bytes(const void* kernel, size_t bytes, int device,
                         std::atomic<uint64_t>& configured) {
   if (bytes <= 48 * 1024) return;

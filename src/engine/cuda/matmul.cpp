@@ -76,19 +76,6 @@ bool worth_timing(const KernelOptions& options, int64_t m, int64_t n, int64_t k,
   return options.gemm_timing && 2.0 * static_cast<double>(m) * n * k * batches >= 2e9;
 }
 
-int multiprocessors(int device) {
-  static std::mutex mutex;
-  static std::map<int, int> counts;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = counts.find(device);
-  if (it == counts.end()) {
-    int sms = 0;
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    it = counts.emplace(device, std::max(sms, 1)).first;
-  }
-  return it->second;
-}
-
 // Output tiles of a GEMM of `rows` x n (per matrix) at cuBLASLt's common 128 x 128 tile.
 int64_t output_tiles(int64_t rows, int64_t n, int64_t mats) {
   return mats * ((rows + 127) / 128) * ((n + 127) / 128);
