@@ -5,6 +5,7 @@
 
 #include "engine/builder.h"
 #include "engine/passes/attention_heads.h"
+#include "engine/passes/views.h"
 #include "engine/passes/passes.h"
 #include "engine/verify.h"
 #include "engine_testing.h"
@@ -690,6 +691,38 @@ TEST(AttentionHeads, ViewStridesFollowTorchsViewRules) {
   EXPECT_EQ(view_strides({3, 2}, {1, 3}, {3, 2, 1}), (std::vector<int64_t>{1, 3, 3}));
   EXPECT_FALSE(view_strides({3, 2}, {1, 3}, {6}).has_value());
   EXPECT_FALSE(view_strides({2, 3}, {3, 1}, {5}).has_value());  // another size
+}
+
+// The one shuffle a view's modes amount to: a permutation of the source's elements (dims that
+// stay adjacent merged), a reshape where they stay in order, nothing for a broadcast, a crop or
+// too many dims.
+TEST(Views, ShuffleForModesPermutesTheSourceOrRefuses) {
+  // [2, 3, 4] -> permute [2, 0, 1]: dims 0 and 1 stay adjacent, so it is [6, 4] transposed.
+  Modes m = {{{4, 1}}, {{2, 12}}, {{3, 4}}};
+  auto c = shuffle_for_modes({2, 3, 4}, m, {4, 2, 3});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->moves);
+  EXPECT_EQ(c->move.reshape, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(c->move.second_perm, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(c->moved, (Shape{4, 6}));
+  // [2, 12], each row the transposed [3, 4] of the source's: a permutation of its own dims.
+  m = {{{2, 12}}, {{4, 1}, {3, 4}}};
+  c = shuffle_for_modes({2, 3, 4}, m, {2, 12});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->move.has_reshape);
+  EXPECT_EQ(c->move.first_perm, (std::vector<int64_t>{0, 2, 1}));
+  EXPECT_EQ(c->moved, (Shape{2, 4, 3}));
+  // In order: a reshape.
+  c = shuffle_for_modes({2, 3, 4}, contiguous_modes({6, 4}), {6, 4});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->moves);
+  EXPECT_EQ(c->move.reshape, (std::vector<int64_t>{6, 4}));
+  // A broadcast (stride 0) and a crop (a stride that skips elements) are not permutations.
+  EXPECT_FALSE(shuffle_for_modes({4}, {{{2, 0}}, {{4, 1}}}, {2, 4}).has_value());
+  EXPECT_FALSE(shuffle_for_modes({8}, {{{4, 2}}}, {4}).has_value());
+  EXPECT_FALSE(shuffle_for_modes({2, 4}, {{{2, 1}}, {{2, 4}}}, {2, 2}).has_value());
+  // A permutation of more dims than the bound.
+  EXPECT_FALSE(shuffle_for_modes({2, 3, 4}, m, {2, 12}, 2).has_value());
 }
 
 TEST(AttentionHeads, PackedLayersAreValidated) {

@@ -411,8 +411,8 @@ int count_shuffles(const Plan& plan) {
 }
 
 // NHWC -> NCHW, flatten, transpose back (ViT's patch tokens after a channels-last convolution)
-// keeps every element in place: one reshape. A chain that moves elements, or whose middle is used
-// elsewhere, stays as it was. Values always match the unbuilt network.
+// keeps every element in place: one reshape. A chain whose middle is used elsewhere, or in which
+// one shuffle alone moves elements, stays as it was. Values always match the unbuilt network.
 TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
   const auto flatten_tokens = [](Network& net, TensorId x) {
     auto y = net.add("to_nchw", permute({0, 3, 1, 2}), {x});  // [2, 6, 4, 5]
@@ -452,15 +452,104 @@ TEST(Builder, ShuffleChainsThatKeepElementOrderBecomeOneReshape) {
     }
   }
   {
-    Network net;  // two transposes that do not cancel: a real permutation stays
+    Network net;  // a flatten, then a transpose: one shuffle moves elements, nothing to fold
     auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
-    auto y = net.add("t1", permute({0, 3, 1, 2}), {x});
-    net.mark_output(net.add("t2", permute({0, 1, 3, 2}), {y}), "y");
+    auto y = net.add("flatten", reshape({2, 20, 6}), {x});
+    net.mark_output(net.add("t", permute({0, 2, 1}), {y}), "y");
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.changes("shuffle_chains"), 0);
-    EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
-                              testing::to_doubles(run_engine(net, {in})[0]), 0, 0));
+    EXPECT_EQ(count_shuffles(plan), 2);
+  }
+}
+
+// Moving shuffles of a tensor the moved shuffle of shape `shape` (f32 input x), built and run
+// against the unbuilt network: the plan's shuffles that move data, and its layers' params.
+struct BuiltChain {
+  int moving = 0;
+  std::vector<ShuffleParams> shuffles;
+};
+BuiltChain build_chain(Network& net, const Shape& shape) {
+  BuildReport report;
+  const Plan plan = build(net, BuilderConfig{}, &report);
+  const HostTensor in = testing::random_tensor(DataType::kF32, shape, 43);
+  const auto got = run_engine(plan.network, {in}), want = run_engine(net, {in});
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    EXPECT_EQ(got[i].shape(), want[i].shape());
+    EXPECT_TRUE(testing::near(got[i], testing::to_doubles(want[i]), 1e-3, 0)) << i;
+  }
+  BuiltChain b;
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* p = std::get_if<ShuffleParams>(&l.params)) {
+      b.moving += shuffle_moves_data(*p);
+      b.shuffles.push_back(*p);
+    }
+  }
+  return b;
+}
+
+// Chains of shuffles in which several move elements are one shuffle that moves them (and a
+// reshape, a view, where the result is not that shuffle's shape): two transposes are one;
+// an NHWC -> NCHW transpose followed by a channel shuffle (reshape [N, G, C / G, H, W], swap the
+// groups and channels, reshape back) is one transpose of [N H W, G, C / G]; a cast in the chain
+// is the new shuffle's. Two casts stay as they were, and so does a chain whose middle is read twice.
+TEST(Builder, ShuffleChainsThatMoveElementsAreOneCopy) {
+  {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
+    auto y = net.add("t1", permute({0, 3, 1, 2}), {x});  // [2, 6, 4, 5]
+    net.mark_output(net.add("t2", permute({0, 1, 3, 2}), {y}), "y");
+    const BuiltChain b = build_chain(net, {2, 4, 5, 6});
+    ASSERT_EQ(b.shuffles.size(), 1u);
+    EXPECT_EQ(b.shuffles[0].first_perm, (std::vector<int64_t>{0, 3, 2, 1}));
+    EXPECT_FALSE(b.shuffles[0].has_reshape);
+  }
+  const auto channel_shuffle = [](Network& net, TensorId nhwc, bool cast) {
+    auto y = net.add("to_nchw", permute({0, 3, 1, 2}), {nhwc});  // [2, 12, 3, 5]
+    y = net.add("split", reshape({2, 3, 4, 3, 5}), {y});
+    ShuffleParams swap = permute({0, 2, 1, 3, 4});
+    if (cast) {
+      swap.cast = true;
+      swap.to = DataType::kF16;
+    }
+    y = net.add("swap", swap, {y});
+    return net.add("merge", reshape({2, 12, 3, 5}), {y});
+  };
+  for (bool cast : {false, true}) {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 3, 5, 12});
+    net.mark_output(channel_shuffle(net, x, cast), "y");
+    const BuiltChain b = build_chain(net, {2, 3, 5, 12});
+    EXPECT_EQ(b.moving, 1) << cast;
+    ASSERT_EQ(b.shuffles.size(), 2u) << cast;  // the copy and a view
+    const ShuffleParams& move = b.shuffles[0];
+    // [N, H, W, C] as [N, H W, G, C / G] -> [N, C / G, G, H W]: the channel shuffle and the
+    // transpose to NCHW in one.
+    EXPECT_EQ(move.reshape, (std::vector<int64_t>{2, 15, 3, 4})) << cast;
+    EXPECT_EQ(move.second_perm, (std::vector<int64_t>{0, 3, 2, 1})) << cast;
+    EXPECT_EQ(move.cast, cast);
+    EXPECT_FALSE(shuffle_moves_data(b.shuffles[1]));
+  }
+  {
+    Network net;  // two casts: as it was
+    auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
+    ShuffleParams t1 = permute({0, 3, 1, 2}), t2 = permute({0, 1, 3, 2});
+    t1.cast = t2.cast = true;
+    t1.to = DataType::kF16;
+    t2.to = DataType::kF32;
+    net.mark_output(net.add("t2", t2, {net.add("t1", t1, {x})}), "y");
+    EXPECT_EQ(build_chain(net, {2, 4, 5, 6}).moving, 2);
+  }
+  {
+    Network net;  // the transposed tensor is read twice: the chain is the channel shuffle alone
+    auto x = net.add_input("x", DataType::kF32, {2, 3, 5, 12});
+    auto nchw = net.add("to_nchw", permute({0, 3, 1, 2}), {x});
+    auto y = net.add("split", reshape({2, 3, 4, 3, 5}), {nchw});
+    y = net.add("swap", permute({0, 2, 1, 3, 4}), {y});
+    net.mark_output(net.add("merge", reshape({2, 12, 3, 5}), {y}), "y");
+    net.mark_output(net.add("neg", UnaryParams{UnaryOp::kNeg}, {nchw}), "z");
+    EXPECT_EQ(build_chain(net, {2, 3, 5, 12}).moving, 2);
   }
 }
 

@@ -297,6 +297,39 @@ TEST(Layout, UnmovableLayersReadChannelsFirstData) {
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
 }
 
+// shufflenet's unit: a channel shuffle (reshape to groups, swap, reshape back) and a split along
+// the channels, one half through a convolution, concatenated with the other. The shuffle and the
+// slices follow the channels-last data: the only transposes are the input's and the output's, and
+// the channel shuffle is one copy of the channels-last tensor.
+TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 4, 6, 6});
+  TensorId t = net.add("conv1", conv(0), {x, constant(net, "w1", {8, 4, 1, 1}, 40)});
+  ShuffleParams split, swap, merge;
+  split.has_reshape = merge.has_reshape = true;
+  split.reshape = {2, 2, 4, 6, 6};
+  swap.first_perm = {0, 2, 1, 3, 4};
+  merge.reshape = {2, 8, 6, 6};
+  t = net.add("merge", merge, {net.add("swap", swap, {net.add("split", split, {t})})});
+  SliceParams first{{1}, {0}, {4}, {1}}, second{{1}, {4}, {8}, {1}};
+  const TensorId a = net.add("first", first, {t});
+  const TensorId b = net.add("conv2", conv(1), {net.add("second", second, {t}),
+                                                constant(net, "w2", {4, 4, 3, 3}, 41)});
+  net.mark_output(net.add("cat", ConcatParams{1, false}, {a, b}), "y");
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 42), 1e-6);
+  EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
+  BuilderConfig last;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  const Plan plan = build(net, last);
+  int moving = 0;
+  for (const Layer& l : plan.network.layers()) {
+    const auto* p = std::get_if<ShuffleParams>(&l.params);
+    moving += p != nullptr && shuffle_moves_data(*p);
+  }
+  EXPECT_EQ(moving, 3);  // into channels-last, the channel shuffle, back
+}
+
 // Channels-last parameters a plan or caller may hold that no layer can run are errors naming it.
 TEST(Layout, ImpossibleChannelsLastLayersAreRejected) {
   Network net;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/network.h"
+#include "engine/passes/views.h"
 
 namespace kiln::engine {
 
@@ -51,17 +52,5 @@ struct RepeatedHeads {
 };
 std::optional<RepeatedHeads> repeated_heads(const Network& net, const std::vector<Layer>& layers,
                                             const NetworkIndex& index, TensorId id);
-
-// A shuffle is permute(first_perm) -> reshape -> permute(second_perm). Its input (shape `in`)
-// laid out with `strides` gives its output (shape `out`) these strides, if the reshape is a view.
-std::optional<std::vector<int64_t>> forward_shuffle(const ShuffleParams& p, const Shape& in,
-                                                    const std::vector<int64_t>& strides,
-                                                    const Shape& out);
-
-// The strides of a view of `shape` laid out with `strides` as `target` (torch's view rules),
-// if one exists without copying.
-std::optional<std::vector<int64_t>> view_strides(const Shape& shape,
-                                                 const std::vector<int64_t>& strides,
-                                                 const Shape& target);
 
 }  // namespace kiln::engine

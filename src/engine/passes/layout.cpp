@@ -11,6 +11,8 @@
 #include <string>
 
 #include "engine/layer_kinds.h"
+#include "engine/passes/network_index.h"
+#include "engine/passes/views.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -197,6 +199,7 @@ class Pass {
   bool sink(size_t i) {
     Layer m = net_.layers()[i];
     if (m.outputs.size() != 1 || m.inputs.empty()) return false;
+    if (std::holds_alternative<ShuffleParams>(m.params)) return sink_shuffles(i);
     size_t rank = 0;  // of the channels-last data read
     for (TensorId id : m.inputs) {
       if (channels_last_source(id) >= 0) rank = net_.tensor(id).shape.size();
@@ -233,6 +236,11 @@ class Pass {
       if (cat->stack) return false;
       cat->axis = back[static_cast<size_t>(normalize_axis(cat->axis, irank, m.name))];
       for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
+    } else if (auto* slice = std::get_if<SliceParams>(&m.params)) {
+      // Static bounds only (a slice with bound inputs reads them along the old axes).
+      if (m.inputs.size() != 1) return false;
+      for (int64_t& a : slice->axes) a = back[static_cast<size_t>(normalize_axis(a, irank, m.name))];
+      followed = {0};
     } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
       // A masked or causal softmax is over the last axis.
       if (channels_last_source(m.inputs[0]) < 0 || m.inputs.size() > 1 || soft->causal) {
@@ -281,6 +289,88 @@ class Pass {
     layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i) + 1, after.begin(), after.end());
     layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i), before.begin(), before.end());
     ++report_.layers_moved;
+    return true;
+  }
+
+  // Shuffles from a "back" transpose's output, each read only by the next, until one gives a
+  // tensor of the layout's rank again (shufflenet's channel shuffle: [N, C, H, W] -> [N, 2, C / 2,
+  // H, W] -> permute -> [N, C, H, W]), become one shuffle of the channels-last data (views.h) and
+  // a "back" transpose of its result; the chain goes. Static shapes only. Where nothing after the
+  // chain takes the channels-last result, the shuffle chain pass makes the new shuffle and the
+  // transpose one copy again, as it would have made the transpose and the chain.
+  bool sink_shuffles(size_t i) {
+    const auto& layers = net_.layers();
+    // (A transpose into channels-last cancels instead.)
+    if (is_transpose(layers[i], true) || is_transpose(layers[i], false)) return false;
+    const TensorId source = channels_last_source(layers[i].inputs[0]);
+    if (source < 0 || !is_static(net_.tensor(source).shape)) return false;
+    const Shape source_shape = net_.tensor(source).shape;
+    const size_t rank = source_shape.size();
+    // The chain, by index; every output but the last read by the next shuffle alone.
+    const NetworkIndex index(net_);
+    std::vector<size_t> chain = {i};
+    while (net_.tensor(layers[chain.back()].outputs[0]).shape.size() != rank) {
+      const auto next = index.single_consumer(layers[chain.back()].outputs[0]);
+      if (!next || !std::holds_alternative<ShuffleParams>(layers[*next].params)) return false;
+      chain.push_back(*next);
+    }
+    for (size_t k : chain) {
+      if (layers[k].inputs.size() != 1) return false;  // (a reshape to a shape tensor's values)
+    }
+    // Modes of the chain's result, channels-last, over the source: the source read through the
+    // "back" transpose, the chain, then the transpose into channels-last.
+    ShuffleParams back_p, into_p;
+    back_p.first_perm = to_first(rank);
+    into_p.first_perm = to_last(rank);
+    Shape shape = to_channels_first(source_shape);
+    std::optional<Modes> modes = shuffle_modes(back_p, contiguous_modes(source_shape), source_shape,
+                                               shape);
+    const ShuffleParams* cast = nullptr;
+    for (size_t k : chain) {
+      const auto& p = std::get<ShuffleParams>(layers[k].params);
+      if (p.cast && cast) return false;
+      if (p.cast) cast = &p;
+      const Shape& to = net_.tensor(layers[k].outputs[0]).shape;
+      if (!modes || !is_static(to)) return false;
+      modes = shuffle_modes(p, *modes, shape, to);
+      shape = to;
+    }
+    const Shape result_shape = to_channels_last(shape);
+    if (modes) modes = shuffle_modes(into_p, *modes, shape, result_shape);
+    const auto composed = modes ? shuffle_for_modes(source_shape, *modes, result_shape) : std::nullopt;
+    if (!composed) return false;
+    const Layer last = layers[chain.back()];
+    ShuffleParams move = composed->move;
+    if (cast) {
+      move.cast = true;
+      move.to = cast->to;
+    }
+    std::vector<Layer> replacement;
+    const TensorId y = channels_last_tensor(last.outputs[0]);
+    if (composed->moved == result_shape) {
+      replacement.push_back(Layer{last.name, move, {source}, {y}});
+    } else {
+      TensorDesc d = net_.tensor(y);
+      d.name = unique(d.name, "moved");
+      d.shape = composed->moved;
+      const TensorId moved = net_.add_tensor(std::move(d));
+      ShuffleParams view;
+      view.has_reshape = true;
+      view.reshape.assign(result_shape.begin(), result_shape.end());
+      replacement.push_back(Layer{unique(last.name, "move"), move, {source}, {moved}});
+      replacement.push_back(Layer{last.name, view, {moved}, {y}});
+    }
+    replacement.push_back(transpose(last.name, y, last.outputs[0], false));
+    // The chain's other shuffles go (each read only by the next); the last is replaced in place.
+    auto& mutable_layers = net_.mutable_layers();
+    const size_t at = chain.back();
+    mutable_layers.erase(mutable_layers.begin() + static_cast<std::ptrdiff_t>(at));
+    mutable_layers.insert(mutable_layers.begin() + static_cast<std::ptrdiff_t>(at),
+                          replacement.begin(), replacement.end());
+    chain.pop_back();
+    std::sort(chain.rbegin(), chain.rend());
+    for (size_t k : chain) mutable_layers.erase(mutable_layers.begin() + static_cast<std::ptrdiff_t>(k));
+    report_.layers_moved += 1;
     return true;
   }
 
