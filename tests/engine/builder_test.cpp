@@ -532,6 +532,20 @@ TEST(Builder, ShuffleChainsThatMoveElementsAreOneCopy) {
     EXPECT_FALSE(shuffle_moves_data(b.shuffles[1]));
   }
   {
+    // maxvit's window merge and grid partition: [2, 6, 5] split as (2, 3) and merged as (3, 2),
+    // then split as (2, 3) again, which no strided view of the input is; the chain is composed in
+    // two pieces, the second's two transposes one copy.
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 6, 5});
+    auto y = net.add("split1", reshape({2, 2, 3, 5}), {x});
+    y = net.add("swap1", permute({0, 2, 1, 3}), {y});
+    y = net.add("merge1", reshape({2, 6, 5}), {y});
+    y = net.add("split2", reshape({2, 2, 3, 5}), {y});
+    y = net.add("swap2", permute({0, 2, 1, 3}), {y});
+    net.mark_output(net.add("swap3", permute({0, 1, 3, 2}), {y}), "y");
+    EXPECT_EQ(build_chain(net, {2, 6, 5}).moving, 2);
+  }
+  {
     Network net;  // two casts: as it was
     auto x = net.add_input("x", DataType::kF32, {2, 4, 5, 6});
     ShuffleParams t1 = permute({0, 3, 1, 2}), t2 = permute({0, 1, 3, 2});
