@@ -330,6 +330,26 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   EXPECT_EQ(moving, 3);  // into channels-last, the channel shuffle, back
 }
 
+// A slice of channels that only an output reads stays channels-first, where at batch 1 it is a
+// view (channels-last it would be a copy, and the transpose back would follow it anyway).
+TEST(Layout, SlicesReadOnlyByOutputsStayChannelsFirst) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {1, 4, 6, 6});
+  const TensorId t = net.add("conv", conv(0), {x, constant(net, "w", {8, 4, 1, 1}, 44)});
+  net.mark_output(net.add("half", SliceParams{{1}, {0}, {4}, {1}}, {t}), "y");
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {1, 4, 6, 6}, 45), 1e-6);
+  EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
+  BuilderConfig last;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  const Plan plan = build(net, last);
+  for (const Layer& l : plan.network.layers()) {
+    if (const auto* p = std::get_if<SliceParams>(&l.params)) {
+      EXPECT_EQ(p->axes, (std::vector<int64_t>{1}));
+    }
+  }
+}
+
 // Channels-last parameters a plan or caller may hold that no layer can run are errors naming it.
 TEST(Layout, ImpossibleChannelsLastLayersAreRejected) {
   Network net;

@@ -237,8 +237,10 @@ class Pass {
       cat->axis = back[static_cast<size_t>(normalize_axis(cat->axis, irank, m.name))];
       for (size_t k = 0; k < m.inputs.size(); ++k) followed.push_back(k);
     } else if (auto* slice = std::get_if<SliceParams>(&m.params)) {
-      // Static bounds only (a slice with bound inputs reads them along the old axes).
-      if (m.inputs.size() != 1) return false;
+      // Static bounds only (a slice with bound inputs reads them along the old axes). A slice
+      // of channels may be a view channels-first (batch 1) and is a copy channels-last: it
+      // moves only where what reads it can move too (or is a transpose into channels-last).
+      if (m.inputs.size() != 1 || !readers_can_follow(m.outputs[0])) return false;
       for (int64_t& a : slice->axes) a = back[static_cast<size_t>(normalize_axis(a, irank, m.name))];
       followed = {0};
     } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
@@ -289,6 +291,23 @@ class Pass {
     layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i) + 1, after.begin(), after.end());
     layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i), before.begin(), before.end());
     ++report_.layers_moved;
+    return true;
+  }
+
+  // Whether every reader of `id` is a layer this pass moves onto channels-last data (or a
+  // transpose into it, which cancels), and `id` is no network output.
+  bool readers_can_follow(TensorId id) const {
+    const NetworkIndex index(net_);
+    if (index.is_output(id)) return false;
+    for (size_t k : index.consumers(id)) {
+      const LayerParams& p = net_.layers()[k].params;
+      if (!layer_kind_traits(p).pointwise && !std::holds_alternative<ShuffleParams>(p) &&
+          !std::holds_alternative<PoolingParams>(p) && !std::holds_alternative<ConcatParams>(p) &&
+          !std::holds_alternative<SoftmaxParams>(p) && !std::holds_alternative<ReduceParams>(p) &&
+          !std::holds_alternative<SliceParams>(p)) {
+        return false;
+      }
+    }
     return true;
   }
 
