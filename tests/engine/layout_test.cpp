@@ -330,6 +330,36 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   EXPECT_EQ(moving, 3);  // into channels-last, the channel shuffle, back
 }
 
+// Tokens [N, H * W, C] made an image [N, C, H, W] (a transpose and a reshape, as maxvit's window
+// merge and ViT-style models write it), scaled per channel, through a convolution and added back:
+// the image is written channels-last instead, where the tokens already are (a view, no copy), so
+// the only transpose left is the output's.
+TEST(Layout, ShufflesWriteChannelsLastWhereThatSavesCopies) {
+  Network net;
+  const TensorId x = net.add_input("x", DataType::kF32, {2, 36, 8});
+  ShuffleParams transpose, image;
+  transpose.first_perm = {0, 2, 1};
+  image.has_reshape = true;
+  image.reshape = {2, 8, 6, 6};
+  const TensorId t = net.add("image", image, {net.add("transpose", transpose, {x})});
+  const TensorId scaled = net.add("scale", ElementwiseParams{BinaryOp::kMul},
+                                  {t, constant(net, "s", {8, 1, 1}, 46)});
+  const TensorId c = net.add("conv", conv(0), {scaled, constant(net, "w", {8, 8, 1, 1}, 47)});
+  net.mark_output(net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, c}), "y");
+  const BuildReport report =
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 36, 8}, 48), 1e-6);
+  EXPECT_EQ(report.layout.transposes, 1) << report.to_string();
+  BuilderConfig last;
+  last.conv_layout = ConvLayout::kChannelsLast;
+  const Plan plan = build(net, last);
+  int moving = 0;
+  for (const Layer& l : plan.network.layers()) {
+    const auto* p = std::get_if<ShuffleParams>(&l.params);
+    moving += p != nullptr && shuffle_moves_data(*p);
+  }
+  EXPECT_EQ(moving, 1);  // the output back to NCHW
+}
+
 // A slice of channels that only an output reads stays channels-first, where at batch 1 it is a
 // view (channels-last it would be a copy, and the transpose back would follow it anyway).
 TEST(Layout, SlicesReadOnlyByOutputsStayChannelsFirst) {

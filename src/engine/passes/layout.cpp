@@ -12,6 +12,7 @@
 
 #include "engine/layer_kinds.h"
 #include "engine/passes/network_index.h"
+#include "engine/passes/passes.h"
 #include "engine/passes/views.h"
 #include "util/errors.h"
 
@@ -294,6 +295,30 @@ class Pass {
     return true;
   }
 
+  // The layers that write `composed` (a shuffle of `source`, of the result's shape
+  // `result_shape` or viewed as it) to a new channels-last tensor for `last`'s output; the last
+  // of them writes it. With `cast`'s conversion where given.
+  std::vector<Layer> channels_last_shuffle(const Layer& last, TensorId source,
+                                           const ComposedShuffle& composed,
+                                           const Shape& result_shape, const ShuffleParams* cast) {
+    ShuffleParams move = composed.move;
+    if (cast) {
+      move.cast = true;
+      move.to = cast->to;
+    }
+    const TensorId y = channels_last_tensor(last.outputs[0]);
+    if (composed.moved == result_shape) return {Layer{last.name, move, {source}, {y}}};
+    TensorDesc d = net_.tensor(y);
+    d.name = unique(d.name, "moved");
+    d.shape = composed.moved;
+    const TensorId moved = net_.add_tensor(std::move(d));
+    ShuffleParams view;
+    view.has_reshape = true;
+    view.reshape.assign(result_shape.begin(), result_shape.end());
+    return {Layer{unique(last.name, "move"), move, {source}, {moved}},
+            Layer{last.name, view, {moved}, {y}}};
+  }
+
   // Whether every reader of `id` is a layer this pass moves onto channels-last data (or a
   // transpose into it, which cancels), and `id` is no network output.
   bool readers_can_follow(TensorId id) const {
@@ -359,26 +384,9 @@ class Pass {
     const auto composed = modes ? shuffle_for_modes(source_shape, *modes, result_shape) : std::nullopt;
     if (!composed) return false;
     const Layer last = layers[chain.back()];
-    ShuffleParams move = composed->move;
-    if (cast) {
-      move.cast = true;
-      move.to = cast->to;
-    }
-    std::vector<Layer> replacement;
-    const TensorId y = channels_last_tensor(last.outputs[0]);
-    if (composed->moved == result_shape) {
-      replacement.push_back(Layer{last.name, move, {source}, {y}});
-    } else {
-      TensorDesc d = net_.tensor(y);
-      d.name = unique(d.name, "moved");
-      d.shape = composed->moved;
-      const TensorId moved = net_.add_tensor(std::move(d));
-      ShuffleParams view;
-      view.has_reshape = true;
-      view.reshape.assign(result_shape.begin(), result_shape.end());
-      replacement.push_back(Layer{unique(last.name, "move"), move, {source}, {moved}});
-      replacement.push_back(Layer{last.name, view, {moved}, {y}});
-    }
+    std::vector<Layer> replacement =
+        channels_last_shuffle(last, source, *composed, result_shape, cast);
+    const TensorId y = replacement.back().outputs[0];
     replacement.push_back(transpose(last.name, y, last.outputs[0], false));
     // The chain's other shuffles go (each read only by the next); the last is replaced in place.
     auto& mutable_layers = net_.mutable_layers();
@@ -393,11 +401,71 @@ class Pass {
     return true;
   }
 
+  // (For assign_channels_last's trials.)
+ public:
+  // The shuffle writing `y` (static shapes, no layout transpose, `y` of the layout's rank)
+  // writes it channels-last instead, followed by a "back" transpose to `y`. Returns false where
+  // it does not apply.
+  bool seed(TensorId y) {
+    index_producers();
+    const auto it = producer_.find(y);
+    if (it == producer_.end()) return false;
+    const Layer s = net_.layers()[it->second];
+    const auto* p = std::get_if<ShuffleParams>(&s.params);
+    const Shape& out = net_.tensor(y).shape;
+    if (!p || s.inputs.size() != 1 || s.outputs.size() != 1 || is_transpose(s, true) || is_transpose(s, false) || !has_layout(out.size()) ||
+        !is_static(out) || !is_static(net_.tensor(s.inputs[0]).shape)) {
+      return false;
+    }
+    const Shape in = net_.tensor(s.inputs[0]).shape;
+    ShuffleParams into_p;
+    into_p.first_perm = to_last(out.size());
+    const Shape result_shape = to_channels_last(out);
+    std::optional<Modes> modes = shuffle_modes(*p, contiguous_modes(in), in, out);
+    if (modes) modes = shuffle_modes(into_p, *modes, out, result_shape);
+    const auto composed = modes ? shuffle_for_modes(in, *modes, result_shape) : std::nullopt;
+    if (!composed) return false;
+    std::vector<Layer> replacement =
+        channels_last_shuffle(s, s.inputs[0], *composed, result_shape, p->cast ? p : nullptr);
+    replacement.push_back(transpose(s.name, replacement.back().outputs[0], y, false));
+    auto& layers = net_.mutable_layers();
+    layers.erase(layers.begin() + static_cast<std::ptrdiff_t>(it->second));
+    layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(it->second), replacement.begin(),
+                  replacement.end());
+    return true;
+  }
+
+  int counter() const { return counter_; }
+  void set_counter(int c) { counter_ = c; }
+
+ private:
   Network& net_;
   LayoutReport& report_;
   std::map<TensorId, size_t> producer_;
   int counter_ = 0;
 };
+
+// The shuffles of activations that would move data once the builder has removed dead layers
+// and composed chains of shuffles (what the layout's choices are judged by; those of constants
+// fold).
+int moving_shuffles_after_cleanup(Network net) {
+  remove_dead_layers(net);
+  fold_shuffle_chains(net);
+  remove_dead_layers(net);
+  std::set<TensorId> constant;
+  int n = 0;
+  for (const Layer& l : net.layers()) {
+    bool folds = !l.inputs.empty() || std::holds_alternative<ConstantParams>(l.params);
+    for (TensorId in : l.inputs) folds = folds && constant.count(in) > 0;
+    if (folds) {
+      constant.insert(l.outputs.begin(), l.outputs.end());
+      continue;
+    }
+    const auto* p = std::get_if<ShuffleParams>(&l.params);
+    n += p != nullptr && shuffle_moves_data(*p);
+  }
+  return n;
+}
 
 }  // namespace
 
@@ -408,6 +476,50 @@ LayoutReport assign_channels_last(Network& net,
   pass.rewrite_convolutions(wants);
   if (report.convolutions == 0) return report;
   pass.propagate();
+  // Copies that write 4-d (5-d) data channels-first which channels-last layers then read
+  // (maxvit's window merge before a batch norm and a convolution, and the residual add beside
+  // it): each such shuffle is tried writing channels-last, with its result's transposes then
+  // sunk as above, and kept where that leaves fewer copies in the built network.
+  // The candidates: last shuffles of 4-d (5-d) results of chains of shuffles (each read only by
+  // the next) that move data.
+  std::vector<TensorId> candidates;
+  {
+    const NetworkIndex index(net);
+    const auto& layers = net.layers();
+    for (const Layer& l : layers) {
+      if (!std::holds_alternative<ShuffleParams>(l.params) || l.outputs.size() != 1 ||
+          l.inputs.empty() || is_transpose(l, true) || is_transpose(l, false) ||
+          !has_layout(net.tensor(l.outputs[0]).shape.size())) {
+        continue;
+      }
+      bool moves = false;
+      for (const Layer* k = &l; k && !moves;) {
+        moves = shuffle_moves_data(std::get<ShuffleParams>(k->params));
+        const auto prev = index.producer(k->inputs[0]);
+        k = prev && std::holds_alternative<ShuffleParams>(layers[*prev].params) &&
+                    index.single_consumer(layers[*prev].outputs[0]) && !layers[*prev].inputs.empty()
+                ? &layers[*prev]
+                : nullptr;
+      }
+      if (moves) candidates.push_back(l.outputs[0]);
+    }
+  }
+  if (candidates.empty()) return report;
+  int best = moving_shuffles_after_cleanup(net);
+  for (TensorId y : candidates) {
+    Network trial = net;
+    LayoutReport trial_report = report;
+    Pass p(trial, trial_report);
+    p.set_counter(pass.counter());
+    if (!p.seed(y)) continue;
+    p.propagate();
+    const int moving = moving_shuffles_after_cleanup(trial);
+    if (moving >= best) continue;
+    best = moving;
+    net = std::move(trial);
+    report = trial_report;
+    pass.set_counter(p.counter());
+  }
   return report;
 }
 
