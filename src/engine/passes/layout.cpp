@@ -467,6 +467,32 @@ int moving_shuffles_after_cleanup(Network net) {
   return n;
 }
 
+// Whether `id`, or what pointwise layers compute from it, is read by a transpose into
+// channels-last or by a layer that also reads channels-last data through a "back" transpose:
+// only there can writing `id` channels-last save a copy.
+bool meets_channels_last(const Network& net, const NetworkIndex& index, TensorId id) {
+  const auto& layers = net.layers();
+  std::vector<TensorId> frontier = {id};
+  for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {
+    std::vector<TensorId> next;
+    for (TensorId t : frontier) {
+      for (size_t k : index.consumers(t)) {
+        const Layer& c = layers[k];
+        if (is_transpose(c, true)) return true;
+        for (TensorId in : c.inputs) {
+          const auto p = index.producer(in);
+          if (p && is_transpose(layers[*p], false)) return true;
+        }
+        if (layer_kind_traits(c.params).pointwise && c.outputs.size() == 1) {
+          next.push_back(c.outputs[0]);
+        }
+      }
+    }
+    frontier = std::move(next);
+  }
+  return false;
+}
+
 }  // namespace
 
 LayoutReport assign_channels_last(Network& net,
@@ -501,7 +527,7 @@ LayoutReport assign_channels_last(Network& net,
                 ? &layers[*prev]
                 : nullptr;
       }
-      if (moves) candidates.push_back(l.outputs[0]);
+      if (moves && meets_channels_last(net, index, l.outputs[0])) candidates.push_back(l.outputs[0]);
     }
   }
   if (candidates.empty()) return report;
