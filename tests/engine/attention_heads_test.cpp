@@ -5,8 +5,8 @@
 
 #include "engine/builder.h"
 #include "engine/passes/attention_heads.h"
-#include "engine/passes/views.h"
 #include "engine/passes/passes.h"
+#include "engine/passes/views.h"
 #include "engine/verify.h"
 #include "engine_testing.h"
 #include "util/errors.h"

@@ -493,7 +493,8 @@ BuiltChain build_chain(Network& net, const Shape& shape) {
 // reshape, a view, where the result is not that shuffle's shape): two transposes are one;
 // an NHWC -> NCHW transpose followed by a channel shuffle (reshape [N, G, C / G, H, W], swap the
 // groups and channels, reshape back) is one transpose of [N H W, G, C / G]; a cast in the chain
-// is the new shuffle's. Two casts stay as they were, and so does a chain whose middle is read twice.
+// is the new shuffle's. Two casts stay as they were, and so does a chain whose middle is read
+// twice.
 TEST(Builder, ShuffleChainsThatMoveElementsAreOneCopy) {
   {
     Network net;

@@ -313,8 +313,8 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   t = net.add("merge", merge, {net.add("swap", swap, {net.add("split", split, {t})})});
   SliceParams first{{1}, {0}, {4}, {1}}, second{{1}, {4}, {8}, {1}};
   const TensorId a = net.add("first", first, {t});
-  const TensorId b = net.add("conv2", conv(1), {net.add("second", second, {t}),
-                                                constant(net, "w2", {4, 4, 3, 3}, 41)});
+  const TensorId b = net.add(
+      "conv2", conv(1), {net.add("second", second, {t}), constant(net, "w2", {4, 4, 3, 3}, 41)});
   net.mark_output(net.add("cat", ConcatParams{1, false}, {a, b}), "y");
   const BuildReport report =
       expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 42), 1e-6);
@@ -322,12 +322,8 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   BuilderConfig last;
   last.conv_layout = ConvLayout::kChannelsLast;
   const Plan plan = build(net, last);
-  int moving = 0;
-  for (const Layer& l : plan.network.layers()) {
-    const auto* p = std::get_if<ShuffleParams>(&l.params);
-    moving += p != nullptr && shuffle_moves_data(*p);
-  }
-  EXPECT_EQ(moving, 3);  // into channels-last, the channel shuffle, back
+  // into channels-last, the channel shuffle, back
+  EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 3);
 }
 
 // Tokens [N, H * W, C] made an image [N, C, H, W] (a transpose and a reshape, as maxvit's window
@@ -342,8 +338,8 @@ TEST(Layout, ShufflesWriteChannelsLastWhereThatSavesCopies) {
   image.has_reshape = true;
   image.reshape = {2, 8, 6, 6};
   const TensorId t = net.add("image", image, {net.add("transpose", transpose, {x})});
-  const TensorId scaled = net.add("scale", ElementwiseParams{BinaryOp::kMul},
-                                  {t, constant(net, "s", {8, 1, 1}, 46)});
+  const TensorId scaled =
+      net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1}, 46)});
   const TensorId c = net.add("conv", conv(0), {scaled, constant(net, "w", {8, 8, 1, 1}, 47)});
   net.mark_output(net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, c}), "y");
   const BuildReport report =
@@ -352,12 +348,7 @@ TEST(Layout, ShufflesWriteChannelsLastWhereThatSavesCopies) {
   BuilderConfig last;
   last.conv_layout = ConvLayout::kChannelsLast;
   const Plan plan = build(net, last);
-  int moving = 0;
-  for (const Layer& l : plan.network.layers()) {
-    const auto* p = std::get_if<ShuffleParams>(&l.params);
-    moving += p != nullptr && shuffle_moves_data(*p);
-  }
-  EXPECT_EQ(moving, 1);  // the output back to NCHW
+  EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 1);  // the output back to NCHW
 }
 
 // A slice of channels that only an output reads stays channels-first, where at batch 1 it is a

@@ -605,8 +605,9 @@ TEST(CudaLayout, ChannelShufflesOfChannelsLastDataMatchCpu) {
     auto r = cuda_testing::run_both(
         {random_tensor(DataType::kF32, {3, 24, 10, 9}, 50)},
         [&](Network& net, const std::vector<TensorId>& in) {
-          TensorId t = net.add("conv1", conv(0), {in[0], constant(net, "w1", {116, 24, 1, 1}, 51),
-                                                  constant(net, "b1", {116}, 52)});
+          TensorId t = net.add(
+              "conv1", conv(0),
+              {in[0], constant(net, "w1", {116, 24, 1, 1}, 51), constant(net, "b1", {116}, 52)});
           ShuffleParams split, swap, merge;
           split.has_reshape = merge.has_reshape = true;
           split.reshape = {3, 2, 58, 10, 9};
@@ -614,20 +615,16 @@ TEST(CudaLayout, ChannelShufflesOfChannelsLastDataMatchCpu) {
           merge.reshape = {3, 116, 10, 9};
           t = net.add("merge", merge, {net.add("swap", swap, {net.add("split", split, {t})})});
           const TensorId a = net.add("first", SliceParams{{1}, {0}, {58}, {1}}, {t});
-          const TensorId b = net.add(
-              "conv2", conv(1, 1, 58),
-              {net.add("second", SliceParams{{1}, {58}, {116}, {1}}, {t}),
-               constant(net, "w2", {58, 1, 3, 3}, 53), constant(net, "b2", {58}, 54)});
+          const TensorId b =
+              net.add("conv2", conv(1, 1, 58),
+                      {net.add("second", SliceParams{{1}, {58}, {116}, {1}}, {t}),
+                       constant(net, "w2", {58, 1, 3, 3}, 53), constant(net, "b2", {58}, 54)});
           return std::vector<TensorId>{net.add("cat", ConcatParams{1, false}, {a, b})};
         },
         computing_in(low));
     EXPECT_EQ(channels_last_convolutions(r.gpu_plan), 2);
-    int moving = 0;
-    for (const Layer& l : r.gpu_plan.network.layers()) {
-      const auto* p = std::get_if<ShuffleParams>(&l.params);
-      moving += p != nullptr && shuffle_moves_data(*p);
-    }
-    EXPECT_EQ(moving, 3);  // into channels-last (with the cast), the channel shuffle, back
+    // into channels-last (with the cast), the channel shuffle, back
+    EXPECT_EQ(count_moving_shuffles(r.gpu_plan.network.layers()), 3);
     const double tol = low == DataType::kF32 ? 1e-4 : 2e-2;
     cuda_testing::expect_match(r, tol, tol);
   }

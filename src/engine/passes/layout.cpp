@@ -242,7 +242,9 @@ class Pass {
       // of channels may be a view channels-first (batch 1) and is a copy channels-last: it
       // moves only where what reads it can move too (or is a transpose into channels-last).
       if (m.inputs.size() != 1 || !readers_can_follow(m.outputs[0])) return false;
-      for (int64_t& a : slice->axes) a = back[static_cast<size_t>(normalize_axis(a, irank, m.name))];
+      for (int64_t& a : slice->axes) {
+        a = back[static_cast<size_t>(normalize_axis(a, irank, m.name))];
+      }
       followed = {0};
     } else if (auto* soft = std::get_if<SoftmaxParams>(&m.params)) {
       // A masked or causal softmax is over the last axis.
@@ -367,8 +369,8 @@ class Pass {
     back_p.first_perm = to_first(rank);
     into_p.first_perm = to_last(rank);
     Shape shape = to_channels_first(source_shape);
-    std::optional<Modes> modes = shuffle_modes(back_p, contiguous_modes(source_shape), source_shape,
-                                               shape);
+    std::optional<Modes> modes =
+        shuffle_modes(back_p, contiguous_modes(source_shape), source_shape, shape);
     const ShuffleParams* cast = nullptr;
     for (size_t k : chain) {
       const auto& p = std::get<ShuffleParams>(layers[k].params);
@@ -381,7 +383,8 @@ class Pass {
     }
     const Shape result_shape = to_channels_last(shape);
     if (modes) modes = shuffle_modes(into_p, *modes, shape, result_shape);
-    const auto composed = modes ? shuffle_for_modes(source_shape, *modes, result_shape) : std::nullopt;
+    const auto composed =
+        modes ? shuffle_for_modes(source_shape, *modes, result_shape) : std::nullopt;
     if (!composed) return false;
     const Layer last = layers[chain.back()];
     std::vector<Layer> replacement =
@@ -396,7 +399,9 @@ class Pass {
                           replacement.begin(), replacement.end());
     chain.pop_back();
     std::sort(chain.rbegin(), chain.rend());
-    for (size_t k : chain) mutable_layers.erase(mutable_layers.begin() + static_cast<std::ptrdiff_t>(k));
+    for (size_t k : chain) {
+      mutable_layers.erase(mutable_layers.begin() + static_cast<std::ptrdiff_t>(k));
+    }
     report_.layers_moved += 1;
     return true;
   }
@@ -413,8 +418,9 @@ class Pass {
     const Layer s = net_.layers()[it->second];
     const auto* p = std::get_if<ShuffleParams>(&s.params);
     const Shape& out = net_.tensor(y).shape;
-    if (!p || s.inputs.size() != 1 || s.outputs.size() != 1 || is_transpose(s, true) || is_transpose(s, false) || !has_layout(out.size()) ||
-        !is_static(out) || !is_static(net_.tensor(s.inputs[0]).shape)) {
+    if (!p || s.inputs.size() != 1 || s.outputs.size() != 1 || is_transpose(s, true) ||
+        is_transpose(s, false) || !has_layout(out.size()) || !is_static(out) ||
+        !is_static(net_.tensor(s.inputs[0]).shape)) {
       return false;
     }
     const Shape in = net_.tensor(s.inputs[0]).shape;
@@ -527,7 +533,9 @@ LayoutReport assign_channels_last(Network& net,
                 ? &layers[*prev]
                 : nullptr;
       }
-      if (moves && meets_channels_last(net, index, l.outputs[0])) candidates.push_back(l.outputs[0]);
+      if (moves && meets_channels_last(net, index, l.outputs[0])) {
+        candidates.push_back(l.outputs[0]);
+      }
     }
   }
   if (candidates.empty()) return report;

@@ -42,7 +42,9 @@ std::optional<std::vector<Layer>> compose_chain(Network& net,
     move.to = cast->to;
   }
   const TensorDesc result = net.tensor(last.outputs[0]);  // (a copy: tensors are added below)
-  if (composed->moved == result.shape) return std::vector<Layer>{{last.name, move, {source}, last.outputs}};
+  if (composed->moved == result.shape) {
+    return std::vector<Layer>{{last.name, move, {source}, last.outputs}};
+  }
   TensorDesc moved = result;
   moved.name = result.name + ":moved";
   moved.shape = composed->moved;
@@ -96,8 +98,8 @@ int fold_shuffle_chains(Network& net) {
     while (begin + 1 < chain.size()) {
       size_t end = begin;  // the piece [begin, end]
       Shape shape = net.tensor(layers[chain[begin]].inputs[0]).shape;
-      std::optional<Modes> modes = is_static(shape) ? std::optional<Modes>(contiguous_modes(shape))
-                                                    : std::nullopt;
+      std::optional<Modes> modes =
+          is_static(shape) ? std::optional<Modes>(contiguous_modes(shape)) : std::nullopt;
       for (size_t k = begin; k < chain.size() && modes; ++k) {
         const Shape& to = net.tensor(layers[chain[k]].outputs[0]).shape;
         modes = is_static(to) ? shuffle_modes(std::get<ShuffleParams>(layers[chain[k]].params),
