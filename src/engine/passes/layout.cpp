@@ -119,12 +119,31 @@ class Pass {
     return Layer{unique(near, into ? "to_nhwc" : "to_nchw"), p, {in}, {out}};
   }
 
+  // Who writes and who reads each tensor (once per round of propagate, and after a seed).
   void index_producers() {
     producer_.clear();
+    readers_.clear();
     const auto& layers = net_.layers();
     for (size_t i = 0; i < layers.size(); ++i) {
       for (TensorId id : layers[i].outputs) producer_[id] = i;
+      for (TensorId id : layers[i].inputs) readers_[id].push_back(i);
     }
+    outputs_.clear();
+    outputs_.insert(net_.outputs().begin(), net_.outputs().end());
+  }
+
+  // The layers reading `id` (once per use).
+  const std::vector<size_t>& readers(TensorId id) const {
+    static const std::vector<size_t> none;
+    const auto it = readers_.find(id);
+    return it == readers_.end() ? none : it->second;
+  }
+
+  // The only layer reading `id`, if one reads it once and it is no network output.
+  std::optional<size_t> single_reader(TensorId id) const {
+    const auto& r = readers(id);
+    if (r.size() != 1 || outputs_.count(id)) return std::nullopt;
+    return r[0];
   }
 
   const Layer* producer(TensorId id) const {
@@ -324,9 +343,8 @@ class Pass {
   // Whether every reader of `id` is a layer this pass moves onto channels-last data (or a
   // transpose into it, which cancels), and `id` is no network output.
   bool readers_can_follow(TensorId id) const {
-    const NetworkIndex index(net_);
-    if (index.is_output(id)) return false;
-    for (size_t k : index.consumers(id)) {
+    if (outputs_.count(id)) return false;
+    for (size_t k : readers(id)) {
       const LayerParams& p = net_.layers()[k].params;
       if (!layer_kind_traits(p).pointwise && !std::holds_alternative<ShuffleParams>(p) &&
           !std::holds_alternative<PoolingParams>(p) && !std::holds_alternative<ConcatParams>(p) &&
@@ -353,10 +371,9 @@ class Pass {
     const Shape source_shape = net_.tensor(source).shape;
     const size_t rank = source_shape.size();
     // The chain, by index; every output but the last read by the next shuffle alone.
-    const NetworkIndex index(net_);
     std::vector<size_t> chain = {i};
     while (net_.tensor(layers[chain.back()].outputs[0]).shape.size() != rank) {
-      const auto next = index.single_consumer(layers[chain.back()].outputs[0]);
+      const auto next = single_reader(layers[chain.back()].outputs[0]);
       if (!next || !std::holds_alternative<ShuffleParams>(layers[*next].params)) return false;
       chain.push_back(*next);
     }
@@ -406,11 +423,10 @@ class Pass {
     return true;
   }
 
-  // (For assign_channels_last's trials.)
  public:
-  // The shuffle writing `y` (static shapes, no layout transpose, `y` of the layout's rank)
-  // writes it channels-last instead, followed by a "back" transpose to `y`. Returns false where
-  // it does not apply.
+  // For assign_channels_last's trials: the shuffle writing `y` (static shapes, no layout
+  // transpose, `y` of the layout's rank) writes it channels-last instead, followed by a "back"
+  // transpose to `y`. Returns false where it does not apply.
   bool seed(TensorId y) {
     index_producers();
     const auto it = producer_.find(y);
@@ -448,6 +464,8 @@ class Pass {
   Network& net_;
   LayoutReport& report_;
   std::map<TensorId, size_t> producer_;
+  std::map<TensorId, std::vector<size_t>> readers_;
+  std::set<TensorId> outputs_;
   int counter_ = 0;
 };
 
@@ -510,10 +528,9 @@ LayoutReport assign_channels_last(Network& net,
   pass.propagate();
   // Copies that write 4-d (5-d) data channels-first which channels-last layers then read
   // (maxvit's window merge before a batch norm and a convolution, and the residual add beside
-  // it): each such shuffle is tried writing channels-last, with its result's transposes then
+  // it): the last shuffle of each chain of shuffles (each read only by the next) that moves data
+  // and meets channels-last data is tried writing channels-last, its result's transposes then
   // sunk as above, and kept where that leaves fewer copies in the built network.
-  // The candidates: last shuffles of 4-d (5-d) results of chains of shuffles (each read only by
-  // the next) that move data.
   std::vector<TensorId> candidates;
   {
     const NetworkIndex index(net);
