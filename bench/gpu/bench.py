@@ -194,6 +194,13 @@ def relative_error(out, ref):
     return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
+def write_rows(out, peak, rows):
+    """bench_gpu.json in `out`: the device, its measured peak and the rows."""
+    with open(os.path.join(out, "bench_gpu.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
+                  indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert",
@@ -313,11 +320,12 @@ def main():
                             row["peak_pct"] = 100 * flops / (row["median"] * 1e-3) / 1e12 / peak
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+                    # Every row so far, as it comes: a run cut off (a device call's time limit)
+                    # keeps what it measured.
+                    write_rows(args.out, peak, rows)
                     # Free the model copy each backend made (graphs, autotune caches).
                     torch.cuda.empty_cache()
-    with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
-                  indent=1)
+    write_rows(args.out, peak, rows)
     ncols = COLUMNS.count("|") - 1
     lines = [COLUMNS, "|" + "---|" * ncols]
     for r in rows:
