@@ -71,7 +71,8 @@ std::vector<HostTensor> run(const Plan& plan, const std::vector<HostTensor>& in)
 
 // Builds the one-input, one-output `net` channels-last and channels-first, checks that both give
 // the same output on `x` (rtol 1e-5), and returns the channels-last build's report.
-BuildReport expect_channels_last_matches(const Network& net, const HostTensor& x, double atol) {
+BuildReport expect_channels_last_matches(const Network& net, const HostTensor& x, double atol,
+                                         Plan* channels_last = nullptr) {
   BuilderConfig first, last;
   first.conv_layout = ConvLayout::kChannelsFirst;
   last.conv_layout = ConvLayout::kChannelsLast;
@@ -79,6 +80,7 @@ BuildReport expect_channels_last_matches(const Network& net, const HostTensor& x
   const Plan b = build(net, last, &report);
   EXPECT_TRUE(testing::near(run(b, {x})[0], testing::to_doubles(run(build(net, first), {x})[0]),
                             1e-5, atol));
+  if (channels_last) *channels_last = b;
   return report;
 }
 
@@ -316,12 +318,10 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   const TensorId b = net.add(
       "conv2", conv(1), {net.add("second", second, {t}), constant(net, "w2", {4, 4, 3, 3}, 41)});
   net.mark_output(net.add("cat", ConcatParams{1, false}, {a, b}), "y");
-  const BuildReport report =
-      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 42), 1e-6);
+  Plan plan;
+  const BuildReport report = expect_channels_last_matches(
+      net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 42), 1e-6, &plan);
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
-  BuilderConfig last;
-  last.conv_layout = ConvLayout::kChannelsLast;
-  const Plan plan = build(net, last);
   // into channels-last, the channel shuffle, back
   EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 3);
 }
@@ -342,12 +342,10 @@ TEST(Layout, ShufflesWriteChannelsLastWhereThatSavesCopies) {
       net.add("scale", ElementwiseParams{BinaryOp::kMul}, {t, constant(net, "s", {8, 1, 1}, 46)});
   const TensorId c = net.add("conv", conv(0), {scaled, constant(net, "w", {8, 8, 1, 1}, 47)});
   net.mark_output(net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, c}), "y");
+  Plan plan;
   const BuildReport report =
-      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 36, 8}, 48), 1e-6);
+      expect_channels_last_matches(net, random_tensor(DataType::kF32, {2, 36, 8}, 48), 1e-6, &plan);
   EXPECT_EQ(report.layout.transposes, 1) << report.to_string();
-  BuilderConfig last;
-  last.conv_layout = ConvLayout::kChannelsLast;
-  const Plan plan = build(net, last);
   EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 1);  // the output back to NCHW
 }
 
@@ -358,12 +356,10 @@ TEST(Layout, SlicesReadOnlyByOutputsStayChannelsFirst) {
   const TensorId x = net.add_input("x", DataType::kF32, {1, 4, 6, 6});
   const TensorId t = net.add("conv", conv(0), {x, constant(net, "w", {8, 4, 1, 1}, 44)});
   net.mark_output(net.add("half", SliceParams{{1}, {0}, {4}, {1}}, {t}), "y");
-  const BuildReport report =
-      expect_channels_last_matches(net, random_tensor(DataType::kF32, {1, 4, 6, 6}, 45), 1e-6);
+  Plan plan;
+  const BuildReport report = expect_channels_last_matches(
+      net, random_tensor(DataType::kF32, {1, 4, 6, 6}, 45), 1e-6, &plan);
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
-  BuilderConfig last;
-  last.conv_layout = ConvLayout::kChannelsLast;
-  const Plan plan = build(net, last);
   for (const Layer& l : plan.network.layers()) {
     if (const auto* p = std::get_if<SliceParams>(&l.params)) {
       EXPECT_EQ(p->axes, (std::vector<int64_t>{1}));
