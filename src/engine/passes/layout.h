@@ -1,10 +1,12 @@
 // The builder's layout pass: 2-d and 3-d convolutions the backend runs faster on channels-last data
 // ([N, H, W, C], [N, D, H, W, C]) become channels-last layers, with a transpose on each side; the
 // transposes are then pushed through the layers between convolutions (elementwise, pooling,
-// reductions, concat) until they meet and cancel, so that a chain of convolutions keeps its data
-// channels-last and transposes only where the chain begins and ends. Weight transposes fold into
-// constants, and so do those of values computed from constants only (a batch norm's scale cast to
-// f16).
+// reductions, concat, slices, chains of shuffles such as a channel shuffle) until they meet and
+// cancel, so that a chain of convolutions keeps its data channels-last and transposes only where
+// the chain begins and ends. Shuffles that write 4-d (5-d) data channels-first for layers that
+// read it channels-last are tried writing it channels-last, and kept so where the built network
+// then moves fewer activations. Weight transposes fold into constants, and so do those of values
+// computed from constants only (a batch norm's scale cast to f16).
 #pragma once
 
 #include <functional>

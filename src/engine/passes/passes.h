@@ -38,7 +38,8 @@ int activations_before_reshapes(Network& net);
 int fold_matmul_transposes(Network& net);
 // Slices that keep every element, zero pads and one-input concats become reshapes (views).
 int reshape_identity_layers(Network& net);
-// A chain of shuffles whose composition keeps every element where it was is one reshape.
+// A chain of shuffles is one reshape where it keeps every element where it was, and one copy
+// (and a view) where more than one of its shuffles moved elements (shuffle_chains.cpp).
 int fold_shuffle_chains(Network& net);
 // Layers no network output depends on go, with the weights only they used.
 int remove_dead_layers(Network& net);
