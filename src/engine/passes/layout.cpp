@@ -316,28 +316,14 @@ class Pass {
     return true;
   }
 
-  // The layers that write `composed` (a shuffle of `source`, of the result's shape
-  // `result_shape` or viewed as it) to a new channels-last tensor for `last`'s output; the last
-  // of them writes it. With `cast`'s conversion where given.
+  // The layers that write `composed` (chain `t` of `source`) to a new channels-last tensor for
+  // `last`'s output; the last of them writes it.
   std::vector<Layer> channels_last_shuffle(const Layer& last, TensorId source,
                                            const ComposedShuffle& composed,
-                                           const Shape& result_shape, const ShuffleParams* cast) {
-    ShuffleParams move = composed.move;
-    if (cast) {
-      move.cast = true;
-      move.to = cast->to;
-    }
+                                           const TracedShuffles& t) {
     const TensorId y = channels_last_tensor(last.outputs[0]);
-    if (composed.moved == result_shape) return {Layer{last.name, move, {source}, {y}}};
-    TensorDesc d = net_.tensor(y);
-    d.name = unique(d.name, "moved");
-    d.shape = composed.moved;
-    const TensorId moved = net_.add_tensor(std::move(d));
-    ShuffleParams view;
-    view.has_reshape = true;
-    view.reshape.assign(result_shape.begin(), result_shape.end());
-    return {Layer{unique(last.name, "move"), move, {source}, {moved}},
-            Layer{last.name, view, {moved}, {y}}};
+    return composed_layers(net_, composed, t, source, y, last.name, unique(last.name, "move"),
+                           unique(net_.tensor(y).name, "moved"));
   }
 
   // Whether every reader of `id` is a layer this pass moves onto channels-last data (or a
@@ -377,35 +363,25 @@ class Pass {
       if (!next || !std::holds_alternative<ShuffleParams>(layers[*next].params)) return false;
       chain.push_back(*next);
     }
-    for (size_t k : chain) {
-      if (layers[k].inputs.size() != 1) return false;  // (a reshape to a shape tensor's values)
-    }
     // Modes of the chain's result, channels-last, over the source: the source read through the
     // "back" transpose, the chain, then the transpose into channels-last.
     ShuffleParams back_p, into_p;
     back_p.first_perm = to_first(rank);
     into_p.first_perm = to_last(rank);
-    Shape shape = to_channels_first(source_shape);
-    std::optional<Modes> modes =
-        shuffle_modes(back_p, contiguous_modes(source_shape), source_shape, shape);
-    const ShuffleParams* cast = nullptr;
+    const Shape first = to_channels_first(source_shape);
+    const auto back = shuffle_modes(back_p, contiguous_modes(source_shape), source_shape, first);
+    if (!back) return false;
+    TracedShuffles t{*back, first};
     for (size_t k : chain) {
-      const auto& p = std::get<ShuffleParams>(layers[k].params);
-      if (p.cast && cast) return false;
-      if (p.cast) cast = &p;
-      const Shape& to = net_.tensor(layers[k].outputs[0]).shape;
-      if (!modes || !is_static(to)) return false;
-      modes = shuffle_modes(p, *modes, shape, to);
-      shape = to;
+      if (!trace_shuffle(net_, layers[k], t)) return false;
     }
-    const Shape result_shape = to_channels_last(shape);
-    if (modes) modes = shuffle_modes(into_p, *modes, shape, result_shape);
+    const Shape result_shape = to_channels_last(t.shape);
+    const auto modes = shuffle_modes(into_p, t.modes, t.shape, result_shape);
     const auto composed =
         modes ? shuffle_for_modes(source_shape, *modes, result_shape) : std::nullopt;
     if (!composed) return false;
     const Layer last = layers[chain.back()];
-    std::vector<Layer> replacement =
-        channels_last_shuffle(last, source, *composed, result_shape, cast);
+    std::vector<Layer> replacement = channels_last_shuffle(last, source, *composed, t);
     const TensorId y = replacement.back().outputs[0];
     replacement.push_back(transpose(last.name, y, last.outputs[0], false));
     // The chain's other shuffles go (each read only by the next); the last is replaced in place.
@@ -440,15 +416,15 @@ class Pass {
       return false;
     }
     const Shape in = net_.tensor(s.inputs[0]).shape;
+    TracedShuffles t{contiguous_modes(in), in};
+    if (!trace_shuffle(net_, s, t)) return false;
     ShuffleParams into_p;
     into_p.first_perm = to_last(out.size());
     const Shape result_shape = to_channels_last(out);
-    std::optional<Modes> modes = shuffle_modes(*p, contiguous_modes(in), in, out);
-    if (modes) modes = shuffle_modes(into_p, *modes, out, result_shape);
+    const auto modes = shuffle_modes(into_p, t.modes, out, result_shape);
     const auto composed = modes ? shuffle_for_modes(in, *modes, result_shape) : std::nullopt;
     if (!composed) return false;
-    std::vector<Layer> replacement =
-        channels_last_shuffle(s, s.inputs[0], *composed, result_shape, p->cast ? p : nullptr);
+    std::vector<Layer> replacement = channels_last_shuffle(s, s.inputs[0], *composed, t);
     replacement.push_back(transpose(s.name, replacement.back().outputs[0], y, false));
     auto& layers = net_.mutable_layers();
     layers.erase(layers.begin() + static_cast<std::ptrdiff_t>(it->second));

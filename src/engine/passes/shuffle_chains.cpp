@@ -1,6 +1,7 @@
 // Chains of shuffles as one copy, or as one reshape where they keep every element in place.
 #include "engine/passes/passes.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -8,56 +9,6 @@
 #include "engine/passes/views.h"
 
 namespace kiln::engine {
-
-namespace {
-
-// The layers that replace a chain's shuffles `chain` (first first; each output read only by the
-// next), in place of its last, if composing them pays: one reshape where they keep every element
-// in order, one copy (and a view) where more than one of them moved elements.
-std::optional<std::vector<Layer>> compose_chain(Network& net,
-                                                const std::vector<const Layer*>& chain) {
-  if (chain.size() < 2) return std::nullopt;
-  const Layer& last = *chain.back();
-  const TensorId source = chain.front()->inputs[0];
-  const Shape source_shape = net.tensor(source).shape;
-  Shape shape = source_shape;
-  std::optional<Modes> modes = contiguous_modes(shape);
-  int moving = 0;
-  const ShuffleParams* cast = nullptr;
-  for (const Layer* l : chain) {
-    const auto& p = std::get<ShuffleParams>(l->params);
-    moving += shuffle_moves_data(p);
-    if (p.cast && cast) return std::nullopt;  // two casts: as they are
-    if (p.cast) cast = &p;
-    const Shape& to = net.tensor(l->outputs[0]).shape;
-    modes = shuffle_modes(p, *modes, shape, to);
-    if (!modes) return std::nullopt;
-    shape = to;
-  }
-  const auto composed = shuffle_for_modes(source_shape, *modes, shape);
-  if (!composed || (composed->moves && moving < 2)) return std::nullopt;
-  ShuffleParams move = composed->move;
-  if (cast) {
-    move.cast = true;
-    move.to = cast->to;
-  }
-  const TensorDesc result = net.tensor(last.outputs[0]);  // (a copy: tensors are added below)
-  if (composed->moved == result.shape) {
-    return std::vector<Layer>{{last.name, move, {source}, last.outputs}};
-  }
-  TensorDesc moved = result;
-  moved.name = result.name + ":moved";
-  moved.shape = composed->moved;
-  moved.values.reset();
-  const TensorId m = net.add_tensor(std::move(moved));
-  ShuffleParams view;
-  view.has_reshape = true;
-  view.reshape.assign(result.shape.begin(), result.shape.end());
-  return std::vector<Layer>{{last.name + ":move", move, {source}, {m}},
-                            {last.name, view, {m}, last.outputs}};
-}
-
-}  // namespace
 
 // A chain of shuffles (each output read only by the next) is traced as a view of its first
 // input (views.h). Where the composition keeps every element where it was, such as the layout
@@ -94,28 +45,26 @@ int fold_shuffle_chains(Network& net) {
     // Static shapes; a chain that cannot be traced whole (a dim split one way and regrouped
     // another, as maxvit's window merge followed by its grid partition: not one strided view)
     // is composed in pieces that can, each ending where the next cannot be traced on.
-    size_t begin = 0;
-    while (begin + 1 < chain.size()) {
-      size_t end = begin;  // the piece [begin, end]
-      Shape shape = net.tensor(layers[chain[begin]].inputs[0]).shape;
-      std::optional<Modes> modes =
-          is_static(shape) ? std::optional<Modes>(contiguous_modes(shape)) : std::nullopt;
-      for (size_t k = begin; k < chain.size() && modes; ++k) {
-        const Shape& to = net.tensor(layers[chain[k]].outputs[0]).shape;
-        modes = is_static(to) ? shuffle_modes(std::get<ShuffleParams>(layers[chain[k]].params),
-                                              *modes, shape, to)
-                              : std::nullopt;
-        if (modes) end = k;
-        shape = to;
-      }
-      if (!is_static(net.tensor(layers[chain[begin]].inputs[0]).shape)) {
+    for (size_t begin = 0; begin + 1 < chain.size();) {
+      const TensorId source = layers[chain[begin]].inputs[0];
+      const Shape shape = net.tensor(source).shape;  // (a copy: tensors are added below)
+      if (!is_static(shape)) {
         ++begin;
         continue;
       }
-      std::vector<const Layer*> piece;
-      for (size_t k = begin; k <= end; ++k) piece.push_back(&layers[chain[k]]);
-      if (auto r = compose_chain(net, piece)) replaced[chain[end]] = std::move(*r);
-      begin = end + 1;
+      TracedShuffles t{contiguous_modes(shape), shape};
+      size_t end = begin;  // past the piece
+      while (end < chain.size() && trace_shuffle(net, layers[chain[end]], t)) ++end;
+      // One reshape where the piece keeps the elements in order, one copy (and a view) where
+      // more than one of its shuffles moved them.
+      const auto c = end - begin >= 2 ? shuffle_for_modes(shape, t.modes, t.shape) : std::nullopt;
+      if (c && (!c->moves || t.moving >= 2)) {
+        const Layer& last = layers[chain[end - 1]];
+        const std::string name = net.tensor(last.outputs[0]).name;
+        replaced[chain[end - 1]] = composed_layers(net, *c, t, source, last.outputs[0], last.name,
+                                                   last.name + ":move", name + ":moved");
+      }
+      begin = std::max(end, begin + 1);
     }
   }
   if (replaced.empty()) return 0;

@@ -273,4 +273,38 @@ std::optional<ComposedShuffle> shuffle_for_modes(const Shape& source, const Mode
   return c;
 }
 
+bool trace_shuffle(const Network& net, const Layer& l, TracedShuffles& t) {
+  const auto* p = std::get_if<ShuffleParams>(&l.params);
+  if (!p || l.inputs.size() != 1 || (p->cast && t.cast)) return false;
+  const Shape& to = net.tensor(l.outputs[0]).shape;
+  if (!is_static(to)) return false;
+  auto modes = shuffle_modes(*p, t.modes, t.shape, to);
+  if (!modes) return false;
+  t.modes = std::move(*modes);
+  t.shape = to;
+  t.moving += shuffle_moves_data(*p);
+  if (p->cast) t.cast = p;
+  return true;
+}
+
+std::vector<Layer> composed_layers(Network& net, const ComposedShuffle& c, const TracedShuffles& t,
+                                   TensorId source, TensorId result, const std::string& name,
+                                   const std::string& move_name, const std::string& moved_name) {
+  ShuffleParams move = c.move;
+  if (t.cast) {
+    move.cast = true;
+    move.to = t.cast->to;
+  }
+  TensorDesc d = net.tensor(result);  // (a copy: a tensor is added below)
+  if (c.moved == d.shape) return {Layer{name, move, {source}, {result}}};
+  ShuffleParams view;
+  view.has_reshape = true;
+  view.reshape.assign(d.shape.begin(), d.shape.end());
+  d.name = moved_name;
+  d.shape = c.moved;
+  d.values.reset();
+  const TensorId moved = net.add_tensor(std::move(d));
+  return {Layer{move_name, move, {source}, {moved}}, Layer{name, view, {moved}, {result}}};
+}
+
 }  // namespace kiln::engine

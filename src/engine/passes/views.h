@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -76,5 +77,26 @@ struct ComposedShuffle {
 // dims once adjacent dims that stay adjacent are merged.
 std::optional<ComposedShuffle> shuffle_for_modes(const Shape& source, const Modes& m,
                                                  const Shape& out, size_t max_rank = 8);
+
+// A chain of shuffles traced one shuffle at a time (trace_shuffle): the modes of the result so
+// far over the chain's input, its shape, how many of the shuffles moved data and the chain's cast.
+struct TracedShuffles {
+  Modes modes;
+  Shape shape;
+  int moving = 0;
+  const ShuffleParams* cast = nullptr;  // the one shuffle that casts, if any (points into net)
+};
+
+// Traces shuffle layer `l` (reading a tensor of `t.shape`) onto `t`; false, leaving `t` as it
+// was, where `l` is no one-input shuffle of a static result, its view cannot be traced, or it is
+// the chain's second cast.
+bool trace_shuffle(const Network& net, const Layer& l, TracedShuffles& t);
+
+// The layers that write `c`, the composition of chain `t` of `source`, to `result`: the copy (with
+// the chain's cast), and where it does not give the result's shape a view after it, which is then
+// named `name` while the copy is named `move_name` and writes a new tensor named `moved_name`.
+std::vector<Layer> composed_layers(Network& net, const ComposedShuffle& c, const TracedShuffles& t,
+                                   TensorId source, TensorId result, const std::string& name,
+                                   const std::string& move_name, const std::string& moved_name);
 
 }  // namespace kiln::engine
