@@ -17,6 +17,7 @@ PEERS = ["reduce-overhead", "max-autotune", "reduce-overhead-tf32", "max-autotun
 BACKENDS = ["eager", "torchscript", "reduce-overhead", "max-autotune", "reduce-overhead-tf32",
             "max-autotune-tf32", "kiln", "kiln-notf32",
             "kiln-exactgelu", "kiln-interp", "kiln-cudnn-grouped"]
+PRECISIONS = ("fp16", "bf16", "fp32")  # the order of a report's sections and summary rows
 COLUMNS = ("| model | batch | prec | backend | median ms | p90 | p99 | img/s | compile s | % peak | "
            "engines | torch ops | shuffles | max diff | err vs fp32 | run |")
 
@@ -68,7 +69,7 @@ def geomean_lines(rows):
     """A markdown table: per precision and batch, the geometric mean over models of the best
     torch.compile median / kiln's median (pairs from one run), naming the rows where kiln loses."""
     out = ["| prec | batch | models | geomean | kiln behind on |", "|---|---|---|---|---|"]
-    for p in [p for p in ("fp16", "fp32") if any(k[2] == p for k in rows)]:
+    for p in [p for p in PRECISIONS if any(k[2] == p for k in rows)]:
         for b in sorted({k[1] for k in rows}):
             ratios, behind = [], []
             for m in order(rows):
@@ -92,7 +93,7 @@ def main():
         sys.exit(__doc__)
     rows = load(sys.argv[1:])
     models = order(rows)
-    precisions = [p for p in ("fp16", "fp32") if any(k[2] == p for k in rows)]
+    precisions = [p for p in PRECISIONS if any(k[2] == p for k in rows)]
     batches = sorted({k[1] for k in rows})
     out = []
     for prec in precisions:

@@ -40,7 +40,9 @@ __device__ double block_sum(double v) {
 
 // The mask and causality of a masked softmax (over the last axis): row r of x (its leading dims
 // merged where the mask steps through them alike, at most kMaskDims of them) reads the mask at
-// row_offset(r) + j * col_stride; causal keeps columns j <= r % L.
+// row_offset(r) + j * col_stride; causal keeps columns j <= r % L. A row's offset and causal limit
+// are taken once per row (row()), in 32-bit arithmetic where every index fits (`narrow`): 64-bit
+// divisions cost a few hundred instructions a row, as much as a short row's exponentials.
 constexpr int kMaskDims = 8;
 struct SoftmaxMask {
   bool active = false;  // a mask or causal: rows with nothing kept come out zero
@@ -50,21 +52,44 @@ struct SoftmaxMask {
   int64_t size[kMaskDims] = {}, stride[kMaskDims] = {};
   int64_t col_stride = 0;
   bool causal = false;
+  bool narrow = false;      // rows, sizes and offsets below 2^31
+  bool bool_vector = false;  // a bool mask read as whole chunks (col_stride 1, offsets aligned)
   int64_t L = 1;
 
-  __device__ int64_t row_offset(int64_t r) const {
-    int64_t off = 0;
-    for (int d = dims - 1; d >= 0; --d) {
-      off += (r % size[d]) * stride[d];
-      r /= size[d];
+  // Where row r's mask starts and the last column it keeps (causal), for apply().
+  struct Row {
+    int64_t offset;
+    int64_t last;
+  };
+  __device__ Row row(int64_t r, int64_t n) const {
+    Row out{0, causal ? 0 : n};
+    if (narrow) {
+      uint32_t q = static_cast<uint32_t>(r), off = 0;
+      if (causal) out.last = q % static_cast<uint32_t>(L);
+      if (data) {
+        for (int d = dims - 1; d >= 0; --d) {
+          const uint32_t s = static_cast<uint32_t>(size[d]);
+          off += (q % s) * static_cast<uint32_t>(stride[d]);
+          q /= s;
+        }
+      }
+      out.offset = off;
+      return out;
     }
-    return off;
+    if (causal) out.last = r % L;
+    if (data) {
+      for (int d = dims - 1; d >= 0; --d) {
+        out.offset += (r % size[d]) * stride[d];
+        r /= size[d];
+      }
+    }
+    return out;
   }
-  // x's value at column j of row r (mask offset `off`) after masking; -inf where not kept.
-  __device__ __forceinline__ float apply(float v, int64_t r, int64_t j, int64_t off) const {
-    if (causal && j > r % L) return -INFINITY;
+  // x's value at column j of a row (`rm` from row()) after masking; -inf where not kept.
+  __device__ __forceinline__ float apply(float v, int64_t j, const Row& rm) const {
+    if (j > rm.last) return -INFINITY;
     if (data == nullptr) return v;
-    const float m = load_as<float>(dtype, data, off + j * col_stride);
+    const float m = load_as<float>(dtype, data, rm.offset + j * col_stride);
     if (dtype == DataType::kBool) return m != 0.f ? v : -INFINITY;
     return v + m;
   }
@@ -77,11 +102,11 @@ __global__ void softmax_kernel_t(const void* x, DataType xt, void* y, DataType y
   for (int64_t r = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows;
        r += warps_per_grid) {
     const int64_t base = (r / inner) * n * inner + r % inner;
-    const int64_t moff = mask.data ? mask.row_offset(r) : 0;
     // A masked softmax is over the last axis (inner == 1).
+    const SoftmaxMask::Row rm = mask.active ? mask.row(r, n) : SoftmaxMask::Row{0, n};
     const auto value = [&](int64_t i) {
       const float v = load_as<float>(xt, x, base + i * inner);
-      return mask.active ? mask.apply(v, r, i, moff) : v;
+      return mask.active ? mask.apply(v, i, rm) : v;
     };
     float mx = -INFINITY;
     for (int64_t i = lane; i < n; i += kWarp) mx = fmaxf(mx, value(i));
@@ -169,13 +194,23 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int n, bool 
     float v[kChunks][kV];
     load_row<T, kV, kChunks>(x + r * n, n, lane, -INFINITY, v);
     if (mask.active) {
-      const int64_t moff = mask.data ? mask.row_offset(r) : 0;
+      const SoftmaxMask::Row rm = mask.row(r, n);
 #pragma unroll
       for (int j = 0; j < kChunks; ++j) {
         const int first = (lane + j * kWarp) * kV;
+        if (first >= n) continue;
+        if (mask.bool_vector) {  // kV mask bytes at once
+          const Chunk<uint8_t, kV> m = *reinterpret_cast<const Chunk<uint8_t, kV>*>(
+              static_cast<const uint8_t*>(mask.data) + rm.offset + first);
+#pragma unroll
+          for (int k = 0; k < kV; ++k) {
+            if (m.v[k] == 0 || first + k > rm.last) v[j][k] = -INFINITY;
+          }
+          continue;
+        }
 #pragma unroll
         for (int k = 0; k < kV; ++k) {
-          if (first + k < n) v[j][k] = mask.apply(v[j][k], r, first + k, moff);
+          if (first + k < n) v[j][k] = mask.apply(v[j][k], first + k, rm);
         }
       }
     }
@@ -402,6 +437,23 @@ SoftmaxMask softmax_mask(const Layer& layer, const TensorView& x, const TensorVi
   return r;
 }
 
+// Sets the mask's fast paths for rows of x (n elements, read kV at a time): 32-bit row arithmetic
+// where every row index and mask offset fits, and whole-chunk loads of a bool mask whose rows
+// start at multiples of kV of an aligned buffer.
+void choose_mask_paths(SoftmaxMask& m, int64_t rows, int64_t n, int kV) {
+  constexpr int64_t kNarrow = int64_t{1} << 31;
+  int64_t last = m.data ? (n - 1) * m.col_stride : 0;
+  bool aligned = m.data && m.dtype == DataType::kBool && m.col_stride == 1 &&
+                 reinterpret_cast<uintptr_t>(m.data) % static_cast<uintptr_t>(kV) == 0;
+  for (int d = 0; d < m.dims; ++d) {
+    last += (m.size[d] - 1) * m.stride[d];
+    aligned = aligned && m.stride[d] % kV == 0;
+  }
+  m.narrow = rows < kNarrow && last < kNarrow && m.L < kNarrow;
+  for (int d = 0; d < m.dims; ++d) m.narrow = m.narrow && m.size[d] < kNarrow;
+  m.bool_vector = aligned;
+}
+
 void softmax_kernel(KernelArgs& args) {
   const auto& p = std::get<SoftmaxParams>(args.layer.params);
   const TensorView &x = args.inputs[0], &y = args.outputs[0];
@@ -413,16 +465,22 @@ void softmax_kernel(KernelArgs& args) {
   for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
   const int64_t n = x.shape[static_cast<size_t>(axis)], rows = outer * inner;
   if (x.numel() == 0) return;
-  if (inner == 1 && n > 0 && n <= kMaxRowItems && x.dtype == y.dtype &&
-      launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), rows_vectorizable(x, y, n),
-                                     args.stream(), x.data, y.data, rows, static_cast<int>(n),
-                                     p.log, mask)) {
-    KILN_CUDA_CHECK_LAUNCH(args.layer.name);
-    return;
+  if (inner == 1 && n > 0 && n <= kMaxRowItems && x.dtype == y.dtype) {
+    const bool vector = rows_vectorizable(x, y, n);
+    SoftmaxMask typed = mask;
+    choose_mask_paths(typed, rows, n, vector ? 16 / static_cast<int>(dtype_size(x.dtype)) : 1);
+    if (launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), vector, args.stream(),
+                                       x.data, y.data, rows, static_cast<int>(n), p.log, typed)) {
+      KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+      return;
+    }
   }
+  SoftmaxMask general = mask;
+  choose_mask_paths(general, rows, n, 1);
+  general.bool_vector = false;
   const int warps = kThreads / kWarp;
   softmax_kernel_t<<<grid_for(rows, warps), kThreads, 0, args.stream()>>>(
-      x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log, mask);
+      x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log, general);
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
 
