@@ -1,9 +1,13 @@
 // The builder's structural rewrites: of written-out forms, RMS norm (rms_norms) and a concat of
-// slices of one tensor (concat_slices); attention as two matmuls and a (masked) softmax
+// slices of one tensor (concat_slices); chains of gathers and shuffles as one gather of rows
+// (gather_chains); projections of one elementwise group as one matmul (elementwise_projections);
+// attention as two matmuls and a (masked) softmax
 // (decompose_attention) and written-out attention as one layer (written_attention). Each is checked
 // for what it takes, what it leaves and the values it computes.
 #include "engine/builder.h"
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "engine/passes/pass.h"
@@ -108,6 +112,150 @@ TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
                                         testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 62)};
     EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
+// swin's shifted windows: a roll of H and W (two concats of slices: two gathers after
+// concat_slices) and the window partition (reshape, permute, reshape: one copy), and after a
+// per-token layer the window merge and the roll back, each direction one gather of rows (the C
+// dim carried whole) between views, the same indices for each image: 196 of them at batch 2, not
+// 392. A chain ends at a link read twice (the roll read by a network output: the two gathers are
+// one, the partition stays a copy); a map that moves single f32 elements (the last dim permuted)
+// stays as it is. Values exactly as the layers gave.
+TEST(Builder, GatherAndShuffleChainsAreOneRowGather) {
+  const auto roll = [](Network& net, TensorId x, int64_t axis, int64_t shift,
+                       const std::string& name) {
+    auto tail = net.add(name + ".tail", SliceParams{{axis}, {shift}, {kSliceEnd}, {1}}, {x});
+    auto head = net.add(name + ".head", SliceParams{{axis}, {0}, {shift}, {1}}, {x});
+    return net.add(name, ConcatParams{axis, false}, {tail, head});
+  };
+  const auto moving_shuffles = [](const Network& net) {
+    int n = 0;
+    for (const Layer& l : net.layers()) {
+      const auto* s = std::get_if<ShuffleParams>(&l.params);
+      if (!s) continue;
+      const Shape& in = net.tensor(l.inputs[0]).shape;
+      std::vector<int64_t> kept;
+      for (int64_t d : s->first_perm) {
+        if (in[static_cast<size_t>(d)] != 1) kept.push_back(d);
+      }
+      n += !std::is_sorted(kept.begin(), kept.end()) || !s->second_perm.empty();
+    }
+    return n;
+  };
+  struct Case {
+    bool shared_link, element_map;
+    int chains, gathers, per_image, moving;
+  };
+  for (const Case& c : {Case{false, false, 2, 2, 2, 0}, Case{true, false, 2, 2, 2, 1},
+                        Case{false, true, 1, 2, 1, 1}}) {
+    SCOPED_TRACE(std::to_string(c.shared_link) + std::to_string(c.element_map));
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 14, 14, 8});
+    auto rolled = roll(net, roll(net, x, 1, 3, "roll_h"), 2, 3, "roll_w");
+    if (c.shared_link) net.mark_output(rolled, "rolled");
+    auto split = net.add("split", ShuffleParams{{}, true, {2, 2, 7, 2, 7, 8}, {}}, {rolled});
+    auto windows =
+        net.add("windows", ShuffleParams{{0, 1, 3, 2, 4, 5}, true, {8, 49, 8}, {}}, {split});
+    auto scale = net.add_constant("scale", Weights::from_floats({8}, {1, 2, 3, 4, 5, 6, 7, 8}));
+    auto tokens = net.add("tokens", ElementwiseParams{BinaryOp::kMul}, {windows, scale});
+    TensorId merged;
+    if (c.element_map) {  // [8, 49, 8] -> [8, 8, 49]: single elements move
+      merged = net.add("merge", ShuffleParams{{0, 2, 1}, false, {}, {}}, {tokens});
+      merged = net.add(
+          "pick", GatherParams{GatherMode::kDefault, 0},
+          {merged, net.add_constant("order", Weights::from_ints({8}, {7, 6, 5, 4, 3, 2, 1, 0}))});
+    } else {
+      auto grid = net.add("grid", ShuffleParams{{}, true, {2, 2, 2, 7, 7, 8}, {}}, {tokens});
+      merged =
+          net.add("merge", ShuffleParams{{0, 1, 3, 2, 4, 5}, true, {2, 14, 14, 8}, {}}, {grid});
+      merged = roll(net, roll(net, merged, 1, 11, "back_h"), 2, 11, "back_w");
+    }
+    net.mark_output(merged, "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("gather_chains"), c.chains) << report.to_string();
+    int gathers = 0, per_image = 0;
+    for (const Layer& l : plan.network.layers()) {
+      if (!std::holds_alternative<GatherParams>(l.params)) continue;
+      ++gathers;
+      per_image += plan.network.tensor(l.outputs[0]).shape == Shape{2, 196, 8};
+    }
+    EXPECT_EQ(gathers, c.gathers);
+    EXPECT_EQ(per_image, c.per_image);
+    EXPECT_EQ(moving_shuffles(plan.network), c.moving);
+    const HostTensor in = testing::random_tensor(DataType::kF32, {2, 14, 14, 8}, 71);
+    const auto built = run_engine(plan.network, {in});
+    const auto layers = run_engine(net, {in});
+    ASSERT_EQ(built.size(), layers.size());
+    for (size_t o = 0; o < built.size(); ++o) {
+      EXPECT_TRUE(testing::near(built[o], testing::to_doubles(layers[o]), 0, 0)) << o;
+    }
+  }
+}
+
+// SwiGLU's silu(x Wg + bg) * (x Wu): the two projections of one input, read by one elementwise
+// group, become one matmul of both weights (the bias zero-padded) and a gather of each part's
+// columns, which the fused kernel then reads in place: one matmul and one fused layer, values as
+// the layers gave (weights stored either way round). A part read by another layer too, and a
+// group of one layer (the product alone), stay as they are.
+TEST(Builder, ProjectionsOfOneElementwiseGroupAreOneMatmul) {
+  struct Case {
+    bool transposed, shared_part, activation;
+    int merged;
+  };
+  for (const Case& c : {Case{true, false, true, 1}, Case{false, false, true, 1},
+                        Case{true, true, true, 0}, Case{true, false, false, 0}}) {
+    SCOPED_TRACE(std::to_string(c.transposed) + std::to_string(c.shared_part) +
+                 std::to_string(c.activation));
+    Network net;
+    const auto x = net.add_input("x", DataType::kF32, {2, 5, 16});
+    uint64_t seed = 80;
+    const auto project = [&](const std::string& name, int64_t n, bool bias) {
+      MatMulParams m;
+      m.transpose_b = c.transposed;
+      m.post.has_bias = bias;
+      std::vector<TensorId> ins = {
+          x, testing::random_constant(net, name + ".w", c.transposed ? Shape{n, 16} : Shape{16, n},
+                                      seed++)};
+      if (bias) ins.push_back(testing::random_constant(net, name + ".b", {n}, seed++));
+      return net.add(name, m, ins);
+    };
+    const auto gate = project("gate", 24, true), up = project("up", 24, false);
+    const auto act =
+        c.activation ? net.add("silu", ActivationParams{ActivationKind::kSilu}, {gate}) : gate;
+    net.mark_output(net.add("y", ElementwiseParams{BinaryOp::kMul}, {act, up}), "y");
+    if (c.shared_part) net.mark_output(net.add("up2", UnaryParams{UnaryOp::kNeg}, {up}), "up2");
+    const HostTensor in = testing::random_tensor(DataType::kF32, {2, 5, 16}, 81);
+    const auto expected = run_engine(net, {in});
+    std::vector<std::string> lines;
+    EXPECT_EQ(merge_elementwise_projections(net, lines), c.merged);
+    const auto count = [&](auto pick) {
+      int n = 0;
+      for (const Layer& l : net.layers()) n += pick(l.params);
+      return n;
+    };
+    const auto matmuls = [](const LayerParams& p) {
+      return std::holds_alternative<MatMulParams>(p);
+    };
+    const auto gathers = [](const LayerParams& p) {
+      return std::holds_alternative<GatherParams>(p);
+    };
+    EXPECT_EQ(count(matmuls), 2 - c.merged);
+    EXPECT_EQ(count(gathers), 2 * c.merged);
+    const auto check = [&] {
+      const auto got = run_engine(net, {in});
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t o = 0; o < got.size(); ++o) {
+        EXPECT_TRUE(testing::near(got[o], testing::to_doubles(expected[o]), 1e-6, 1e-6)) << o;
+      }
+    };
+    check();
+    // The fused kernel reads the columns in place.
+    fuse_elementwise(net, lines);
+    fold_gathers_into_elementwise(net);
+    EXPECT_EQ(count(gathers), 0);
+    check();
   }
 }
 

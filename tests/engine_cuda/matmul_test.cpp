@@ -1,6 +1,7 @@
 // The CUDA matmul (cuBLASLt) against the CPU backend: transposes, batches (broadcast ones too),
 // vectors, constant weights, post-ops fused by the builder (bias, activations, residual), and
-// the timed choice of large GEMMs' algorithms; integer products (our kernel) bit for bit.
+// the timed choice of large GEMMs' algorithms, projections of one input merged; integer products
+// (our kernel) bit for bit.
 #include <cstring>
 
 #include "cuda_testing.h"
@@ -159,6 +160,39 @@ HostTensor wide_integers(DataType t, const Shape& shape, uint64_t seed) {
 // i64 and i32 products (our tiled kernel) equal the CPU's loops exactly, both wrapping around as
 // torch's do: transposes, vectors, broadcast batches, several 64-wide tiles of rows, columns and
 // depth, K == 0; and the bias and residual adds the builder fuses into the layer.
+// A Llama MLP, down(silu(gate(x)) * up(x)): the builder's elementwise_projections makes gate and
+// up one GEMM of both weights, and the generated kernel of silu and the product reads the two
+// halves of its result in place: two GEMMs and one fused kernel in all, no gather; f32 and with f16
+// enabled, against the CPU.
+TEST(CudaMatMul, GateAndUpProjectionsAreOneGemm) {
+  KILN_REQUIRE_GPU();
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "f16" : "f32");
+    BuilderConfig config;
+    if (half) config.enabled_precisions = {DataType::kF32, DataType::kF16};
+    auto r = cuda_testing::run_both(
+        {random_tensor(DataType::kF32, {2, 40, 64}, 64)},
+        [&](Network& net, const std::vector<TensorId>& in) {
+          uint64_t seed = 65;
+          const auto linear = [&](TensorId x, const std::string& name, int64_t n, int64_t k) {
+            MatMulParams m;
+            m.transpose_b = true;
+            return net.add(name, m,
+                           {x, testing::random_constant(net, name + ".w", {n, k}, seed++)});
+          };
+          const auto gate = linear(in[0], "gate", 176, 64), up = linear(in[0], "up", 176, 64);
+          const auto act = net.add("silu", ActivationParams{ActivationKind::kSilu}, {gate});
+          const auto h = net.add("mul", ElementwiseParams{BinaryOp::kMul}, {act, up});
+          return std::vector<TensorId>{linear(h, "down", 64, 176)};
+        },
+        config);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "matmul"), 2);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "fused_elementwise"), 1);
+    cuda_testing::expect_match(r, half ? 2e-2 : kRtol, half ? 2e-2 : kAtol);
+  }
+}
+
 TEST(CudaMatMul, IntegerProductsEqualTheCpus) {
   KILN_REQUIRE_GPU();
   struct IntCase {

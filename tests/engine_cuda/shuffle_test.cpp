@@ -1,5 +1,6 @@
 // The CUDA shuffle and gather families against the CPU backend: transposes and reshapes, concat
-// and stack, slices with steps, pads (constant, reflect, replicate), gather and scatter.
+// and stack, slices with steps, pads (constant, reflect, replicate), gather and scatter, and the
+// builder's gathers of rolls and window partitions.
 #include <utility>
 
 #include "cuda_testing.h"
@@ -172,6 +173,39 @@ TEST(CudaGather, RotateHalfIsOneFusedKernel) {
     EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "fused_elementwise"), 1);
     EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 0);
     EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "slice"), 0);
+    cuda_testing::expect_match(r, tol, tol);
+  }
+}
+
+// swin's shifted windows on the GPU: roll (two concats of slices), window partition, a per-token
+// multiply, window merge and roll back; the builder's gather_chains makes each direction one
+// gather of whole token rows (gathers of 16-byte pieces); f32 and f16, against the CPU.
+TEST(CudaGather, ShiftedWindowsAreOneGatherEachWay) {
+  KILN_REQUIRE_GPU();
+  const int64_t B = 3, S = 28, W = 7, C = 96;
+  for (const auto& [dtype, tol] :
+       {std::pair{DataType::kF32, 1e-6}, std::pair{DataType::kF16, 2e-3}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const HostTensor x = random_tensor(dtype, {B, S, S, C}, 93);
+    const auto r = cuda_testing::run_both({x}, [&](Network& net, const std::vector<TensorId>& in) {
+      const auto roll = [&](TensorId t, int64_t axis, int64_t shift, const std::string& name) {
+        auto tail = net.add(name + ".tail", SliceParams{{axis}, {shift}, {kSliceEnd}, {1}}, {t});
+        auto head = net.add(name + ".head", SliceParams{{axis}, {0}, {shift}, {1}}, {t});
+        return net.add(name, ConcatParams{axis, false}, {tail, head});
+      };
+      const int64_t n = S / W;
+      auto t = roll(roll(in[0], 1, 3, "roll_h"), 2, 3, "roll_w");
+      t = net.add("split", ShuffleParams{{}, true, {B, n, W, n, W, C}, {}}, {t});
+      t = net.add("windows", ShuffleParams{{0, 1, 3, 2, 4, 5}, true, {B * n * n, W * W, C}, {}},
+                  {t});
+      t = net.add("relu", ActivationParams{ActivationKind::kRelu}, {t});
+      t = net.add("grid", ShuffleParams{{}, true, {B, n, n, W, W, C}, {}}, {t});
+      t = net.add("merge", ShuffleParams{{0, 1, 3, 2, 4, 5}, true, {B, S, S, C}, {}}, {t});
+      t = roll(roll(t, 1, S - 3, "back_h"), 2, S - 3, "back_w");
+      return std::vector<TensorId>{net.add("add", ElementwiseParams{BinaryOp::kAdd}, {t, in[0]})};
+    });
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "gather"), 2);
     cuda_testing::expect_match(r, tol, tol);
   }
 }

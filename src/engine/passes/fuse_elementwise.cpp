@@ -9,8 +9,6 @@
 
 namespace kiln::engine {
 
-namespace {
-
 bool fusible_elementwise(const Network& net, const Layer& l) {
   if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
   for (TensorId id : l.inputs) {
@@ -19,8 +17,6 @@ bool fusible_elementwise(const Network& net, const Layer& l) {
   if (const auto* c = std::get_if<CastParams>(&l.params)) return is_floating(c->to);
   return layer_kind_traits(l.params).fusible;
 }
-
-}  // namespace
 
 // Chains (and trees) of float elementwise layers whose intermediates have one consumer become
 // one FusedElementwise layer, placed where the chain's last layer was.

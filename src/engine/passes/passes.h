@@ -32,6 +32,11 @@ int fuse_rms_norms(Network& net);
 // A concat along an axis of slices (some negated) of one tensor along that axis becomes a gather
 // by constant indices (times constant signs): rotate_half of rotary embeddings, rolls.
 int gather_concat_slices(Network& net);
+// A chain of gathers by constant indices and shuffles (each result read by the next alone) that
+// moves whole rows alike in each of a few outer blocks is one gather of rows by constant indices
+// between two views: swin's roll and window partition, and its window merge and roll back
+// (gather_chains.cpp). Gathers by one of `keep` (a refittable plan's weights) stay as they are.
+int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.
@@ -85,8 +90,19 @@ int fuse_squeeze_excitation(Network& net,
 int fold_excitation_into_projection(
     Network& net, const std::function<bool(int64_t, int64_t, int64_t, int64_t)>& applies,
     std::vector<std::string>& fusions);
+// Projections of one input (matmul(x, constant w [, constant bias]), static shapes), each result
+// read by one chain of fusible elementwise layers, the chains of two or more layers in all ending
+// in one layer (the group fuse_elementwise makes of them): one matmul with the weights side by
+// side, and a gather of each part's columns, which the fused kernel then reads in place
+// (fold_gathers_into_elementwise). SwiGLU's gate and up projections, silu(x Wg) * (x Wu): one GEMM
+// of twice the columns where there were two. For backends whose fused kernels read gathered
+// inputs.
+int merge_elementwise_projections(Network& net, std::vector<std::string>& fusions);
 // A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
 int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
+// Whether fuse_elementwise takes layer l: a float elementwise layer (or float cast) of one
+// result.
+bool fusible_elementwise(const Network& net, const Layer& l);
 // Chains (and trees) of float elementwise layers become one FusedElementwise layer.
 // A group grows only while it has at most `max_inputs` distinct inputs and `max_ops` layers
 // (0: no limit; BackendRules::max_fused_inputs/max_fused_ops).

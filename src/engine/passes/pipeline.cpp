@@ -169,11 +169,24 @@ std::vector<Pass> make_pipeline() {
                    return merge_attention_projections(n, c.backend.packed_heads, lines);
                  });
                }});
+  // After attention_projections (whose projections a packed attention reads), before the post-ops
+  // (which would take a part's activation into its matmul) and the elementwise fusion (whose
+  // groups read the parts' columns).
+  p.push_back(
+      {"elementwise_projections", [](const PassContext& c) { return c.backend.gathered_inputs; },
+       [](Network& n, const PassContext& c) {
+         return fusion(c, [&](auto& lines) { return merge_elementwise_projections(n, lines); });
+       }});
   // After the attention passes (head_permutes reads rotary's slices and concats) and dead_layers
   // (single readers counted on the live layers), before the elementwise fusion, which takes the
   // sign multiply with the multiply after it.
   p.push_back({"concat_slices", nullptr,
                [](Network& n, const PassContext&) { return gather_concat_slices(n); }});
+  // Right after concat_slices, whose rolls are gathers that meet the shuffle chains (composed
+  // above) here.
+  p.push_back({"gather_chains", nullptr, [](Network& n, const PassContext& c) {
+                 return fold_gather_chains(n, c.refit_weights);
+               }});
   // So that an activation behind a reshape meets the GEMM before it in post_ops.
   p.push_back({"activations_before_reshapes", nullptr,
                [](Network& n, const PassContext&) { return activations_before_reshapes(n); }});
