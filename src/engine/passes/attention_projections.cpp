@@ -146,6 +146,19 @@ TensorId add_merged_matmul(Network& net, const std::vector<Layer>& layers,
   return result;
 }
 
+// The network's layers become `layers` less those the index removed, each list of `before`
+// placed before its layer; then the parts' weights, now unread, go.
+void replace_layers(Network& net, std::vector<Layer>& layers, const NetworkIndex& index,
+                    std::map<size_t, std::vector<Layer>>& before) {
+  std::vector<Layer> kept;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (Layer& l : before[i]) kept.push_back(std::move(l));
+    if (!index.removed(i)) kept.push_back(std::move(layers[i]));
+  }
+  net.set_layers(std::move(kept));
+  remove_dead_layers(net);
+}
+
 }  // namespace
 
 int merge_attention_projections(
@@ -228,14 +241,7 @@ int merge_attention_projections(
     fusions.push_back(names + " -> " + out.name);
     ++merged;
   }
-  if (merged == 0) return 0;
-  std::vector<Layer> kept;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    for (Layer& l : before[i]) kept.push_back(std::move(l));
-    if (!index.removed(i)) kept.push_back(std::move(layers[i]));
-  }
-  net.set_layers(std::move(kept));
-  remove_dead_layers(net);  // the parts' weights
+  if (merged > 0) replace_layers(net, layers, index, before);
   return merged;
 }
 
@@ -312,14 +318,7 @@ int merge_elementwise_projections(Network& net, std::vector<std::string>& fusion
     fusions.push_back(names + " -> " + out.name);
     ++merged;
   }
-  if (merged == 0) return 0;
-  std::vector<Layer> kept;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    for (Layer& l : before[i]) kept.push_back(std::move(l));
-    if (!index.removed(i)) kept.push_back(std::move(layers[i]));
-  }
-  net.set_layers(std::move(kept));
-  remove_dead_layers(net);  // the parts' weights
+  if (merged > 0) replace_layers(net, layers, index, before);
   return merged;
 }
 
