@@ -6,7 +6,6 @@
 // for what it takes, what it leaves and the values it computes.
 #include "engine/builder.h"
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -129,20 +128,6 @@ TEST(Builder, GatherAndShuffleChainsAreOneRowGather) {
     auto head = net.add(name + ".head", SliceParams{{axis}, {0}, {shift}, {1}}, {x});
     return net.add(name, ConcatParams{axis, false}, {tail, head});
   };
-  const auto moving_shuffles = [](const Network& net) {
-    int n = 0;
-    for (const Layer& l : net.layers()) {
-      const auto* s = std::get_if<ShuffleParams>(&l.params);
-      if (!s) continue;
-      const Shape& in = net.tensor(l.inputs[0]).shape;
-      std::vector<int64_t> kept;
-      for (int64_t d : s->first_perm) {
-        if (in[static_cast<size_t>(d)] != 1) kept.push_back(d);
-      }
-      n += !std::is_sorted(kept.begin(), kept.end()) || !s->second_perm.empty();
-    }
-    return n;
-  };
   struct Case {
     bool shared_link, element_map;
     int chains, gathers, per_image, moving;
@@ -183,7 +168,7 @@ TEST(Builder, GatherAndShuffleChainsAreOneRowGather) {
     }
     EXPECT_EQ(gathers, c.gathers);
     EXPECT_EQ(per_image, c.per_image);
-    EXPECT_EQ(moving_shuffles(plan.network), c.moving);
+    EXPECT_EQ(count_moving_shuffles(plan.network.layers()), c.moving);
     const HostTensor in = testing::random_tensor(DataType::kF32, {2, 14, 14, 8}, 71);
     const auto built = run_engine(plan.network, {in});
     const auto layers = run_engine(net, {in});

@@ -52,7 +52,7 @@ struct SoftmaxMask {
   int64_t size[kMaskDims] = {}, stride[kMaskDims] = {};
   int64_t col_stride = 0;
   bool causal = false;
-  bool narrow = false;      // rows, sizes and offsets below 2^31
+  bool narrow = false;       // rows, sizes and offsets below 2^31
   bool bool_vector = false;  // a bool mask read as whole chunks (col_stride 1, offsets aligned)
   int64_t L = 1;
 
@@ -469,15 +469,14 @@ void softmax_kernel(KernelArgs& args) {
     const bool vector = rows_vectorizable(x, y, n);
     SoftmaxMask typed = mask;
     choose_mask_paths(typed, rows, n, vector ? 16 / static_cast<int>(dtype_size(x.dtype)) : 1);
-    if (launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), vector, args.stream(),
-                                       x.data, y.data, rows, static_cast<int>(n), p.log, typed)) {
+    if (launch_typed_rows<SoftmaxRows>(x.dtype, static_cast<int>(n), vector, args.stream(), x.data,
+                                       y.data, rows, static_cast<int>(n), p.log, typed)) {
       KILN_CUDA_CHECK_LAUNCH(args.layer.name);
       return;
     }
   }
   SoftmaxMask general = mask;
-  choose_mask_paths(general, rows, n, 1);
-  general.bool_vector = false;
+  choose_mask_paths(general, rows, n, 1);  // (bool_vector: the general kernel reads elements)
   const int warps = kThreads / kWarp;
   softmax_kernel_t<<<grid_for(rows, warps), kThreads, 0, args.stream()>>>(
       x.data, x.dtype, y.data, y.dtype, rows, n, inner, p.log, general);

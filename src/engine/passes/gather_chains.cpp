@@ -214,25 +214,6 @@ Positions trace(const Network& net, const std::vector<Layer>& layers,
   return p;
 }
 
-// Whether a shuffle moves data (a permutation of dims of more than one element that changes
-// their order).
-bool moves(const Network& net, const Layer& l, const ShuffleParams& s) {
-  const auto real = [](const std::vector<int64_t>& perm, const Shape& shape) {
-    std::vector<int64_t> kept;
-    for (int64_t d : perm) {
-      if (shape[static_cast<size_t>(d)] != 1) kept.push_back(d);
-    }
-    return !std::is_sorted(kept.begin(), kept.end());
-  };
-  const Shape& in = net.tensor(l.inputs[0]).shape;
-  const Shape& out = net.tensor(l.outputs[0]).shape;
-  if (!s.first_perm.empty() && real(s.first_perm, in)) return true;
-  if (s.second_perm.empty()) return false;
-  Shape mid(out.size());
-  for (size_t i = 0; i < out.size(); ++i) mid[static_cast<size_t>(s.second_perm[i])] = out[i];
-  return real(s.second_perm, mid);
-}
-
 // What replaces a chain: the source viewed as [outer, rows, row], `indices` of the rows gathered
 // alike for each of the outer blocks.
 struct RowGather {
@@ -324,7 +305,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
     int gathers = 0, moving = 0;
     for (const Link& k : chain) {
       gathers += !k.shuffle;
-      moving += !k.shuffle || moves(net, layers[k.layer], *k.shuffle);
+      moving += !k.shuffle || shuffle_moves_data(*k.shuffle);
     }
     if (gathers == 0 || moving < 2) continue;
     const TensorId source = layers[chain.front().layer].inputs[0];
