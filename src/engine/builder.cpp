@@ -74,6 +74,13 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.cast_into_shuffle);
   } else if (name == "decompose_attention") {
     on_off(&config.decompose_attention);
+  } else if (name == "cuda_arch") {
+    // Builds for that compute capability without asking a device (plans for a GPU elsewhere:
+    // an engine refuses to run on another one).
+    KILN_CHECK(value.size() >= 2 && value.size() <= 3 &&
+                   value.find_first_not_of("0123456789") == std::string::npos && value[0] != '0',
+               InvalidArgument, "switch `", name_value,
+               "`: expected cuda_arch=NN, a compute capability such as 90");
   } else if (name == "cuda_pointwise" || name == "cuda_depthwise") {
     // Read by the CUDA kernels from the plan's switches (cuda::KernelOptions).
     const char* other = name == "cuda_pointwise" ? "cudnn" : "strip";
@@ -93,7 +100,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
                "cuda_grouped, gemm_fold, "
                "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
-               "reuse_algorithms, first_call_gemm)");
+               "reuse_algorithms, first_call_gemm, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }
@@ -109,7 +116,13 @@ EngineTarget target_of(const BuilderConfig& config) {
                "`: this build of kiln has no CUDA backend (CMake found no CUDA toolkit)");
     target.device = "cuda";
     target.device_index = cuda::parse_device(config.device);
-    target.compute_capability = cuda::compute_capability(target.device_index);
+    target.compute_capability = 0;
+    for (const std::string& s : config.switches) {
+      if (s.rfind("cuda_arch=", 0) == 0) target.compute_capability = std::stoi(s.substr(10));
+    }
+    if (target.compute_capability == 0) {
+      target.compute_capability = cuda::compute_capability(target.device_index);
+    }
   }
   target.switches = config.switches;
   return target;

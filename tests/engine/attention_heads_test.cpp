@@ -235,6 +235,53 @@ TEST(AttentionHeads, AProjectionBetweenTwoAttentionsKeepsItsShuffle) {
   EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
 }
 
+// Swin's window attention: the window partition (reshape, permute of the window and position
+// dims, reshape) before the qkv projection and its reverse after the out-projection. No head
+// split takes them, so moving them across the projections would only make the partition shuffle
+// the three times wider qkv rows (and part it from a roll before it, which gather_chains composes
+// with it): row_shuffles leaves both where they are, each shuffling rows of D elements, and the
+// values are the unbuilt network's.
+TEST(AttentionHeads, WindowPartitionsStayOnTheNarrowRows) {
+  const int64_t side = 4, window = 2, H = 2, E = 4, D = H * E;
+  const int64_t windows = (side / window) * (side / window), tokens = window * window;
+  Network net;
+  const auto x = net.add_input("x", DataType::kF32, {1, side, side, D});
+  const auto grid = [&](const std::string& name, TensorId t) {
+    return net.add(name, reshape({1, side / window, window, side / window, window, D}), {t});
+  };
+  const auto parted =
+      net.add("partition", reshape({windows, tokens, D}),
+              {net.add("partition.p", permute({0, 1, 3, 2, 4, 5}), {grid("partition.r", x)})});
+  MatMulParams linear;
+  linear.transpose_b = true;
+  linear.post.has_bias = true;
+  const auto qkv = net.add("qkv", linear,
+                           {parted, testing::random_constant(net, "w_qkv", {3 * D, D}, 31),
+                            testing::random_constant(net, "b_qkv", {3 * D}, 32)});
+  const auto o = net.add("attn", AttentionParams{},
+                         {split(net, qkv, "q", 3, 0, H, E), split(net, qkv, "k", 3, 1, H, E),
+                          split(net, qkv, "v", 3, 2, H, E)});
+  const auto proj = net.add("proj", linear,
+                            {merge(net, o), testing::random_constant(net, "w_proj", {D, D}, 33),
+                             testing::random_constant(net, "b_proj", {D}, 34)});
+  const auto reverse =
+      net.add("reverse.p", permute({0, 1, 3, 2, 4, 5}),
+              {net.add("reverse.r", reshape({1, side / window, side / window, window, window, D}),
+                       {proj})});
+  net.mark_output(net.add("reverse", reshape({1, side, side, D}), {reverse}), "y");
+  const Built b = run_both(net, {random_tensor(DataType::kF32, {1, side, side, D}, 35)});
+  EXPECT_EQ(b.report.changes("row_shuffles"), 0) << b.report.to_string();
+  EXPECT_EQ(b.report.changes("attention_heads"), 1) << b.report.to_string();
+  EXPECT_EQ(b.report.shuffles, 2) << b.report.to_string();
+  for (const Layer& l : b.plan.network.layers()) {
+    const auto* s = std::get_if<ShuffleParams>(&l.params);
+    if (s != nullptr && shuffle_moves_data(*s)) {
+      EXPECT_EQ(b.plan.network.tensor(l.outputs[0]).shape.back(), D) << l.name;
+    }
+  }
+  EXPECT_TRUE(testing::near(b.folded[0], testing::to_doubles(b.unbuilt[0]), 1e-5, 1e-6));
+}
+
 // Queries from one tensor, keys and values from another of another length (cross-attention).
 TEST(AttentionHeads, CrossAttentionFolds) {
   const int64_t B = 3, L = 5, S = 9, H = 2, E = 4;

@@ -346,7 +346,8 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   EXPECT_EQ(config.squeeze_excitation, std::optional<bool>(true));
   for (const char* bad :
        {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on", "excitation_projection",
-        "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip"}) {
+        "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip",
+        "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000", "cuda_arch="}) {
     try {
       BuilderConfig c;
       apply_switch(c, bad);

@@ -67,6 +67,19 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(o.attention_key_split);
 }
 
+// cuda_arch=NN builds a plan for that compute capability without asking a device (no GPU needed:
+// plans for a GPU elsewhere), and the plan keeps it through serialization.
+TEST(CudaBuilder, ArchSwitchBuildsForThatArchitectureWithoutADevice) {
+  BuilderConfig config;
+  config.device = "cuda";
+  apply_switch(config, "cuda_arch=87");
+  const Plan plan = build(small_network(), config);
+  EXPECT_EQ(plan.target.device, "cuda");
+  EXPECT_EQ(plan.target.compute_capability, 87);
+  const auto bytes = serialize_plan(plan);
+  EXPECT_EQ(deserialize_plan(bytes.data(), bytes.size()).target.compute_capability, 87);
+}
+
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 TEST(CudaRuntime, DevicePointersOnTheCallersStream) {

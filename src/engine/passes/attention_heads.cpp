@@ -446,9 +446,7 @@ std::optional<RepeatedHeads> repeated_heads(const Network& net, const std::vecto
   return repeated_heads(Graph{net, layers, index}, id);
 }
 
-int fold_attention_heads(
-    Network& net, const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
-                                           const TensorDesc&)>& accept) {
+int fold_attention_heads(Network& net, const PackedHeads& accept) {
   merge_leading_dims(net);
   std::vector<Layer> layers = net.layers();
   NetworkIndex index(net, layers);

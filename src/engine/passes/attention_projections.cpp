@@ -161,11 +161,8 @@ void replace_layers(Network& net, std::vector<Layer>& layers, const NetworkIndex
 
 }  // namespace
 
-int merge_attention_projections(
-    Network& net,
-    const std::function<bool(const AttentionParams&, const std::vector<TensorDesc>&,
-                             const TensorDesc&)>& accept,
-    std::vector<std::string>& fusions) {
+int merge_attention_projections(Network& net, const PackedHeads& accept,
+                                std::vector<std::string>& fusions) {
   std::vector<Layer> layers = net.layers();
   NetworkIndex index(net, layers);
   std::map<size_t, std::vector<Layer>> before;  // merged layers, at their first part's place

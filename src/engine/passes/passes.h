@@ -1,8 +1,8 @@
 // The builder's passes that need no header of their own (layout.h, precision.h,
-// attention_heads.h and scale_shift.h have theirs), one file each. Each takes the network and what
-// it needs to decide (a backend's answer as a function, a list for the lines it reports) and
-// returns how many rewrites it made; pipeline.cpp adapts them to PassContext. Each leaves the
-// network valid (verify.h), which the pipeline checks after every pass.
+// attention_heads.h (with row_shuffles.cpp) and scale_shift.h have theirs), one file each. Each
+// takes the network and what it needs to decide (a backend's answer as a function, a list for the
+// lines it reports) and returns how many rewrites it made; pipeline.cpp adapts them to PassContext.
+// Each leaves the network valid (verify.h), which the pipeline checks after every pass.
 #pragma once
 
 #include <functional>
@@ -64,12 +64,6 @@ int decompose_attention(
 int fold_written_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
-// Shuffles that move whole rows (permute and regroup leading dims, the last dim kept) cross the
-// row-wise matmuls (a 2-d b, no residual) between them and an attention: down, below the matmul,
-// where its result goes on only to attention operands; up, above it, where its input comes from
-// an attention's result alone. nn.MultiheadAttention's seq-first transposes, as torch.export
-// writes them, then meet the head split and merge, which attention_heads folds.
-int move_row_shuffles(Network& net);
 // f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
 int allow_tf32(Network& net);
 // f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form.

@@ -115,7 +115,9 @@ std::vector<Pass> make_pipeline() {
   // merge instead of behind the projections.
   p.push_back({"row_shuffles",
                [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
-               [](Network& n, const PassContext&) { return move_row_shuffles(n); }});
+               [](Network& n, const PassContext& c) {
+                 return move_row_shuffles(n, c.backend.packed_heads);
+               }});
   // After the precisions (the cuda kernel takes packed heads in f16/bf16 only), before folding
   // and dead-layer removal, which clear the head-split views it leaves behind.
   p.push_back({"attention_heads",

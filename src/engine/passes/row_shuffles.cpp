@@ -1,6 +1,7 @@
 // Row shuffles moved across the projections of an attention (passes.h).
 #include <string>
 
+#include "engine/passes/attention_heads.h"
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
 
@@ -79,9 +80,8 @@ bool from_attention(const Network& net, const NetworkIndex& index, TensorId id) 
   return false;
 }
 
-}  // namespace
-
-int move_row_shuffles(Network& net) {
+// Every move there is, until none is left; returns their number.
+int move_all(Network& net) {
   int moved = 0;
   const auto fresh = [&](const std::string& base) {
     return base + ":rows" + std::to_string(moved);
@@ -156,6 +156,35 @@ int move_row_shuffles(Network& net) {
     }
   }
   return moved;
+}
+
+// The elements the shuffles of `net` that move data write, once the head folding has taken what
+// it takes and the views it leaves are gone (a dynamic dim counts as 1: both networks compared
+// have the same ones).
+int64_t shuffled_after_folding(Network net, const PackedHeads& accept) {
+  fold_attention_heads(net, accept);
+  remove_dead_layers(net);
+  int64_t n = 0;
+  for (const Layer& l : net.layers()) {
+    const auto* s = std::get_if<ShuffleParams>(&l.params);
+    if (s == nullptr || !shuffle_moves_data(*s)) continue;
+    int64_t elements = 1;
+    for (int64_t d : net.tensor(l.outputs[0]).shape) elements *= d > 0 ? d : 1;
+    n += elements;
+  }
+  return n;
+}
+
+}  // namespace
+
+int move_row_shuffles(Network& net, const PackedHeads& accept) {
+  Network moved = net;
+  const int n = move_all(moved);
+  if (n == 0 || shuffled_after_folding(moved, accept) >= shuffled_after_folding(net, accept)) {
+    return 0;
+  }
+  net = std::move(moved);
+  return n;
 }
 
 }  // namespace kiln::engine
