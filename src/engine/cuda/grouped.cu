@@ -1,18 +1,21 @@
 // CUDA grouped 2-d convolution on channels-last data (x [N, H, W, C], weights [Cout, kh, kw,
 // C / groups]) in f16 or bf16, for groups of 8 to 64 channels a side (regnet's 24 and 48,
-// resnext's 8 to 32): an implicit GEMM on tensor cores (WMMA, fp32 accumulation). A block takes
-// 64 output pixels of a tile of whole groups, as many as fit 64 channels a side (8 groups of 8,
-// one of 48): for each filter tap it stages the pixels' input channels of the tile and the tap's
-// weights as a block-diagonal matrix in shared memory (cp.async, two stages, so that the next tap
-// loads while this one multiplies); each warp multiplies 16 pixels by the tile's filters, skipping
-// the 16x16 blocks that lie outside every group, and the epilogue adds bias, activation, residual
-// and the second activation. cuDNN's grouped convolutions run 10-100x over the memory floor on
-// regnet's shapes, NHWC worst (bench/NOTES.md G48).
+// resnext's 8 to 32), and in f32 on TF32 (where the layer allows it) for groups of 8 to 48: an
+// implicit GEMM on tensor cores (WMMA, fp32 accumulation). A block takes 64 output pixels of a
+// tile of whole groups, as many as fit 64 channels a side (8 groups of 8, one of 48; 48 channels
+// in f32, whose staged rows take twice the bytes): for each filter tap it stages the pixels' input
+// channels of the tile and the tap's weights as a block-diagonal matrix in shared memory
+// (cp.async, two stages, so that the next tap loads while this one multiplies); each warp
+// multiplies 16 pixels by the tile's filters, skipping the blocks of the MMA that lie outside
+// every group, and the epilogue adds bias, activation, residual and the second activation.
+// cuDNN's grouped convolutions run 10-100x over the memory floor on regnet's shapes, NHWC worst
+// (bench/NOTES.md G48).
 #include <mma.h>
 
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
@@ -27,11 +30,21 @@ constexpr int kWarps = 4;
 constexpr int kRows = kWarps * 16;  // output pixels a block computes, 16 per warp
 constexpr int kMaxGroupChannels = 64;
 
+// Per element type: the channels of a tile a side, the elements of a 16-byte word, and the MMA's
+// operand type and depth (f16/bf16 16x16x16; f32 as TF32, 16x16x8).
+template <class T>
+struct Elem {
+  static constexpr int kMaxTile = sizeof(T) == 4 ? 48 : kMaxGroupChannels;
+  static constexpr int kWord = 16 / sizeof(T);
+  static constexpr int kK = sizeof(T) == 4 ? 8 : 16;
+  using Mma = std::conditional_t<std::is_same_v<T, float>, wmma::precision::tf32, T>;
+};
+
 struct GroupedArgs {
   const void *x, *w, *bias, *residual;
   void* y;
   int h, w_in, c, oh, ow, cout, cg_in, cg_out;
-  int groups, tile_groups;  // groups, and groups a block takes (tile_groups * cg <= 64 a side)
+  int groups, tile_groups;  // groups, and groups a block takes (Elem::kMaxTile channels a side)
   int kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t pixels;  // N * oh * ow
   ActivationKind act, act2;
@@ -39,19 +52,29 @@ struct GroupedArgs {
 };
 
 // Channels of a group rounded up to the MMA's 16, and the shared-memory row pitch (in elements)
-// that staggers rows across banks.
+// that staggers rows across banks by a 16-byte word.
 __host__ __device__ inline int padded(int channels) {
   return (channels + 15) / 16 * 16;
 }
+template <class T>
 __host__ __device__ inline int pitch(int channels) {
-  return padded(channels) + 8;
+  return padded(channels) + Elem<T>::kWord;
+}
+
+// TF32 operands are f32 values rounded to TF32 first; f16/bf16 ones are taken as they are.
+template <class T, class Fragment>
+__device__ inline void round_operand(Fragment& f) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int t = 0; t < f.num_elements; ++t) f.x[t] = wmma::__float_to_tf32(f.x[t]);
+  }
 }
 
 // Shared memory of a launch: two stages of (pixels x the tile's input channels, its filters x its
 // input channels), reused by the epilogue for each warp's 16 x (NF * 16) fp32 results.
 template <class T, int NF>
 size_t shared_bytes(int tile_in) {
-  const size_t stages = size_t{2} * (kRows + NF * 16) * pitch(tile_in) * sizeof(T);
+  const size_t stages = size_t{2} * (kRows + NF * 16) * pitch<T>(tile_in) * sizeof(T);
   const size_t results = size_t{kWarps} * 16 * (NF * 16 + 4) * sizeof(float);
   return std::max(stages, results);
 }
@@ -65,8 +88,9 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
   const int g0 = blockIdx.y * a.tile_groups;  // the tile's first group
   const int tile_groups = min(a.tile_groups, a.groups - g0);
   const int tile_in = tile_groups * a.cg_in, tile_out = tile_groups * a.cg_out;
-  const int kpad = padded(tile_in), ld = pitch(tile_in);
-  const int words = kpad / 8, in_words = tile_in / 8;  // 16-byte words of a staged row
+  using E = Elem<T>;
+  const int kpad = padded(tile_in), ld = pitch<T>(tile_in);
+  const int words = kpad / E::kWord, in_words = tile_in / E::kWord;  // 16-byte words of a row
   const int stage_elems = (kRows + NF * 16) * ld;
   T* const stages = reinterpret_cast<T*>(smem);
   const int tid = threadIdx.x, warp = tid / 32;
@@ -99,38 +123,38 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
       if (word < in_words && row_base[row] >= 0) {
         const int iy = row_y[row] + r * a.dh, ix = row_x[row] + s * a.dw;
         if (iy >= 0 && iy < a.h && ix >= 0 && ix < a.w_in) {
-          src = x + ((row_base[row] + iy) * a.w_in + ix) * a.c + word * 8;
+          src = x + ((row_base[row] + iy) * a.w_in + ix) * a.c + word * E::kWord;
           bytes = 16;
         }
       }
-      copy16_async(as + row * ld + word * 8, src, bytes);
+      copy16_async(as + row * ld + word * E::kWord, src, bytes);
     }
     for (int i = tid; i < NF * 16 * words; i += kWarps * 32) {
       const int o = i / words, word = i % words;
       const T* src = w;
       int bytes = 0;
       if (o < tile_out && word < in_words) {
-        const int group = o / a.cg_out, ci = word * 8 - group * a.cg_in;  // within o's group
+        const int group = o / a.cg_out, ci = word * E::kWord - group * a.cg_in;  // in o's group
         if (ci >= 0 && ci < a.cg_in) {
           src = w + (int64_t(o) * taps + tap) * a.cg_in + ci;
           bytes = 16;
         }
       }
-      copy16_async(bs + o * ld + word * 8, src, bytes);
+      copy16_async(bs + o * ld + word * E::kWord, src, bytes);
     }
     commit_async();
   };
 
-  // The 16-wide input chunks fragment f's groups read: [chunk_lo[f], chunk_hi[f]).
+  // The MMA-deep input chunks fragment f's groups read: [chunk_lo[f], chunk_hi[f]).
   int chunk_lo[NF], chunk_hi[NF];
 #pragma unroll
   for (int f = 0; f < NF; ++f) {
     const int first = min(16 * f, tile_out - 1) / a.cg_out;
     const int last = min(16 * f + 15, tile_out - 1) / a.cg_out;
-    chunk_lo[f] = first * a.cg_in / 16;
-    chunk_hi[f] = ((last + 1) * a.cg_in + 15) / 16;
+    chunk_lo[f] = first * a.cg_in / E::kK;
+    chunk_hi[f] = ((last + 1) * a.cg_in + E::kK - 1) / E::kK;
   }
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
+  wmma::fragment<wmma::accumulator, 16, 16, E::kK, float> acc[NF];
 #pragma unroll
   for (int f = 0; f < NF; ++f) wmma::fill_fragment(acc[f], 0.f);
   load(0, 0);
@@ -144,59 +168,65 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
     __syncthreads();
     const T* as = stages + (tap & 1) * stage_elems + warp * 16 * ld;
     const T* bs = stages + (tap & 1) * stage_elems + kRows * ld;
-    for (int kc = 0; kc < kpad / 16; ++kc) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-      wmma::load_matrix_sync(fa, as + kc * 16, ld);
+    for (int kc = 0; kc < kpad / E::kK; ++kc) {
+      wmma::fragment<wmma::matrix_a, 16, 16, E::kK, typename E::Mma, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, as + kc * E::kK, ld);
+      round_operand<T>(fa);
 #pragma unroll
       for (int f = 0; f < NF; ++f) {
         if (kc < chunk_lo[f] || kc >= chunk_hi[f]) continue;  // zeros of the block diagonal
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-        wmma::load_matrix_sync(fb, bs + f * 16 * ld + kc * 16, ld);
+        wmma::fragment<wmma::matrix_b, 16, 16, E::kK, typename E::Mma, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, bs + f * 16 * ld + kc * E::kK, ld);
+        round_operand<T>(fb);
         wmma::mma_sync(acc[f], fa, fb, acc[f]);
       }
     }
     __syncthreads();
   }
 
-  // Epilogue: the warp's results through shared memory, then 8 channels (16 bytes) a lane.
+  // Epilogue: the warp's results through shared memory, then 16 bytes of channels a lane.
   constexpr int ldc = NF * 16 + 4;
   float* cs = reinterpret_cast<float*>(smem) + warp * 16 * ldc;
 #pragma unroll
   for (int f = 0; f < NF; ++f)
     wmma::store_matrix_sync(cs + f * 16, acc[f], ldc, wmma::mem_row_major);
   __syncwarp();
-  const int out_words = tile_out / 8;
+  constexpr int kW = E::kWord;
+  const int out_words = tile_out / kW;
   for (int i = tid % 32; i < 16 * out_words; i += 32) {
     const int row = i / out_words, word = i % out_words;
     const int64_t m = m0 + warp * 16 + row;
     if (m >= a.pixels) continue;
-    const int ch = g0 * a.cg_out + word * 8;
-    float v[8];
+    const int ch = g0 * a.cg_out + word * kW;
+    float v[kW];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = cs[row * ldc + word * 8 + j];
+    for (int j = 0; j < kW; ++j) v[j] = cs[row * ldc + word * kW + j];
     if (a.bias) {
       const auto b = *reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(a.bias) + ch);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += static_cast<float>(b.v[j]);
+      for (int j = 0; j < kW; ++j) v[j] += static_cast<float>(b.v[j]);
     }
     activate_all(a.act, v, a.alpha, a.beta);
     const int64_t off = m * a.cout + ch;
     if (a.residual) {
       const auto r = *reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(a.residual) + off);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += static_cast<float>(r.v[j]);
+      for (int j = 0; j < kW; ++j) v[j] += static_cast<float>(r.v[j]);
       activate_all(a.act2, v, a.alpha2, a.beta2);
     }
     Vec16<T> o;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) o.v[j] = T(v[j]);
+    for (int j = 0; j < kW; ++j) o.v[j] = T(v[j]);
     *reinterpret_cast<Vec16<T>*>(static_cast<T*>(a.y) + off) = o;
   }
 }
 
-// At most 36 KiB of dynamic shared memory (64 channels a side): no opt-in above 48 KiB needed.
+// At most 36 KiB of dynamic shared memory (64 channels a side in f16, 48 in f32): no opt-in
+// above 48 KiB needed.
 static_assert(2 * (kRows + kMaxGroupChannels) * (kMaxGroupChannels + 8) * 2 + 1024 <= 48 * 1024,
               "shared memory of the widest groups");
+static_assert(2 * (kRows + 48) * (48 + 4) * 4 + 1024 <= 48 * 1024,
+              "shared memory of the widest f32 groups");
 
 template <class T, int NF>
 void launch(cudaStream_t stream, const GroupedArgs& a) {
@@ -215,8 +245,12 @@ void launch_for(cudaStream_t stream, const GroupedArgs& a) {
       return launch<T, 2>(stream, a);
     case 3:
       return launch<T, 3>(stream, a);
-    default:
-      return launch<T, 4>(stream, a);
+    default:  // f32 tiles have at most 48 output channels, 3 fragments
+      if constexpr (Elem<T>::kMaxTile > 48) {
+        return launch<T, 4>(stream, a);
+      } else {
+        return launch<T, 3>(stream, a);
+      }
   }
 }
 
@@ -228,14 +262,16 @@ bool grouped_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const
   if (path == GroupedPath::kCudnn || !p.channels_last || p.transposed || p.groups <= 1 ||
       x.shape.size() != 4 || w.shape.size() != 4 || out.shape.size() != 4)
     return false;
-  if ((out.dtype != DataType::kF16 && out.dtype != DataType::kBF16) || x.dtype != out.dtype ||
-      w.dtype != out.dtype)
+  // f32 only on TF32 (the layer's tf32: not under --disable-tf32).
+  const bool f32 = out.dtype == DataType::kF32;
+  if ((out.dtype != DataType::kF16 && out.dtype != DataType::kBF16 && !(f32 && p.tf32)) ||
+      x.dtype != out.dtype || w.dtype != out.dtype)
     return false;
   const int64_t c = x.shape[3], cout = out.shape[3], groups = p.groups;
   if (c % groups != 0 || cout % groups != 0 || groups > 65535) return false;
   const int64_t cg_in = c / groups, cg_out = cout / groups;
-  if (cg_in % 8 != 0 || cg_out % 8 != 0 || cg_in > kMaxGroupChannels || cg_out > kMaxGroupChannels)
-    return false;
+  const int64_t widest = f32 ? Elem<float>::kMaxTile : Elem<__half>::kMaxTile;
+  if (cg_in % 8 != 0 || cg_out % 8 != 0 || cg_in > widest || cg_out > widest) return false;
   // cuDNN has fast kernels for power-of-two group widths (resnext50_32x4d's 8, 16 and 32: 1.31
   // ms at batch 32 against 1.82 here) and slow ones for the others (regnet's 24 and 48: 5.07 and
   // 7.10 ms against 2.40 and 2.32 here; bench/NOTES.md G48).
@@ -266,14 +302,17 @@ void launch_grouped_nhwc(cudaStream_t stream, const std::string& layer, const Co
   a.cout = static_cast<int>(out.shape[3]);
   a.groups = static_cast<int>(p.groups);
   a.cg_in = a.c / a.groups, a.cg_out = a.cout / a.groups;
-  a.tile_groups = std::min(a.groups, kMaxGroupChannels / std::max(a.cg_in, a.cg_out));
+  const int widest = out.dtype == DataType::kF32 ? Elem<float>::kMaxTile : kMaxGroupChannels;
+  a.tile_groups = std::min(a.groups, widest / std::max(a.cg_in, a.cg_out));
   set_conv2d_window(a, p, w.shape);
   a.pixels = out.shape[0] * out.shape[1] * out.shape[2];
   if (a.pixels == 0) return;
   if (out.dtype == DataType::kF16) {
     launch_for<__half>(stream, a);
-  } else {
+  } else if (out.dtype == DataType::kBF16) {
     launch_for<__nv_bfloat16>(stream, a);
+  } else {
+    launch_for<float>(stream, a);
   }
   KILN_CUDA_CHECK_LAUNCH(layer);
 }
