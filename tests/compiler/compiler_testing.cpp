@@ -48,6 +48,51 @@ namespace {
   return ::testing::AssertionFailure() << where << ": " << a << " != " << b;
 }
 
+}  // namespace
+
+::testing::AssertionResult closer_to_exact(const torch::jit::IValue& actual,
+                                           const torch::jit::IValue& fp32,
+                                           const torch::jit::IValue& exact,
+                                           const std::string& where) {
+  if (exact.isTensor()) {
+    if (!actual.isTensor() || !fp32.isTensor() ||
+        actual.toTensor().sizes() != exact.toTensor().sizes() ||
+        fp32.toTensor().sizes() != exact.toTensor().sizes()) {
+      return ::testing::AssertionFailure() << where << ": not comparable with the fp64 answer";
+    }
+    const at::Tensor e = exact.toTensor().to(at::kDouble);
+    const double ours = (actual.toTensor().to(at::kDouble) - e).abs().max().item<double>();
+    const double torch = (fp32.toTensor().to(at::kDouble) - e).abs().max().item<double>();
+    const double scale = e.abs().max().item<double>();
+    if (!(ours <= 2 * torch + 1e-6 && ours <= 1e-3 * scale + 1e-5)) {
+      return ::testing::AssertionFailure()
+             << where << ": max error against fp64 " << ours << ", PyTorch's fp32 " << torch
+             << " (max|exact| = " << scale << ")";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  if (exact.isTuple() || exact.isList()) {
+    const auto list = [](const torch::jit::IValue& v) {
+      return v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+    };
+    if (!(actual.isTuple() || actual.isList()) || !(fp32.isTuple() || fp32.isList())) {
+      return ::testing::AssertionFailure() << where << ": not a tuple or list";
+    }
+    const auto xs = list(actual), ts = list(fp32), es = list(exact);
+    if (xs.size() != es.size() || ts.size() != es.size()) {
+      return ::testing::AssertionFailure() << where << ": size differs";
+    }
+    for (size_t i = 0; i < es.size(); ++i) {
+      auto r = closer_to_exact(xs[i], ts[i], es[i], where + "[" + std::to_string(i) + "]");
+      if (!r) return r;
+    }
+    return ::testing::AssertionSuccess();
+  }
+  return compare(actual, fp32, where);
+}
+
+namespace {
+
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -62,6 +107,31 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
 ::testing::AssertionResult matches_reference(const torch::jit::IValue& actual,
                                              const torch::jit::IValue& expected) {
   return compare(actual, expected, "output");
+}
+
+::testing::AssertionResult matches_model_reference(const torch::jit::IValue& actual,
+                                                   const torch::jit::Module& module,
+                                                   const std::vector<torch::jit::IValue>& inputs) {
+  torch::jit::Module m = module;
+  const torch::jit::IValue fp32 = m.forward(inputs);
+  ::testing::AssertionResult plain = compare(actual, fp32, "output");
+  if (plain) return plain;
+  torch::jit::IValue exact;
+  try {
+    torch::jit::Module m64 = module.clone();
+    m64.to(at::kDouble);
+    std::vector<torch::jit::IValue> in64;
+    for (const auto& v : inputs) {
+      const bool floating = v.isTensor() && at::isFloatingType(v.toTensor().scalar_type());
+      in64.push_back(floating ? torch::jit::IValue(v.toTensor().to(at::kDouble)) : v);
+    }
+    exact = m64.forward(in64);
+  } catch (const std::exception& e) {
+    return plain << " (no fp64 answer to weigh it against: " << e.what() << ")";
+  }
+  ::testing::AssertionResult weighed = closer_to_exact(actual, fp32, exact, "output");
+  if (weighed) return weighed;
+  return weighed << "; against PyTorch's fp32 answer, " << plain.message();
 }
 
 size_t count_segments(const CompileReport& report, const std::string& target) {

@@ -13,6 +13,22 @@ namespace kiln::testing {
 ::testing::AssertionResult matches_reference(const torch::jit::IValue& actual,
                                              const torch::jit::IValue& expected);
 
+// A whole model's answer: `actual` agrees with module.forward(inputs) as matches_reference says,
+// or, where two correct fp32 answers of a deep network differ by more (the order of its sums: the
+// CPU's vector width picks oneDNN's kernels), is no further from the module's answer in fp64
+// than twice PyTorch's fp32 answer is, and within 1e-3 * max|exact|. A module that cannot run in
+// fp64 is held to matches_reference alone.
+::testing::AssertionResult matches_model_reference(const torch::jit::IValue& actual,
+                                                   const torch::jit::Module& module,
+                                                   const std::vector<torch::jit::IValue>& inputs);
+
+// The second test of matches_model_reference: `actual` (kiln's) and `fp32` (PyTorch's) against
+// `exact` (the fp64 answer), per tensor of tuples and lists.
+::testing::AssertionResult closer_to_exact(const torch::jit::IValue& actual,
+                                           const torch::jit::IValue& fp32,
+                                           const torch::jit::IValue& exact,
+                                           const std::string& where = "output");
+
 size_t count_segments(const CompileReport& report, const std::string& target);
 
 // Saves the module, then runs forward(inputs) in a fresh process and returns its output.

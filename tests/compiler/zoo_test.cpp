@@ -1,8 +1,9 @@
 // The model zoo: each torchvision architecture (and the test models without fallback) compiles
 // with require_full_compilation into one engine, matches PyTorch at batch 1 and 4, and runs after
-// save and load in fresh C++ and Python processes. Each compiles once with a dynamic batch (1..4),
-// also those whose traced shape arithmetic reads the batch (vit_tiny's class token expanded to
-// x.size(0), shufflenet's channel shuffle views).
+// save and load in fresh C++ and Python processes (matches_model_reference: within the issue's
+// tolerance of PyTorch's answer, or as close to the fp64 answer as PyTorch's fp32 one). Each
+// compiles once with a dynamic batch (1..4), also those whose traced shape arithmetic reads the
+// batch (vit_tiny's class token expanded to x.size(0), shufflenet's channel shuffle views).
 #include <gtest/gtest.h>
 
 #include "compiler/compiler_testing.h"
@@ -40,15 +41,15 @@ TEST_P(Zoo, CompilesIntoOneEngineAndMatchesAtBatch1And4) {
   EXPECT_EQ(report.torch_ops, 0u) << report.summary();
   for (int64_t batch : {1, 4}) {
     const at::Tensor x = input_of(batch);
-    EXPECT_TRUE(testing::matches_reference(compiled.forward({x}), m.module.forward({x})))
+    EXPECT_TRUE(testing::matches_model_reference(compiled.forward({x}), m.module, {x}))
         << name << " at batch " << batch;
   }
   const at::Tensor x4 = input_of(4), x1 = input_of(1);
-  EXPECT_TRUE(testing::matches_reference(
-      testing::run_in_fresh_cpp_process(compiled, {x4}, "zoo_" + name), m.module.forward({x4})))
+  EXPECT_TRUE(testing::matches_model_reference(
+      testing::run_in_fresh_cpp_process(compiled, {x4}, "zoo_" + name), m.module, {x4}))
       << name << ": fresh C++ process";
-  EXPECT_TRUE(testing::matches_reference(
-      testing::run_in_fresh_python_process(compiled, {x1}, "zoo_" + name), m.module.forward({x1})))
+  EXPECT_TRUE(testing::matches_model_reference(
+      testing::run_in_fresh_python_process(compiled, {x1}, "zoo_" + name), m.module, {x1}))
       << name << ": fresh Python process";
 }
 

@@ -1,11 +1,12 @@
-// The builder's structural rewrites: of written-out forms, RMS norm (rms_norms) and a concat of
-// slices of one tensor (concat_slices); chains of gathers and shuffles as one gather of rows
-// (gather_chains); projections of one elementwise group as one matmul (elementwise_projections);
-// attention as two matmuls and a (masked) softmax
-// (decompose_attention) and written-out attention as one layer (written_attention). Each is checked
-// for what it takes, what it leaves and the values it computes.
+// The builder's structural rewrites: of written-out forms, RMS norm (rms_norms), a concat of
+// slices of one tensor (concat_slices) and of strided slices (strided_concats); chains of gathers
+// and shuffles as one gather of rows (gather_chains); projections of one elementwise group as one
+// matmul (elementwise_projections); attention as two matmuls and a (masked) softmax
+// (decompose_attention) and written-out attention as one layer (written_attention). Each is
+// checked for what it takes, what it leaves and the values it computes.
 #include "engine/builder.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,121 @@ TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
                                         testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 62)};
     EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
+// A concat of strided slices of one tensor that take each element once is one space-to-depth
+// shuffle: swin's patch merging (NHWC, parts counting H's phase fastest, the H slices shared by
+// two parts each as torchvision's trace has them), YOLOv5's Focus (NCHW, channels), three phases
+// of W, and phases of one axis sliced twice (x[:, 1::2][:, ::2]: a step of 4). It stays where the
+// parts are not in an order of their phases, miss one, take a phase twice, or read two tensors.
+// Values exactly as the layers gave.
+TEST(Builder, ConcatOfStridedSlicesIsOneShuffle) {
+  struct Phase {
+    int64_t axis, start, step;
+  };
+  struct Case {
+    std::string name;
+    Shape shape;
+    int64_t concat_axis;
+    std::vector<std::vector<Phase>> parts;
+    bool second_source;
+    int rewrites;
+  };
+  const std::vector<std::vector<Phase>> swin = {{{1, 0, 2}, {2, 0, 2}},
+                                                {{1, 1, 2}, {2, 0, 2}},
+                                                {{1, 0, 2}, {2, 1, 2}},
+                                                {{1, 1, 2}, {2, 1, 2}}};
+  const std::vector<std::vector<Phase>> focus = {{{2, 0, 2}, {3, 0, 2}},
+                                                 {{2, 1, 2}, {3, 0, 2}},
+                                                 {{2, 0, 2}, {3, 1, 2}},
+                                                 {{2, 1, 2}, {3, 1, 2}}};
+  auto shuffled = swin;
+  std::swap(shuffled[1], shuffled[3]);
+  auto twice = swin;
+  twice[3] = twice[0];
+  const Case cases[] = {
+      {"swin", {2, 6, 8, 5}, 3, swin, false, 1},
+      {"focus", {2, 3, 6, 8}, 1, focus, false, 1},
+      {"thirds", {2, 4, 9, 5}, -1, {{{2, 0, 3}}, {{2, 1, 3}}, {{2, 2, 3}}}, false, 1},
+      {"quarters",
+       {2, 8, 3},
+       2,
+       {{{1, 0, 2}, {1, 0, 2}},
+        {{1, 1, 2}, {1, 0, 2}},
+        {{1, 0, 2}, {1, 1, 2}},
+        {{1, 1, 2}, {1, 1, 2}}},
+       false,
+       1},
+      {"out of order", {2, 6, 8, 5}, 3, shuffled, false, 0},
+      {"missing", {2, 6, 8, 5}, 3, {swin[0], swin[1], swin[2]}, false, 0},
+      {"twice", {2, 6, 8, 5}, 3, twice, false, 0},
+      {"two sources", {2, 6, 8, 5}, 3, swin, true, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, c.shape);
+    auto other = net.add_input("other", DataType::kF32, c.shape);
+    std::map<std::string, TensorId> made;  // slices shared by parts, as in torchvision's trace
+    std::vector<TensorId> parts;
+    for (size_t k = 0; k < c.parts.size(); ++k) {
+      TensorId t = c.second_source && k == 1 ? other : x;
+      std::string key = t == x ? "x" : "other";
+      for (const Phase& ph : c.parts[k]) {
+        key += "/" + std::to_string(ph.axis) + ":" + std::to_string(ph.start);
+        auto it = made.find(key);
+        if (it == made.end()) {
+          it = made.emplace(key, net.add("slice" + key,
+                                         SliceParams{{ph.axis}, {ph.start}, {kSliceEnd}, {ph.step}},
+                                         {t}))
+                   .first;
+        }
+        t = it->second;
+      }
+      parts.push_back(t);
+    }
+    auto cat = net.add("cat", ConcatParams{c.concat_axis, false}, parts);
+    net.mark_output(net.add("relu", ActivationParams{ActivationKind::kRelu}, {cat}), "y");
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("strided_concats"), c.rewrites) << report.to_string();
+    int slices = 0, concats = 0;
+    for (const Layer& l : plan.network.layers()) {
+      slices += std::holds_alternative<SliceParams>(l.params);
+      concats += std::holds_alternative<ConcatParams>(l.params);
+    }
+    EXPECT_EQ(concats, 1 - c.rewrites);
+    if (c.rewrites == 1) {
+      EXPECT_EQ(slices, 0);
+    }
+    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, c.shape, 63),
+                                        testing::random_tensor(DataType::kF32, c.shape, 64)};
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+  // A dynamic batch rides along as -1 in the views, at every batch of the profile.
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 6, 8, 5},
+                         Profile{{1, 6, 8, 5}, {2, 6, 8, 5}, {4, 6, 8, 5}});
+  std::vector<TensorId> parts;
+  for (const auto& phases : swin) {
+    TensorId t = x;
+    for (const Phase& ph : phases) {
+      t = net.add("slice", SliceParams{{ph.axis}, {ph.start}, {kSliceEnd}, {ph.step}}, {t});
+    }
+    parts.push_back(t);
+  }
+  net.mark_output(net.add("cat", ConcatParams{3, false}, parts), "y");
+  BuildReport report;
+  const Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("strided_concats"), 1) << report.to_string();
+  ExecutionContext built(std::make_shared<const Engine>(plan.network, plan.target));
+  ExecutionContext unbuilt(std::make_shared<const Engine>(net));
+  for (int64_t batch : {1, 3, 4}) {
+    const HostTensor in = testing::random_tensor(DataType::kF32, {batch, 6, 8, 5}, 65);
+    EXPECT_TRUE(testing::near(built.run({in})[0], testing::to_doubles(unbuilt.run({in})[0]), 0, 0))
+        << "batch " << batch;
   }
 }
 

@@ -207,13 +207,15 @@ TEST(CudaLayout, GroupedKernelTakesTheWidthsCudnnIsSlowAt) {
 // 40, 56, 24 -> 48; tiles of several groups (8 of 8, 4 of 16, 2 of 24; in f32 6 of 8) with a last
 // tile of fewer, 16 -> 32, 32 -> 16, 64 (cuDNN's in f32), a width the kernel does not take (12);
 // 3x3 stride 1 and 2, 5x5 dilated, 1x1, an asymmetric pad; maps whose pixel count is no multiple
-// of the kernel's 64-pixel tile; bias + ReLU, residual + ReLU, or nothing fused.
+// of the kernel's 64-pixel tile; a batch of 96 (18,720 pixels: enough blocks that f32 takes 128
+// pixels a block); bias + ReLU, residual + ReLU, or nothing fused.
 TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
   KILN_REQUIRE_GPU();
   struct Case {
     int64_t c, cout, groups, k, stride, dilation;
     bool asymmetric;
     int post;  // 0: bias + ReLU, 1: bias, then + input and ReLU, 2: nothing fused
+    int64_t batch = 2;
   };
   const Case cases[] = {
       {96, 96, 2, 3, 1, 1, false, 1},  {96, 96, 2, 3, 2, 1, false, 0},
@@ -223,7 +225,7 @@ TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
       {48, 48, 4, 3, 1, 1, false, 0},  {96, 96, 12, 3, 1, 1, false, 1},
       {80, 80, 5, 3, 2, 1, false, 0},  {128, 64, 4, 3, 1, 1, false, 2},
       {80, 80, 2, 3, 1, 1, false, 1},  {112, 112, 2, 3, 2, 1, false, 0},
-      {48, 96, 2, 3, 1, 1, false, 2},
+      {48, 96, 2, 3, 1, 1, false, 2},  {96, 96, 2, 3, 1, 1, false, 1, 96},
   };
   for (const Case& k : cases) {
     for (DataType low : {DataType::kF16, DataType::kBF16, DataType::kF32}) {
@@ -231,11 +233,12 @@ TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
            {"cuda_grouped=auto", "cuda_grouped=kernel", "cuda_grouped=cudnn"}) {
         SCOPED_TRACE(std::to_string(k.c) + "->" + std::to_string(k.cout) + " groups " +
                      std::to_string(k.groups) + " k=" + std::to_string(k.k) + " stride " +
-                     std::to_string(k.stride) + " " + dtype_name(low) + " " + grouped);
+                     std::to_string(k.stride) + " batch " + std::to_string(k.batch) + " " +
+                     dtype_name(low) + " " + grouped);
         BuilderConfig config = computing_in(low);
         apply_switch(config, grouped);
         auto r = cuda_testing::run_both(
-            {random_tensor(DataType::kF32, {2, k.c, 15, 13}, 30)},
+            {random_tensor(DataType::kF32, {k.batch, k.c, 15, 13}, 30)},
             [&](Network& net, const std::vector<TensorId>& in) {
               ConvolutionParams p = conv(k.k / 2 * k.dilation, k.stride, k.groups, k.post != 2);
               p.dilations = {k.dilation, k.dilation};

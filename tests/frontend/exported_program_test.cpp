@@ -62,7 +62,7 @@ TEST_P(ExportedPrograms, CompileIntoOneEngineAndMatchAtEveryBatch) {
     torch::manual_seed(static_cast<uint64_t>(batch));  // inputs independent of what compile draws
     const at::Tensor x =
         in.dtype == DType::kI64 ? at::randint(0, 100, shape, at::kLong) : at::randn(shape);
-    EXPECT_TRUE(testing::matches_reference(compiled.forward({x}), reference.module.forward({x})))
+    EXPECT_TRUE(testing::matches_model_reference(compiled.forward({x}), reference.module, {x}))
         << p.name << p.form << " at batch " << batch;
   }
   // Outside the export's range: the engine's profile refuses it with the shapes.
@@ -132,7 +132,7 @@ TEST(ExportedProgram, SplitProgramsTakeTheirShapesFromTheExport) {
         std::vector<int64_t> shape = exported.inputs[0].opt;
         shape[0] = batch;
         const at::Tensor x = at::randn(shape);
-        EXPECT_TRUE(testing::matches_reference(m.forward({x}), reference.module.forward({x})))
+        EXPECT_TRUE(testing::matches_model_reference(m.forward({x}), reference.module, {x}))
             << "batch " << batch;
       }
     };

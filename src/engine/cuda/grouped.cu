@@ -1,18 +1,20 @@
 // CUDA grouped 2-d convolution on channels-last data (x [N, H, W, C], weights [Cout, kh, kw,
 // C / groups]) in f16 or bf16, for groups of 8 to 64 channels a side (regnet's 24 and 48,
 // resnext's 8 to 32), and in f32 on TF32 (where the layer allows it) for groups of 8 to 48: an
-// implicit GEMM on tensor cores (WMMA, fp32 accumulation). A block takes 64 output pixels of a
-// tile of whole groups, as many as fit 64 channels a side (8 groups of 8, one of 48; 48 channels
-// in f32, whose staged rows take twice the bytes): for each filter tap it stages the pixels' input
-// channels of the tile and the tap's weights as a block-diagonal matrix in shared memory
-// (cp.async, two stages, so that the next tap loads while this one multiplies); each warp
-// multiplies 16 pixels by the tile's filters, skipping the blocks of the MMA that lie outside
-// every group, and the epilogue adds bias, activation, residual and the second activation.
-// cuDNN's grouped convolutions run 10-100x over the memory floor on regnet's shapes, NHWC worst
-// (bench/NOTES.md G48).
+// implicit GEMM on tensor cores (WMMA, fp32 accumulation). A block takes 64 output pixels (128
+// in f32 where the map has enough for that) of a tile of whole groups, as many as fit 64 channels a
+// side (8 groups of 8, one of 48; 48 channels in f32, whose staged rows take twice the bytes): for
+// each filter tap it stages the pixels' input channels of the tile and the tap's weights as a
+// block-diagonal matrix in shared memory (cp.async, two stages, so that the next tap loads while
+// this one multiplies); each warp multiplies 16 pixels (or 32: each weight fragment then read once
+// for two of the half-as-deep TF32 MMAs) by the tile's filters, skipping the blocks of the MMA that
+// lie outside every group, and the epilogue adds bias, activation, residual and the second
+// activation. cuDNN's grouped convolutions run 10-100x over the memory floor on regnet's shapes,
+// NHWC worst (bench/NOTES.md G48).
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -27,8 +29,9 @@ namespace {
 using namespace nvcuda;
 
 constexpr int kWarps = 4;
-constexpr int kRows = kWarps * 16;  // output pixels a block computes, 16 per warp
+constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroupChannels = 64;
+constexpr int kMinRows = kWarps * 16;  // the fewest output pixels a block computes
 
 // Per element type: the channels of a tile a side, the elements of a 16-byte word, and the MMA's
 // operand type and depth (f16/bf16 16x16x16; f32 as TF32, 16x16x8).
@@ -53,11 +56,11 @@ struct GroupedArgs {
 
 // Channels of a group rounded up to the MMA's 16, and the shared-memory row pitch (in elements)
 // that staggers rows across banks by a 16-byte word.
-__host__ __device__ inline int padded(int channels) {
+__host__ __device__ constexpr int padded(int channels) {
   return (channels + 15) / 16 * 16;
 }
 template <class T>
-__host__ __device__ inline int pitch(int channels) {
+__host__ __device__ constexpr int pitch(int channels) {
   return padded(channels) + Elem<T>::kWord;
 }
 
@@ -71,41 +74,56 @@ __device__ inline void round_operand(Fragment& f) {
 }
 
 // Shared memory of a launch: two stages of (pixels x the tile's input channels, its filters x its
-// input channels), reused by the epilogue for each warp's 16 x (NF * 16) fp32 results.
-template <class T, int NF>
-size_t shared_bytes(int tile_in) {
+// input channels), reused by the epilogue for each warp's (MF * 16) x (NF * 16) fp32 results.
+template <class T, int NF, int MF>
+constexpr size_t shared_bytes(int tile_in) {
+  constexpr int kRows = kMinRows * MF;
   const size_t stages = size_t{2} * (kRows + NF * 16) * pitch<T>(tile_in) * sizeof(T);
-  const size_t results = size_t{kWarps} * 16 * (NF * 16 + 4) * sizeof(float);
-  return std::max(stages, results);
+  const size_t results = size_t{kRows} * (NF * 16 + 4) * sizeof(float);
+  return stages > results ? stages : results;
 }
 
-// NF: 16-wide fragments of the tile's output channels.
-template <class T, int NF>
-__global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
+// NF: 16-wide fragments of the tile's output channels; MF: 16-pixel fragments a warp multiplies.
+template <class T, int NF, int MF>
+__global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
+  using E = Elem<T>;
+  constexpr int kRows = kMinRows * MF;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int64_t row_base[kRows];  // n * h of each pixel, -1 past the last one
   __shared__ int row_y[kRows], row_x[kRows];
+  __shared__ int filter_word[NF * 16];        // the first staged word of each filter's group
   const int g0 = blockIdx.y * a.tile_groups;  // the tile's first group
   const int tile_groups = min(a.tile_groups, a.groups - g0);
   const int tile_in = tile_groups * a.cg_in, tile_out = tile_groups * a.cg_out;
-  using E = Elem<T>;
   const int kpad = padded(tile_in), ld = pitch<T>(tile_in);
   const int words = kpad / E::kWord, in_words = tile_in / E::kWord;  // 16-byte words of a row
+  const int group_words = a.cg_in / E::kWord;
   const int stage_elems = (kRows + NF * 16) * ld;
   T* const stages = reinterpret_cast<T*>(smem);
   const int tid = threadIdx.x, warp = tid / 32;
   const int64_t m0 = int64_t(blockIdx.x) * kRows;
-  if (tid < kRows) {
-    const int64_t m = m0 + tid;
-    row_base[tid] = -1, row_y[tid] = 0, row_x[tid] = 0;
+  for (int r = tid; r < kRows; r += kThreads) {
+    const int64_t m = m0 + r;
+    row_base[r] = -1, row_y[r] = 0, row_x[r] = 0;
     if (m < a.pixels) {
       const int64_t t = m / a.ow;
-      row_x[tid] = static_cast<int>(m % a.ow) * a.sw - a.pw;
-      row_y[tid] = static_cast<int>(t % a.oh) * a.sh - a.ph;
-      row_base[tid] = t / a.oh * a.h;
+      row_x[r] = static_cast<int>(m % a.ow) * a.sw - a.pw;
+      row_y[r] = static_cast<int>(t % a.oh) * a.sh - a.ph;
+      row_base[r] = t / a.oh * a.h;
     }
   }
+  // Filters past the tile's outputs read no word.
+  for (int o = tid; o < NF * 16; o += kThreads)
+    filter_word[o] = o < tile_out ? o / a.cg_out * group_words : words;
   __syncthreads();
+  // A thread copies the words row0/word0, then every kThreads-th after (the same in both
+  // operands and at every tap), stepping through rows and words without dividing.
+  const int row0 = tid / words, word0 = tid % words;
+  const int row_step = kThreads / words, word_step = kThreads % words;
+  const auto next = [&](int& row, int& word) {
+    row += row_step, word += word_step;
+    if (word >= words) word -= words, ++row;
+  };
   const T* const x = static_cast<const T*>(a.x) + int64_t(g0) * a.cg_in;
   const int taps = a.kh * a.kw;
   const T* const w = static_cast<const T*>(a.w) + int64_t(g0) * a.cg_out * taps * a.cg_in;
@@ -116,8 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
     T* as = stages + stage * stage_elems;
     T* bs = as + kRows * ld;
     const int r = tap / a.kw, s = tap % a.kw;
-    for (int i = tid; i < kRows * words; i += kWarps * 32) {
-      const int row = i / words, word = i % words;
+    for (int row = row0, word = word0; row < kRows; next(row, word)) {
       const T* src = x;
       int bytes = 0;
       if (word < in_words && row_base[row] >= 0) {
@@ -129,16 +146,13 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
       }
       copy16_async(as + row * ld + word * E::kWord, src, bytes);
     }
-    for (int i = tid; i < NF * 16 * words; i += kWarps * 32) {
-      const int o = i / words, word = i % words;
+    for (int o = row0, word = word0; o < NF * 16; next(o, word)) {
       const T* src = w;
       int bytes = 0;
-      if (o < tile_out && word < in_words) {
-        const int group = o / a.cg_out, ci = word * E::kWord - group * a.cg_in;  // in o's group
-        if (ci >= 0 && ci < a.cg_in) {
-          src = w + (int64_t(o) * taps + tap) * a.cg_in + ci;
-          bytes = 16;
-        }
+      const int wi = word - filter_word[o];  // the word in o's group
+      if (wi >= 0 && wi < group_words) {
+        src = w + (int64_t(o) * taps + tap) * a.cg_in + wi * E::kWord;
+        bytes = 16;
       }
       copy16_async(bs + o * ld + word * E::kWord, src, bytes);
     }
@@ -154,9 +168,11 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
     chunk_lo[f] = first * a.cg_in / E::kK;
     chunk_hi[f] = ((last + 1) * a.cg_in + E::kK - 1) / E::kK;
   }
-  wmma::fragment<wmma::accumulator, 16, 16, E::kK, float> acc[NF];
+  wmma::fragment<wmma::accumulator, 16, 16, E::kK, float> acc[MF][NF];
 #pragma unroll
-  for (int f = 0; f < NF; ++f) wmma::fill_fragment(acc[f], 0.f);
+  for (int m = 0; m < MF; ++m)
+#pragma unroll
+    for (int f = 0; f < NF; ++f) wmma::fill_fragment(acc[m][f], 0.f);
   load(0, 0);
   for (int tap = 0; tap < taps; ++tap) {
     if (tap + 1 < taps) {
@@ -166,19 +182,23 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
       wait_async<0>();
     }
     __syncthreads();
-    const T* as = stages + (tap & 1) * stage_elems + warp * 16 * ld;
+    const T* as = stages + (tap & 1) * stage_elems + warp * 16 * MF * ld;
     const T* bs = stages + (tap & 1) * stage_elems + kRows * ld;
     for (int kc = 0; kc < kpad / E::kK; ++kc) {
-      wmma::fragment<wmma::matrix_a, 16, 16, E::kK, typename E::Mma, wmma::row_major> fa;
-      wmma::load_matrix_sync(fa, as + kc * E::kK, ld);
-      round_operand<T>(fa);
+      wmma::fragment<wmma::matrix_a, 16, 16, E::kK, typename E::Mma, wmma::row_major> fa[MF];
+#pragma unroll
+      for (int m = 0; m < MF; ++m) {
+        wmma::load_matrix_sync(fa[m], as + m * 16 * ld + kc * E::kK, ld);
+        round_operand<T>(fa[m]);
+      }
 #pragma unroll
       for (int f = 0; f < NF; ++f) {
         if (kc < chunk_lo[f] || kc >= chunk_hi[f]) continue;  // zeros of the block diagonal
         wmma::fragment<wmma::matrix_b, 16, 16, E::kK, typename E::Mma, wmma::col_major> fb;
         wmma::load_matrix_sync(fb, bs + f * 16 * ld + kc * E::kK, ld);
         round_operand<T>(fb);
-        wmma::mma_sync(acc[f], fa, fb, acc[f]);
+#pragma unroll
+        for (int m = 0; m < MF; ++m) wmma::mma_sync(acc[m][f], fa[m], fb, acc[m][f]);
       }
     }
     __syncthreads();
@@ -186,16 +206,18 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
 
   // Epilogue: the warp's results through shared memory, then 16 bytes of channels a lane.
   constexpr int ldc = NF * 16 + 4;
-  float* cs = reinterpret_cast<float*>(smem) + warp * 16 * ldc;
+  float* cs = reinterpret_cast<float*>(smem) + warp * 16 * MF * ldc;
 #pragma unroll
-  for (int f = 0; f < NF; ++f)
-    wmma::store_matrix_sync(cs + f * 16, acc[f], ldc, wmma::mem_row_major);
+  for (int m = 0; m < MF; ++m)
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+      wmma::store_matrix_sync(cs + m * 16 * ldc + f * 16, acc[m][f], ldc, wmma::mem_row_major);
   __syncwarp();
   constexpr int kW = E::kWord;
   const int out_words = tile_out / kW;
-  for (int i = tid % 32; i < 16 * out_words; i += 32) {
+  for (int i = tid % 32; i < 16 * MF * out_words; i += 32) {
     const int row = i / out_words, word = i % out_words;
-    const int64_t m = m0 + warp * 16 + row;
+    const int64_t m = m0 + warp * 16 * MF + row;
     if (m >= a.pixels) continue;
     const int ch = g0 * a.cg_out + word * kW;
     float v[kW];
@@ -221,35 +243,56 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_nhwc(GroupedArgs a) {
   }
 }
 
-// At most 36 KiB of dynamic shared memory (64 channels a side in f16, 48 in f32): no opt-in
-// above 48 KiB needed.
-static_assert(2 * (kRows + kMaxGroupChannels) * (kMaxGroupChannels + 8) * 2 + 1024 <= 48 * 1024,
-              "shared memory of the widest groups");
-static_assert(2 * (kRows + 48) * (48 + 4) * 4 + 1024 <= 48 * 1024,
-              "shared memory of the widest f32 groups");
+// Dynamic shared memory: 36 KiB at most in f16 and bf16 (64 channels a side), 72 in f32 (48
+// channels, 128 pixels), which opts in above 48 KiB.
+static_assert(shared_bytes<__half, 4, 1>(kMaxGroupChannels) + 1024 <= 48 * 1024,
+              "shared memory of the widest f16 groups");
+static_assert(shared_bytes<float, 3, 1>(48) + 1024 <= 48 * 1024,
+              "shared memory of the widest f32 groups, 64 pixels a block");
+static_assert(shared_bytes<float, 3, 2>(48) <= 80 * 1024, "and 128 pixels a block");
 
-template <class T, int NF>
-void launch(cudaStream_t stream, const GroupedArgs& a) {
-  const size_t smem = shared_bytes<T, NF>(a.tile_groups * a.cg_in);
+template <class T, int NF, int MF>
+void launch(cudaStream_t stream, const GroupedArgs& a, int device) {
+  const size_t smem = shared_bytes<T, NF, MF>(a.tile_groups * a.cg_in);
+  const auto kernel = grouped_nhwc<T, NF, MF>;
+  static std::atomic<uint64_t> configured{0};
+  allow_shared_bytes(reinterpret_cast<const void*>(kernel),
+                     shared_bytes<T, NF, MF>(Elem<T>::kMaxTile), device, configured);
+  constexpr int kRows = kMinRows * MF;
   const dim3 grid(static_cast<unsigned>((a.pixels + kRows - 1) / kRows),
                   static_cast<unsigned>((a.groups + a.tile_groups - 1) / a.tile_groups));
-  grouped_nhwc<T, NF><<<grid, kWarps * 32, smem, stream>>>(a);
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+}
+
+// f32 blocks take 128 pixels (two fragments a warp) where 64-pixel blocks would give every
+// multiprocessor four or more: regnet_x_3_2gf fp32 batch 32 4.88 ms against 5.83 with 64, while
+// at batch 1 the larger blocks leave multiprocessors idle (1.75 ms against 1.66).
+template <class T, int NF>
+void launch_rows(cudaStream_t stream, const GroupedArgs& a) {
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t blocks =
+        (a.pixels + kMinRows - 1) / kMinRows * ((a.groups + a.tile_groups - 1) / a.tile_groups);
+    if (blocks >= 4 * int64_t{multiprocessors(device)}) return launch<T, NF, 2>(stream, a, device);
+  }
+  launch<T, NF, 1>(stream, a, device);
 }
 
 template <class T>
 void launch_for(cudaStream_t stream, const GroupedArgs& a) {
   switch ((a.tile_groups * a.cg_out + 15) / 16) {
     case 1:
-      return launch<T, 1>(stream, a);
+      return launch_rows<T, 1>(stream, a);
     case 2:
-      return launch<T, 2>(stream, a);
+      return launch_rows<T, 2>(stream, a);
     case 3:
-      return launch<T, 3>(stream, a);
+      return launch_rows<T, 3>(stream, a);
     default:  // f32 tiles have at most 48 output channels, 3 fragments
       if constexpr (Elem<T>::kMaxTile > 48) {
-        return launch<T, 4>(stream, a);
+        return launch_rows<T, 4>(stream, a);
       } else {
-        return launch<T, 3>(stream, a);
+        return launch_rows<T, 3>(stream, a);
       }
   }
 }
@@ -286,7 +329,7 @@ bool grouped_nhwc_applies(const ConvolutionParams& p, const TensorView& x, const
   const int64_t pixels = out.shape[0] * out.shape[1] * out.shape[2];
   const int64_t biggest = std::max(x.numel(), out.numel());
   return aligned16(x.data) && aligned16(w.data) && aligned16(out.data) &&
-         (pixels + kRows - 1) / kRows <= INT_MAX && biggest < (int64_t{1} << 40);
+         (pixels + kMinRows - 1) / kMinRows <= INT_MAX && biggest < (int64_t{1} << 40);
 }
 
 void launch_grouped_nhwc(cudaStream_t stream, const std::string& layer, const ConvolutionParams& p,

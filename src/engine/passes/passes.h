@@ -43,6 +43,10 @@ int activations_before_reshapes(Network& net);
 int fold_matmul_transposes(Network& net);
 // Slices that keep every element, zero pads and one-input concats become reshapes (views).
 int reshape_identity_layers(Network& net);
+// A concat of strided slices of one tensor that take every element once (swin's patch merging,
+// YOLOv5's Focus) is one space-to-depth shuffle: a view, a permute and a view
+// (strided_concats.cpp).
+int shuffle_strided_concats(Network& net);
 // A chain of shuffles is one reshape where it keeps every element where it was, and one copy
 // (and a view) where more than one of its shuffles moved elements (shuffle_chains.cpp).
 int fold_shuffle_chains(Network& net);

@@ -146,6 +146,9 @@ std::vector<Pass> make_pipeline() {
   // the shuffle chains below.
   p.push_back({"identity_layers", nullptr,
                [](Network& n, const PassContext&) { return reshape_identity_layers(n); }});
+  // Before the shuffle chains, which compose its shuffle with the views around it.
+  p.push_back({"strided_concats", nullptr,
+               [](Network& n, const PassContext&) { return shuffle_strided_concats(n); }});
   // After folding and the layout pass, whose transposes meet the model's own shuffles here.
   p.push_back({"shuffle_chains", nullptr,
                [](Network& n, const PassContext&) { return fold_shuffle_chains(n); }});
