@@ -7,11 +7,11 @@
 // next (see bench/NOTES.md G4 for why not by timing). Channels-last convolutions whose kernel
 // equals their stride (no padding: 1x1 convolutions of 32 or more input channels, ViT's 16x16/16
 // stem) run as one cuBLASLt GEMM (the matmul kernel) instead, on x itself or on a gather of its
-// patches; depthwise ones run depthwise.cu; grouped f16/bf16 ones whose groups are 8-64 channels
-// wide and not powers of two (24, 40, 48, 56) run grouped.cu (cuda_grouped=cudnn keeps them on
-// cuDNN, =kernel sends every width it takes); 1x1 ones of 8-32 input channels over many pixels
-// with at most bias + ReLU/clamp/SiLU (mobilenet's and efficientnet's expansions) run
-// pointwise.cu, checked before the GEMM.
+// patches; depthwise ones run depthwise.cu; grouped ones whose groups are 8-64 channels wide in
+// f16/bf16 (8-48 in f32 on TF32) and not powers of two (24, 40, 48, 56) run grouped.cu
+// (cuda_grouped=cudnn keeps them on cuDNN, =kernel sends every width it takes); 1x1 ones of 8-32
+// input channels over many pixels with at most bias + ReLU/clamp/SiLU (mobilenet's and
+// efficientnet's expansions) run pointwise.cu, checked before the GEMM.
 #include <cudnn.h>
 
 #include <algorithm>
