@@ -210,6 +210,35 @@ TEST(CudaGather, ShiftedWindowsAreOneGatherEachWay) {
   }
 }
 
+// swin's patch merging, cat(x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2,
+// 1::2], -1), then a ReLU: the builder's strided_concats makes it one shuffle (no slice or concat
+// left, at most one shuffle that moves data), at an odd batch; f32 and f16, against the CPU.
+TEST(CudaShuffle, PatchMergingIsOneShuffle) {
+  KILN_REQUIRE_GPU();
+  const int64_t B = 3, S = 28, C = 96;
+  for (const auto& [dtype, tol] :
+       {std::pair{DataType::kF32, 1e-6}, std::pair{DataType::kF16, 2e-3}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const HostTensor x = random_tensor(dtype, {B, S, S, C}, 94);
+    const auto r = cuda_testing::run_both({x}, [&](Network& net, const std::vector<TensorId>& in) {
+      std::vector<TensorId> parts;
+      for (const auto& [h, w] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}}) {
+        const auto rows = net.add("rows" + std::to_string(h) + std::to_string(w),
+                                  SliceParams{{1}, {h}, {kSliceEnd}, {2}}, {in[0]});
+        parts.push_back(net.add("cols" + std::to_string(h) + std::to_string(w),
+                                SliceParams{{2}, {w}, {kSliceEnd}, {2}}, {rows}));
+      }
+      const auto merged = net.add("merge", ConcatParams{-1, false}, parts);
+      return std::vector<TensorId>{
+          net.add("relu", ActivationParams{ActivationKind::kRelu}, {merged})};
+    });
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 0);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "slice"), 0);
+    EXPECT_LE(count_moving_shuffles(r.gpu_plan.network.layers()), 1);
+    cuda_testing::expect_match(r, tol, tol);
+  }
+}
+
 TEST(CudaFill, FillAndShape) {
   KILN_REQUIRE_GPU();
   auto r = cuda_testing::run_both(
