@@ -12,6 +12,7 @@
 
 #include "engine/passes/pass.h"
 #include "engine/passes/passes.h"
+#include "engine/verify.h"
 #include "engine_testing.h"
 
 namespace kiln::engine {
@@ -118,9 +119,9 @@ TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
 // A concat of strided slices of one tensor that take each element once is one space-to-depth
 // shuffle: swin's patch merging (NHWC, parts counting H's phase fastest, the H slices shared by
 // two parts each as torchvision's trace has them), YOLOv5's Focus (NCHW, channels), three phases
-// of W, and phases of one axis sliced twice (x[:, 1::2][:, ::2]: a step of 4). It stays where the
-// parts are not in an order of their phases, miss one, take a phase twice, or read two tensors.
-// Values exactly as the layers gave.
+// of W, and phases of one axis sliced twice (x[:, 1::2][:, ::2]: a step of 4); Focus before a
+// convolution and a dynamic batch too. It stays where the parts are not in an order of their
+// phases, miss one, take a phase twice, or read two tensors. Values exactly as the layers gave.
 TEST(Builder, ConcatOfStridedSlicesIsOneShuffle) {
   struct Phase {
     int64_t axis, start, step;
@@ -204,6 +205,40 @@ TEST(Builder, ConcatOfStridedSlicesIsOneShuffle) {
                                         testing::random_tensor(DataType::kF32, c.shape, 64)};
     EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+  // Focus before a 3x3 convolution, which the layout pass makes channels-last: the shuffle and
+  // the layout's transpose are one copy after the shuffle chains; values as the layers gave (the
+  // convolution's sums in another order).
+  {
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 3, 8, 8});
+    std::vector<TensorId> parts;
+    for (const auto& phases : focus) {
+      TensorId t = x;
+      for (const Phase& ph : phases) {
+        t = net.add("slice", SliceParams{{ph.axis}, {ph.start}, {kSliceEnd}, {ph.step}}, {t});
+      }
+      parts.push_back(t);
+    }
+    auto cat = net.add("cat", ConcatParams{1, false}, parts);
+    ConvolutionParams p;
+    p.strides = {1, 1};
+    p.padding_begin = p.padding_end = {1, 1};
+    p.dilations = {1, 1};
+    std::vector<float> w(8 * 12 * 3 * 3);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 13) - 0.3f;
+    auto conv =
+        net.add("conv", p, {cat, net.add_constant("w", Weights::from_floats({8, 12, 3, 3}, w))});
+    net.mark_output(conv, "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("strided_concats"), 1) << report.to_string();
+    EXPECT_GT(report.changes("layout"), 0) << report.to_string();
+    // One copy from NCHW x to the convolution's NHWC phases, one of its result back to NCHW.
+    EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 2) << network_to_text(plan.network);
+    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {2, 3, 8, 8}, 66)};
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-5, 1e-6));
   }
   // A dynamic batch rides along as -1 in the views, at every batch of the profile.
   Network net;
