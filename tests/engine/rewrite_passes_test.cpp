@@ -1,11 +1,13 @@
 // The builder's structural rewrites: of written-out forms, RMS norm (rms_norms), a concat of
-// slices of one tensor (concat_slices) and of strided slices (strided_concats); chains of gathers
-// and shuffles as one gather of rows (gather_chains); projections of one elementwise group as one
-// matmul (elementwise_projections); attention as two matmuls and a (masked) softmax
-// (decompose_attention) and written-out attention as one layer (written_attention). Each is
-// checked for what it takes, what it leaves and the values it computes.
+// slices of one tensor (concat_slices) and of strided slices (strided_concats); a constant bias
+// before a softmax as its mask (softmax_biases); chains of gathers and shuffles as one gather of
+// rows (gather_chains); projections of one elementwise group as one matmul
+// (elementwise_projections); attention as two matmuls and a (masked) softmax (decompose_attention)
+// and written-out attention as one layer (written_attention). Each is checked for what it takes,
+// what it leaves and the values it computes.
 #include "engine/builder.h"
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -392,6 +394,64 @@ TEST(Builder, ProjectionsOfOneElementwiseGroupAreOneMatmul) {
     fold_gathers_into_elementwise(net);
     EXPECT_EQ(count(gathers), 0);
     check();
+  }
+}
+
+// A constant bias added to attention scores before the softmax (swin's relative position bias,
+// [1, H, L, S] over [W, H, L, S]; a full [L, S] one; on a causal softmax) becomes the softmax's
+// additive mask: no add left, values as before within rounding. It stays where the bias is not a
+// constant, holds an infinity, the scores are no matmul's, the add is read twice, or the softmax
+// is a log-softmax.
+TEST(Builder, ConstantBiasBeforeSoftmaxIsItsMask) {
+  struct Case {
+    std::string name;
+    Shape bias;
+    bool causal, input_bias, infinite, from_input, read_twice, log;
+    int folds;
+  };
+  const int64_t W = 4, H = 3, L = 7, E = 8;
+  for (const Case& c :
+       {Case{"swin", {1, H, L, L}, false, false, false, false, false, false, 1},
+        Case{"full", {L, L}, true, false, false, false, false, false, 1},
+        Case{"input", {1, H, L, L}, false, true, false, false, false, false, 0},
+        Case{"infinite", {1, H, L, L}, false, false, true, false, false, false, 0},
+        Case{"not a matmul", {1, H, L, L}, false, false, false, true, false, false, 0},
+        Case{"read twice", {1, H, L, L}, false, false, false, false, true, false, 0},
+        Case{"log", {1, H, L, L}, false, false, false, false, false, true, 0}}) {
+    SCOPED_TRACE(c.name);
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {W, H, L, E});
+    auto k = net.add_input("k", DataType::kF32, {W, H, L, E});
+    auto bias_in = net.add_input("bias_in", DataType::kF32, c.bias);
+    MatMulParams qk;
+    qk.transpose_b = true;
+    auto scores = c.from_input ? net.add_input("scores", DataType::kF32, {W, H, L, L})
+                               : net.add("qk", qk, {q, k});
+    std::vector<float> b(static_cast<size_t>(volume(c.bias)));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.3f * static_cast<float>(i % 5) - 0.6f;
+    if (c.infinite) b[3] = -std::numeric_limits<float>::infinity();
+    auto bias = c.input_bias ? bias_in : net.add_constant("bias", Weights::from_floats(c.bias, b));
+    auto biased = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {scores, bias});
+    auto probs = net.add("softmax", SoftmaxParams{-1, c.log, c.causal}, {biased});
+    net.mark_output(net.add("pv", MatMulParams{}, {probs, q}), "y");
+    if (c.read_twice) net.mark_output(biased, "biased");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("softmax_biases"), c.folds) << report.to_string();
+    int adds = 0;
+    for (const Layer& l : plan.network.layers()) {
+      const auto* e = std::get_if<ElementwiseParams>(&l.params);
+      adds += e && e->op == BinaryOp::kAdd;
+    }
+    EXPECT_EQ(adds, 1 - c.folds) << network_to_text(plan.network);
+    std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {W, H, L, E}, 67),
+                                  testing::random_tensor(DataType::kF32, {W, H, L, E}, 68),
+                                  testing::random_tensor(DataType::kF32, c.bias, 69)};
+    if (c.from_input) in.push_back(testing::random_tensor(DataType::kF32, {W, H, L, L}, 70));
+    const auto built = run_engine(plan.network, in), unbuilt = run_engine(net, in);
+    for (size_t o = 0; o < built.size(); ++o) {
+      EXPECT_TRUE(testing::near(built[o], testing::to_doubles(unbuilt[o]), 1e-6, 1e-6)) << o;
+    }
   }
 }
 

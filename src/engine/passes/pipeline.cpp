@@ -199,6 +199,10 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"post_ops", nullptr, [](Network& n, const PassContext& c) {
                  return fusion(c, [&](auto& lines) { return fuse_post_ops(n, lines); });
                }});
+  // After the post-ops (a full-shape constant after a matmul may be its residual there), before
+  // the elementwise fusion (which would take the add).
+  p.push_back({"softmax_biases", nullptr,
+               [](Network& n, const PassContext&) { return fold_softmax_biases(n); }});
   // After the post-ops (the activations join the 1x1 convolutions), before the elementwise
   // fusion (which would take the multiply).
   p.push_back({"squeeze_excitation", squeeze_excitation_on, [](Network& n, const PassContext& c) {
