@@ -9,6 +9,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -398,8 +399,9 @@ TEST(Builder, ProjectionsOfOneElementwiseGroupAreOneMatmul) {
 }
 
 // A constant bias added to attention scores before the softmax (swin's relative position bias,
-// [1, H, L, S] over [W, H, L, S]; a full [L, S] one; on a causal softmax) becomes the softmax's
-// additive mask: no add left, values as before within rounding. It stays where the bias is not a
+// [1, H, L, S] over [W, H, L, S]; a full [L, S] one; on a causal softmax; and swin's shifted
+// blocks, a bias and a window mask on two views of the scores) becomes the softmax's additive
+// mask: no add left, values as before within rounding. It stays where the bias is not a
 // constant, holds an infinity, the scores are no matmul's, the add is read twice, or the softmax
 // is a log-softmax.
 TEST(Builder, ConstantBiasBeforeSoftmaxIsItsMask) {
@@ -451,6 +453,48 @@ TEST(Builder, ConstantBiasBeforeSoftmaxIsItsMask) {
     const auto built = run_engine(plan.network, in), unbuilt = run_engine(net, in);
     for (size_t o = 0; o < built.size(); ++o) {
       EXPECT_TRUE(testing::near(built[o], testing::to_doubles(unbuilt[o]), 1e-6, 1e-6)) << o;
+    }
+  }
+  // swin's shifted blocks: the bias on [B * W, H, L, L], a view as [B, W, H, L, L], the window
+  // mask [1, W, 1, L, L] and a view back: the softmax runs on the 5-d view with the two summed,
+  // at a static batch of 2 and at every batch of a dynamic one.
+  for (const bool dynamic : {false, true}) {
+    SCOPED_TRACE(dynamic ? "shifted, dynamic batch" : "shifted");
+    const int64_t B = 2, Wn = 2;
+    Network net;
+    const auto batch = [&](int64_t n) { return dynamic ? kDynamic : n; };
+    std::optional<Profile> profile;
+    if (dynamic) profile = Profile{{Wn, H, L, E}, {2 * Wn, H, L, E}, {3 * Wn, H, L, E}};
+    auto q = net.add_input("q", DataType::kF32, {batch(B * Wn), H, L, E}, profile);
+    MatMulParams qk;
+    qk.transpose_b = true;
+    auto scores = net.add("qk", qk, {q, q});
+    std::vector<float> b(static_cast<size_t>(H * L * L)), m(static_cast<size_t>(Wn * L * L));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.2f * static_cast<float>(i % 7) - 0.5f;
+    for (size_t i = 0; i < m.size(); ++i) m[i] = i % 3 == 0 ? -100.f : 0.f;
+    auto biased =
+        net.add("add", ElementwiseParams{BinaryOp::kAdd},
+                {scores, net.add_constant("bias", Weights::from_floats({1, H, L, L}, b))});
+    auto windows = net.add("windows", ShuffleParams{{}, true, {-1, Wn, H, L, L}, {}}, {biased});
+    auto masked = net.add(
+        "mask", ElementwiseParams{BinaryOp::kAdd},
+        {windows, net.add_constant("window_mask", Weights::from_floats({1, Wn, 1, L, L}, m))});
+    auto back = net.add("back", ShuffleParams{{}, true, {-1, H, L, L}, {}}, {masked});
+    auto probs = net.add("softmax", SoftmaxParams{-1, false, false}, {back});
+    net.mark_output(net.add("pv", MatMulParams{}, {probs, q}), "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("softmax_biases"), 1) << report.to_string();
+    for (const Layer& l : plan.network.layers()) {
+      EXPECT_FALSE(std::holds_alternative<ElementwiseParams>(l.params)) << l.name;
+    }
+    ExecutionContext built(std::make_shared<const Engine>(plan.network, plan.target));
+    ExecutionContext unbuilt(std::make_shared<const Engine>(net));
+    for (int64_t images : dynamic ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{B}) {
+      const HostTensor in = testing::random_tensor(DataType::kF32, {images * Wn, H, L, E}, 71);
+      EXPECT_TRUE(
+          testing::near(built.run({in})[0], testing::to_doubles(unbuilt.run({in})[0]), 1e-6, 1e-6))
+          << images << " images";
     }
   }
 }

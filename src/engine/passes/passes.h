@@ -37,8 +37,9 @@ int gather_concat_slices(Network& net);
 // between two views: swin's roll and window partition, and its window merge and roll back
 // (gather_chains.cpp). Gathers by one of `keep` (a refittable plan's weights) stay as they are.
 int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
-// A constant of finite values added to a matmul's result just before a softmax over the last axis
-// becomes the softmax's additive mask (softmax_biases.cpp): swin's relative position bias.
+// Constants of finite values added to a matmul's result on its way to a softmax over the last
+// axis (through views that keep it) become the softmax's additive mask, their sum
+// (softmax_biases.cpp): swin's relative position bias and shifted-window mask.
 int fold_softmax_biases(Network& net);
 // An activation after a reshape (each the other's only link) runs before it.
 int activations_before_reshapes(Network& net);
