@@ -455,11 +455,34 @@ TEST(Builder, ConstantBiasBeforeSoftmaxIsItsMask) {
       EXPECT_TRUE(testing::near(built[o], testing::to_doubles(unbuilt[o]), 1e-6, 1e-6)) << o;
     }
   }
+  // A causal softmax behind a view that regroups its query rows ([W, H, L, L] as [W, H * L, L])
+  // keeps its add: on the scores' shape the causal rows would be others.
+  {
+    Network net;
+    auto q = net.add_input("q", DataType::kF32, {W, H, L, E});
+    MatMulParams qk;
+    qk.transpose_b = true;
+    std::vector<float> b(static_cast<size_t>(H * L * L));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * static_cast<float>(i % 9) - 0.4f;
+    auto biased = net.add("add", ElementwiseParams{BinaryOp::kAdd},
+                          {net.add("qk", qk, {q, q}),
+                           net.add_constant("bias", Weights::from_floats({1, H, L, L}, b))});
+    auto rows = net.add("rows", ShuffleParams{{}, true, {W, H * L, L}, {}}, {biased});
+    net.mark_output(net.add("softmax", SoftmaxParams{-1, false, true}, {rows}), "y");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("softmax_biases"), 0) << report.to_string();
+    const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {W, H, L, E}, 72)};
+    EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 1e-6, 1e-6));
+  }
   // swin's shifted blocks: the bias on [B * W, H, L, L], a view as [B, W, H, L, L], the window
   // mask [1, W, 1, L, L] and a view back: the softmax runs on the 5-d view with the two summed,
-  // at a static batch of 2 and at every batch of a dynamic one.
-  for (const bool dynamic : {false, true}) {
-    SCOPED_TRACE(dynamic ? "shifted, dynamic batch" : "shifted");
+  // at a static batch of 2, at every batch of a dynamic one, and causal (the view keeps the
+  // query rows).
+  for (const auto& [dynamic, causal] : {std::pair{false, false}, {true, false}, {false, true}}) {
+    SCOPED_TRACE(std::string("shifted") + (dynamic ? ", dynamic batch" : "") +
+                 (causal ? ", causal" : ""));
     const int64_t B = 2, Wn = 2;
     Network net;
     const auto batch = [&](int64_t n) { return dynamic ? kDynamic : n; };
@@ -480,7 +503,7 @@ TEST(Builder, ConstantBiasBeforeSoftmaxIsItsMask) {
         "mask", ElementwiseParams{BinaryOp::kAdd},
         {windows, net.add_constant("window_mask", Weights::from_floats({1, Wn, 1, L, L}, m))});
     auto back = net.add("back", ShuffleParams{{}, true, {-1, H, L, L}, {}}, {masked});
-    auto probs = net.add("softmax", SoftmaxParams{-1, false, false}, {back});
+    auto probs = net.add("softmax", SoftmaxParams{-1, false, causal}, {back});
     net.mark_output(net.add("pv", MatMulParams{}, {probs, q}), "y");
     BuildReport report;
     const Plan plan = build(net, BuilderConfig{}, &report);

@@ -176,8 +176,14 @@ int fold_softmax_biases(Network& net) {
              std::count(v.begin(), v.end(), 0) == 0;
     };
     if (!viewable(x.shape)) continue;
+    // A causal softmax keeps its query rows: the last two dims as the softmax's.
+    const auto rows_kept = [&](const Shape& v) {
+      const size_t n = x.shape.size();
+      return !p->causal || (v.size() >= 2 && n >= 2 && x.shape[n - 2] >= 0 &&
+                            v[v.size() - 2] == x.shape[n - 2] && v.back() == x.shape.back());
+    };
     for (const Shape& candidate : shapes) {
-      if (viewable(candidate) && movable_to(biases, candidate, &k)) {
+      if (viewable(candidate) && rows_kept(candidate) && movable_to(biases, candidate, &k)) {
         ref = candidate;
         break;
       }
