@@ -124,17 +124,7 @@ int gather_concat_slices(Network& net) {
     }
     ++rewritten;
   }
-  if (rewritten == 0) return 0;
-  std::vector<Layer> result;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (gone[i]) continue;
-    if (instead[i].empty()) {
-      result.push_back(std::move(layers[i]));
-    } else {
-      for (Layer& l : instead[i]) result.push_back(std::move(l));
-    }
-  }
-  net.set_layers(std::move(result));
+  if (rewritten > 0) splice_layers(net, std::move(layers), gone, std::move(instead));
   return rewritten;
 }
 

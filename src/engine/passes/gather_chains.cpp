@@ -351,16 +351,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
     ++rewritten;
   }
   if (rewritten == 0) return 0;
-  std::vector<Layer> out;
-  out.reserve(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (!instead[i].empty()) {
-      out.insert(out.end(), instead[i].begin(), instead[i].end());
-    } else if (!gone[i]) {
-      out.push_back(layers[i]);
-    }
-  }
-  net.set_layers(std::move(out));
+  splice_layers(net, layers, gone, std::move(instead));
   remove_dead_layers(net);  // the chains' index constants
   return rewritten;
 }

@@ -99,6 +99,20 @@ int rewrite_each(Network& net, const std::function<bool(size_t)>& rewrite) {
   return count;
 }
 
+void splice_layers(Network& net, std::vector<Layer> layers, const std::vector<bool>& gone,
+                   std::vector<std::vector<Layer>> instead) {
+  std::vector<Layer> result;
+  result.reserve(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!instead[i].empty()) {
+      for (Layer& l : instead[i]) result.push_back(std::move(l));
+    } else if (!gone[i]) {
+      result.push_back(std::move(layers[i]));
+    }
+  }
+  net.set_layers(std::move(result));
+}
+
 void merge_into_consumer(Network& net, size_t i, size_t j, Layer merged) {
   std::vector<Layer> kept;
   for (size_t k = 0; k < net.layers().size(); ++k) {

@@ -54,6 +54,11 @@ std::optional<double> scalar_constant(const Network& net, TensorId id);
 // layer i, so the layer now at i is tried next. Returns how many rewrites there were.
 int rewrite_each(Network& net, const std::function<bool(size_t)>& rewrite);
 
+// The network's layers become `layers` with layer i replaced by `instead[i]` where that is not
+// empty, and left out where `gone[i]` (a pass that rewrites on a copy of the layer list).
+void splice_layers(Network& net, std::vector<Layer> layers, const std::vector<bool>& gone,
+                   std::vector<std::vector<Layer>> instead);
+
 // Layer i absorbed into its consumer, layer j (> i): j becomes `merged`, i goes.
 void merge_into_consumer(Network& net, size_t i, size_t j, Layer merged);
 

@@ -114,7 +114,7 @@ Weights summed(const std::vector<Bias>& biases, const Shape& ref, size_t k) {
 }  // namespace
 
 int fold_softmax_biases(Network& net) {
-  const std::vector<Layer> layers = net.layers();
+  std::vector<Layer> layers = net.layers();
   const NetworkIndex index(net, layers);
   std::vector<bool> gone(layers.size(), false);
   std::vector<std::vector<Layer>> instead(layers.size());
@@ -218,17 +218,7 @@ int fold_softmax_biases(Network& net) {
     for (size_t l : chain) gone[l] = true;
     ++rewritten;
   }
-  if (rewritten == 0) return 0;
-  std::vector<Layer> result;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (gone[i]) continue;
-    if (instead[i].empty()) {
-      result.push_back(layers[i]);
-    } else {
-      for (Layer& l : instead[i]) result.push_back(std::move(l));
-    }
-  }
-  net.set_layers(std::move(result));
+  if (rewritten > 0) splice_layers(net, std::move(layers), gone, std::move(instead));
   return rewritten;
 }
 

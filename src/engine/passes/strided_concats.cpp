@@ -90,15 +90,11 @@ int shuffle_strided_concats(Network& net) {
   std::vector<Layer> layers = net.layers();
   const NetworkIndex index(net, layers);
   int rewritten = 0;
-  std::vector<Layer> result;
-  result.reserve(layers.size());
-  // Layers are copied, not moved: the parts of a later concat are read from `layers`.
-  for (const Layer& layer : layers) {
+  std::vector<std::vector<Layer>> instead(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& layer = layers[i];
     const auto* c = std::get_if<ConcatParams>(&layer.params);
-    if (!c || c->stack || layer.inputs.size() < 2) {
-      result.push_back(layer);
-      continue;
-    }
+    if (!c || c->stack || layer.inputs.size() < 2) continue;
     const TensorDesc out = net.tensor(layer.outputs[0]);
     const int64_t rank = static_cast<int64_t>(out.shape.size());
     const int64_t axis = c->axis < 0 ? c->axis + rank : c->axis;
@@ -184,14 +180,14 @@ int shuffle_strided_concats(Network& net) {
             Layer{name, ShuffleParams{to, true, out.shape, {}}, {view}, layer.outputs}};
       }
     }
-    if (!shuffles) {
-      result.push_back(layer);
-      continue;
-    }
-    for (Layer& l : *shuffles) result.push_back(std::move(l));
+    if (!shuffles) continue;
+    instead[i] = std::move(*shuffles);
     ++rewritten;
   }
-  if (rewritten > 0) net.set_layers(std::move(result));
+  if (rewritten > 0) {
+    const std::vector<bool> none(layers.size(), false);  // the slices go with dead_layers
+    splice_layers(net, std::move(layers), none, std::move(instead));
+  }
   return rewritten;
 }
 
