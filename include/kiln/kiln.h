@@ -96,9 +96,9 @@ struct CompileSpec {
   // The most bytes an engine's activations (its memory arena at the opt shapes) may take; a build
   // over it fails with InvalidArgument. 0, the default, sets no limit (as Torch-TensorRT's 0).
   size_t workspace_size = 0;
-  // cuda engines: f32 convolutions and matmuls run TF32 tensor-core math (10-bit mantissa,
-  // f32 accumulation) unless this is set, as in Torch-TensorRT (disable_tf32) and TensorRT
-  // (kTF32 on by default). PyTorch's own fp32 cuDNN convolutions use TF32 by default too.
+  // cuda engines: f32 convolutions, matmuls and attention run TF32 tensor-core math (10-bit
+  // mantissa, f32 accumulation) unless this is set, as in Torch-TensorRT (disable_tf32) and
+  // TensorRT (kTF32 on by default). PyTorch's own fp32 cuDNN convolutions use TF32 by default too.
   bool disable_tf32 = false;
   // cuda engines: an erf GELU fused into an f16/bf16 matmul is computed in its tanh form by the
   // GEMM's epilogue (the two differ by at most 4.7e-4: under half an f16 ulp for values above 0.5)

@@ -382,6 +382,9 @@ struct AttentionParams {
   // query head h reads key/value head h / (heads / kv_heads); 0: as many as q.
   int64_t heads = 0, head_size = 0, kv_heads = 0;
   std::vector<int64_t> columns;
+  // As for convolutions: f32 q k^T and p v may round their operands to TF32 (the cuda flash
+  // kernel's f32 form; without it f32 attention is decomposed or runs the simple kernel).
+  bool tf32 = false;
   template <class V>
   void fields(V& v) {
     v("causal", causal);
@@ -391,6 +394,7 @@ struct AttentionParams {
     v("head_size", head_size);
     v("kv_heads", kv_heads);
     v("columns", columns);
+    v("tf32", tf32);
   }
 };
 // Built by the builder from chains of elementwise/unary/activation/cast layers: a small program

@@ -19,9 +19,10 @@ constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
 // source's weights and the key of the network the passes made. 10: the scan layer (the cumsum layer
 // with an op: sum, prod, max, min, logsumexp), multiply/max/min scatter reductions. 11: packed
 // attention's key/value heads (grouped-query attention). 12: RMS normalization. 13: masked and
-// causal softmax. 14: gathered inputs of fused elementwise layers. 15: the nonzero layer. Plans
-// of older versions are refused (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 15;
+// causal softmax. 14: gathered inputs of fused elementwise layers. 15: the nonzero layer. 16:
+// tf32 in attention parameters. Plans of older versions are refused (rebuilding them is the
+// supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 16;
 
 // A weight of the network a plan was built from: its name there, dtype and shape.
 struct SourceWeight {

@@ -1,6 +1,6 @@
 // The CUDA resize and attention kernels against the CPU backend: nearest/linear/cubic over 1-3
 // spatial dims (sizes, scales, align_corners), attention with causal, bool and float masks and
-// broadcast batches, and the flash attention kernel (f16/bf16) with its fallbacks.
+// broadcast batches, and the flash attention kernel (f16/bf16, and f32 on TF32) with its fallbacks.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "cuda_testing.h"
 #include "engine/cuda/kernels.h"
+#include "engine/verify.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -194,6 +195,136 @@ TEST(CudaAttention, FlashTakesEveryMask) {
   }
 }
 
+// f32 attention on TF32 (the layer's tf32): the flash kernel's m16n8k8 form against the CPU
+// kernel in double. Tolerances: q, k, v and p are rounded to TF32 (half an ulp u = 2^-11, as
+// f16's): p's rounding moves an output by up to 2u for v in [-2, 2) (1e-3, as f16's atol); the
+// scores' products err by up to 2u relatively, which at E = 128 (sum of |q_e k_e| about E, scaled
+// by 1/sqrt(E)) moves a score by about 2u sqrt(E) in the worst case, 1e-2, and so each weight by as
+// much relatively; random signs keep the sum near sqrt(E) u: 5e-3 atol. Every path: head sizes 16
+// to 128, whole and partial tiles, the resident kernel (S <= 256) and the streaming one, causal, a
+// custom and a negative scale, and every mask form.
+TEST(CudaAttention, FlashF32OnTf32) {
+  KILN_REQUIRE_GPU();
+  BuilderConfig config;
+  config.tf32 = true;
+  const double rtol = 1e-2, atol = 5e-3;
+  uint64_t seed = 500;
+  const auto make = [&](const Shape& shape) {
+    return random_tensor(DataType::kF32, shape, seed++);
+  };
+  const auto check = [&](const AttentionParams& p, const std::vector<HostTensor>& in) {
+    const auto r = cuda_testing::run_both_layer(p, in, config);
+    EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);  // not decomposed
+    cuda_testing::expect_match(r, rtol, atol);
+  };
+  for (int64_t e : {32, 64, 128, 16}) {
+    for (const auto& [l, s] :
+         {std::pair<int64_t, int64_t>{128, 128}, {130, 77}, {300, 256}, {70, 300}, {49, 49}}) {
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE("E=" + std::to_string(e) + " L=" + std::to_string(l) +
+                     " S=" + std::to_string(s) + (causal ? " causal" : ""));
+        check(AttentionParams{causal, false, 0},
+              {make({2, 3, l, e}), make({2, 3, s, e}), make({2, 3, s, e})});
+      }
+    }
+  }
+  check(AttentionParams{true, false, 0.3},
+        {make({5, 50, 64}), make({5, 90, 64}), make({5, 90, 64})});
+  check(AttentionParams{false, false, -0.05},
+        {make({2, 3, 70, 32}), make({2, 3, 40, 32}), make({2, 3, 40, 32})});
+  // Masks, at swin's windows (49 keys, E = 32) and on the streaming kernel.
+  for (const auto& [l, s, e] : {std::tuple<int64_t, int64_t, int64_t>{49, 49, 32}, {70, 300, 64}}) {
+    SCOPED_TRACE("masks L=" + std::to_string(l) + " S=" + std::to_string(s));
+    const HostTensor q = make({2, 3, l, e}), k = make({2, 3, s, e}), v = make({2, 3, s, e});
+    check(AttentionParams{false, true, 0},
+          {q, k, v, random_tensor(DataType::kBool, {l, s}, seed++, 0, 1)});
+    HostTensor padding = random_tensor(DataType::kBool, {2, 1, 1, s}, seed++, 0, 1);
+    for (int64_t j = 0; j < s; ++j) static_cast<uint8_t*>(padding.data())[j] = 0;
+    check(AttentionParams{false, true, 0}, {q, k, v, padding});
+    check(AttentionParams{true, true, 0},
+          {q, k, v, padding_mask(DataType::kF32, {s - 3, std::min<int64_t>(s, 5)}, s)});
+    check(AttentionParams{false, true, 0},
+          {q, k, v, padding_mask(DataType::kF32, {s - 7, 4}, s, /*lowest=*/true)});
+    check(AttentionParams{false, true, 0}, {q, k, v, make({2, 1, l, s})});
+    check(AttentionParams{true, true, 0.2}, {q, k, v, make({3, l, s})});
+    HostTensor minus_inf = make({l, s});
+    for (int64_t i = 0; i < l * s; i += 3) {
+      static_cast<float*>(minus_inf.data())[i] = -std::numeric_limits<float>::infinity();
+    }
+    check(AttentionParams{false, true, 0}, {q, k, v, minus_inf});
+  }
+  // Packed heads: one [B, rows, 3 * width] tensor for q, k and v, and cross-attention with q past
+  // a pad column.
+  AttentionParams self;
+  self.heads = 4, self.head_size = 64, self.columns = {0, 256, 512};
+  const HostTensor qkv = make({2, 130, 3 * 256});
+  check(self, {qkv, qkv, qkv});
+  AttentionParams cross;
+  cross.causal = true, cross.scale = 0.2;
+  cross.heads = 3, cross.head_size = 32, cross.columns = {8, 0, 96};
+  check(cross, {make({3, 70, 8 + 96}), make({3, 77, 192}), make({3, 77, 192})});
+  // The kernels' shapes: swin's windows on the resident kernel, E = 128 at 256 keys streaming.
+  EXPECT_GT(cuda::flash_launch(DataType::kF32, 32, 49, 49, 64 * 3, 0, false).warps, 0);
+  EXPECT_EQ(cuda::flash_launch(DataType::kF32, 128, 256, 256, 12, 0, false).warps, 0);
+}
+
+// Which f32 attention the builder keeps for the flash kernel, without a device (cuda_arch): with
+// TF32 (kiln::compile's default) f32 attention stays one layer, marked tf32, through the plan's
+// serialization, and attention written out as matmul, scale, bias and softmax (swin's) becomes
+// one; with TF32 off both run as two matmuls and a softmax.
+TEST(CudaBuilder, F32AttentionIsFusedOnTf32) {
+  const int64_t B = 2, H = 3, L = 49, E = 32;
+  Network sdpa;
+  {
+    auto q = sdpa.add_input("q", DataType::kF32, {B, H, L, E});
+    auto k = sdpa.add_input("k", DataType::kF32, {B, H, L, E});
+    auto v = sdpa.add_input("v", DataType::kF32, {B, H, L, E});
+    sdpa.mark_output(sdpa.add("attn", AttentionParams{false, false, 0}, {q, k, v}), "y");
+  }
+  Network written;
+  {
+    auto q = written.add_input("q", DataType::kF32, {B, H, L, E});
+    auto k = written.add_input("k", DataType::kF32, {B, H, L, E});
+    auto v = written.add_input("v", DataType::kF32, {B, H, L, E});
+    MatMulParams qk;
+    qk.transpose_b = true;
+    auto scores = written.add("qk", qk, {q, k});
+    scores = written.add("scale", ElementwiseParams{BinaryOp::kMul},
+                         {scores, written.add_constant("s", Weights::from_floats({1}, {0.17f}))});
+    std::vector<float> bias(static_cast<size_t>(H * L * L));
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.01f * static_cast<float>(i % 37) - 0.2f;
+    scores =
+        written.add("bias", ElementwiseParams{BinaryOp::kAdd},
+                    {scores, written.add_constant("b", Weights::from_floats({1, H, L, L}, bias))});
+    auto probs = written.add("softmax", SoftmaxParams{-1, false, false}, {scores});
+    written.mark_output(written.add("pv", MatMulParams{}, {probs, v}), "y");
+  }
+  for (bool tf32 : {true, false}) {
+    for (const Network* net : {&sdpa, &written}) {
+      SCOPED_TRACE(std::string(net == &sdpa ? "attention" : "written out") +
+                   (tf32 ? ", tf32" : ", no tf32"));
+      BuilderConfig config;
+      config.device = "cuda";
+      config.tf32 = tf32;
+      apply_switch(config, "cuda_arch=90");
+      const Plan built = build(*net, config);
+      const auto bytes = serialize_plan(built);
+      const Plan plan = deserialize_plan(bytes.data(), bytes.size());
+      int attention = 0, matmuls = 0;
+      for (const Layer& l : plan.network.layers()) {
+        if (const auto* a = std::get_if<AttentionParams>(&l.params)) {
+          ++attention;
+          EXPECT_TRUE(a->tf32);
+          EXPECT_EQ(a->has_mask, net == &written);  // the bias, as an additive mask
+        }
+        matmuls += std::holds_alternative<MatMulParams>(l.params);
+      }
+      EXPECT_EQ(attention, tf32 ? 1 : 0) << network_to_text(plan.network);
+      EXPECT_EQ(matmuls, tf32 ? 0 : 2) << network_to_text(plan.network);
+    }
+  }
+}
+
 // The resident kernel's shape at few matrices (BERT's 12 heads at batch 1): blocks of 4 warps
 // spread over 24 SMs; with attention_key_split=on each row tile's keys split between two warps
 // that merge their rows (48 blocks); at batch 32 one warp takes all keys of its rows either way.
@@ -214,7 +345,8 @@ TEST(CudaAttention, KeySplitsAtFewMatrices) {
   EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 128, 128, 384, 0, true).splits, 1);
   EXPECT_GT(cuda::flash_launch(DataType::kBF16, 64, 197, 197, 12, 0, true).splits, 1);
   EXPECT_EQ(cuda::flash_launch(DataType::kF16, 64, 70, 300, 12, 0, true).warps, 0);  // streaming
-  EXPECT_THROW(cuda::flash_launch(DataType::kF32, 64, 128, 128, 12, 0, true), Error);
+  EXPECT_THROW(cuda::flash_launch(DataType::kI32, 64, 128, 128, 12, 0, true), Error);
+  EXPECT_THROW(cuda::flash_launch(DataType::kF32, 40, 128, 128, 12, 0, true), Error);
 
   uint64_t seed = 300;
   for (const auto& [dtype, rtol, atol] :

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
                  "the most bytes an engine's activations may take at the opt shapes (0, the "
                  "default: no limit)");
   app.add_flag("--disable-tf32", disable_tf32,
-               "cuda: f32 convolutions and matmuls in full f32 math (default: TF32 tensor cores)");
+               "cuda: f32 convolutions, matmuls and attention in full f32 math (default: TF32 "
+               "tensor cores)");
   app.add_flag("--exact-gelu", exact_gelu,
                "cuda: keep erf GELU after f16/bf16 matmuls (default: tanh form in the epilogue)");
   app.add_option("--switch", switches,

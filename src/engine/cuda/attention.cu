@@ -1,12 +1,15 @@
 // CUDA kernels of scaled dot-product attention, with the CPU kernel's semantics. Two paths:
-// - flash: q, k, v and out all f16 or all bf16, E == Ev a multiple of 16 up to 128, equal batch
-//   dims (fused_attention_applies, which the builder asks too) and 16-byte aligned data; causal or
+// - flash: q, k, v and out all f16, all bf16, or all f32 with the layer's tf32 (on TF32 tensor
+//   cores: q, k, v and p rounded to TF32, as the f32 matmuls of the decomposed form would), E == Ev
+//   a multiple of 16 up to 128, equal batch dims (fused_attention_applies, which the builder asks
+//   too), 16-byte aligned data, and tiles the device's shared memory holds (flash_fits); causal or
 //   not, with or without a mask of any broadcast over [batch..., L, S] (bool: keep where true;
 //   f16, bf16 or f32: added to the scaled scores). It also reads packed heads
 //   (AttentionParams::heads: q, k, v as column ranges of [B, rows, width] tensors, the output [B,
 //   L, heads * E]) through row strides. 16 query rows a warp; q k^T and p v run on tensor cores
-//   (mma.sync on ldmatrix fragments, float accumulation) around an online softmax in float held in
-//   registers, with p rounded to the input dtype for p v, one 64-key tile at a time (attend_tile).
+//   (mma.sync on ldmatrix fragments, float accumulation; f32's v by scalar loads) around an online
+//   softmax in float held in registers, with p rounded to the input dtype (TF32 for f32) for p v,
+//   one 64-key tile at a time (attend_tile).
 //   Key fragments past S, and warps whose 16 rows are all past L, skip their math. Two kernels:
 //   - resident (S <= 256, and at least two blocks an SM): a block copies all of a matrix's keys
 //     and values into shared memory once (cp.async, one group per 64-key tile, the first round
@@ -133,34 +136,43 @@ constexpr int kQueryTile = kFlashWarps * kMma;  // query rows per block, 16 per 
 // The resident kernel's blocks have 4 to 8 warps, chosen per layer (resident_shape).
 constexpr int kResidentMinWarps = 4, kResidentMaxWarps = 8;
 constexpr int kResidentMaxThreads = kResidentMaxWarps * kWarp;
-constexpr int kKeyTile = 64;      // key/value rows per step
-constexpr size_t kElemBytes = 2;  // f16 and bf16
+constexpr int kKeyTile = 64;  // key/value rows per step
 
-// Shared memory of the flash kernel for head size E, in bytes: two stages of a key tile and a
-// value tile, then the query tile. Rows are E + 8 elements apart: 16-byte aligned, and the
-// fragment loads of a warp (8 rows x 4 words, or ldmatrix's 8 rows x 16 bytes) hit 32 distinct
-// banks.
-template <int E>
+// The inner dimension of one mma for element type T: 16 (f16, bf16: m16n8k16) or 8 (f32, on
+// TF32: m16n8k8). A k-step of kK elements is 32 bytes of a row either way, so that ldmatrix (8
+// rows of 16 bytes) loads half a k-step's columns for either type.
+template <class T>
+constexpr int kK = 32 / static_cast<int>(sizeof(T));
+
+// Shared memory of the flash kernel for element type T and head size E, in bytes: two stages of a
+// key tile and a value tile, then the query tile. Rows are E elements and 16 bytes apart: 16-byte
+// aligned, and the fragment loads of a warp (ldmatrix's 8 rows x 16 bytes, or 8 rows x 4 words;
+// f32's scalar loads of v at rows 2t, t < 4, and 8 columns) hit 32 distinct banks.
+template <class T, int E>
 struct FlashSmem {
-  static constexpr int kLd = E + 8;
+  static constexpr int kLd = E + 16 / static_cast<int>(sizeof(T));
   static constexpr int kTile = kKeyTile * kLd;  // elements of one query, key or value tile
   static_assert(kQueryTile == kKeyTile, "query and key tiles share a shape");
-  static constexpr size_t kQuery = 2 * 2 * kTile * kElemBytes;
-  static constexpr size_t kBytes = kQuery + kTile * kElemBytes;
+  static constexpr size_t kQuery = 2 * 2 * kTile * sizeof(T);
+  static constexpr size_t kBytes = kQuery + kTile * sizeof(T);
   static_assert(E % kMma == 0 && E <= 128, "head sizes the flash kernel takes");
 };
 
+// Elements of T in one 16-byte copy.
+template <class T>
+constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
+
 // Starts copying rows [row0, row0 + 64) of a [rows, E] matrix of row stride `ld` into a tile of
-// row stride FlashSmem<E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
+// row stride FlashSmem<T, E>::kLd; rows past `rows` are zero-filled (keeps 0 * garbage out of p v).
 template <int E, class T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t row0, int64_t rows,
                                                 int64_t ld) {
-  constexpr int kChunks = E / 8;  // 16-byte pieces per row
-  constexpr int kLd = FlashSmem<E>::kLd;
+  constexpr int kChunks = E / kPiece<T>;  // 16-byte pieces per row
+  constexpr int kLd = FlashSmem<T, E>::kLd;
 #pragma unroll
   for (int it = 0; it < kKeyTile * kChunks / kFlashThreads; ++it) {
     const int c = it * kFlashThreads + static_cast<int>(threadIdx.x);
-    const int r = c / kChunks, e = (c % kChunks) * 8;
+    const int r = c / kChunks, e = (c % kChunks) * kPiece<T>;
     const bool inside = row0 + r < rows;
     copy16_async(tile + r * kLd + e, inside ? src + (row0 + r) * ld + e : src, inside ? 16 : 0);
   }
@@ -213,6 +225,35 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// f32 rounded to TF32 (to nearest, ties away from zero; the low 13 bits of the result are zero),
+// as an mma operand.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t y;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
+  return to_tf32(__uint_as_float(bits));
+}
+
+// D += A B for one k-step of element type T (kK<T>): mma_16816 for f16 and bf16; for f32 the
+// m16n8k8 TF32 mma, whose 16x8 A (four registers of one element, rounded by to_tf32) lane l holds
+// at rows g = l / 4 and g + 8 and columns t = l % 4 and t + 4 (registers: (g, t), (g + 8, t),
+// (g, t + 4), (g + 8, t + 4)), B's column g at rows t and t + 4; D as mma_16816's.
+template <class T>
+__device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, float>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    mma_16816<T>(d, a, b0, b1);
+  }
+}
+
 // Four 8x8 matrices of 16-bit elements from shared memory, transposed: lanes 8i..8i+7 give the
 // row addresses of matrix i, and register i holds matrix i in B's fragment layout.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
@@ -223,7 +264,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // The same without the transpose: register i holds matrix i in A's (or, for a matrix of
-// column-major B, B's) fragment layout.
+// column-major B, B's) fragment layout. On rows of f32 (8 rows of 4 elements a matrix) lane l
+// gets element l % 4 of row l / 4: the TF32 fragments' layout too.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -257,10 +299,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// The bits of two 16-bit ones of T: a B fragment whose every element is 1, so that an mma of p
-// with it sums p's rows.
+// The bits of a B fragment register of T whose every element is 1 (two 16-bit ones; one f32),
+// so that an mma of p with it sums p's rows.
 template <class T>
-constexpr uint32_t kOnes2 = std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
+constexpr uint32_t kOnes2 = std::is_same_v<T, __half>          ? 0x3c003c00u
+                            : std::is_same_v<T, __nv_bfloat16> ? 0x3f803f80u
+                                                               : 0x3f800000u;
 
 // What a warp carries for its 16 query rows from one key tile to the next: the output
 // accumulator o (8-column mma fragments), the running sum of the weights as one more fragment
@@ -312,17 +356,17 @@ __device__ __forceinline__ KeyTileMask key_padding_of(const FlashArgs& a, int64_
 
 // One key/value tile of up to 64 rows (keys j0 .. j0 + valid - 1; rows of the tile up to the next
 // multiple of 16 past `valid` are zeros) against a warp's 16 query rows `q_rows` (all in shared
-// memory, rows FlashSmem<E>::kLd apart). Scores, probabilities and the output accumulator stay in
-// registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max is a reduction
-// over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A fragment of
-// p v without a trip through shared memory. `row` holds the lane's two query indices (for the
-// causal mask and the mask, whose elements for the matrix start at `mask_base`). The softmax works
-// in base 2 on raw scores: p = 2^(s * scale_log2 - max * scale_log2), one FFMA and one ex2 a
-// weight; a negative scale (max and min trade places) multiplies the scores first and then uses 1.
-// `keys`: where binary, a key padding mask's bits for the tile, read instead of the mask.
-// kMasked: the tile has keys past S (valid < 64) or past a row (causal), or the layer has a mask;
-// without it all 64 keys count and the code has no branches around the mma (each would cost a warp
-// synchronization before the next ldmatrix).
+// memory, rows FlashSmem<T, E>::kLd apart). Scores, probabilities and the output accumulator stay
+// in registers (mma fragments): lane l holds rows g = l / 4 and g + 8, so a row's max is a
+// reduction over the 4 lanes of a quad, and the score fragments of 16 keys are, rounded, the A
+// fragment of p v without a trip through shared memory. `row` holds the lane's two query indices
+// (for the causal mask and the mask, whose elements for the matrix start at `mask_base`). The
+// softmax works in base 2 on raw scores: p = 2^(s * scale_log2 - max * scale_log2), one FFMA and
+// one ex2 a weight; a negative scale (max and min trade places) multiplies the scores first and
+// then uses 1. `keys`: where binary, a key padding mask's bits for the tile, read instead of the
+// mask. kMasked: the tile has keys past S (valid < 64) or past a row (causal), or the layer has a
+// mask; without it all 64 keys count and the code has no branches around the mma (each would cost a
+// warp synchronization before the next ldmatrix).
 template <class T, int E, bool kMasked>
 __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, const T* kt,
                                             const T* vt, int j0, int valid, const int (&row)[2],
@@ -330,8 +374,10 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
                                             const KeyTileMask& keys) {
   const float scale_log2 = a.scale_log2;
   const bool causal = a.causal;
-  constexpr int kLd = FlashSmem<E>::kLd;
-  constexpr int kKSteps = E / 16;          // k-steps of q k^T
+  constexpr bool kTf32 = std::is_same_v<T, float>;
+  constexpr int kLd = FlashSmem<T, E>::kLd;
+  constexpr int kStep = kK<T>;             // columns of one mma's k-step
+  constexpr int kKSteps = E / kStep;       // k-steps of q k^T
   constexpr int kKeyFrags = kKeyTile / 8;  // 8-key column blocks of the scores
   static_assert(kKeyFrags % 2 == 0, "key fragments go in pairs (one ldmatrix.x4)");
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -339,7 +385,7 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
 
   // Scores of the warp's 16 rows against the tile's keys: q's A fragment and two 8-key B
   // fragments (k's rows, e contiguous: column-major B) per ldmatrix; fragments wholly past
-  // `valid` are skipped (their p would be 0).
+  // `valid` are skipped (their p would be 0). TF32 operands are rounded as loaded.
   float s[kKeyFrags][4];
 #pragma unroll
   for (int n = 0; n < kKeyFrags; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -347,14 +393,23 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
 #pragma unroll
   for (int c = 0; c < kKSteps; ++c) {
     uint32_t qa[4];
-    ldmatrix_x4(qa, q_rows + (lane % 16) * kLd + c * 16 + (lane / 16) * 8);
+    ldmatrix_x4(qa, q_rows + (lane % 16) * kLd + c * kStep + (lane / 16) * (kStep / 2));
+    if constexpr (kTf32) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qa[i] = to_tf32(qa[i]);
+    }
 #pragma unroll
     for (int n = 0; n < kKeyFrags; n += 2) {
       if (kMasked && n * 8 >= valid) break;
       uint32_t kb[4];
-      ldmatrix_x4(kb, kt + ((n + mat / 2) * 8 + mat_row) * kLd + c * 16 + (mat % 2) * 8);
-      mma_16816<T>(s[n], qa, kb[0], kb[1]);
-      mma_16816<T>(s[n + 1], qa, kb[2], kb[3]);
+      ldmatrix_x4(kb,
+                  kt + ((n + mat / 2) * 8 + mat_row) * kLd + c * kStep + (mat % 2) * (kStep / 2));
+      if constexpr (kTf32) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) kb[i] = to_tf32(kb[i]);
+      }
+      mma_step<T>(s[n], qa, kb[0], kb[1]);
+      mma_step<T>(s[n + 1], qa, kb[2], kb[3]);
     }
   }
 
@@ -411,14 +466,24 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
     alpha[rr] = fast_exp2(fmaf(st.m[rr], scale, -base[rr]));
     st.m[rr] = m_new;
   }
-  // p, rounded to T, as A fragments of 16 keys each.
-  uint32_t p[kKeyTile / 16][4];
+  // p, rounded to T, as A fragments of one k-step each: 16 keys (f16, bf16), the score fragments
+  // of two 8-key blocks side by side; or 8 keys (TF32), where the k index t of p v stands for the
+  // tile's key 2t and t + 4 for key 2t + 1, so that each lane's own two scores of a row are its A
+  // elements (no shuffles), and p v's B rows of v follow the same order.
+  constexpr int kPSteps = kKeyTile / kStep;
+  uint32_t p[kPSteps][4];
 #pragma unroll
   for (int n = 0; n < kKeyFrags; ++n) {
-    p[n / 2][(n % 2) * 2] = pack2<T>(fast_exp2(fmaf(s[n][0], scale, -base[0])),
-                                     fast_exp2(fmaf(s[n][1], scale, -base[0])));
-    p[n / 2][(n % 2) * 2 + 1] = pack2<T>(fast_exp2(fmaf(s[n][2], scale, -base[1])),
-                                         fast_exp2(fmaf(s[n][3], scale, -base[1])));
+    const float p0 = fast_exp2(fmaf(s[n][0], scale, -base[0])),
+                p1 = fast_exp2(fmaf(s[n][1], scale, -base[0])),
+                p2 = fast_exp2(fmaf(s[n][2], scale, -base[1])),
+                p3 = fast_exp2(fmaf(s[n][3], scale, -base[1]));
+    if constexpr (kTf32) {
+      p[n][0] = to_tf32(p0), p[n][1] = to_tf32(p2), p[n][2] = to_tf32(p1), p[n][3] = to_tf32(p3);
+    } else {
+      p[n / 2][(n % 2) * 2] = pack2<T>(p0, p1);
+      p[n / 2][(n % 2) * 2 + 1] = pack2<T>(p2, p3);
+    }
   }
 #pragma unroll
   for (int f = 0; f < E / 8; ++f) {
@@ -428,21 +493,30 @@ __device__ __forceinline__ void attend_tile(FlashRows<E>& st, const T* q_rows, c
   st.l[0] *= alpha[0], st.l[1] *= alpha[0];
   st.l[2] *= alpha[1], st.l[3] *= alpha[1];
 
-  // o += p v: v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two 8-column
-  // output blocks, and l += p times ones; 16-key blocks past `valid` hold p == 0 (and zero v):
-  // skipped.
+  // o += p v: 16-bit v's 16 x 16 blocks by ldmatrix (transposed) as the B fragments of two
+  // 8-column output blocks; f32 v's B elements (keys 2t and 2t + 1 of the k-step, column g of the
+  // output block) by scalar loads, as ldmatrix does not transpose 32-bit elements; and l += p
+  // times ones. k-steps past `valid` hold p == 0 (and zero v): skipped.
 #pragma unroll
-  for (int kc = 0; kc < kKeyTile / 16; ++kc) {
-    if (kMasked && kc * 16 >= valid) break;
+  for (int kc = 0; kc < kPSteps; ++kc) {
+    if (kMasked && kc * kStep >= valid) break;
+    if constexpr (kTf32) {
+      const T* const v0 = vt + (kc * 8 + 2 * quad) * kLd + lane / 4;
 #pragma unroll
-    for (int np = 0; np < E / 16; ++np) {
-      uint32_t bv[4];
-      ldmatrix_x4_trans(bv,
-                        vt + (kc * 16 + (mat % 2) * 8 + mat_row) * kLd + np * 16 + (mat / 2) * 8);
-      mma_16816<T>(st.o[2 * np], p[kc], bv[0], bv[1]);
-      mma_16816<T>(st.o[2 * np + 1], p[kc], bv[2], bv[3]);
+      for (int f = 0; f < E / 8; ++f) {
+        mma_step<T>(st.o[f], p[kc], to_tf32(v0[f * 8]), to_tf32(v0[kLd + f * 8]));
+      }
+    } else {
+#pragma unroll
+      for (int np = 0; np < E / 16; ++np) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv,
+                          vt + (kc * 16 + (mat % 2) * 8 + mat_row) * kLd + np * 16 + (mat / 2) * 8);
+        mma_step<T>(st.o[2 * np], p[kc], bv[0], bv[1]);
+        mma_step<T>(st.o[2 * np + 1], p[kc], bv[2], bv[3]);
+      }
     }
-    mma_16816<T>(st.l, p[kc], kOnes2<T>, kOnes2<T>);
+    mma_step<T>(st.l, p[kc], kOnes2<T>, kOnes2<T>);
   }
 }
 
@@ -493,8 +567,13 @@ __device__ __forceinline__ void store_rows(const FlashRows<E>& st, T* om, const 
     T* const orow = om + row[rr] * ld + 2 * quad;
 #pragma unroll
     for (int f = 0; f < E / 8; ++f) {
-      *reinterpret_cast<uint32_t*>(orow + f * 8) =
-          pack2<T>(st.o[f][2 * rr] * inv, st.o[f][2 * rr + 1] * inv);
+      if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float2*>(orow + f * 8) =
+            make_float2(st.o[f][2 * rr] * inv, st.o[f][2 * rr + 1] * inv);
+      } else {
+        *reinterpret_cast<uint32_t*>(orow + f * 8) =
+            pack2<T>(st.o[f][2 * rr] * inv, st.o[f][2 * rr + 1] * inv);
+      }
     }
   }
 }
@@ -514,9 +593,8 @@ __device__ __forceinline__ void matrices_of(const FlashArgs& a, int64_t bh, cons
 // 64 query rows (16 a warp) and streams 64-row key/value tiles through two shared-memory stages.
 template <class T, int E>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
-  using Smem = FlashSmem<E>;
+  using Smem = FlashSmem<T, E>;
   constexpr int kLd = Smem::kLd;
-  static_assert(sizeof(T) == kElemBytes, "16-bit elements");
   extern __shared__ __align__(128) unsigned char smem[];
   T* const kv = reinterpret_cast<T*>(smem);
   T* const q_tile = reinterpret_cast<T*>(smem + Smem::kQuery);
@@ -626,13 +704,16 @@ __device__ __forceinline__ void merge_rows(FlashRows<E>& st, const float* ex, in
 // latency, NOTES.md G17). Shared memory: keys [S16, kLd], values [S16, kLd], W query stages [16,
 // kLd], S16 = S rounded up to 16 (rows past S zero-filled), then kRowsWords<E> x 32 words for each
 // warp of part > 0. 128 registers a thread keep 2 blocks of 8 warps on an SM up to E = 64 (larger
-// heads would spill at 128).
+// heads would spill at 128); f32's p takes twice the registers (one element each), and its
+// blocks ask twice the shared memory: 2 blocks up to E = 32 (ptxas: 20 bytes of spills there, 108
+// at E = 64).
+template <class T>
+constexpr int kResidentMaxHead2 = sizeof(T) == 4 ? 32 : 64;
 template <class T, int E>
-__global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
+__global__ void __launch_bounds__(kResidentMaxThreads, E <= kResidentMaxHead2<T> ? 2 : 1)
     flash_attention_resident_kernel(FlashArgs a, int64_t block_rows, int splits) {
-  constexpr int kLd = FlashSmem<E>::kLd;
-  constexpr int kChunks = E / 8;  // 16-byte pieces per row
-  static_assert(sizeof(T) == kElemBytes, "16-bit elements");
+  constexpr int kLd = FlashSmem<T, E>::kLd;
+  constexpr int kChunks = E / kPiece<T>;  // 16-byte pieces per row
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = static_cast<int>(threadIdx.x) / kWarp,
             lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -663,7 +744,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
 #pragma unroll
       for (int it = 0; it < kMma * kChunks / kWarp; ++it) {
         const int c = it * kWarp + lane;
-        const int r = c / kChunks, e = (c % kChunks) * 8;
+        const int r = c / kChunks, e = (c % kChunks) * kPiece<T>;
         const bool inside = r0 + r < a.L;
         copy16_async(q_rows + r * kLd + e, inside ? qm + (r0 + r) * a.qo.ld + e : qm,
                      inside ? 16 : 0);
@@ -678,7 +759,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, E <= 64 ? 2 : 1)
       const int r_end = (t + 1) * kKeyTile < s16 ? (t + 1) * kKeyTile : s16;
       for (int c = static_cast<int>(threadIdx.x) + t * kKeyTile * kChunks; c < r_end * kChunks;
            c += static_cast<int>(blockDim.x)) {
-        const int r = c / kChunks, e = (c % kChunks) * 8;
+        const int r = c / kChunks, e = (c % kChunks) * kPiece<T>;
         const bool inside = r < a.S;
         copy16_async(ks + r * kLd + e, inside ? km + r * a.ko.ld + e : km, inside ? 16 : 0);
         copy16_async(vs + r * kLd + e, inside ? vm + r * a.vo.ld + e : vm, inside ? 16 : 0);
@@ -762,12 +843,24 @@ int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   return cache[key] = std::max(1, multiprocessors(device) * per_sm);
 }
 
+// The most shared memory a block of the device may ask for (cudaFuncSetAttribute's limit).
+size_t optin_shared_bytes(int device) {
+  static std::mutex mu;
+  static std::map<int, size_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int bytes = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return cache[device] = static_cast<size_t>(bytes);
+}
+
 // The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows, a
 // 16-row query stage per warp, and the rows of every warp past part 0 of its row tiles.
-template <int E>
+template <class T, int E>
 constexpr size_t resident_bytes(int64_t S, int warps, int splits) {
   return static_cast<size_t>(2 * ((S + kMma - 1) / kMma * kMma) + warps * kMma) *
-             FlashSmem<E>::kLd * kElemBytes +
+             FlashSmem<T, E>::kLd * sizeof(T) +
          static_cast<size_t>(warps - warps / splits) * kRowsWords<E> * kWarp * sizeof(float);
 }
 constexpr int64_t kResidentKeys = 4 * kKeyTile;  // four cp.async groups of keys and values
@@ -792,8 +885,10 @@ struct ResidentShape {
 // of 8 row tiles, 2 key tiles): 24 blocks of 4 warps, one warp an SM scheduler (16 us a layer
 // against 22 us for 12 blocks of 8 warps, G60); with `max_splits` 4 (the switch
 // attention_key_split=on) 48 blocks of 4 warps, each row tile's keys split in 2.
+// Blocks above `max_bytes` of shared memory are not considered.
 template <class T, int E>
-ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_splits) {
+ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_splits,
+                             size_t max_bytes) {
   const auto kernel = reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>);
   const int row_tiles = (L + kMma - 1) / kMma;
   const int key_tiles = (S + kKeyTile - 1) / kKeyTile;
@@ -805,8 +900,8 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
     const int64_t steps = 2 * ((key_tiles + splits - 1) / splits) + (splits > 1 ? 1 : 0);
     for (int warps = std::max(kResidentMinWarps, splits); warps <= kResidentMaxWarps; ++warps) {
       if (warps % splits != 0) continue;
-      const size_t bytes = resident_bytes<E>(S, warps, splits);
-      if (splits > 1 && bytes > kResidentMaxBytes) continue;
+      const size_t bytes = resident_bytes<T, E>(S, warps, splits);
+      if ((splits > 1 && bytes > kResidentMaxBytes) || bytes > max_bytes) continue;
       const int64_t slots = resident_blocks(kernel, warps * kWarp, bytes, device);
       const int row_slots = warps / splits;
       for (int chunks = 1;; ++chunks) {
@@ -833,16 +928,18 @@ ResidentShape resident_shape(int L, int S, int64_t pairs, int device, int max_sp
 // block past the limit.
 template <class T, int E>
 ResidentShape flash_shape(int64_t L, int64_t S, int64_t pairs, int device, bool key_split) {
-  if (S > kResidentKeys || resident_bytes<E>(S, kResidentMinWarps, 1) > kResidentMaxBytes) {
+  if (S > kResidentKeys || resident_bytes<T, E>(S, kResidentMinWarps, 1) > kResidentMaxBytes) {
     return {0, kQueryTile, 1};
   }
+  // (f32 keys and values of E = 128 for 256 keys and 8 warps would pass any device's limit.)
+  const size_t max_bytes = std::min(
+      std::max(resident_bytes<T, E>(kResidentKeys, kResidentMaxWarps, 1), kResidentMaxBytes),
+      optin_shared_bytes(device));
   static std::atomic<uint64_t> configured{0};
-  allow_shared_bytes(
-      reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>),
-      std::max(resident_bytes<E>(kResidentKeys, kResidentMaxWarps, 1), kResidentMaxBytes), device,
-      configured);
+  allow_shared_bytes(reinterpret_cast<const void*>(flash_attention_resident_kernel<T, E>),
+                     max_bytes, device, configured);
   return resident_shape<T, E>(static_cast<int>(L), static_cast<int>(S), pairs, device,
-                              key_split ? 4 : 1);
+                              key_split ? 4 : 1, max_bytes);
 }
 
 template <class T, int E>
@@ -854,15 +951,15 @@ void launch_flash(KernelArgs& args, const FlashArgs& a) {
   if (shape.warps > 0) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
     const dim3 grid(static_cast<unsigned>((a.L + shape.block_rows - 1) / shape.block_rows), pairs);
-    kernel<<<grid, shape.warps * kWarp, resident_bytes<E>(a.S, shape.warps, shape.splits),
+    kernel<<<grid, shape.warps * kWarp, resident_bytes<T, E>(a.S, shape.warps, shape.splits),
              args.stream()>>>(a, shape.block_rows, shape.splits);
   } else {
     const auto kernel = flash_attention_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
-    allow_shared_bytes(reinterpret_cast<const void*>(kernel), FlashSmem<E>::kBytes, device,
+    allow_shared_bytes(reinterpret_cast<const void*>(kernel), FlashSmem<T, E>::kBytes, device,
                        configured);
     const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile), pairs);
-    kernel<<<grid, kFlashThreads, FlashSmem<E>::kBytes, args.stream()>>>(a);
+    kernel<<<grid, kFlashThreads, FlashSmem<T, E>::kBytes, args.stream()>>>(a);
   }
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }
@@ -905,14 +1002,27 @@ bool rows_fit(int64_t L, int64_t S) {
   return L < (int64_t{1} << 30) && S < (int64_t{1} << 30);
 }
 
+// Whether the flash kernels of `dtype` run head size E on the device: f32 only on TF32 (the
+// layer's tf32: not under --disable-tf32), and the streaming kernel's two stages within the
+// device's shared memory (f32 at E = 128 asks 165 KiB, past sm_80's and sm_86's limits; there the
+// simple kernel runs it).
+bool flash_fits(DataType dtype, int64_t E, bool tf32, int device) {
+  if (dtype != DataType::kF32) return true;
+  if (!tf32) return false;
+  size_t bytes = 0;
+  with_head_size(E, [&](auto e) { bytes = FlashSmem<float, decltype(e)::value>::kBytes; });
+  return bytes > 0 && bytes <= optin_shared_bytes(device);
+}
+
 // Whether the flash kernel runs this layer: what the builder asks too (fused_attention_applies),
-// one dtype throughout, out shaped as q (no broadcast batch), data aligned for 16-byte access, and
-// a mask (if any) of bool or a float type.
+// one dtype throughout, out shaped as q (no broadcast batch), data aligned for 16-byte access, a
+// mask (if any) of bool or a float type, and flash_fits.
 bool flash_applies(const AttentionParams& p, const std::vector<TensorView>& in,
-                   const TensorView& out) {
+                   const TensorView& out, int device) {
   const TensorView &q = in[0], &k = in[1], &v = in[2];
   if (p.has_mask && !fused_attention_mask_applies(in[3].dtype)) return false;
   return fused_attention_applies(q.shape, k.shape, v.shape, q.dtype) &&
+         flash_fits(q.dtype, q.shape.back(), p.tf32, device) &&
          rows_fit(q.shape[q.shape.size() - 2], k.shape[k.shape.size() - 2]) && k.dtype == q.dtype &&
          v.dtype == q.dtype && out.dtype == q.dtype && out.shape == q.shape && aligned16(q.data) &&
          aligned16(k.data) && aligned16(v.data) && aligned16(out.data);
@@ -921,9 +1031,10 @@ bool flash_applies(const AttentionParams& p, const std::vector<TensorView>& in,
 // The same for packed heads (AttentionParams::heads > 0), where rows and column offsets must
 // keep 16-byte alignment too.
 bool flash_applies_packed(const AttentionParams& p, const std::vector<TensorView>& in,
-                          const TensorView& out) {
+                          const TensorView& out, int device) {
   const int64_t B = out.shape[0], L = out.shape[1], S = in[1].shape[1];
   if ((p.has_mask && !fused_attention_mask_applies(in[3].dtype)) || !rows_fit(L, S) ||
+      !flash_fits(out.dtype, p.head_size, p.tf32, device) ||
       !fused_attention_applies({B, p.heads, L, p.head_size}, {B, p.heads, S, p.head_size},
                                {B, p.heads, S, p.head_size}, out.dtype)) {
     return false;
@@ -944,8 +1055,10 @@ void run_flash(KernelArgs& args, FlashArgs& a, const AttentionParams& p, DataTyp
   a.causal = p.causal;
   if (t == DataType::kF16) {
     launch_flash<__half>(args, a, E);
-  } else {
+  } else if (t == DataType::kBF16) {
     launch_flash<__nv_bfloat16>(args, a, E);
+  } else {
+    launch_flash<float>(args, a, E);
   }
 }
 
@@ -989,7 +1102,8 @@ void flash_attention_packed(KernelArgs& args, const AttentionParams& p) {
   const int64_t E = p.head_size;
   FlashArgs a{};
   const auto at = [&](size_t i) {
-    return static_cast<const char*>(in[i].data) + p.columns[i] * static_cast<int64_t>(kElemBytes);
+    return static_cast<const char*>(in[i].data) +
+           p.columns[i] * static_cast<int64_t>(dtype_size(out.dtype));
   };
   a.q = at(0), a.k = at(1), a.v = at(2), a.out = out.data;
   a.L = static_cast<int>(out.shape[1]), a.S = static_cast<int>(in[1].shape[1]);
@@ -1009,16 +1123,18 @@ void attention_kernel(KernelArgs& args) {
   const TensorView& out = args.outputs[0];
   if (out.numel() == 0) return;  // (a grid of no blocks is a launch error)
   if (p.heads > 0) {
-    KILN_CHECK(flash_applies_packed(p, args.inputs, out), Unsupported, "layer `", args.layer.name,
-               "`: packed attention heads run on the flash kernel only (f16 or ",
-               "bf16, head size a multiple of 16 up to 128, rows and column offsets in multiples ",
-               "of 8 elements, fewer than 2^30 query and key rows, a bool or float mask); got ",
-               dtype_name(out.dtype), ", head size ", p.head_size, ", ", out.shape[1],
+    KILN_CHECK(flash_applies_packed(p, args.inputs, out, args.res.device()), Unsupported, "layer `",
+               args.layer.name,
+               "`: packed attention heads run on the flash kernel only (f16, bf16, or f32 on ",
+               "TF32 where the device's shared memory holds its tiles; head size a multiple of 16 ",
+               "up to 128, rows and column offsets in multiples of 8 elements, fewer than 2^30 ",
+               "query and key rows, a bool or float mask); got ", dtype_name(out.dtype),
+               p.tf32 ? " (tf32)" : "", ", head size ", p.head_size, ", ", out.shape[1],
                " query and ", args.inputs[1].shape[1], " key rows");
     flash_attention_packed(args, p);
     return;
   }
-  if (flash_applies(p, args.inputs, out)) {
+  if (flash_applies(p, args.inputs, out, args.res.device())) {
     flash_attention(args, p);
     return;
   }
@@ -1066,9 +1182,11 @@ FlashLaunch flash_launch(DataType dtype, int64_t E, int64_t L, int64_t S, int64_
     if (dtype == DataType::kBF16) {
       take(flash_shape<__nv_bfloat16, kE>(L, S, pairs, device, key_split));
     }
+    if (dtype == DataType::kF32) take(flash_shape<float, kE>(L, S, pairs, device, key_split));
   });
-  KILN_CHECK(known && (dtype == DataType::kF16 || dtype == DataType::kBF16), InvalidArgument,
-             "no flash attention kernel for ", dtype_name(dtype), " E=", E);
+  KILN_CHECK(
+      known && (dtype == DataType::kF16 || dtype == DataType::kBF16 || dtype == DataType::kF32),
+      InvalidArgument, "no flash attention kernel for ", dtype_name(dtype), " E=", E);
   return launch;
 }
 

@@ -399,7 +399,7 @@ void check_supported(const Network& net) {
 }
 
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype) {
-  if (dtype != DataType::kF16 && dtype != DataType::kBF16) return false;
+  if (dtype != DataType::kF16 && dtype != DataType::kBF16 && dtype != DataType::kF32) return false;
   if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return false;
   const int64_t e = q.back();
   if (e <= 0 || e > 128 || e % 16 != 0 || k.back() != e || v.back() != e) return false;

@@ -35,9 +35,10 @@ int compute_capability(int index);
 void check_supported(const Network& net);
 
 // Whether attention over q [B..., L, E], k [B..., S, E], v [B..., S, Ev] of `dtype` runs as the
-// fused (flash) kernel: f16/bf16, E == Ev a multiple of 16 up to 128, equal batch dims (with or
-// without a mask: bool or float, any broadcast). The builder keeps such layers; other unmasked,
-// non-causal ones become two GEMMs + softmax.
+// fused (flash) kernel: f16/bf16, or f32 on TF32 (the builder asks it only where the layer may
+// use TF32), E == Ev a multiple of 16 up to 128, equal batch dims (with or without a mask: bool or
+// float, any broadcast). The builder keeps such layers; other unmasked, non-causal ones become two
+// GEMMs + softmax.
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype);
 
 // The masks the fused kernel reads: bool (keep where true), or f16/bf16/f32 added to the scores.

@@ -22,8 +22,10 @@ namespace kiln::engine {
 struct BackendRules {
   // Which precisions its kernels take per layer (precision.h); null: it computes in f32 only.
   PrecisionSupportFn precision;
-  // Unmasked attention its fused kernel does not take runs as two GEMMs and a softmax.
-  std::function<bool(const Shape& q, const Shape& k, const Shape& v, DataType)> fused_attention;
+  // Unmasked attention its fused kernel does not take runs as two GEMMs and a softmax. `tf32`:
+  // f32 attention may use TF32 tensor-core math (BackendRules::tf32 and BuilderConfig::tf32).
+  std::function<bool(const Shape& q, const Shape& k, const Shape& v, DataType, bool tf32)>
+      fused_attention;
   bool decompose_attention = false;
   // f32 convolutions and matmuls may use TF32 tensor-core math (with BuilderConfig::tf32).
   bool tf32 = false;

@@ -72,7 +72,7 @@ int decompose_attention(
 int fold_written_attention(
     Network& net,
     const std::function<bool(const Shape&, const Shape&, const Shape&, DataType)>& fused);
-// f32 convolutions and matmuls may use TF32 tensor-core math (their params' tf32).
+// f32 convolutions, matmuls and attention may use TF32 tensor-core math (their params' tf32).
 int allow_tf32(Network& net);
 // f16/bf16 matmuls whose fused activation is the erf GELU take its tanh form.
 int gelu_tanh_epilogues(Network& net);

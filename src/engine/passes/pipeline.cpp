@@ -51,6 +51,16 @@ int fusion(const PassContext& ctx, const std::function<int(std::vector<std::stri
   return n;
 }
 
+// The backend's fused-attention rule with the build's TF32 choice bound: whether f32 attention
+// may run on TF32 (the tf32 pass below marks the layers so).
+std::function<bool(const Shape&, const Shape&, const Shape&, DataType)> fused_attention_of(
+    const PassContext& c) {
+  const bool tf32 = c.backend.tf32 && c.config.tf32;
+  return [&c, tf32](const Shape& q, const Shape& k, const Shape& v, DataType t) {
+    return c.backend.fused_attention(q, k, v, t, tf32);
+  };
+}
+
 bool squeeze_excitation_on(const PassContext& c) {
   return c.backend.squeeze_excitation &&
          c.config.squeeze_excitation.value_or(c.backend.squeeze_excitation_by_default);
@@ -93,7 +103,7 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"written_attention",
                [](const PassContext& c) { return c.backend.fused_attention != nullptr; },
                [](Network& n, const PassContext& c) {
-                 return fold_written_attention(n, c.backend.fused_attention);
+                 return fold_written_attention(n, fused_attention_of(c));
                }});
   // After the precisions: whether the fused kernel takes an attention depends on its dtype.
   p.push_back({"decompose_attention",
@@ -101,9 +111,10 @@ std::vector<Pass> make_pipeline() {
                  return c.backend.decompose_attention && c.config.decompose_attention;
                },
                [](Network& n, const PassContext& c) {
-                 return decompose_attention(n, c.backend.fused_attention);
+                 return decompose_attention(n, fused_attention_of(c));
                }});
-  // After the decomposition, whose matmuls are f32 ones too.
+  // After the decomposition, whose matmuls are f32 ones too; f32 attention the fused kernel
+  // takes is marked as well (the attention passes above asked with the same choice).
   p.push_back({"tf32", [](const PassContext& c) { return c.backend.tf32 && c.config.tf32; },
                [](Network& n, const PassContext&) { return allow_tf32(n); }});
   // Before the head folding, which then finds the permutes on the attention operands; after the
