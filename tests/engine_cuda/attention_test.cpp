@@ -271,7 +271,8 @@ TEST(CudaAttention, FlashF32OnTf32) {
 // Which f32 attention the builder keeps for the flash kernel, without a device (cuda_arch): with
 // TF32 (kiln::compile's default) f32 attention stays one layer, marked tf32, through the plan's
 // serialization, and attention written out as matmul, scale, bias and softmax (swin's) becomes
-// one; with TF32 off both run as two matmuls and a softmax.
+// one; with TF32 off both run as two matmuls and a softmax; and only where the target
+// architecture's shared memory holds the f32 tiles.
 TEST(CudaBuilder, F32AttentionIsFusedOnTf32) {
   const int64_t B = 2, H = 3, L = 49, E = 32;
   Network sdpa;
@@ -322,6 +323,27 @@ TEST(CudaBuilder, F32AttentionIsFusedOnTf32) {
       EXPECT_EQ(attention, tf32 ? 1 : 0) << network_to_text(plan.network);
       EXPECT_EQ(matmuls, tf32 ? 0 : 2) << network_to_text(plan.network);
     }
+  }
+  // Tiles the target's shared memory holds: f32 needs twice f16's bytes (streaming E = 128: 165
+  // KiB; sm_86 and sm_89 allow 99 KiB a block, sm_80 163, sm_90 227).
+  EXPECT_TRUE(cuda::fused_attention_fits(DataType::kF32, 128, 90));
+  EXPECT_FALSE(cuda::fused_attention_fits(DataType::kF32, 128, 80));
+  EXPECT_TRUE(cuda::fused_attention_fits(DataType::kF32, 112, 80));
+  EXPECT_FALSE(cuda::fused_attention_fits(DataType::kF32, 80, 86));
+  EXPECT_TRUE(cuda::fused_attention_fits(DataType::kF32, 64, 86));
+  EXPECT_TRUE(cuda::fused_attention_fits(DataType::kF16, 128, 86));
+  EXPECT_FALSE(cuda::fused_attention_fits(DataType::kF32, 40, 90));  // no kernel for E = 40
+  // ... and so the builder: f32 attention of E = 128 is fused for sm_90, decomposed for sm_86.
+  for (const auto& [arch, fused] : {std::pair{"90", 1}, {"86", 0}}) {
+    SCOPED_TRACE(std::string("sm_") + arch);
+    Network wide;
+    auto q = wide.add_input("q", DataType::kF32, {B, H, L, 128});
+    wide.mark_output(wide.add("attn", AttentionParams{false, false, 0}, {q, q, q}), "y");
+    BuilderConfig config;
+    config.device = "cuda";
+    config.tf32 = true;
+    apply_switch(config, std::string("cuda_arch=") + arch);
+    EXPECT_EQ(cuda_testing::count_layers(build(wide, config), "attention"), fused);
   }
 }
 

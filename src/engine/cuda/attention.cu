@@ -1002,15 +1002,24 @@ bool rows_fit(int64_t L, int64_t S) {
   return L < (int64_t{1} << 30) && S < (int64_t{1} << 30);
 }
 
+// The streaming kernel's shared memory for `dtype` and head size E (0: no flash kernel).
+size_t streaming_bytes(DataType dtype, int64_t E) {
+  size_t bytes = 0;
+  with_head_size(E, [&](auto e) {
+    constexpr int kE = decltype(e)::value;
+    bytes = dtype == DataType::kF32 ? FlashSmem<float, kE>::kBytes : FlashSmem<__half, kE>::kBytes;
+  });
+  return bytes;
+}
+
 // Whether the flash kernels of `dtype` run head size E on the device: f32 only on TF32 (the
 // layer's tf32: not under --disable-tf32), and the streaming kernel's two stages within the
-// device's shared memory (f32 at E = 128 asks 165 KiB, past sm_80's and sm_86's limits; there the
-// simple kernel runs it).
+// device's shared memory (f32 at E = 128 asks 165 KiB, past sm_80's and sm_86's limits; the
+// builder keeps such layers from the fused kernel, fused_attention_fits, and a plan built for
+// another device would run them on the simple kernel).
 bool flash_fits(DataType dtype, int64_t E, bool tf32, int device) {
-  if (dtype != DataType::kF32) return true;
-  if (!tf32) return false;
-  size_t bytes = 0;
-  with_head_size(E, [&](auto e) { bytes = FlashSmem<float, decltype(e)::value>::kBytes; });
+  if (dtype == DataType::kF32 && !tf32) return false;
+  const size_t bytes = streaming_bytes(dtype, E);
   return bytes > 0 && bytes <= optin_shared_bytes(device);
 }
 
@@ -1168,6 +1177,17 @@ void attention_kernel(KernelArgs& args) {
 }
 
 }  // namespace
+
+bool fused_attention_fits(DataType dtype, int64_t E, int compute_capability) {
+  // The shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin) by
+  // architecture; 99 KiB where it is not known to be more.
+  const int cc = compute_capability;
+  const size_t limit = cc == 80 || cc == 87                              ? 163 * 1024
+                       : cc == 90 || cc == 100 || cc == 103 || cc == 110 ? 227 * 1024
+                                                                         : 99 * 1024;
+  const size_t bytes = streaming_bytes(dtype, E);
+  return bytes > 0 && bytes <= limit;
+}
 
 FlashLaunch flash_launch(DataType dtype, int64_t E, int64_t L, int64_t S, int64_t pairs, int device,
                          bool key_split) {

@@ -41,6 +41,13 @@ void check_supported(const Network& net);
 // GEMMs + softmax.
 bool fused_attention_applies(const Shape& q, const Shape& k, const Shape& v, DataType dtype);
 
+// Whether the fused kernel's tiles of `dtype` and head size E fit the shared memory a block may
+// ask for on devices of `compute_capability` (f16/bf16 always; f32 needs twice the bytes: up to
+// E = 64 on 99 KiB devices such as sm_86 and sm_89, 112 on sm_80 and sm_87, 128 on sm_90 and
+// later). The builder asks it with the target's architecture, so that f32 attention its devices
+// cannot hold is decomposed rather than fused.
+bool fused_attention_fits(DataType dtype, int64_t E, int compute_capability);
+
 // The masks the fused kernel reads: bool (keep where true), or f16/bf16/f32 added to the scores.
 bool fused_attention_mask_applies(DataType mask);
 

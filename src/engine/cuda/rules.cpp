@@ -11,9 +11,11 @@ namespace kiln::engine {
 BackendRules cuda_backend_rules(const EngineTarget& target) {
   BackendRules r;
   r.precision = cuda_precision_support();
-  // f32 on TF32 only: the flash kernel has no full-f32 form.
-  r.fused_attention = [](const Shape& q, const Shape& k, const Shape& v, DataType t, bool tf32) {
-    return (t != DataType::kF32 || tf32) && cuda::fused_attention_applies(q, k, v, t);
+  // f32 on TF32 only (the flash kernel has no full-f32 form), with tiles the target holds.
+  const int cc = target.compute_capability;
+  r.fused_attention = [cc](const Shape& q, const Shape& k, const Shape& v, DataType t, bool tf32) {
+    return (t != DataType::kF32 || tf32) && cuda::fused_attention_applies(q, k, v, t) &&
+           cuda::fused_attention_fits(t, q.back(), cc);
   };
   // Attention the fused kernel does not take runs as two cuBLASLt batched GEMMs on tensor cores
   // and a softmax, where the general attention kernel is a simple one.
@@ -22,11 +24,12 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   // The fused kernel takes packed heads in f16/bf16 (and f32 on TF32: the layer's tf32, set by
   // the tf32 pass before the head passes), with 16-byte rows and column offsets, and a bool or
   // float mask (sources[3], if any).
-  r.packed_heads = [](const AttentionParams& p, const std::vector<TensorDesc>& sources,
-                      const TensorDesc& out) {
+  r.packed_heads = [cc](const AttentionParams& p, const std::vector<TensorDesc>& sources,
+                        const TensorDesc& out) {
     const int64_t B = out.shape[0], L = out.shape[1], S = sources[1].shape[1];
     const Shape q = {B, p.heads, L, p.head_size}, kv = {B, p.heads, S, p.head_size};
     if (out.dtype == DataType::kF32 && !p.tf32) return false;
+    if (!cuda::fused_attention_fits(out.dtype, p.head_size, cc)) return false;
     if (!cuda::fused_attention_applies(q, kv, kv, out.dtype)) return false;
     for (size_t i = 0; i < 3; ++i) {
       if (sources[i].shape[2] % 8 != 0 || p.columns[i] % 8 != 0) return false;

@@ -33,6 +33,9 @@ int compute_capability(int) {
 bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType) {
   return false;
 }
+bool fused_attention_fits(DataType, int64_t, int) {
+  return false;
+}
 bool fused_attention_mask_applies(DataType) {
   return false;
 }
