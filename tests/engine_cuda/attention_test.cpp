@@ -409,11 +409,11 @@ TEST(CudaAttention, KeySplitsAtFewMatrices) {
   }
 }
 
-// Attention the flash kernel does not take (f32; f16 with E = 40) as the builder decomposes it,
-// two batched GEMMs around a masked softmax, with every mask form: bool [L, S], key padding with
-// a wholly padded sequence (zeros), padding with causal, per-query bool [B, 1, L, S], additive
-// [L, S] with -inf entries and transformers' lowest-value padding; ViT's 197 keys and 1500 keys
-// (the softmax's general kernel).
+// Attention the flash kernel does not take (f32 without TF32; f16 with E = 40) as the builder
+// decomposes it, two batched GEMMs around a masked softmax, with every mask form: bool [L, S], key
+// padding with a wholly padded sequence (zeros), padding with causal, per-query bool [B, 1, L, S],
+// additive [L, S] with -inf entries and transformers' lowest-value padding; ViT's 197 keys and
+// 1500 keys (the softmax's general kernel).
 TEST(CudaAttention, DecomposedTakesEveryMask) {
   KILN_REQUIRE_GPU();
   uint64_t seed = 300;

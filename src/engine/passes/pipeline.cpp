@@ -129,8 +129,9 @@ std::vector<Pass> make_pipeline() {
                [](Network& n, const PassContext& c) {
                  return move_row_shuffles(n, c.backend.packed_heads);
                }});
-  // After the precisions (the cuda kernel takes packed heads in f16/bf16 only), before folding
-  // and dead-layer removal, which clear the head-split views it leaves behind.
+  // After the precisions and the tf32 marks (the cuda kernel takes packed heads in f16/bf16, and
+  // f32 on TF32), before folding and dead-layer removal, which clear the head-split views it
+  // leaves behind.
   p.push_back({"attention_heads",
                [](const PassContext& c) { return c.backend.packed_heads != nullptr; },
                [](Network& n, const PassContext& c) {
