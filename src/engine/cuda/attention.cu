@@ -203,28 +203,6 @@ struct FlashArgs {
   int64_t mask_row, mask_col;
 };
 
-// Tensor-core primitives (PTX, sm_80+): D += A B for a 16x16 A (row-major, four 32-bit registers
-// of two elements), a 16x8 B (two registers) and a 16x8 float D. Lane l holds rows g = l / 4 and
-// g + 8 of A and D, at columns 2 (l % 4) + {0, 1} (A also at + 8); and B's column g at rows
-// 2 (l % 4) + {0, 1} and + 8.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // f32 rounded to TF32 (to nearest, ties away from zero; the low 13 bits of the result are zero),
 // as an mma operand.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
@@ -236,10 +214,12 @@ __device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
   return to_tf32(__uint_as_float(bits));
 }
 
-// D += A B for one k-step of element type T (kK<T>): mma_16816 for f16 and bf16; for f32 the
-// m16n8k8 TF32 mma, whose 16x8 A (four registers of one element, rounded by to_tf32) lane l holds
-// at rows g = l / 4 and g + 8 and columns t = l % 4 and t + 4 (registers: (g, t), (g + 8, t),
-// (g, t + 4), (g + 8, t + 4)), B's column g at rows t and t + 4; D as mma_16816's.
+// Tensor-core primitives (PTX, sm_80+): D += A B for one k-step of element type T (kK<T>), D a
+// 16x8 float fragment whose lane l holds rows g = l / 4 and g + 8 at columns 2t + {0, 1}, t = l %
+// 4. f16 and bf16 (m16n8k16): a 16x16 A (row-major, four 32-bit registers of two elements) at the
+// same rows, columns 2t + {0, 1} and + 8; B's column g at rows 2t + {0, 1} and + 8 (two
+// registers). f32 (m16n8k8 on TF32, operands rounded by to_tf32): a 16x8 A of one element a
+// register, (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B's column g at rows t and t + 4.
 template <class T>
 __device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
@@ -249,8 +229,18 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], 
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    mma_16816<T>(d, a, b0, b1);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
@@ -841,18 +831,6 @@ int resident_blocks(const void* kernel, int threads, size_t bytes, int device) {
   int per_sm = 0;
   KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
   return cache[key] = std::max(1, multiprocessors(device) * per_sm);
-}
-
-// The most shared memory a block of the device may ask for (cudaFuncSetAttribute's limit).
-size_t optin_shared_bytes(int device) {
-  static std::mutex mu;
-  static std::map<int, size_t> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int bytes = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return cache[device] = static_cast<size_t>(bytes);
 }
 
 // The resident kernel's shared memory for S keys: keys and values of S rounded up to 16 rows, a

@@ -87,6 +87,12 @@ int multiprocessors(int device) {
   return std::max(sms, 1);
 }
 
+size_t optin_shared_bytes(int device) {
+  int bytes = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<size_t>(bytes);
+}
+
 void allow_shared_bytes(const void* kernel, size_t bytes, int device,
                         std::atomic<uint64_t>& configured) {
   if (bytes <= 48 * 1024) return;

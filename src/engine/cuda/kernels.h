@@ -156,6 +156,8 @@ void register_resize(KernelTable& t);
 void register_attention(KernelTable& t);
 // The device's streaming multiprocessors (device_util.cu).
 int multiprocessors(int device);
+// The most shared memory a block of the device may ask for (cudaFuncSetAttribute's limit).
+size_t optin_shared_bytes(int device);
 // How the flash kernel runs attention over `pairs` (batch x head) matrices of L queries and S keys
 // of head size E in f16/bf16 on `device` (attention.cu; tests read it): `warps` 0 for the
 // streaming kernel (64 query rows a block of 4 warps), else the resident kernel's warps and
