@@ -7,7 +7,7 @@ warm-up): kiln static (exported at that shape, compiled for it), kiln dynamic (e
 dims symbolic, compiled once for min/opt/max), torch.compile(dynamic=True) in its default mode and
 in reduce-overhead, each compiled once and called at every shape. Also the first and second calls
 of the dynamic engine at each shape (host wall time, synchronized: what a new shape costs; kiln's
-engine chooses algorithms on a shape's second call, where that is no profile point) and the
+engine chooses algorithms from a shape's second call on, within a budget, where that is no profile point) and the
 largest difference from eager PyTorch in the same precision. kiln compiles through the Python
 package from torch.export's programs, default flags, as a user would.
 
@@ -16,6 +16,12 @@ Usage (on the GPU machine, the package built with CUDA):
 `--device cpu` runs the kiln columns on the CPU (a check of the script, not a measurement).
 "hf_bert_batch_seq" is BertModel with the batch (1..32) and the sequence (1..512) dynamic in one
 engine, the inputs' dims tied (one export Dim each).
+
+`--interleave N` (default 8) then compiles the dynamic engine again and calls it at the shapes
+that are no profile point in turn, N rounds (4, 20, 4, 20, ... for the image models), once per
+--budgets entry (KILN_CUDA_TUNING_MS for the engine: "default", or milliseconds), and prints each
+call's host wall time (synchronized): a repeated shape chooses its algorithms within the budget
+over its calls and is captured as a CUDA graph once all is chosen, whatever ran in between.
 """
 import argparse
 import copy
@@ -222,6 +228,58 @@ def bench_model(name, args, rows):
         print(json.dumps(rows_of[p]), flush=True)
 
 
+def interleaved(name, args, rows):
+    """Calls of one dynamic engine at the shapes that are no profile point, in turn: host wall
+    ms of each call, per budget (KILN_CUDA_TUNING_MS)."""
+    device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
+    case = CASES[name]
+    torch.manual_seed(0)
+    model_name = case.get("model", name)
+    model, make_input = make_model(model_name, mask=True, seq=case["dims"]["seq"][1][1]) \
+        if "seq" in case["dims"] else make_model(model_name)
+    model.eval()
+    ranges = [r for _, r in case["dims"].values()]
+    profile = {tuple(r[i] for r in ranges) for i in range(3)}
+    chosen = [p for p in case["points"] if values(p) not in profile]
+    points = {p: kiln_args(inputs_at(name, model, make_input, p), device) for p in chosen}
+    opt_args = inputs_at(name, model, make_input, opt_point(case))
+    for budget in args.budgets.split(","):
+        saved = os.environ.pop("KILN_CUDA_TUNING_MS", None)
+        if budget != "default":
+            os.environ["KILN_CUDA_TUNING_MS"] = budget
+        try:
+            with torch.no_grad():
+                ep = torch.export.export(model, opt_args,
+                                         dynamic_shapes=dynamic_shapes(name, opt_args))
+                dyn = kiln_compile(ep, kiln_inputs(opt_args, name, ranged=True), device, dtype)
+                calls = {p: [] for p in chosen}
+                for _ in range(args.interleave):
+                    for p in chosen:
+                        calls[p].append(call_ms(dyn, points[p], device)[1])
+                del dyn
+        finally:
+            os.environ.pop("KILN_CUDA_TUNING_MS", None)
+            if saved is not None:
+                os.environ["KILN_CUDA_TUNING_MS"] = saved
+        for p in chosen:
+            row = {"model": model_name, "point": label(p), "budget": budget, "calls ms": calls[p]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def interleaved_table(rows):
+    if not rows:
+        return ""
+    n = max(len(r["calls ms"]) for r in rows)
+    lines = ["| model | shape | KILN_CUDA_TUNING_MS | "
+             + " | ".join(f"call {i + 1}" for i in range(n)) + " |",
+             "|---|---|---|" + "---|" * n]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['point']} | {r['budget']} | "
+                     + " | ".join(f"{v:.2f}" for v in r["calls ms"]) + " |")
+    return "\n".join(lines)
+
+
 def eager_dtype(device, dtype):
     return dtype if device == "cuda" else torch.float32
 
@@ -264,6 +322,14 @@ def main():
     p.add_argument("--peers", default=",".join(PEERS),
                    help="torch.compile peers (cuda only), comma-separated, of "
                         + ", ".join(PEERS))
+    p.add_argument("--interleave", type=int, default=8,
+                   help="rounds of calls at the shapes that are no profile point, in turn, on "
+                        "a new dynamic engine (0: none)")
+    p.add_argument("--interleave-only", action="store_true",
+                   help="only the interleaved calls (no table of shapes against the peers)")
+    p.add_argument("--budgets", default="default,10",
+                   help="KILN_CUDA_TUNING_MS values for --interleave, comma-separated "
+                        "(default: the variable unset)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -276,12 +342,19 @@ def main():
     if args.device == "cuda":
         torch.backends.cudnn.benchmark = True
         print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    rows = []
+    rows, interleaved_rows = [], []
     os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
-        bench_model(name, args, rows)
+        if not args.interleave_only:
+            bench_model(name, args, rows)
+        if args.interleave > 0:
+            interleaved(name, args, interleaved_rows)
         # The table so far after every model: a run cut short keeps the models it finished.
         text = table(rows)
+        if interleaved_rows:
+            text += ("\n\nInterleaved calls (host wall ms, synchronized) of a new dynamic engine "
+                     "at the shapes that are no profile point, in turn:\n\n"
+                     + interleaved_table(interleaved_rows))
         print(text, flush=True)
         with open(os.path.join(args.out, "dynamic.json"), "w") as f:
             json.dump(rows, f, indent=1)

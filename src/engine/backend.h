@@ -60,12 +60,16 @@ class ContextBackend {
   // Writes host-computed integer values (shape tensors) into `dst`.
   virtual void write_values(const TensorRef& dst, const std::vector<int64_t>& values) = 0;
 
-  // Whether kernels may choose algorithms for the shapes of the runs that follow (heuristic
-  // queries, timed candidates; choices kept per shape): true for a static engine, for a dynamic
-  // one at a profile point (every input at its min, opt or max) and at shapes that repeat;
-  // elsewhere kernels keep the choices made at the shape run before, so that a shape never seen
-  // costs little more than a cached one. The CPU has nothing to choose.
-  virtual void set_tuning(bool tune) = 0;
+  // How far kernels may choose algorithms for the shapes of the runs that follow (heuristic
+  // queries, timed candidates; choices kept per shape): kFull at a static engine's shapes and at
+  // a dynamic one's profile points (every input at its min, opt or max); kBudgeted at other
+  // shapes the context has run before, where a call may be bounded in the host time it spends
+  // choosing (the CUDA backend's KILN_CUDA_TUNING_MS, unbounded unset) and leave the rest to the
+  // shape's next calls; kOff at a shape never seen, where kernels keep the choices made at the
+  // nearest shape that chose, so that it costs little more than a cached one. The CPU has nothing
+  // to choose.
+  enum class Tuning { kOff, kBudgeted, kFull };
+  virtual void set_tuning(Tuning tuning) = 0;
 
   // Runs (CPU) or enqueues (CUDA) layer `index` of the network.
   virtual void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
@@ -81,7 +85,8 @@ class ContextBackend {
   // Whole-engine graphs (CUDA): runs `enqueue` (every layer, reading `inputs`, writing
   // `outputs`) through a graph per `key` (the input shapes), inputs and outputs staged through
   // backend-owned buffers so that bindings may change between calls; a key is captured only
-  // after an eager run at it with tuning on (set_tuning), so graphs hold tuned choices.
+  // after an eager run at it that made every choice for its shapes (set_tuning), so graphs
+  // hold tuned choices.
   virtual bool has_graphs() const = 0;
   using EnqueueFn = std::function<void(const std::vector<const void*>& inputs,
                                        const std::vector<void*>& outputs)>;

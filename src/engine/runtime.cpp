@@ -371,11 +371,22 @@ void ExecutionContext::enable_cuda_graphs(bool on) {
 void ExecutionContext::execute() {
   resolve_shapes();
   restore_bounds();  // (a call that failed half-way leaves counts)
-  // Kernels time their candidates (and ask the heuristics) at a static engine's shapes, at
-  // profile points and at shapes that repeat; the first call at any other shape keeps choices
-  // made before, so that it costs little (ContextBackend::set_tuning).
-  backend_->set_tuning(at_profile_point_ || input_shapes_ == last_executed_shapes_);
-  last_executed_shapes_ = input_shapes_;
+  // Kernels time their candidates (and ask the heuristics) at a static engine's shapes and at
+  // profile points, and within a budget a call at shapes run before; the first call at any other
+  // shape keeps choices made before, so that it costs little (ContextBackend::set_tuning).
+  auto seen = seen_shapes_.find(input_shapes_);
+  backend_->set_tuning(at_profile_point_            ? ContextBackend::Tuning::kFull
+                       : seen != seen_shapes_.end() ? ContextBackend::Tuning::kBudgeted
+                                                    : ContextBackend::Tuning::kOff);
+  if (seen == seen_shapes_.end()) {
+    if (seen_shapes_.size() >= kSeenShapes) {
+      seen_shapes_.erase(
+          std::min_element(seen_shapes_.begin(), seen_shapes_.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; }));
+    }
+    seen = seen_shapes_.emplace(input_shapes_, 0).first;
+  }
+  seen->second = ++calls_;
   const Network& net = engine_->network();
   std::vector<size_t> in_bytes(net.inputs().size()), out_bytes(net.outputs().size());
   for (size_t i = 0; i < in_bytes.size(); ++i) {

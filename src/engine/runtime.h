@@ -4,6 +4,7 @@
 // only enqueues on a stream).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -162,10 +163,13 @@ class ExecutionContext {
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_set_;
   bool resolved_ = false;
-  // Whether the inputs' shapes are a profile point (all of a static engine's are), and the shapes
-  // of the last execution: kernels tune at profile points and at shapes that repeat.
+  // Whether the inputs' shapes are a profile point (all of a static engine's are), and the input
+  // shapes executed before (up to kSeenShapes, each with the call that last ran it, to drop the
+  // oldest): kernels choose at profile points and, within a budget, at shapes that repeat.
   bool at_profile_point_ = true;
-  std::vector<Shape> last_executed_shapes_;
+  static constexpr size_t kSeenShapes = 1024;
+  std::map<std::vector<Shape>, uint64_t> seen_shapes_;
+  uint64_t calls_ = 0;
   std::vector<TensorDesc> descs_;      // concrete, per tensor
   std::vector<int64_t> arena_offset_;  // per tensor, -1 when not in the arena
   // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that

@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
 
 #include "cuda_testing.h"
 #include "engine/cuda/backend.h"
@@ -181,7 +183,7 @@ TEST(CudaRuntime, CudaGraphsReplayAndFollowShapes) {
 
 // The graph cache keeps the most recently run shapes up to its bound, replays each shape's own
 // graph, drops every graph once memory they read has moved, and captures a shape only after an
-// eager run in which the kernels tuned for it.
+// eager run that made every choice for it, whatever ran in between.
 TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   KILN_REQUIRE_GPU();
   cudaStream_t s = nullptr;
@@ -191,24 +193,37 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   cuda::GraphCache cache(2);
   uint64_t moves = 0;
   int enqueued = 0;
-  // Runs "shape" k: the enqueued work fills the output's bytes with k.
-  const auto run = [&](int k, bool tuned = true) {
+  // Runs "shape" k: the enqueued work fills the output's bytes with k. `complete`: whether the
+  // run made every choice for its shape; `allocates`: whether it allocates device memory (a
+  // kernel whose state for the shape went), which a capture refuses.
+  const auto run = [&](int k, bool complete = true, bool allocates = false) {
     const int before = enqueued;
     cache.execute(
         s, {k}, {}, {}, {out}, {sizeof(int)},
         [&](const std::vector<const void*>&, const std::vector<void*>& outs) {
           ++enqueued;
+          if (allocates) {
+            void* p = nullptr;
+            const cudaError_t status = cudaMalloc(&p, 256);
+            if (status != cudaSuccess) throw std::runtime_error(cudaGetErrorString(status));
+            cudaFree(p);
+          }
           CUDA_OK(cudaMemsetAsync(outs[0], k, sizeof(int), s));
         },
-        &moves, tuned);
+        &moves, [&] { return complete; });
     unsigned char got[sizeof(int)] = {};
     EXPECT_EQ(cudaMemcpyAsync(got, out, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     for (unsigned char b : got) EXPECT_EQ(b, k) << "shape " << k;
     return enqueued > before;  // false: a graph replayed
   };
-  EXPECT_TRUE(run(1));   // eager
-  EXPECT_TRUE(run(1));   // captured
+  const auto captures = [&](int k) { return cache.will_capture(s, {k}, &moves); };
+  EXPECT_FALSE(captures(1));
+  EXPECT_TRUE(run(1));  // eager
+  EXPECT_TRUE(captures(1));
+  EXPECT_FALSE(cache.will_capture(nullptr, {1}, &moves));  // the legacy stream runs eagerly
+  EXPECT_TRUE(run(1));                                     // captured
+  EXPECT_FALSE(captures(1));
   EXPECT_FALSE(run(1));  // replayed
   EXPECT_TRUE(run(2));
   EXPECT_TRUE(run(2));
@@ -220,18 +235,49 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   EXPECT_TRUE(cache.has({1}) && cache.has({3}) && !cache.has({2}));
   EXPECT_FALSE(run(1));
   EXPECT_FALSE(run(3));
-  ++moves;  // e.g. the arena grew: no graph replays
+  ++moves;  // e.g. the arena grew: no graph replays; 1's choices stand, so it is captured again
+  EXPECT_TRUE(captures(1));
   EXPECT_TRUE(run(1));
-  EXPECT_EQ(cache.size(), 0u);
-  EXPECT_TRUE(run(1));
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_TRUE(cache.has({1}) && !cache.has({3}));
   EXPECT_FALSE(run(1));
-  // A first run without tuning (a new shape of a dynamic engine): eager again, then captured.
+  // A run that left choices to later calls (a new shape of a dynamic engine): eager again, until
+  // one completes; then captured.
   EXPECT_TRUE(run(4, false));
-  EXPECT_TRUE(run(4));  // eager, tuning
+  EXPECT_FALSE(captures(4));
+  EXPECT_TRUE(run(4, false));
+  EXPECT_TRUE(run(4));  // eager, its last choices made
   EXPECT_FALSE(cache.has({4}));
   EXPECT_TRUE(run(4));  // captured
   EXPECT_TRUE(cache.has({4}));
   EXPECT_FALSE(run(4));
+  // Shapes that alternate are captured too: completeness is kept per shape.
+  EXPECT_TRUE(run(5));
+  EXPECT_TRUE(run(6));
+  EXPECT_TRUE(run(5));  // captured (1 goes)
+  EXPECT_TRUE(run(6));  // captured (4 goes)
+  EXPECT_FALSE(run(5));
+  EXPECT_FALSE(run(6));
+  EXPECT_TRUE(cache.has({5}) && cache.has({6}) && !cache.has({4}));
+  // An evicted shape that was complete is captured at its next call, and replays after.
+  EXPECT_TRUE(captures(4));
+  EXPECT_TRUE(run(4));
+  EXPECT_TRUE(cache.has({4}));
+  EXPECT_FALSE(run(4));
+  // A capture that fails (a kernel allocates) runs the call eagerly and right; the shape is
+  // captured after its next complete eager run. One whose run left a choice is not kept.
+  EXPECT_TRUE(run(7));
+  EXPECT_TRUE(captures(7));
+  EXPECT_TRUE(run(7, true, true));  // the capture failed: eager
+  EXPECT_FALSE(cache.has({7}));
+  EXPECT_TRUE(captures(7));  // the eager run was complete
+  EXPECT_TRUE(run(7));
+  EXPECT_TRUE(cache.has({7}));
+  EXPECT_FALSE(run(7));
+  EXPECT_TRUE(run(8));
+  EXPECT_TRUE(run(8, false));  // captured, but a kernel left a choice: ran once, not kept
+  EXPECT_FALSE(cache.has({8}));
+  EXPECT_FALSE(captures(8));
   cudaFree(out);
   cudaStreamDestroy(s);
 }
@@ -257,6 +303,93 @@ TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
     setenv("KILN_CUDA_GRAPH_CACHE", before.c_str(), 1);
   } else {
     unsetenv("KILN_CUDA_GRAPH_CACHE");
+  }
+}
+
+// KILN_CUDA_TUNING_MS sets a call's choosing time at repeated shapes (unbounded unset, 0 allowed);
+// anything but a non-negative number is an error naming it.
+TEST(CudaRuntime, TuningBudgetComesFromTheEnvironment) {
+  const char* saved = std::getenv("KILN_CUDA_TUNING_MS");
+  const std::string before = saved ? saved : "";
+  unsetenv("KILN_CUDA_TUNING_MS");
+  EXPECT_EQ(cuda::tuning_budget_ms(), std::numeric_limits<double>::infinity());
+  setenv("KILN_CUDA_TUNING_MS", "2.5", 1);
+  EXPECT_EQ(cuda::tuning_budget_ms(), 2.5);
+  setenv("KILN_CUDA_TUNING_MS", "0", 1);
+  EXPECT_EQ(cuda::tuning_budget_ms(), 0.0);
+  for (const char* bad : {"-1", "soon", "5ms", "inf", "nan"}) {
+    setenv("KILN_CUDA_TUNING_MS", bad, 1);
+    try {
+      cuda::tuning_budget_ms();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find("KILN_CUDA_TUNING_MS"), std::string::npos) << e.message();
+    }
+  }
+  if (saved) {
+    setenv("KILN_CUDA_TUNING_MS", before.c_str(), 1);
+  } else {
+    unsetenv("KILN_CUDA_TUNING_MS");
+  }
+}
+
+// Shapes of a dynamic engine that are no profile point, interleaved, with no choosing time (each
+// call at a repeated shape chooses for one layer): convolutions and GEMMs start from the choices
+// of the nearest shape that chose, choose over the calls that follow, and are captured once all
+// is chosen; every call matches the CPU, eager, captured or replayed.
+TEST(CudaRuntime, InterleavedShapesChooseOverTheirCallsAndStayRight) {
+  KILN_REQUIRE_GPU();
+  const char* saved = std::getenv("KILN_CUDA_TUNING_MS");
+  const std::string before = saved ? saved : "";
+  setenv("KILN_CUDA_TUNING_MS", "0", 1);
+  Network net;
+  auto in = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 8},
+                          Profile{{1, 3, 4, 8}, {2, 3, 8, 8}, {8, 3, 16, 8}});
+  ConvolutionParams c;
+  c.strides = {1, 1};
+  c.padding_begin = c.padding_end = {1, 1};
+  c.dilations = {1, 1};
+  auto y = net.add("conv", c, {in, testing::random_constant(net, "w", {8, 3, 3, 3}, 5)});
+  y = net.add("relu", ActivationParams{ActivationKind::kRelu}, {y});
+  y = net.add("mm", MatMulParams{}, {y, testing::random_constant(net, "w2", {8, 8}, 6)});
+  c.padding_begin = c.padding_end = {0, 0};
+  y = net.add("conv2", c, {y, testing::random_constant(net, "w3", {4, 8, 1, 1}, 7)});
+  net.mark_output(y);
+  auto engine = cuda_engine(net);
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  ExecutionContext gpu(engine);
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  gpu.set_stream(s);
+  gpu.enable_cuda_graphs(true);
+  const size_t most = 8 * 8 * 16 * 8 * 4;
+  void *din = nullptr, *dout = nullptr;
+  CUDA_OK(cudaMalloc(&din, most));
+  CUDA_OK(cudaMalloc(&dout, most));
+  int run = 0;
+  for (int round = 0; round < 8; ++round) {
+    for (const auto& [n, h] : std::vector<std::pair<int64_t, int64_t>>{{3, 6}, {5, 12}, {7, 10}}) {
+      const HostTensor x =
+          random_tensor(DataType::kF32, {n, 3, h, 8}, static_cast<uint64_t>(200 + run++));
+      CUDA_OK(cudaMemcpyAsync(din, x.data(), x.nbytes(), cudaMemcpyHostToDevice, s));
+      gpu.set_input_shape(0, {n, 3, h, 8});
+      gpu.bind_input(0, din);
+      gpu.bind_output(0, dout);
+      gpu.execute();
+      HostTensor got(DataType::kF32, {n, 4, h, 8});
+      CUDA_OK(cudaMemcpyAsync(got.data(), dout, got.nbytes(), cudaMemcpyDeviceToHost, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      EXPECT_TRUE(testing::near(got, testing::to_doubles(cpu.run({x})[0]), 2e-3, 1e-4))
+          << "round " << round << ": " << n << " x " << h;
+    }
+  }
+  cudaFree(din);
+  cudaFree(dout);
+  cudaStreamDestroy(s);
+  if (saved) {
+    setenv("KILN_CUDA_TUNING_MS", before.c_str(), 1);
+  } else {
+    unsetenv("KILN_CUDA_TUNING_MS");
   }
 }
 

@@ -7,7 +7,9 @@
 # with the default plan (first calls' convolutions as patch GEMMs), one asking the heuristics at
 # every new shape (reuse_algorithms=off), one keeping cuDNN's kept algorithms for first calls
 # (first_call_gemm=off, the default before G60), and with CUDA modules loaded eagerly; each profile gives the host's enqueue time per layer too. Usage (device, after gpu-iterate.sh built
-# build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh
+# build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh (PLANS="default"
+# times only those of "default heuristic cudnn default-eager-modules"; TOP=0 skips the profiles;
+# KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu}
@@ -53,7 +55,7 @@ echo "second (a repeated shape tunes: Resources::tune), and of later calls there
 echo "eager: kiln-run runs without CUDA graphs)"
 echo "| plan | batch | first call ms | second call ms | later calls ms |"
 echo "|---|---|---|---|---|"
-for plan in default heuristic cudnn default-eager-modules; do
+for plan in ${PLANS:-default heuristic cudnn default-eager-modules}; do
   file=${plan%-eager-modules} loading=LAZY
   [ "$plan" = default-eager-modules ] && loading=EAGER
   for b in $new; do
@@ -69,7 +71,9 @@ done
 # Where a first call's time goes (per-layer device timeline: host set-up shows as gaps charged
 # to the layer that waited for it; cuDNN calls that synchronize stall on the profiler's gate),
 # and the host's side of it: each layer's enqueue time, by kind and slowest first.
-for plan in default cudnn; do
+plans=(default cudnn)
+[ "$top" -gt 0 ] || plans=()
+for plan in "${plans[@]}"; do
   b=${new%% *}
   echo "== $plan plan, batch $b, first call, top $top layers"
   run "$plan" "$b" 0 1 --profile >"$dir/profile.txt"

@@ -30,7 +30,7 @@ class CpuContext final : public ContextBackend {
     return w.data->data();
   }
   std::shared_ptr<void> allocate(size_t bytes) override { return allocate_host(bytes); }
-  void set_tuning(bool) override {}
+  void set_tuning(Tuning) override {}
   void copy(void* dst, const void* src, size_t bytes, Copy) override {
     if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
   }

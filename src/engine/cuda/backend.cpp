@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 #include <cudnn.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -199,7 +200,19 @@ class ContextState : public Resources {
     return workspace_.reserve(bytes, stream_, "workspace", &memory_moves);
   }
   void device_memory_moved() override { ++memory_moves; }
-  bool tune() const override { return tuning; }
+  bool tune() override {
+    if (tuning == Tuning::kOff) {
+      tuning_deferred = true;
+      return false;
+    }
+    if (tuning == Tuning::kBudgeted && tuning_granted && !layer_tuning &&
+        tuning_spent_ms >= tuning_budget) {
+      tuning_deferred = true;
+      return false;
+    }
+    tuning_granted = layer_tuning = true;
+    return true;
+  }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -249,7 +262,14 @@ class ContextState : public Resources {
   // Bumped whenever device memory that enqueued work reads moves (arena, workspace, a kernel's
   // state): graphs captured before are dropped.
   uint64_t memory_moves = 0;
-  bool tuning = true;  // ContextBackend::set_tuning
+  // ContextBackend::set_tuning, and what the call has spent of its choosing time: whether a layer
+  // chose, whether the current one does, and whether one was refused (the call left choices to
+  // the shape's next calls).
+  using Tuning = ContextBackend::Tuning;
+  Tuning tuning = Tuning::kFull;
+  const double tuning_budget = tuning_budget_ms();
+  double tuning_spent_ms = 0;
+  bool tuning_granted = false, layer_tuning = false, tuning_deferred = false;
   GrowingBuffer& arena_buffer() { return arena_; }
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
@@ -475,7 +495,11 @@ class CudaContext final : public ContextBackend {
     copy(dst.data, bytes.data(), bytes.size(), Copy::kFromHost);
   }
 
-  void set_tuning(bool tune) override { ctx_.tuning = tune; }
+  void set_tuning(Tuning tuning) override {
+    ctx_.tuning = tuning;
+    ctx_.tuning_spent_ms = 0;
+    ctx_.tuning_granted = ctx_.layer_tuning = ctx_.tuning_deferred = false;
+  }
 
   void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
                  const std::vector<TensorRef>& outputs) override {
@@ -487,7 +511,19 @@ class CudaContext final : public ContextBackend {
                layer_kind_name(layer.params), "): the CUDA backend has no kernel for this kind");
     DeviceGuard guard(ctx_.device());
     KernelArgs args{layer, inputs, outputs, ctx_.state(index), ctx_};
+    if (ctx_.tuning != Tuning::kBudgeted) {
+      entry.fn(args);
+      return;
+    }
+    // What a layer that chose spent counts against the call's choosing time.
+    const auto start = std::chrono::steady_clock::now();
     entry.fn(args);
+    if (ctx_.layer_tuning) {
+      ctx_.tuning_spent_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      ctx_.layer_tuning = false;
+    }
   }
   void synchronize() override {
     DeviceGuard guard(ctx_.device());
@@ -501,8 +537,11 @@ class CudaContext final : public ContextBackend {
                      const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
                      const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) override {
     DeviceGuard guard(ctx_.device());
+    // A capture chooses nothing (a choice's timing cannot be captured): the choices of the
+    // complete eager run before it are kept per shape.
+    if (ctx_.graphs.will_capture(ctx_.stream(), key, &ctx_.memory_moves)) set_tuning(Tuning::kOff);
     ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue,
-                        &ctx_.memory_moves, ctx_.tuning);
+                        &ctx_.memory_moves, [this] { return !ctx_.tuning_deferred; });
   }
 
   void profile_begin() override { ctx_.profile_begin(); }

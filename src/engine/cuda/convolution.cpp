@@ -15,6 +15,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -50,8 +51,6 @@ struct ConvState : KernelState {
   Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
   bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
   bool tuned = false;          // the algorithm was chosen for this shape (not kept from another)
-  std::unique_ptr<KernelState>
-      first_call_gemm;  // the GEMM of first calls (first_call_gemm_applies)
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
@@ -69,6 +68,31 @@ struct ConvState : KernelState {
     cudnnDestroyActivationDescriptor(relu);
   }
 };
+
+// A cuDNN convolution layer's states by shape, and the GEMM its first calls at new shapes run
+// (first_call_gemm_applies), whose own states follow the shapes too.
+struct ConvStates : StatesByShape<ConvState> {
+  std::unique_ptr<KernelState> first_call_gemm;
+};
+
+// Where a kept algorithm comes from: of the states chosen for their shapes with the same
+// operation (dtype, layout, TF32, filter), the one whose input is nearest in size.
+ConvState* nearest_tuned(ConvStates& states, const std::vector<int64_t>& key, size_t rank) {
+  const auto input_volume = [rank](const std::vector<int64_t>& k) {
+    double v = 1;
+    for (size_t d = 3; d < 3 + rank; ++d) v *= static_cast<double>(std::max<int64_t>(k[d], 1));
+    return v;
+  };
+  const double volume = input_volume(key);
+  return states.nearest(
+      [&](const ConvState& s) {
+        return s.tuned && s.key.size() == key.size() &&
+               std::equal(key.begin(), key.begin() + 3, s.key.begin()) &&
+               std::equal(key.begin() + 3 + static_cast<long>(rank), key.end(),
+                          s.key.begin() + 3 + static_cast<long>(rank));
+      },
+      [&](const ConvState& s) { return std::abs(std::log(input_volume(s.key) / volume)); });
+}
 
 std::vector<int> to_int(const Shape& s) {
   return std::vector<int>(s.begin(), s.end());
@@ -165,14 +189,6 @@ bool patch_gemm_applies(const ConvolutionParams& p, const TensorView& x, const T
   const int64_t pixels = x.shape[0] * x.shape[1] * x.shape[2];
   return !options.pointwise_on_cudnn &&
          (x.shape[3] >= kPointwiseGemmMinChannels || pixels <= kPointwiseGemmMaxRows);
-}
-
-// The layer's state as a T: a fresh one where it holds none or another path's.
-template <class T>
-T& state_of(KernelArgs& args) {
-  if (auto* state = dynamic_cast<T*>(args.state.get())) return *state;
-  args.state = std::make_unique<T>();
-  return static_cast<T&>(*args.state);
 }
 
 struct PatchGemmState : KernelState {
@@ -285,13 +301,7 @@ void convolution_kernel(KernelArgs& args) {
     return;
   }
   if (patch_gemm_applies(p, x, w, residual, out, args.res.options())) {
-    patch_gemm(args, p, x, w, bias, residual, out, state_of<PatchGemmState>(args).gemm);
-    return;
-  }
-  if (!args.res.tune() && args.res.options().first_call_gemm &&
-      first_call_gemm_applies(p, x, w, residual, out)) {
-    // The GEMM's state lives beside cuDNN's, which keeps the algorithm chosen before.
-    patch_gemm(args, p, x, w, bias, residual, out, state_of<ConvState>(args).first_call_gemm);
+    patch_gemm(args, p, x, w, bias, residual, out, state_of<PatchGemmState>(args.state).gemm);
     return;
   }
   const size_t spatial = x.shape.size() - 2;
@@ -323,8 +333,16 @@ void convolution_kernel(KernelArgs& args) {
   std::vector<int64_t> key = {static_cast<int64_t>(out.dtype), cl ? 1 : 0, p.tf32 ? 1 : 0};
   key.insert(key.end(), xs.begin(), xs.end());
   key.insert(key.end(), ws.begin(), ws.end());
-  auto* state = dynamic_cast<ConvState*>(args.state.get());
-  if (!state || state->key != key || (args.res.tune() && !state->tuned)) {
+  auto& states = state_of<ConvStates>(args.state);
+  ConvState* state = states.find(key);
+  // Tuning is asked for only where this shape's choice is still to be made (Resources::tune).
+  const bool tune = (!state || !state->tuned) && args.res.tune();
+  if (!state && !tune && args.res.options().first_call_gemm &&
+      first_call_gemm_applies(p, x, w, residual, out)) {
+    patch_gemm(args, p, x, w, bias, residual, out, states.first_call_gemm);
+    return;
+  }
+  if (!state || (tune && !state->tuned)) {
     auto fresh = std::make_unique<ConvState>();
     fresh->key = key;
     std::vector<int64_t> pad = pb;
@@ -354,18 +372,21 @@ void convolution_kernel(KernelArgs& args) {
         cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
     int found = 0;
     bool chosen = false;
-    // At a shape not worth tuning, the algorithm of the shape run before, where it takes this one
-    // (cuDNN's heuristic query costs milliseconds a layer at each new shape).
-    if (!p.transposed && state && !args.res.tune() && args.res.options().reuse_algorithms) {
+    // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that was,
+    // where it takes this one (cuDNN's heuristic query costs milliseconds a layer at each new
+    // shape).
+    ConvState* kept = !p.transposed && !tune && args.res.options().reuse_algorithms
+                          ? nearest_tuned(states, key, xs.size())
+                          : nullptr;
+    if (kept) {
       size_t bytes = 0;
       if (cudnnGetConvolutionForwardWorkspaceSize(handle, fresh->x, fresh->w, fresh->conv, fresh->y,
-                                                  state->fwd_algo,
-                                                  &bytes) == CUDNN_STATUS_SUCCESS &&
+                                                  kept->fwd_algo, &bytes) == CUDNN_STATUS_SUCCESS &&
           bytes <= kMaxAlgoWorkspace) {
-        fresh->fwd_algo = state->fwd_algo;
+        fresh->fwd_algo = kept->fwd_algo;
         fresh->algo_workspace = bytes;
-        fresh->fallbacks = state->fallbacks;
-        fresh->fusion_failed = state->fusion_failed;
+        fresh->fallbacks = kept->fallbacks;
+        fresh->fusion_failed = kept->fusion_failed;
         chosen = true;
       }
     }
@@ -390,14 +411,12 @@ void convolution_kernel(KernelArgs& args) {
     // first_call_gemm: the GEMM a first call would run chooses its algorithm here, at a tuned
     // shape (a profile point's), so that a process's first new shape keeps it rather than asking
     // the heuristics. Its output is cuDNN's to overwrite below (not where it is also the residual).
-    if (state) fresh->first_call_gemm = std::move(state->first_call_gemm);
-    if (!fresh->first_call_gemm && args.res.tune() && args.res.options().first_call_gemm &&
+    if (!states.first_call_gemm && tune && args.res.options().first_call_gemm &&
         first_call_gemm_applies(p, x, w, residual, out) &&
         (!residual || residual->data != out.data)) {
-      patch_gemm(args, p, x, w, bias, residual, out, fresh->first_call_gemm);
+      patch_gemm(args, p, x, w, bias, residual, out, states.first_call_gemm);
     }
-    state = fresh.get();
-    args.state = std::move(fresh);
+    state = states.add(std::move(fresh));
   }
 
   const size_t pad_bytes =

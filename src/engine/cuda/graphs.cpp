@@ -2,7 +2,9 @@
 #include "engine/cuda/graphs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "engine/cuda/cuda_check.h"
 
@@ -16,6 +18,18 @@ size_t graph_cache_size() {
   KILN_CHECK(*end == '\0' && n > 0, InvalidArgument, "KILN_CUDA_GRAPH_CACHE=", env,
              ": expected the number of CUDA graphs an engine context keeps, a positive integer");
   return static_cast<size_t>(n);
+}
+
+double tuning_budget_ms() {
+  const char* env = std::getenv("KILN_CUDA_TUNING_MS");
+  if (env == nullptr || *env == '\0') return std::numeric_limits<double>::infinity();
+  char* end = nullptr;
+  const double ms = std::strtod(env, &end);
+  KILN_CHECK(*end == '\0' && ms >= 0 && std::isfinite(ms), InvalidArgument,
+             "KILN_CUDA_TUNING_MS=", env,
+             ": expected the milliseconds a call at a repeated shape may spend choosing "
+             "algorithms, a non-negative number");
+  return ms;
 }
 
 GraphCache::~GraphCache() {
@@ -49,11 +63,73 @@ void* GraphCache::staging(size_t slot, size_t bytes) {
   return staging_[slot];
 }
 
+bool GraphCache::will_capture(cudaStream_t stream, const std::vector<int64_t>& key,
+                              const uint64_t* moves) const {
+  if (stream == nullptr) return false;
+  if (*moves == moves_seen_ && graphs_.count(key) != 0) return false;
+  return std::find(ready_.begin(), ready_.end(), key) != ready_.end();
+}
+
+void GraphCache::unready(const std::vector<int64_t>& key) {
+  ready_.erase(std::remove(ready_.begin(), ready_.end(), key), ready_.end());
+}
+
+void GraphCache::capture(cudaStream_t stream, const std::vector<int64_t>& key,
+                         const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                         const EnqueueFn& enqueue, const uint64_t* moves,
+                         const std::function<bool()>& complete) {
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  bool captured = true;
+  try {
+    enqueue(inputs, outputs);
+  } catch (...) {
+    // A kernel whose state for these shapes went since the eager run (kept states are bounded
+    // per layer: other shapes ran in between) allocates, which a capture refuses: the call runs
+    // eagerly instead, making the state again, and the key waits for a complete eager run.
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    cudaGetLastError();
+    captured = false;
+  }
+  if (!captured) {
+    unready(key);
+    enqueue(inputs, outputs);  // a real error throws again, outside any capture
+    if (complete()) ready_.push_back(key);
+    return;
+  }
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  KILN_CHECK(status == cudaSuccess, DeviceError,
+             "cudaGraphInstantiate failed: ", cudaGetErrorString(status));
+  const cudaError_t launched = cudaGraphLaunch(exec, stream);
+  // Kept only where nothing it reads moved while capturing and no kernel had to leave a choice
+  // (a state made again without choosing, as above): otherwise it ran once.
+  const bool keep = launched == cudaSuccess && *moves == moves_seen_ && complete();
+  if (!keep) {
+    cudaStreamSynchronize(stream);
+    cudaGraphExecDestroy(exec);
+    KILN_CUDA_CHECK(launched);
+    unready(key);
+    return;
+  }
+  if (graphs_.size() >= max_graphs_) {
+    cudaGraphExecDestroy(graphs_[order_.front()]);
+    graphs_.erase(order_.front());
+    order_.pop_front();
+  }
+  graphs_[key] = exec;
+  order_.push_back(key);
+}
+
 void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
                          const std::vector<const void*>& inputs,
                          const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
                          const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue,
-                         const uint64_t* moves, bool tuned) {
+                         const uint64_t* moves, const std::function<bool()>& complete) {
   if (stream == nullptr) {
     enqueue(inputs, outputs);
     return;
@@ -80,44 +156,15 @@ void GraphCache::execute(cudaStream_t stream, std::vector<int64_t> key,
       order_.push_back(key);
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
-  } else if (last_eager_key_ != key || !last_eager_tuned_) {
-    last_eager_key_ = key;
-    last_eager_tuned_ = tuned;
+  } else if (const auto ready = std::find(ready_.begin(), ready_.end(), key);
+             ready == ready_.end()) {
     enqueue(staged_in, staged_out);
+    if (complete()) {
+      if (ready_.size() >= kReadyKeys) ready_.pop_front();
+      ready_.push_back(key);
+    }
   } else {
-    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(staged_in, staged_out);
-    } catch (...) {
-      cudaGraph_t partial = nullptr;
-      cudaStreamEndCapture(stream, &partial);
-      if (partial) cudaGraphDestroy(partial);
-      cudaGetLastError();
-      throw;
-    }
-    cudaGraph_t graph = nullptr;
-    KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    KILN_CHECK(status == cudaSuccess, DeviceError,
-               "cudaGraphInstantiate failed: ", cudaGetErrorString(status));
-    const cudaError_t launched = cudaGraphLaunch(exec, stream);
-    if (launched != cudaSuccess || *moves != moves_seen_) {
-      // Memory moved while capturing (not expected: the eager run before allocated for this
-      // key): the graph ran once and is not kept.
-      cudaStreamSynchronize(stream);
-      cudaGraphExecDestroy(exec);
-      KILN_CUDA_CHECK(launched);
-    } else {
-      if (graphs_.size() >= max_graphs_) {
-        cudaGraphExecDestroy(graphs_[order_.front()]);
-        graphs_.erase(order_.front());
-        order_.pop_front();
-      }
-      graphs_[key] = exec;
-      order_.push_back(key);
-    }
+    capture(stream, key, staged_in, staged_out, enqueue, moves, complete);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (output_bytes[i] == 0) continue;

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,9 +64,13 @@ class Resources {
   virtual int device() const = 0;
   // Scratch device memory valid until the next layer runs (stream-ordered growth).
   virtual void* workspace(size_t bytes) = 0;
-  // Whether a kernel may time candidates at this run's shapes (ContextBackend::set_tuning): a
-  // static engine or a profile point; elsewhere the heuristics' first choice.
-  virtual bool tune() const = 0;
+  // Whether a kernel may choose its algorithm for this run's shapes now (heuristic queries,
+  // timed candidates: ContextBackend::set_tuning): always at a static engine's shapes and a
+  // dynamic one's profile points, never at a shape the context has not run before, and at a
+  // shape that repeats while the call's choosing time lasts (KILN_CUDA_TUNING_MS; the first layer
+  // that asks always may). Ask only where a choice is still to be made for this shape: a refusal
+  // leaves the shape's choosing to its next calls (and keeps it from being captured until then).
+  virtual bool tune() = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
   // A kernel freed (or moved) device memory that work it enqueued before may read: CUDA graphs
@@ -92,7 +97,7 @@ class WorkspaceAfter : public Resources {
                " workspace bytes were moved by a larger request (", offset_ + bytes, " bytes)");
     return static_cast<uint8_t*>(ws) + offset_;
   }
-  bool tune() const override { return base_.tune(); }
+  bool tune() override { return base_.tune(); }
   void* cublaslt() override { return base_.cublaslt(); }
   void* cudnn() override { return base_.cudnn(); }
   void device_memory_moved() override { base_.device_memory_moved(); }
@@ -102,6 +107,65 @@ class WorkspaceAfter : public Resources {
   size_t offset_;
   void* base_ws_;
 };
+
+// The states a kernel keeps for the shapes a layer has run (a convolution's descriptors and
+// algorithm, a GEMM's), so that a shape that comes back finds the choices made for it: up to
+// kShapes of them, the least recently used dropped first. State has a `key` (what it was made
+// for).
+template <typename State>
+class StatesByShape : public KernelState {
+ public:
+  static constexpr size_t kShapes = 32;
+  // The state made for `key` (now the most recently used), or nullptr.
+  State* find(const std::vector<int64_t>& key) {
+    for (auto it = states_.begin(); it != states_.end(); ++it) {
+      if ((*it)->key != key) continue;
+      states_.splice(states_.begin(), states_, it);
+      return states_.front().get();
+    }
+    return nullptr;
+  }
+  // Keeps `state` (replacing one of its key), the most recently used.
+  State* add(std::unique_ptr<State> state) {
+    for (auto it = states_.begin(); it != states_.end(); ++it) {
+      if ((*it)->key == state->key) {
+        states_.erase(it);
+        break;
+      }
+    }
+    if (states_.size() >= kShapes) states_.pop_back();
+    states_.push_front(std::move(state));
+    return states_.front().get();
+  }
+  // Of the states `usable` takes, the one of least `distance`; nullptr when none. Most recently
+  // used first among equals.
+  template <typename Usable, typename Distance>
+  State* nearest(Usable&& usable, Distance&& distance) {
+    State* best = nullptr;
+    double best_distance = 0;
+    for (auto& s : states_) {
+      if (!usable(*s)) continue;
+      const double d = distance(*s);
+      if (!best || d < best_distance) {
+        best = s.get();
+        best_distance = d;
+      }
+    }
+    return best;
+  }
+  size_t size() const { return states_.size(); }
+
+ private:
+  std::list<std::unique_ptr<State>> states_;  // most recently used first
+};
+
+// The state slot as a T, made empty if it holds none (or another kind).
+template <typename T>
+T& state_of(std::unique_ptr<KernelState>& slot) {
+  if (auto* state = dynamic_cast<T*>(slot.get())) return *state;
+  slot = std::make_unique<T>();
+  return static_cast<T&>(*slot);
+}
 
 struct KernelArgs {
   const Layer& layer;

@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -65,6 +66,13 @@ bool same_operation(const std::vector<int64_t>& a, const std::vector<int64_t>& b
     if (a[i] != b[i]) return false;
   }
   return true;
+}
+
+// A GEMM key's multiply-adds (rows x n x k x matrices).
+double gemm_size(const std::vector<int64_t>& key) {
+  double v = 1;
+  for (size_t i = 4; i < 8; ++i) v *= static_cast<double>(std::max<int64_t>(key[i], 1));
+  return v;
 }
 
 // Whether the first run of a GEMM this large times the heuristic's candidates (where the run's
@@ -397,8 +405,11 @@ void matmul_kernel(KernelArgs& args) {
                                 act2_epilogue,
                                 static_cast<int64_t>(act2),
                                 residual_c ? alignment(residual->data) : 0};
-    auto* state = dynamic_cast<MatMulState*>(args.state.get());
-    if (!state || state->key != key || (args.res.tune() && !state->tuned)) {
+    auto& states = state_of<StatesByShape<MatMulState>>(args.state);
+    MatMulState* state = states.find(key);
+    // Tuning is asked for only where this shape's choice is still to be made (Resources::tune).
+    const bool tune = (!state || !state->tuned) && args.res.tune();
+    if (!state || (tune && !state->tuned)) {
       auto fresh = std::make_unique<MatMulState>();
       fresh->key = key;
       KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(
@@ -445,19 +456,27 @@ void matmul_kernel(KernelArgs& args) {
       const int sms = multiprocessors(args.res.device());
       const bool split_k = split_k_worth(args.res.options(), rows, n, k, mats, sms);
       const bool worth = worth_timing(args.res.options(), rows, n, k, mats) || split_k;
-      const bool timed = args.res.tune() && worth;
+      const bool timed = tune && worth;
       cublasLtMatmulHeuristicResult_t results[kCandidates + kSplitCandidates]{};
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
       cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
-      // At a shape not worth tuning, the algorithm of the shape run before where it takes this
-      // one (same operation, dtypes and epilogue: only sizes, strides and alignments differ).
-      if (state && !args.res.tune() && args.res.options().reuse_algorithms &&
-          same_operation(state->key, key) &&
+      // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that
+      // was (same operation, dtypes and epilogue: only sizes, strides and alignments differ; the
+      // nearest in multiply-adds), where it takes this one.
+      MatMulState* kept =
+          !tune && args.res.options().reuse_algorithms
+              ? states.nearest(
+                    [&](const MatMulState& s) { return s.tuned && same_operation(s.key, key); },
+                    [&](const MatMulState& s) {
+                      return std::abs(std::log(gemm_size(s.key) / gemm_size(key)));
+                    })
+              : nullptr;
+      if (kept &&
           cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
-                                  &state->algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
+                                  &kept->algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
           results[0].workspaceSize <= kCublasWorkspace) {
-        results[0].algo = state->algo;
+        results[0].algo = kept->algo;
         found = 1;
         status = CUBLAS_STATUS_SUCCESS;
       }
@@ -498,8 +517,7 @@ void matmul_kernel(KernelArgs& args) {
       fresh->fused_activation = act_epilogue;
       fresh->fused_residual = residual_c;
       fresh->fused_activation2 = act2_epilogue;
-      state = fresh.get();
-      args.state = std::move(fresh);
+      state = states.add(std::move(fresh));
     }
     if (state->fused_bias) {
       const void* bias_ptr = bias->data;
