@@ -6,8 +6,8 @@ Per model and shape (fp16 unless --precision fp32; median ms of CUDA-event timed
 warm-up): kiln static (exported at that shape, compiled for it), kiln dynamic (exported with its
 dims symbolic, compiled once for min/opt/max), torch.compile(dynamic=True) in its default mode and
 in reduce-overhead, each compiled once and called at every shape. Also the first and second calls
-of the dynamic engine at each shape (host wall time, synchronized: what a new shape costs; kiln's
-engine chooses algorithms from a shape's second call on, within a budget, where that is no profile point) and the
+of the dynamic engine at each shape (host wall time, synchronized: what a new shape costs; where
+that is no profile point, kiln's engine chooses algorithms at a shape's second call) and the
 largest difference from eager PyTorch in the same precision. kiln compiles through the Python
 package from torch.export's programs, default flags, as a user would.
 
@@ -19,9 +19,10 @@ engine, the inputs' dims tied (one export Dim each).
 
 `--interleave N` (default 8) then compiles the dynamic engine again and calls it at the shapes
 that are no profile point in turn, N rounds (4, 20, 4, 20, ... for the image models), once per
---budgets entry (KILN_CUDA_TUNING_MS for the engine: "default", or milliseconds), and prints each
-call's host wall time (synchronized): a repeated shape chooses its algorithms within the budget
-over its calls and is captured as a CUDA graph once all is chosen, whatever ran in between.
+--variants entry ("default"; "KILN_CUDA_TUNING_MS=10", an environment variable for the engine;
+"repeat_tuning=off", a kiln switch), and prints each call's host wall time (synchronized) and the
+median after (CUDA events): a repeated shape chooses its algorithms (within the budget, over its
+calls) and is captured as a CUDA graph once all is chosen, whatever ran in between.
 """
 import argparse
 import copy
@@ -104,11 +105,11 @@ def kiln_inputs(args, name=None, ranged=False):
     return out
 
 
-def kiln_compile(source, inputs, device, dtype):
+def kiln_compile(source, inputs, device, dtype, switches=()):
     import kiln
     precisions = {dtype, torch.float32}
     return kiln.compile(source, inputs=inputs, device=device, enabled_precisions=precisions,
-                        progress=False)
+                        progress=False, **({"switches": list(switches)} if switches else {}))
 
 
 def timed(fn, args, device, warmup, iters):
@@ -230,7 +231,7 @@ def bench_model(name, args, rows):
 
 def interleaved(name, args, rows):
     """Calls of one dynamic engine at the shapes that are no profile point, in turn: host wall
-    ms of each call, per budget (KILN_CUDA_TUNING_MS)."""
+    ms of each call, then the median of CUDA-event timed calls, per variant (--variants)."""
     device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
     case = CASES[name]
     torch.manual_seed(0)
@@ -243,26 +244,35 @@ def interleaved(name, args, rows):
     chosen = [p for p in case["points"] if values(p) not in profile]
     points = {p: kiln_args(inputs_at(name, model, make_input, p), device) for p in chosen}
     opt_args = inputs_at(name, model, make_input, opt_point(case))
-    for budget in args.budgets.split(","):
-        saved = os.environ.pop("KILN_CUDA_TUNING_MS", None)
-        if budget != "default":
-            os.environ["KILN_CUDA_TUNING_MS"] = budget
+    for variant in args.variants.split(","):
+        env, switches = {}, []
+        if variant.startswith("KILN_"):
+            key, _, value = variant.partition("=")
+            env[key] = value
+        elif variant != "default":
+            switches.append(variant)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             with torch.no_grad():
                 ep = torch.export.export(model, opt_args,
                                          dynamic_shapes=dynamic_shapes(name, opt_args))
-                dyn = kiln_compile(ep, kiln_inputs(opt_args, name, ranged=True), device, dtype)
+                dyn = kiln_compile(ep, kiln_inputs(opt_args, name, ranged=True), device, dtype,
+                                   switches)
                 calls = {p: [] for p in chosen}
                 for _ in range(args.interleave):
                     for p in chosen:
                         calls[p].append(call_ms(dyn, points[p], device)[1])
+                after = {p: timed(dyn, points[p], device, 5, 50) for p in chosen}
                 del dyn
         finally:
-            os.environ.pop("KILN_CUDA_TUNING_MS", None)
-            if saved is not None:
-                os.environ["KILN_CUDA_TUNING_MS"] = saved
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
         for p in chosen:
-            row = {"model": model_name, "point": label(p), "budget": budget, "calls ms": calls[p]}
+            row = {"model": model_name, "point": label(p), "variant": variant,
+                   "calls ms": calls[p], "after ms": after[p]}
             rows.append(row)
             print(json.dumps(row), flush=True)
 
@@ -271,12 +281,13 @@ def interleaved_table(rows):
     if not rows:
         return ""
     n = max(len(r["calls ms"]) for r in rows)
-    lines = ["| model | shape | KILN_CUDA_TUNING_MS | "
-             + " | ".join(f"call {i + 1}" for i in range(n)) + " |",
-             "|---|---|---|" + "---|" * n]
+    lines = ["| model | shape | variant | "
+             + " | ".join(f"call {i + 1}" for i in range(n)) + " | median after ms |",
+             "|---|---|---|" + "---|" * (n + 1)]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['point']} | {r['budget']} | "
-                     + " | ".join(f"{v:.2f}" for v in r["calls ms"]) + " |")
+        lines.append(f"| {r['model']} | {r['point']} | {r['variant']} | "
+                     + " | ".join(f"{v:.2f}" for v in r["calls ms"])
+                     + f" | {r['after ms']:.3f} |")
     return "\n".join(lines)
 
 
@@ -327,9 +338,9 @@ def main():
                         "a new dynamic engine (0: none)")
     p.add_argument("--interleave-only", action="store_true",
                    help="only the interleaved calls (no table of shapes against the peers)")
-    p.add_argument("--budgets", default="default,10",
-                   help="KILN_CUDA_TUNING_MS values for --interleave, comma-separated "
-                        "(default: the variable unset)")
+    p.add_argument("--variants", default="default,KILN_CUDA_TUNING_MS=10,repeat_tuning=off",
+                   help="engines for --interleave, comma-separated: default, an environment "
+                        "variable KILN_...=VALUE, or a kiln switch")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--out", default=os.environ.get("OUT", "."))

@@ -91,7 +91,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
   } else if (name == "gemm_fold" || name == "gemm_timing" || name == "gemm_split_k" ||
              name == "attention_key_split" || name == "cuda_codegen" ||
-             name == "reuse_algorithms" || name == "first_call_gemm") {
+             name == "reuse_algorithms" || name == "first_call_gemm" || name == "repeat_tuning") {
     bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
     on_off(&on);
   } else {
@@ -100,7 +100,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
                "cuda_grouped, gemm_fold, "
                "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
-               "reuse_algorithms, first_call_gemm, cuda_arch)");
+               "reuse_algorithms, first_call_gemm, repeat_tuning, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }

@@ -51,11 +51,11 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_EQ(fast.grouped, cuda::GroupedPath::kAuto);
   EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing && fast.gemm_split_k);
   EXPECT_FALSE(fast.attention_key_split);
-  EXPECT_TRUE(fast.first_call_gemm);
+  EXPECT_TRUE(fast.first_call_gemm && fast.repeat_tuning && fast.reuse_algorithms);
   BuilderConfig config;
   for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
                         "gemm_fold=off", "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off",
-                        "attention_key_split=on", "first_call_gemm=off"}) {
+                        "attention_key_split=on", "first_call_gemm=off", "repeat_tuning=off"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
@@ -67,6 +67,8 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(o.gemm_timing);
   EXPECT_FALSE(o.gemm_split_k);
   EXPECT_TRUE(o.attention_key_split);
+  EXPECT_FALSE(o.repeat_tuning);
+  EXPECT_THROW(apply_switch(config, "repeat_tuning=sometimes"), InvalidArgument);
 }
 
 // cuda_arch=NN builds a plan for that compute capability without asking a device (no GPU needed:

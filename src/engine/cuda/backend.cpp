@@ -205,6 +205,7 @@ class ContextState : public Resources {
       tuning_deferred = true;
       return false;
     }
+    if (tuning == Tuning::kBudgeted && !options().repeat_tuning) return false;  // settled
     if (tuning == Tuning::kBudgeted && tuning_granted && !layer_tuning &&
         tuning_spent_ms >= tuning_budget) {
       tuning_deferred = true;
@@ -213,6 +214,7 @@ class ContextState : public Resources {
     tuning_granted = layer_tuning = true;
     return true;
   }
+  bool new_shape() const override { return tuning == Tuning::kOff; }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -358,6 +360,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     }
     if (s == "first_call_gemm=off" || s == "first_call_gemm=on") {
       o.first_call_gemm = s == "first_call_gemm=on";
+    }
+    if (s == "repeat_tuning=off" || s == "repeat_tuning=on") {
+      o.repeat_tuning = s == "repeat_tuning=on";
     }
   }
   return o;

@@ -337,7 +337,7 @@ void convolution_kernel(KernelArgs& args) {
   ConvState* state = states.find(key);
   // Tuning is asked for only where this shape's choice is still to be made (Resources::tune).
   const bool tune = (!state || !state->tuned) && args.res.tune();
-  if (!state && !tune && args.res.options().first_call_gemm &&
+  if (!state && !tune && args.res.new_shape() && args.res.options().first_call_gemm &&
       first_call_gemm_applies(p, x, w, residual, out)) {
     patch_gemm(args, p, x, w, bias, residual, out, states.first_call_gemm);
     return;

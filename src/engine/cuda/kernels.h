@@ -41,9 +41,15 @@ struct KernelOptions {
   bool attention_key_split = false;
   bool codegen = true;  // cuda_codegen=off: pointwise layers on the interpreter kernel
   // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
-  // chosen at the shape the layer ran before (a profile point's, in the end) where it runs the new
-  // shape, instead of asking the heuristics again (G56); reuse_algorithms=off asks every time.
+  // chosen at the layer's nearest shape that chose (a profile point's, at first) where it runs the
+  // new shape, instead of asking the heuristics again (G56, G65); reuse_algorithms=off asks every
+  // time.
   bool reuse_algorithms = true;
+  // A shape of a dynamic engine that is no profile point chooses its algorithms when it repeats
+  // (ContextBackend::Tuning::kBudgeted); repeat_tuning=off never does: a repeated shape settles on
+  // the kept choices, which then count as complete (captured at the third call), for measuring
+  // what choosing at repeats buys (G65).
+  bool repeat_tuning = true;
   // A first call at a new shape runs 2-d convolutions as patches times the filter
   // (convolution.cpp), their GEMMs' algorithms chosen at the profile points, rather than on cuDNN
   // with kept algorithms (resnet50's first call at batch 4: 2.8 ms against 9.5, NOTES.md G59,
@@ -71,6 +77,10 @@ class Resources {
   // that asks always may). Ask only where a choice is still to be made for this shape: a refusal
   // leaves the shape's choosing to its next calls (and keeps it from being captured until then).
   virtual bool tune() = 0;
+  // Whether this run's shapes are new to the context (ContextBackend::Tuning::kOff: a first call,
+  // or a capture, which chooses nothing either): where a kernel may take a cheaper path that it
+  // would not keep (convolution.cpp's first-call GEMMs).
+  virtual bool new_shape() const = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
   // A kernel freed (or moved) device memory that work it enqueued before may read: CUDA graphs
@@ -98,6 +108,7 @@ class WorkspaceAfter : public Resources {
     return static_cast<uint8_t*>(ws) + offset_;
   }
   bool tune() override { return base_.tune(); }
+  bool new_shape() const override { return base_.new_shape(); }
   void* cublaslt() override { return base_.cublaslt(); }
   void* cudnn() override { return base_.cudnn(); }
   void device_memory_moved() override { base_.device_memory_moved(); }
