@@ -146,14 +146,20 @@ def kiln_args(args, device):
     return tuple(a.to(device) for a in args)
 
 
-def bench_model(name, args, rows):
+def load_case(name, args):
+    """A case's device and dtype, its entry of CASES, the model's name, the model (eval, random
+    weights, seeded) and its input maker."""
     device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
     case = CASES[name]
     torch.manual_seed(0)
     model_name = case.get("model", name)
     model, make_input = make_model(model_name, mask=True, seq=case["dims"]["seq"][1][1]) \
         if "seq" in case["dims"] else make_model(model_name)
-    model.eval()
+    return device, dtype, case, model_name, model.eval(), make_input
+
+
+def bench_model(name, args, rows):
+    device, dtype, case, model_name, model, make_input = load_case(name, args)
     points = {p: inputs_at(name, model, make_input, p) for p in case["points"]}
     opt_args = inputs_at(name, model, make_input, opt_point(case))
     eager = copy.deepcopy(model).to(device, dtype if device == "cuda" else torch.float32)
@@ -232,13 +238,7 @@ def bench_model(name, args, rows):
 def interleaved(name, args, rows):
     """Calls of one dynamic engine at the shapes that are no profile point, in turn: host wall
     ms of each call, then the median of CUDA-event timed calls, per variant (--variants)."""
-    device, dtype = args.device, torch.float16 if args.precision == "fp16" else torch.float32
-    case = CASES[name]
-    torch.manual_seed(0)
-    model_name = case.get("model", name)
-    model, make_input = make_model(model_name, mask=True, seq=case["dims"]["seq"][1][1]) \
-        if "seq" in case["dims"] else make_model(model_name)
-    model.eval()
+    device, dtype, case, model_name, model, make_input = load_case(name, args)
     ranges = [r for _, r in case["dims"].values()]
     profile = {tuple(r[i] for r in ranges) for i in range(3)}
     chosen = [p for p in case["points"] if values(p) not in profile]

@@ -286,14 +286,12 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
 
 // KILN_CUDA_GRAPH_CACHE sets the bound; anything but a positive integer is an error naming it.
 TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
-  const char* saved = std::getenv("KILN_CUDA_GRAPH_CACHE");
-  const std::string before = saved ? saved : "";
-  unsetenv("KILN_CUDA_GRAPH_CACHE");
+  testing::ScopedEnv env("KILN_CUDA_GRAPH_CACHE", std::nullopt);
   EXPECT_EQ(cuda::graph_cache_size(), 16u);
-  setenv("KILN_CUDA_GRAPH_CACHE", "5", 1);
+  env.set("5");
   EXPECT_EQ(cuda::graph_cache_size(), 5u);
   for (const char* bad : {"0", "-3", "many", "4x"}) {
-    setenv("KILN_CUDA_GRAPH_CACHE", bad, 1);
+    env.set(bad);
     try {
       cuda::graph_cache_size();
       ADD_FAILURE() << bad << " was accepted";
@@ -301,37 +299,25 @@ TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
       EXPECT_NE(e.message().find("KILN_CUDA_GRAPH_CACHE"), std::string::npos) << e.message();
     }
   }
-  if (saved) {
-    setenv("KILN_CUDA_GRAPH_CACHE", before.c_str(), 1);
-  } else {
-    unsetenv("KILN_CUDA_GRAPH_CACHE");
-  }
 }
 
 // KILN_CUDA_TUNING_MS sets a call's choosing time at repeated shapes (unbounded unset, 0 allowed);
 // anything but a non-negative number is an error naming it.
 TEST(CudaRuntime, TuningBudgetComesFromTheEnvironment) {
-  const char* saved = std::getenv("KILN_CUDA_TUNING_MS");
-  const std::string before = saved ? saved : "";
-  unsetenv("KILN_CUDA_TUNING_MS");
+  testing::ScopedEnv env("KILN_CUDA_TUNING_MS", std::nullopt);
   EXPECT_EQ(cuda::tuning_budget_ms(), std::numeric_limits<double>::infinity());
-  setenv("KILN_CUDA_TUNING_MS", "2.5", 1);
+  env.set("2.5");
   EXPECT_EQ(cuda::tuning_budget_ms(), 2.5);
-  setenv("KILN_CUDA_TUNING_MS", "0", 1);
+  env.set("0");
   EXPECT_EQ(cuda::tuning_budget_ms(), 0.0);
   for (const char* bad : {"-1", "soon", "5ms", "inf", "nan"}) {
-    setenv("KILN_CUDA_TUNING_MS", bad, 1);
+    env.set(bad);
     try {
       cuda::tuning_budget_ms();
       ADD_FAILURE() << bad << " was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(e.message().find("KILN_CUDA_TUNING_MS"), std::string::npos) << e.message();
     }
-  }
-  if (saved) {
-    setenv("KILN_CUDA_TUNING_MS", before.c_str(), 1);
-  } else {
-    unsetenv("KILN_CUDA_TUNING_MS");
   }
 }
 
@@ -341,9 +327,7 @@ TEST(CudaRuntime, TuningBudgetComesFromTheEnvironment) {
 // is chosen; every call matches the CPU, eager, captured or replayed.
 TEST(CudaRuntime, InterleavedShapesChooseOverTheirCallsAndStayRight) {
   KILN_REQUIRE_GPU();
-  const char* saved = std::getenv("KILN_CUDA_TUNING_MS");
-  const std::string before = saved ? saved : "";
-  setenv("KILN_CUDA_TUNING_MS", "0", 1);
+  const testing::ScopedEnv env("KILN_CUDA_TUNING_MS", "0");
   Network net;
   auto in = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 8},
                           Profile{{1, 3, 4, 8}, {2, 3, 8, 8}, {8, 3, 16, 8}});
@@ -388,11 +372,6 @@ TEST(CudaRuntime, InterleavedShapesChooseOverTheirCallsAndStayRight) {
   cudaFree(din);
   cudaFree(dout);
   cudaStreamDestroy(s);
-  if (saved) {
-    setenv("KILN_CUDA_TUNING_MS", before.c_str(), 1);
-  } else {
-    unsetenv("KILN_CUDA_TUNING_MS");
-  }
 }
 
 // Dynamic shapes that alternate, one of them larger (the arena grows), through a resize (tables

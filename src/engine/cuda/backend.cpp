@@ -201,6 +201,12 @@ class ContextState : public Resources {
   }
   void device_memory_moved() override { ++memory_moves; }
   bool tune() override {
+    if (capturing) {
+      // A capture chooses nothing (a choice's timing cannot be captured); a choice still to be
+      // made keeps its graph from being kept, unless repeated shapes settle on kept choices.
+      if (options().repeat_tuning) tuning_deferred = true;
+      return false;
+    }
     if (tuning == Tuning::kOff) {
       tuning_deferred = true;
       return false;
@@ -214,7 +220,7 @@ class ContextState : public Resources {
     tuning_granted = layer_tuning = true;
     return true;
   }
-  bool new_shape() const override { return tuning == Tuning::kOff; }
+  bool new_shape() const override { return tuning == Tuning::kOff && !capturing; }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -272,6 +278,7 @@ class ContextState : public Resources {
   const double tuning_budget = tuning_budget_ms();
   double tuning_spent_ms = 0;
   bool tuning_granted = false, layer_tuning = false, tuning_deferred = false;
+  bool capturing = false;  // the call is captured into a graph (CudaContext::execute_graph)
   GrowingBuffer& arena_buffer() { return arena_; }
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
@@ -503,7 +510,7 @@ class CudaContext final : public ContextBackend {
   void set_tuning(Tuning tuning) override {
     ctx_.tuning = tuning;
     ctx_.tuning_spent_ms = 0;
-    ctx_.tuning_granted = ctx_.layer_tuning = ctx_.tuning_deferred = false;
+    ctx_.tuning_granted = ctx_.layer_tuning = ctx_.tuning_deferred = ctx_.capturing = false;
   }
 
   void run_layer(size_t index, const Layer& layer, const std::vector<TensorRef>& inputs,
@@ -542,9 +549,12 @@ class CudaContext final : public ContextBackend {
                      const std::vector<size_t>& input_bytes, const std::vector<void*>& outputs,
                      const std::vector<size_t>& output_bytes, const EnqueueFn& enqueue) override {
     DeviceGuard guard(ctx_.device());
-    // A capture chooses nothing (a choice's timing cannot be captured): the choices of the
-    // complete eager run before it are kept per shape.
-    if (ctx_.graphs.will_capture(ctx_.stream(), key, &ctx_.memory_moves)) set_tuning(Tuning::kOff);
+    // A capture chooses nothing (Resources::tune): it runs the choices of the complete eager run
+    // before it, kept per shape.
+    if (ctx_.graphs.will_capture(ctx_.stream(), key, &ctx_.memory_moves)) {
+      set_tuning(Tuning::kOff);
+      ctx_.capturing = true;
+    }
     ctx_.graphs.execute(ctx_.stream(), key, inputs, input_bytes, outputs, output_bytes, enqueue,
                         &ctx_.memory_moves, [this] { return !ctx_.tuning_deferred; });
   }

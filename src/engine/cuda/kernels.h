@@ -77,9 +77,9 @@ class Resources {
   // that asks always may). Ask only where a choice is still to be made for this shape: a refusal
   // leaves the shape's choosing to its next calls (and keeps it from being captured until then).
   virtual bool tune() = 0;
-  // Whether this run's shapes are new to the context (ContextBackend::Tuning::kOff: a first call,
-  // or a capture, which chooses nothing either): where a kernel may take a cheaper path that it
-  // would not keep (convolution.cpp's first-call GEMMs).
+  // Whether this run's shapes are new to the context (ContextBackend::Tuning::kOff, and not a
+  // capture, which chooses nothing either but keeps what it runs): where a kernel may take a
+  // cheaper path that it would not keep (convolution.cpp's first-call GEMMs).
   virtual bool new_shape() const = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
