@@ -3,8 +3,10 @@
 // pointers, missing devices and foreign compute capabilities.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 #include "cuda_testing.h"
@@ -69,6 +71,49 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(o.attention_key_split);
   EXPECT_FALSE(o.repeat_tuning);
   EXPECT_THROW(apply_switch(config, "repeat_tuning=sometimes"), InvalidArgument);
+}
+
+// A layer's states by shape (no GPU needed): a shape that comes back finds its own; past the bound
+// the least recently used goes; one added again replaces its key's; the nearest usable state is
+// the one of least distance, the most recently used among equals.
+TEST(CudaKernelStates, KeptPerShapeLeastRecentlyUsedGoesFirst) {
+  struct State : KernelState {
+    std::vector<int64_t> key;
+    int tag = 0;
+  };
+  const auto make = [](int64_t k, int tag) {
+    auto s = std::make_unique<State>();
+    s->key = {k};
+    s->tag = tag;
+    return s;
+  };
+  cuda::StatesByShape<State> states;
+  constexpr int64_t kBound = cuda::StatesByShape<State>::kShapes;
+  for (int64_t k = 0; k < kBound; ++k) states.add(make(k, static_cast<int>(k)));
+  EXPECT_EQ(states.size(), static_cast<size_t>(kBound));
+  ASSERT_NE(states.find({0}), nullptr);  // 0 is now the most recently used: 1 goes next
+  states.add(make(kBound, 100));
+  EXPECT_EQ(states.size(), static_cast<size_t>(kBound));
+  EXPECT_EQ(states.find({1}), nullptr);
+  ASSERT_NE(states.find({0}), nullptr);
+  EXPECT_EQ(states.find({0})->tag, 0);
+  states.add(make(5, 55));  // replaces 5's
+  EXPECT_EQ(states.size(), static_cast<size_t>(kBound));
+  EXPECT_EQ(states.find({5})->tag, 55);
+  // Nearest to 20.4 among the even keys: 20.
+  const auto nearest = [&](double to) {
+    return states.nearest([](const State& s) { return s.key[0] % 2 == 0; },
+                          [to](const State& s) { return std::abs(s.key[0] - to); });
+  };
+  ASSERT_NE(nearest(20.4), nullptr);
+  EXPECT_EQ(nearest(20.4)->key[0], 20);
+  // 21 is as near to 20 as to 22: the most recently used of the two.
+  states.find({22});
+  EXPECT_EQ(nearest(21)->key[0], 22);
+  states.find({20});
+  EXPECT_EQ(nearest(21)->key[0], 20);
+  EXPECT_EQ(states.nearest([](const State&) { return false; }, [](const State&) { return 0.0; }),
+            nullptr);
 }
 
 // cuda_arch=NN builds a plan for that compute capability without asking a device (no GPU needed:
