@@ -1,5 +1,6 @@
 """Device time of PyTorch's scaled_dot_product_attention per backend (flash, cuDNN's fused
-attention, memory-efficient) on the attention shapes of bench/gpu's models, fp16: the reference
+attention, memory-efficient) on the attention shapes of bench/gpu's models, fp16 (and the dtypes
+named: `attention_reference.py fp16 fp32 bf16`): the reference
 for kiln's flash kernel (compare `tools/device/kernel-times.sh`'s attention rows) and the
 measurement issue #29 asks for before kiln runs cuDNN's fused attention anywhere.
 
@@ -8,6 +9,7 @@ median of 30 replays after warm-up), so neither Python nor the dispatcher counts
 the kernels and the gaps between them in a replay, as in kiln's own graphs. A backend that cannot
 take a shape (a mask, a head size, grouped heads) prints n/a with the reason's first line."""
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -65,21 +67,27 @@ SHAPES = [
 ]
 
 
-def main():
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, fp16, "
-          f"us per call in a replayed CUDA graph of {CALLS} calls")
-    print("| shape | q [B, H, L, E] | mask | " + " | ".join(b.name for b in BACKENDS) + " |")
-    print("|---|---|---|" + "---|" * len(BACKENDS))
+DTYPES = {"fp16": torch.half, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def main(dtypes):
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"us per call in a replayed CUDA graph of {CALLS} calls (fp32: TF32 allowed)")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print("| shape | dtype | q [B, H, L, E] | mask | " + " | ".join(b.name for b in BACKENDS)
+          + " |")
+    print("|---|---|---|---|" + "---|" * len(BACKENDS))
     torch.manual_seed(0)
-    for name, b, hq, hkv, l, s, e, mask in SHAPES:
-        q = torch.randn(b, hq, l, e, device="cuda", dtype=torch.half)
-        k, v = (torch.randn(b, hkv, s, e, device="cuda", dtype=torch.half) for _ in range(2))
+    for (name, b, hq, hkv, l, s, e, mask), dtype in (
+            (shape, d) for shape in SHAPES for d in dtypes):
+        q = torch.randn(b, hq, l, e, device="cuda", dtype=DTYPES[dtype])
+        k, v = (torch.randn(b, hkv, s, e, device="cuda", dtype=DTYPES[dtype]) for _ in range(2))
         kwargs = {"enable_gqa": True} if hkv != hq else {}
         if mask == "padding":
             kwargs["attn_mask"] = padding_mask(b, s)
         elif mask == "causal":
             kwargs["is_causal"] = True
-        row = [name, f"[{b}, {hq}, {l}, {e}]" + (f" kv heads {hkv}" if hkv != hq else ""),
+        row = [name, dtype, f"[{b}, {hq}, {l}, {e}]" + (f" kv heads {hkv}" if hkv != hq else ""),
                mask or "none"]
         for backend in BACKENDS:
             try:
@@ -93,4 +101,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    names = sys.argv[1:] or ["fp16"]
+    unknown = [n for n in names if n not in DTYPES]
+    if unknown:
+        sys.exit(f"attention_reference.py: unknown dtype {unknown[0]} (known: {', '.join(DTYPES)})")
+    main(names)
