@@ -106,10 +106,13 @@ int main(int argc, char** argv) {
   app.add_flag("--exact-gelu", exact_gelu,
                "cuda: keep erf GELU after f16/bf16 matmuls (default: tanh form in the epilogue)");
   app.add_option("--switch", switches,
-                 "builder measurement switch NAME=VALUE (repeatable; for A/B timings): "
+                 "measurement switch NAME=VALUE (repeatable; for A/B timings): the builder's "
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
                  "excitation_projection=on|off, cast_into_shuffle=on|off, "
-                 "decompose_attention=on|off");
+                 "decompose_attention=on|off; the CUDA kernels' cuda_pointwise=auto|cudnn, "
+                 "cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel, gemm_fold, "
+                 "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
+                 "reuse_algorithms, first_call_gemm, repeat_tuning (=on|off); cuda_arch=NN");
   app.add_flag("--refittable", refittable,
                "engines whose weights --refit can replace without a rebuild");
   app.add_option("--refit", refit_path,
