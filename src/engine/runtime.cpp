@@ -186,44 +186,64 @@ void ExecutionContext::resolve_shapes() {
     KILN_CHECK(input_set_[i], InvalidArgument, "input `", engine_->input(i).name,
                "` has a dynamic shape that was not set");
   }
-  descs_.assign(net.num_tensors(), TensorDesc{});
-  data_dependent_.assign(net.num_tensors(), false);
-  for (size_t i = 0; i < net.num_tensors(); ++i) descs_[i] = net.tensor(static_cast<TensorId>(i));
+  // The current resolution is kept for its shapes (data-dependent tensors back at their bounds);
+  // one kept for these shapes is taken again.
+  if (!res_shapes_.empty()) {
+    restore_bounds();
+    resolutions_.emplace_front(std::move(res_shapes_), std::move(res_));
+    res_shapes_.clear();
+    if (resolutions_.size() > kResolutions) resolutions_.pop_back();
+  }
+  for (auto it = resolutions_.begin(); it != resolutions_.end(); ++it) {
+    if (it->first != input_shapes_) continue;
+    res_ = std::move(it->second);
+    res_shapes_ = std::move(it->first);
+    resolutions_.erase(it);
+    resolved_ = true;
+    return;
+  }
+  res_ = Resolution{};
+  res_.descs.assign(net.num_tensors(), TensorDesc{});
+  res_.data_dependent.assign(net.num_tensors(), false);
+  for (size_t i = 0; i < net.num_tensors(); ++i)
+    res_.descs[i] = net.tensor(static_cast<TensorId>(i));
   for (size_t i = 0; i < net.inputs().size(); ++i) {
-    TensorDesc& d = descs_[static_cast<size_t>(net.inputs()[i])];
+    TensorDesc& d = res_.descs[static_cast<size_t>(net.inputs()[i])];
     d.shape = input_shapes_[i];
   }
   const auto& layers = net.layers();
   for (const Layer& layer : layers) {
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
     std::vector<const TensorDesc*> in;
-    for (TensorId id : layer.inputs) in.push_back(&descs_[static_cast<size_t>(id)]);
+    for (TensorId id : layer.inputs) in.push_back(&res_.descs[static_cast<size_t>(id)]);
     std::vector<TensorDesc> outs = infer_layer_outputs(layer, in);
     KILN_CHECK(outs.size() == layer.outputs.size(), InternalError, "layer `", layer.name,
                "`: inferred ", outs.size(), " outputs, plan has ", layer.outputs.size());
     // Data-dependent dims (nonzero's count) are planned at their bound; so is everything
     // computed from them, whose shapes execution resolves again as the counts become known.
     bool tainted = false;
-    for (TensorId id : layer.inputs) tainted = tainted || data_dependent_[static_cast<size_t>(id)];
+    for (TensorId id : layer.inputs)
+      tainted = tainted || res_.data_dependent[static_cast<size_t>(id)];
     const bool counts = layer_kind_traits(layer.params).data_dependent;
     if (counts) outs[0].shape[0] = volume(in[0]->shape);
     for (size_t k = 0; k < outs.size(); ++k) {
-      TensorDesc& d = descs_[static_cast<size_t>(layer.outputs[k])];
+      TensorDesc& d = res_.descs[static_cast<size_t>(layer.outputs[k])];
       KILN_CHECK(is_static(outs[k].shape), Unsupported, "layer `", layer.name, "`: output shape ",
                  shape_to_string(outs[k].shape),
                  " depends on tensor values that are only known while running");
       d.shape = outs[k].shape;
       d.values = outs[k].values;
       if (tainted || (counts && k == 0)) {
-        data_dependent_[static_cast<size_t>(layer.outputs[k])] = true;
+        res_.data_dependent[static_cast<size_t>(layer.outputs[k])] = true;
         d.values.reset();  // (values of the bound, not of the run)
       }
     }
   }
-  bound_shapes_.assign(net.num_tensors(), Shape{});
-  any_data_dependent_ = false;
+  res_.bound_shapes.assign(net.num_tensors(), Shape{});
+  res_.any_data_dependent = false;
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (data_dependent_[t]) bound_shapes_[t] = descs_[t].shape, any_data_dependent_ = true;
+    if (res_.data_dependent[t])
+      res_.bound_shapes[t] = res_.descs[t].shape, res_.any_data_dependent = true;
   }
 
   // Arena: every layer output that is not a network output, a constant or a view.
@@ -235,11 +255,11 @@ void ExecutionContext::resolve_shapes() {
   // [3, ...] projection), where the range starts at the arena's alignment, which kernels may
   // rely on. Not for network outputs (written to the caller's buffer) or values known while
   // resolving.
-  alias_of_.assign(net.num_tensors(), -1);
-  alias_offset_.assign(net.num_tensors(), 0);
-  view_layer_.assign(layers.size(), false);
+  res_.alias_of.assign(net.num_tensors(), -1);
+  res_.alias_offset.assign(net.num_tensors(), 0);
+  res_.view_layer.assign(layers.size(), false);
   const auto root = [&](TensorId id) {
-    const int64_t a = alias_of_[static_cast<size_t>(id)];
+    const int64_t a = res_.alias_of[static_cast<size_t>(id)];
     return a >= 0 ? static_cast<size_t>(a) : static_cast<size_t>(id);
   };
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -248,33 +268,33 @@ void ExecutionContext::resolve_shapes() {
     if (const auto* sh = std::get_if<ShuffleParams>(&layer.params)) {
       if (!shuffle_moves_data(*sh)) offset = 0;
     } else if (const auto* sl = std::get_if<SliceParams>(&layer.params)) {
-      offset = contiguous_slice_offset(*sl, descs_[static_cast<size_t>(layer.inputs[0])]);
+      offset = contiguous_slice_offset(*sl, res_.descs[static_cast<size_t>(layer.inputs[0])]);
       if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
     }
     if (!offset || layer.inputs.size() != 1) continue;
     const size_t out = static_cast<size_t>(layer.outputs[0]);
-    if (is_output[out] || descs_[out].values.has_value() || data_dependent_[out]) continue;
+    if (is_output[out] || res_.descs[out].values.has_value() || res_.data_dependent[out]) continue;
     const size_t in = static_cast<size_t>(layer.inputs[0]);
-    alias_of_[out] = static_cast<int64_t>(root(layer.inputs[0]));
-    alias_offset_[out] = alias_offset_[in] + *offset;
-    view_layer_[li] = true;
+    res_.alias_of[out] = static_cast<int64_t>(root(layer.inputs[0]));
+    res_.alias_offset[out] = res_.alias_offset[in] + *offset;
+    res_.view_layer[li] = true;
   }
   // Layers whose outputs are known on the host and read by no kernel (a fill's shape, a
   // reshape's target, arithmetic on them): they need not run. From the last layer back, a tensor
   // is read on the device when a network output, or an input of a layer that runs other than
   // its shape input (layers whose outputs are known read no input: their values are written).
-  host_layer_.assign(layers.size(), false);
+  res_.host_layer.assign(layers.size(), false);
   std::vector<bool> device_read = is_output;
   for (size_t li = layers.size(); li-- > 0;) {
     const Layer& layer = layers[li];
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
     bool known = true, read = false;
     for (TensorId id : layer.outputs) {
-      known = known && descs_[static_cast<size_t>(id)].values.has_value();
+      known = known && res_.descs[static_cast<size_t>(id)].values.has_value();
       read = read || device_read[static_cast<size_t>(id)];
     }
     if (known) {
-      host_layer_[li] = !read;
+      res_.host_layer[li] = !read;
       continue;
     }
     const int shape_input = layer_kind_traits(layer.params).shape_input;
@@ -286,10 +306,10 @@ void ExecutionContext::resolve_shapes() {
   std::vector<int> first(net.num_tensors(), -1), last(net.num_tensors(), -1);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    if (host_layer_[li]) continue;
+    if (res_.host_layer[li]) continue;
     // A view's readers keep the bytes it shares alive.
     for (TensorId id : layer.inputs) last[root(id)] = static_cast<int>(li);
-    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li]) continue;
+    if (std::holds_alternative<ConstantParams>(layer.params) || res_.view_layer[li]) continue;
     for (TensorId id : layer.outputs) {
       first[static_cast<size_t>(id)] = static_cast<int>(li);
       last[static_cast<size_t>(id)] = std::max(last[static_cast<size_t>(id)], static_cast<int>(li));
@@ -299,31 +319,34 @@ void ExecutionContext::resolve_shapes() {
   std::vector<TensorId> planned;
   for (size_t t = 0; t < net.num_tensors(); ++t) {
     if (first[t] < 0 || is_output[t]) continue;
-    lifetimes.push_back({static_cast<size_t>(volume(descs_[t].shape)) * dtype_size(descs_[t].dtype),
-                         first[t], last[t]});
+    lifetimes.push_back(
+        {static_cast<size_t>(volume(res_.descs[t].shape)) * dtype_size(res_.descs[t].dtype),
+         first[t], last[t]});
     planned.push_back(static_cast<TensorId>(t));
   }
-  plan_ = plan_memory(lifetimes);
-  arena_offset_.assign(net.num_tensors(), -1);
+  res_.plan = plan_memory(lifetimes);
+  res_.arena_offset.assign(net.num_tensors(), -1);
   for (size_t i = 0; i < planned.size(); ++i) {
-    arena_offset_[static_cast<size_t>(planned[i])] = static_cast<int64_t>(plan_.offsets[i]);
+    res_.arena_offset[static_cast<size_t>(planned[i])] = static_cast<int64_t>(res_.plan.offsets[i]);
   }
   // Engine weights never change while the engine lives: kernels may key caches by address.
-  constant_.assign(net.num_tensors(), false);
+  res_.constant.assign(net.num_tensors(), false);
   for (const Layer& l : layers) {
     if (std::holds_alternative<ConstantParams>(l.params)) {
-      constant_[static_cast<size_t>(l.outputs[0])] = true;
+      res_.constant[static_cast<size_t>(l.outputs[0])] = true;
     }
   }
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (alias_of_[t] >= 0) constant_[t] = constant_[static_cast<size_t>(alias_of_[t])];
+    if (res_.alias_of[t] >= 0)
+      res_.constant[t] = res_.constant[static_cast<size_t>(res_.alias_of[t])];
   }
-  at_profile_point_ = true;
+  res_.at_profile_point = true;
   for (size_t i = 0; i < input_shapes_.size(); ++i) {
     const Profile& p = net.profile(net.inputs()[i]);
     const Shape& s = input_shapes_[i];
-    at_profile_point_ = at_profile_point_ && (s == p.min || s == p.opt || s == p.max);
+    res_.at_profile_point = res_.at_profile_point && (s == p.min || s == p.opt || s == p.max);
   }
+  res_shapes_ = input_shapes_;
   resolved_ = true;
   if (profiling_) {
     resolve_ms_ +=
@@ -335,7 +358,7 @@ void ExecutionContext::resolve_shapes() {
 const Shape& ExecutionContext::output_shape(size_t index) {
   engine_->output(index);  // validates the index
   resolve_shapes();
-  return descs_[static_cast<size_t>(engine_->network().outputs()[index])].shape;
+  return res_.descs[static_cast<size_t>(engine_->network().outputs()[index])].shape;
 }
 
 void ExecutionContext::bind_input(size_t index, const void* data) {
@@ -375,7 +398,7 @@ void ExecutionContext::execute() {
   // profile points, and within a budget a call at shapes run before; the first call at any other
   // shape keeps choices made before, so that it costs little (ContextBackend::set_tuning).
   auto seen = seen_shapes_.find(input_shapes_);
-  backend_->set_tuning(at_profile_point_            ? ContextBackend::Tuning::kFull
+  backend_->set_tuning(res_.at_profile_point        ? ContextBackend::Tuning::kFull
                        : seen != seen_shapes_.end() ? ContextBackend::Tuning::kBudgeted
                                                     : ContextBackend::Tuning::kOff);
   if (seen == seen_shapes_.end()) {
@@ -396,12 +419,12 @@ void ExecutionContext::execute() {
                engine_->input(i).name, "` is not bound");
   }
   for (size_t i = 0; i < out_bytes.size(); ++i) {
-    const TensorDesc& d = descs_[static_cast<size_t>(net.outputs()[i])];
+    const TensorDesc& d = res_.descs[static_cast<size_t>(net.outputs()[i])];
     out_bytes[i] = static_cast<size_t>(volume(d.shape)) * dtype_size(d.dtype);
     KILN_CHECK(bound_outputs_[i] != nullptr || out_bytes[i] == 0, InvalidArgument, "output `",
                engine_->output(i).name, "` is not bound");
   }
-  if (graphs_ && !profiling_ && !any_data_dependent_) {
+  if (graphs_ && !profiling_ && !res_.any_data_dependent) {
     std::vector<int64_t> key;  // one graph per set of input shapes
     for (const Shape& s : input_shapes_) {
       key.push_back(static_cast<int64_t>(s.size()));
@@ -416,14 +439,14 @@ void ExecutionContext::execute() {
   // What was written (data-dependent dims as counted), then the bounds again for the next call.
   executed_shapes_.clear();
   for (TensorId id : net.outputs())
-    executed_shapes_.push_back(descs_[static_cast<size_t>(id)].shape);
+    executed_shapes_.push_back(res_.descs[static_cast<size_t>(id)].shape);
   restore_bounds();
 }
 
 void ExecutionContext::restore_bounds() {
-  if (!any_data_dependent_) return;
-  for (size_t t = 0; t < descs_.size(); ++t) {
-    if (data_dependent_[t]) descs_[t].shape = bound_shapes_[t];
+  if (!res_.any_data_dependent) return;
+  for (size_t t = 0; t < res_.descs.size(); ++t) {
+    if (res_.data_dependent[t]) res_.descs[t].shape = res_.bound_shapes[t];
   }
 }
 
@@ -441,9 +464,9 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
   for (size_t i = 0; i < net.inputs().size(); ++i) {
     where[static_cast<size_t>(net.inputs()[i])] = const_cast<void*>(inputs[i]);
   }
-  uint8_t* arena_base = static_cast<uint8_t*>(backend_->arena(plan_.arena_bytes));
+  uint8_t* arena_base = static_cast<uint8_t*>(backend_->arena(res_.plan.arena_bytes));
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (arena_offset_[t] >= 0) where[t] = arena_base + arena_offset_[t];
+    if (res_.arena_offset[t] >= 0) where[t] = arena_base + res_.arena_offset[t];
   }
   // Outputs produced by layers are written straight into the caller's buffers.
   std::vector<bool> produced(net.num_tensors(), false);
@@ -460,9 +483,9 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
     if (produced[t]) where[t] = outputs[i];
   }
   for (size_t t = 0; t < net.num_tensors(); ++t) {
-    if (alias_of_[t] < 0) continue;
-    uint8_t* base = static_cast<uint8_t*>(where[static_cast<size_t>(alias_of_[t])]);
-    where[t] = base == nullptr ? nullptr : base + alias_offset_[t];
+    if (res_.alias_of[t] < 0) continue;
+    uint8_t* base = static_cast<uint8_t*>(where[static_cast<size_t>(res_.alias_of[t])]);
+    where[t] = base == nullptr ? nullptr : base + res_.alias_offset[t];
   }
 
   if (profiling_ && timings_.empty()) {
@@ -473,7 +496,8 @@ void ExecutionContext::enqueue(const std::vector<const void*>& inputs,
   for (size_t i = 0; i < net.outputs().size(); ++i) {
     const size_t t = static_cast<size_t>(net.outputs()[i]);
     if (produced[t] || where[t] == nullptr) continue;
-    const size_t bytes = static_cast<size_t>(volume(descs_[t].shape)) * dtype_size(descs_[t].dtype);
+    const size_t bytes =
+        static_cast<size_t>(volume(res_.descs[t].shape)) * dtype_size(res_.descs[t].dtype);
     backend_->copy(outputs[i], where[t], bytes, ContextBackend::Copy::kWithin);
   }
 }
@@ -499,15 +523,15 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
   const auto& layers = engine_->network().layers();
   if (profiling_) {
     for (size_t li = 0; li < layers.size(); ++li) {
-      if (timings_[li].shapes.empty()) timings_[li].shapes = layer_shapes(layers[li], descs_);
+      if (timings_[li].shapes.empty()) timings_[li].shapes = layer_shapes(layers[li], res_.descs);
     }
     backend_->profile_begin();
   }
   std::vector<TensorRef> ins, outs;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
-    if (std::holds_alternative<ConstantParams>(layer.params) || view_layer_[li] ||
-        host_layer_[li]) {
+    if (std::holds_alternative<ConstantParams>(layer.params) || res_.view_layer[li] ||
+        res_.host_layer[li]) {
       continue;
     }
     resolve_data_dependent(layer);
@@ -516,16 +540,16 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     bool values_known = true;  // shape tensors: computed on the host while shapes resolved
     for (TensorId id : layer.inputs) {
       const size_t t = static_cast<size_t>(id);
-      ins.push_back({descs_[t].dtype, descs_[t].shape, where[t], constant_[t]});
+      ins.push_back({res_.descs[t].dtype, res_.descs[t].shape, where[t], res_.constant[t]});
     }
     for (TensorId id : layer.outputs) {
       const size_t t = static_cast<size_t>(id);
-      outs.push_back({descs_[t].dtype, descs_[t].shape, where[t]});
-      values_known = values_known && descs_[t].values.has_value();
+      outs.push_back({res_.descs[t].dtype, res_.descs[t].shape, where[t]});
+      values_known = values_known && res_.descs[t].values.has_value();
     }
     if (values_known) {
       for (size_t k = 0; k < outs.size(); ++k) {
-        backend_->write_values(outs[k], *descs_[static_cast<size_t>(layer.outputs[k])].values);
+        backend_->write_values(outs[k], *res_.descs[static_cast<size_t>(layer.outputs[k])].values);
       }
     } else if (profiling_) {
       const auto start = std::chrono::steady_clock::now();
@@ -536,7 +560,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     } else {
       backend_->run_layer(li, layer, ins, outs);
     }
-    if (any_data_dependent_ && layer_kind_traits(layer.params).data_dependent) {
+    if (res_.any_data_dependent && layer_kind_traits(layer.params).data_dependent) {
       read_count(layer, where);
     }
     if (profiling_) backend_->profile_mark(li);
@@ -550,22 +574,23 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
 }
 
 void ExecutionContext::resolve_data_dependent(const Layer& layer) {
-  if (!any_data_dependent_) return;
+  if (!res_.any_data_dependent) return;
   bool tainted = false;
-  for (TensorId id : layer.inputs) tainted = tainted || data_dependent_[static_cast<size_t>(id)];
+  for (TensorId id : layer.inputs)
+    tainted = tainted || res_.data_dependent[static_cast<size_t>(id)];
   if (!tainted) return;
   std::vector<const TensorDesc*> in;
-  for (TensorId id : layer.inputs) in.push_back(&descs_[static_cast<size_t>(id)]);
+  for (TensorId id : layer.inputs) in.push_back(&res_.descs[static_cast<size_t>(id)]);
   std::vector<TensorDesc> outs = infer_layer_outputs(layer, in);
   if (layer_kind_traits(layer.params).data_dependent) outs[0].shape[0] = volume(in[0]->shape);
   for (size_t k = 0; k < outs.size(); ++k) {
     const size_t t = static_cast<size_t>(layer.outputs[k]);
     // Within the bound memory was planned for (sizes grow with the counts they follow).
-    KILN_CHECK(is_static(outs[k].shape) && volume(outs[k].shape) <= volume(bound_shapes_[t]),
+    KILN_CHECK(is_static(outs[k].shape) && volume(outs[k].shape) <= volume(res_.bound_shapes[t]),
                InternalError, "layer `", layer.name, "`: output ", shape_to_string(outs[k].shape),
-               " at the counts of this run exceeds the ", shape_to_string(bound_shapes_[t]),
+               " at the counts of this run exceeds the ", shape_to_string(res_.bound_shapes[t]),
                " planned for it");
-    descs_[t].shape = outs[k].shape;
+    res_.descs[t].shape = outs[k].shape;
   }
 }
 
@@ -574,7 +599,7 @@ void ExecutionContext::read_count(const Layer& layer, const std::vector<void*>& 
   backend_->copy(&count, where[static_cast<size_t>(layer.outputs[1])], sizeof(count),
                  ContextBackend::Copy::kToHost);
   backend_->synchronize();
-  TensorDesc& d = descs_[static_cast<size_t>(layer.outputs[0])];
+  TensorDesc& d = res_.descs[static_cast<size_t>(layer.outputs[0])];
   KILN_CHECK(count >= 0 && count <= d.shape[0], InternalError, "layer `", layer.name, "` counted ",
              count, " rows, past the bound of ", d.shape[0]);
   d.shape[0] = count;

@@ -4,6 +4,7 @@
 // only enqueues on a stream).
 #pragma once
 
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -144,8 +145,8 @@ class ExecutionContext {
   void enable_profiling(bool on) { profiling_ = on; }
   const std::vector<LayerTiming>& profile() const { return timings_; }
   std::string profile_table() const;  // one line per layer, slowest first
-  size_t arena_bytes() const { return plan_.arena_bytes; }
-  size_t activation_bytes() const { return plan_.total_bytes; }
+  size_t arena_bytes() const { return res_.plan.arena_bytes; }
+  size_t activation_bytes() const { return res_.plan.total_bytes; }
 
  private:
   void resolve_shapes();
@@ -163,33 +164,45 @@ class ExecutionContext {
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_set_;
   bool resolved_ = false;
-  // Whether the inputs' shapes are a profile point (all of a static engine's are), and the input
-  // shapes executed before (up to kSeenShapes, each with the call that last ran it, to drop the
-  // oldest): kernels choose at profile points and, within a budget, at shapes that repeat.
-  bool at_profile_point_ = true;
+  // What resolve_shapes computes for one set of input shapes.
+  struct Resolution {
+    std::vector<TensorDesc> descs;      // concrete, per tensor
+    std::vector<int64_t> arena_offset;  // per tensor, -1 when not in the arena
+    // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that
+    // keeps a contiguous range, which move no data), or -1, and where in those bytes it starts;
+    // and per layer, whether it is such a view and so never runs.
+    std::vector<int64_t> alias_of;
+    std::vector<int64_t> alias_offset;
+    std::vector<bool> view_layer;
+    // Per layer: whether its outputs are values known on the host (shape arithmetic) that
+    // nothing reads on the device (they only size other tensors), so it never runs.
+    std::vector<bool> host_layer;
+    // Per tensor: whether its shape depends on a data-dependent dim, and the shape it was
+    // planned at (the bounds).
+    std::vector<bool> data_dependent;
+    bool any_data_dependent = false;
+    std::vector<Shape> bound_shapes;
+    // Per tensor: whether its bytes are an engine weight (directly or through views).
+    std::vector<bool> constant;
+    MemoryPlan plan;
+    // Whether the inputs' shapes are a profile point (all of a static engine's are).
+    bool at_profile_point = true;
+  };
+  // The resolution of the current input shapes (resolved_), and those of the input shapes
+  // resolved before, most recent first (up to kResolutions): a shape that comes back is not
+  // resolved again (no shape inference or memory planning per layer).
+  Resolution res_;
+  std::vector<Shape> res_shapes_;  // the input shapes res_ is for; empty before any
+  static constexpr size_t kResolutions = 16;
+  std::list<std::pair<std::vector<Shape>, Resolution>> resolutions_;
+  // The input shapes executed before (up to kSeenShapes, each with the call that last ran it,
+  // to drop the oldest): kernels choose at profile points and, within a budget, at shapes that
+  // repeat.
   static constexpr size_t kSeenShapes = 1024;
   std::map<std::vector<Shape>, uint64_t> seen_shapes_;
   uint64_t calls_ = 0;
-  std::vector<TensorDesc> descs_;      // concrete, per tensor
-  std::vector<int64_t> arena_offset_;  // per tensor, -1 when not in the arena
-  // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that
-  // keeps a contiguous range, which move no data), or -1, and where in those bytes it starts;
-  // and per layer, whether it is such a view and so never runs.
-  std::vector<int64_t> alias_of_;
-  std::vector<int64_t> alias_offset_;
-  std::vector<bool> view_layer_;
-  // Per layer: whether its outputs are values known on the host (shape arithmetic) that nothing
-  // reads on the device (they only size other tensors), so it never runs.
-  std::vector<bool> host_layer_;
-  // Per tensor: whether its shape depends on a data-dependent dim, and the shape it was planned
-  // at (the bounds); per output, the shape the last execution wrote.
-  std::vector<bool> data_dependent_;
-  bool any_data_dependent_ = false;
-  std::vector<Shape> bound_shapes_;
+  // Per output, the shape the last execution wrote.
   std::vector<Shape> executed_shapes_;
-  // Per tensor: whether its bytes are an engine weight (directly or through views).
-  std::vector<bool> constant_;
-  MemoryPlan plan_;
   std::vector<const void*> bound_inputs_;
   std::vector<void*> bound_outputs_;
   bool profiling_ = false;

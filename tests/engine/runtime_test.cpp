@@ -89,6 +89,36 @@ TEST(Runtime, InspectorAndProfiler) {
   EXPECT_THROW(engine->output_index("nope"), InvalidArgument);
 }
 
+// Input shapes that come back are not resolved again (shape inference and memory planning once
+// per shape, the 16 most recent kept), and every call's answer is its own shape's.
+TEST(Runtime, ShapesThatComeBackAreNotResolvedAgain) {
+  ExecutionContext ctx(tanh_engine());
+  ctx.enable_profiling(true);
+  const auto resolutions = [&] {
+    const std::string table = ctx.profile_table();
+    const size_t at = table.find("shapes resolved ");
+    return at == std::string::npos ? 0 : std::stoi(table.substr(at + 16));
+  };
+  uint64_t seed = 0;
+  const auto run_at = [&](int64_t n) {
+    const HostTensor x = testing::random_tensor(DataType::kF32, {n, 16}, ++seed);
+    const auto out = ctx.run({x});
+    ASSERT_EQ(out[0].shape(), (Shape{n, 16}));
+    EXPECT_TRUE(testing::near(out[0], expected(x), 1e-5, 1e-6)) << "n " << n;
+    EXPECT_EQ(ctx.output_shape(0), (Shape{n, 16}));
+  };
+  for (int64_t n : {2, 5, 2, 5, 7, 2, 7}) run_at(n);
+  EXPECT_EQ(resolutions(), 3);
+  // 17 other shapes push 2, 5 and 7 out of the 16 kept: 2 is resolved again; 9 is not.
+  for (int64_t n = 8; n <= 24; ++n) run_at(n);
+  EXPECT_EQ(resolutions(), 20);
+  run_at(24);
+  run_at(9);
+  EXPECT_EQ(resolutions(), 20);
+  run_at(2);
+  EXPECT_EQ(resolutions(), 21);
+}
+
 TEST(Runtime, OutputThatIsAnInputIsCopied) {
   Network net;
   auto x = net.add_input("x", DataType::kI32, {3});
