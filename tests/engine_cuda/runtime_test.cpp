@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -329,21 +330,29 @@ TEST(CudaRuntime, GraphCacheKeepsRecentShapesAndDropsGraphsWhenMemoryMoves) {
   cudaStreamDestroy(s);
 }
 
+// Each of `bad` as the variable's value makes `read` throw an InvalidArgument that names it.
+template <typename Read>
+void expect_rejected(testing::ScopedEnv& env, const char* name,
+                     std::initializer_list<const char*> bad, Read read) {
+  for (const char* value : bad) {
+    env.set(value);
+    try {
+      read();
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
+    }
+  }
+}
+
 // KILN_CUDA_GRAPH_CACHE sets the bound; anything but a positive integer is an error naming it.
 TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
   testing::ScopedEnv env("KILN_CUDA_GRAPH_CACHE", std::nullopt);
   EXPECT_EQ(cuda::graph_cache_size(), 16u);
   env.set("5");
   EXPECT_EQ(cuda::graph_cache_size(), 5u);
-  for (const char* bad : {"0", "-3", "many", "4x"}) {
-    env.set(bad);
-    try {
-      cuda::graph_cache_size();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(e.message().find("KILN_CUDA_GRAPH_CACHE"), std::string::npos) << e.message();
-    }
-  }
+  expect_rejected(env, "KILN_CUDA_GRAPH_CACHE", {"0", "-3", "many", "4x"},
+                  [] { cuda::graph_cache_size(); });
 }
 
 // KILN_CUDA_TUNING_MS sets a call's choosing time at repeated shapes (unbounded unset, 0 allowed);
@@ -355,15 +364,8 @@ TEST(CudaRuntime, TuningBudgetComesFromTheEnvironment) {
   EXPECT_EQ(cuda::tuning_budget_ms(), 2.5);
   env.set("0");
   EXPECT_EQ(cuda::tuning_budget_ms(), 0.0);
-  for (const char* bad : {"-1", "soon", "5ms", "inf", "nan"}) {
-    env.set(bad);
-    try {
-      cuda::tuning_budget_ms();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(e.message().find("KILN_CUDA_TUNING_MS"), std::string::npos) << e.message();
-    }
-  }
+  expect_rejected(env, "KILN_CUDA_TUNING_MS", {"-1", "soon", "5ms", "inf", "nan"},
+                  [] { cuda::tuning_budget_ms(); });
 }
 
 // Shapes of a dynamic engine that are no profile point, interleaved, with no choosing time (each
