@@ -9,10 +9,11 @@
 # (first_call_gemm=off, the default before G60), and with CUDA modules loaded eagerly; each profile gives the host's enqueue time per layer too. Usage (device, after gpu-iterate.sh built
 # build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh (PLANS="default"
 # times only those of "default heuristic cudnn default-eager-modules"; TOP=0 skips the profiles;
-# KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
+# CALL=2 profiles the second call at the new batch instead of the first (where a repeated shape
+# chooses); KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu}
+model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu} call=${CALL:-1}
 warm=${WARM:-"1 8 32"} new=${NEW:-"4 20"}
 dir=$(mktemp -d)
 python3 - "$model" "$dir" <<'PY'
@@ -75,8 +76,8 @@ plans=(default cudnn)
 [ "$top" -gt 0 ] || plans=()
 for plan in "${plans[@]}"; do
   b=${new%% *}
-  echo "== $plan plan, batch $b, first call, top $top layers"
-  run "$plan" "$b" 0 1 --profile >"$dir/profile.txt"
+  echo "== $plan plan, batch $b, call $call at that batch, top $top layers"
+  run "$plan" "$b" $((call - 1)) 1 --profile >"$dir/profile.txt"
   grep -v "^output\|^input\|^activation" "$dir/profile.txt" | head -$((top + 3))
   # Host time: the layers' enqueue (set-up at the new shape and launch) by kind, and shapes.
   grep "^total\|^shapes resolved\|^host ms" "$dir/profile.txt"
