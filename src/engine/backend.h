@@ -18,6 +18,16 @@ namespace kiln::engine {
 
 struct EngineTarget;
 
+// An algorithm a kernel of layer `layer` (its index in the network) chose for the operation `key`
+// (the kernel's own description of it: dtypes, shapes, alignments), as the kernel's own bytes (a
+// cuDNN algorithm, a cuBLASLt configuration). Kept by the engine for all its contexts, and in
+// plans built on their device (builder.h: BuilderConfig::choose_at_build).
+struct KernelChoice {
+  uint64_t layer = 0;
+  std::vector<int64_t> key;
+  std::vector<uint8_t> data;
+};
+
 // A dense row-major tensor where a backend keeps it: host memory for the CPU, device memory of
 // the engine's device for CUDA.
 struct TensorRef {
@@ -110,6 +120,8 @@ class EngineBackend {
  public:
   virtual ~EngineBackend() = default;
   virtual std::unique_ptr<ContextBackend> create_context(size_t num_layers) const = 0;
+  // The kernels' choices the engine holds (runtime.h: Engine::kernel_choices).
+  virtual std::vector<KernelChoice> choices() const { return {}; }
 };
 
 // The backend of `target.device` ("cpu" or "cuda"): DeviceError for a missing device or one of

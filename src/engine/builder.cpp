@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <iostream>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "engine/cuda/backend.h"
 #include "engine/passes/pass.h"
+#include "engine/runtime.h"
 #include "util/errors.h"
 #include "util/logging.h"
 
@@ -41,6 +44,8 @@ std::string BuildReport::to_string() const {
   for (const PassRecord& p : passes) os << " " << p.name << " " << p.changes;
   os << "\n";
   for (const std::string& line : lines()) os << "fused: " << line << "\n";
+  if (kernel_choices > 0)
+    os << "kernel choices made at the profile points: " << kernel_choices << "\n";
   os << "activation memory: arena " << arena_bytes << " bytes vs " << activation_bytes
      << " bytes unshared";
   if (activation_bytes) os << " (" << (100.0 * arena_bytes / activation_bytes) << "%)";
@@ -74,6 +79,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.cast_into_shuffle);
   } else if (name == "decompose_attention") {
     on_off(&config.decompose_attention);
+  } else if (name == "choose_at_build") {
+    on_off(&config.choose_at_build);
   } else if (name == "cuda_arch") {
     // Builds for that compute capability without asking a device (plans for a GPU elsewhere:
     // an engine refuses to run on another one).
@@ -100,7 +107,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
                "cuda_grouped, gemm_fold, "
                "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
-               "reuse_algorithms, first_call_gemm, repeat_tuning, cuda_arch)");
+               "reuse_algorithms, first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }
@@ -140,6 +147,43 @@ void run_builder_passes(Network& net, const BuilderConfig& config, const EngineT
     for (const auto& [name, w] : net.weights()) context.refit_weights.insert(name);
   }
   run_passes(net, builder_pipeline(), context, std::cerr);
+}
+
+// cuda (BuilderConfig::choose_at_build): the built engine run once at each profile point on
+// random data, on the device the plan is for, so that its kernels choose now; their choices go to
+// the plan. A run that fails leaves them to the first calls (a warning, not a failed build: the
+// plan is right either way).
+void choose_at_profile_points(Plan& plan) {
+  EngineTarget& target = plan.target;
+  if (cuda::device_count() <= target.device_index ||
+      cuda::compute_capability(target.device_index) != target.compute_capability) {
+    return;  // built for another GPU (cuda_arch=NN)
+  }
+  try {
+    auto engine = std::make_shared<const Engine>(plan.network, target);
+    ExecutionContext ctx(engine);
+    std::mt19937_64 rng(0);
+    const Network& net = engine->network();
+    std::set<std::vector<Shape>> run;
+    for (const Shape Profile::*point : {&Profile::min, &Profile::opt, &Profile::max}) {
+      std::vector<Shape> shapes;
+      for (TensorId id : net.inputs()) shapes.push_back(net.profile(id).*point);
+      if (!run.insert(shapes).second) continue;
+      std::vector<HostTensor> inputs;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        inputs.push_back(random_host_tensor(engine->input(i).dtype, shapes[i], rng));
+      }
+      ctx.run(inputs);
+    }
+    target.choices = engine->kernel_choices();
+    target.choice_environment =
+        target.choices.empty() ? "" : cuda::choice_environment(target.device_index);
+  } catch (const Error& e) {
+    target.choices.clear();
+    target.choice_environment.clear();
+    KILN_LOG(kWarning, "builder: running the engine at its profile points failed (", e.what(),
+             "); its kernels choose at their first calls there instead");
+  }
 }
 
 std::vector<SourceWeight> source_weights(const Network& net) {
@@ -184,6 +228,10 @@ Plan build(const Network& network, const BuilderConfig& config, BuildReport* rep
     const size_t before = plan.target.kernels.size();
     r.generated_layers = rules.generate_kernels(net, plan.target);
     r.generated_kernels = static_cast<int>(plan.target.kernels.size() - before);
+  }
+  if (config.choose_at_build && plan.target.device == "cuda") {
+    choose_at_profile_points(plan);
+    r.kernel_choices = static_cast<int>(plan.target.choices.size());
   }
 
   // Memory at the opt shapes (planning needs no device: a CPU engine of the same network).

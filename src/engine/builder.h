@@ -51,6 +51,12 @@ struct BuilderConfig {
   bool excitation_projection = true;
   bool cast_into_shuffle = true;
   bool decompose_attention = true;
+  // cuda plans built on their device: run the engine once at each profile point (every input at
+  // its min, at its opt, at its max) on random data, so that its kernels choose their algorithms
+  // (cuDNN's and cuBLASLt's heuristics, timed GEMM candidates) while building, as TensorRT's
+  // builder does, and keep the choices in the plan (EngineTarget::choices): a loaded plan's first
+  // calls there then choose nothing. Switch choose_at_build=off leaves it to the first calls.
+  bool choose_at_build = true;
   // The switches set through apply_switch, recorded in the plan (EngineTarget::switches).
   std::vector<std::string> switches;
   // Verify the network after every pass (verify.h): a broken rewrite is an InternalError naming
@@ -76,6 +82,7 @@ struct BuildReport {
   size_t activation_bytes = 0;     // the same activations allocated separately
   int generated_layers = 0;        // cuda: layers that run a generated kernel (cuda/codegen.h)
   int generated_kernels = 0;       // cuda: the distinct kernels they run, stored in the plan
+  int kernel_choices = 0;          // cuda: the kernels' choices made while building (plan)
   int shuffles = 0;                // shuffle layers left that move data (count_moving_shuffles)
   // Rewrites by the pass `name`; 0 when it did not run.
   int changes(const std::string& name) const;
@@ -86,11 +93,11 @@ struct BuildReport {
 
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
-// excitation_projection=on|off, cast_into_shuffle=on|off, decompose_attention=on|off set the
-// fields above; the CUDA kernels' cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip,
-// cuda_grouped=auto|cudnn|kernel, gemm_fold=on|off, gemm_timing=on|off, gemm_split_k=on|off,
-// attention_key_split=on|off, reuse_algorithms=on|off, first_call_gemm=on|off and
-// repeat_tuning=on|off are only recorded, and read from the plan when its engine is created
+// excitation_projection=on|off, cast_into_shuffle=on|off, decompose_attention=on|off,
+// choose_at_build=on|off set the fields above; the CUDA kernels' cuda_pointwise=auto|cudnn,
+// cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel, gemm_fold=on|off, gemm_timing=on|off,
+// gemm_split_k=on|off, attention_key_split=on|off, reuse_algorithms=on|off, first_call_gemm=on|off
+// and repeat_tuning=on|off are only recorded, and read from the plan when its engine is created
 // (cuda::KernelOptions); cuda_codegen=off builds no generated kernels (pointwise layers run on
 // the interpreter kernel); cuda_arch=NN builds a cuda plan for compute capability NN without a
 // device (the engine runs only on such a GPU). InvalidArgument names an unknown switch or value.

@@ -19,6 +19,9 @@ namespace {
 
 constexpr size_t kWeightAlignment = 64;
 constexpr uint64_t kMaxRank = 16;
+// What a kernel choice may hold (the kernels' own keys and bytes are far smaller).
+constexpr uint64_t kMaxChoiceKey = 256;
+constexpr uint64_t kMaxChoiceBytes = 4096;
 // As volume() allows: no tensor of more than 2^48 elements, so byte sizes cannot overflow.
 constexpr int64_t kMaxVolume = int64_t{1} << 48;
 
@@ -132,6 +135,15 @@ std::vector<uint8_t> serialize_plan(const Plan& plan, bool include_weights) {
     w.put<uint64_t>(k.image.size());
     w.put_bytes(k.image.data(), k.image.size());
   }
+  w.put_string(plan.target.choice_environment);
+  w.put<uint64_t>(plan.target.choices.size());
+  for (const KernelChoice& c : plan.target.choices) {
+    w.put<uint64_t>(c.layer);
+    w.put<uint64_t>(c.key.size());
+    for (int64_t v : c.key) w.put(v);
+    w.put<uint64_t>(c.data.size());
+    w.put_bytes(c.data.data(), c.data.size());
+  }
   w.put_string(plan.source.key);
   w.put<uint8_t>(plan.source.refittable ? 1 : 0);
   w.put<uint64_t>(plan.source.weights.size());
@@ -206,6 +218,27 @@ Plan deserialize_plan(const uint8_t* data, size_t size, std::shared_ptr<const vo
     KILN_CHECK(kernel_keys.insert(k.key).second, CorruptInput, "plan: generated kernel `", k.key,
                "` appears twice");
     plan.target.kernels.push_back(std::move(k));
+  }
+  plan.target.choice_environment = r.get_string("choice environment");
+  const uint64_t num_choices = r.get_count("kernel choice", 8 + 8 + 8);
+  KILN_CHECK(num_choices == 0 || plan.target.device == "cuda", CorruptInput, "plan: ", num_choices,
+             " kernel choices in a plan for ", plan.target.device);
+  std::set<std::pair<uint64_t, std::vector<int64_t>>> choice_keys;
+  for (uint64_t i = 0; i < num_choices; ++i) {
+    KernelChoice c;
+    c.layer = r.get<uint64_t>("kernel choice layer");
+    const uint64_t key_size = r.get_count("kernel choice key", 8);
+    KILN_CHECK(key_size <= kMaxChoiceKey, CorruptInput, "plan: a kernel choice key of ", key_size,
+               " values (max ", kMaxChoiceKey, ")");
+    for (uint64_t k = 0; k < key_size; ++k) c.key.push_back(r.get<int64_t>("kernel choice key"));
+    const uint64_t bytes = r.get_count("kernel choice data", 1);
+    KILN_CHECK(bytes <= kMaxChoiceBytes, CorruptInput, "plan: a kernel choice of ", bytes,
+               " bytes (max ", kMaxChoiceBytes, ")");
+    const uint8_t* p = r.get_bytes(static_cast<size_t>(bytes), "kernel choice data");
+    c.data.assign(p, p + bytes);
+    KILN_CHECK(choice_keys.emplace(c.layer, c.key).second, CorruptInput,
+               "plan: two kernel choices for one operation of layer ", c.layer);
+    plan.target.choices.push_back(std::move(c));
   }
   plan.source.key = r.get_string("source key");
   const uint8_t refittable = r.get<uint8_t>("refittable flag");
@@ -295,6 +328,10 @@ Plan deserialize_plan(const uint8_t* data, size_t size, std::shared_ptr<const vo
   }
   KILN_CHECK(r.remaining() == 0, CorruptInput, "plan: ", r.remaining(),
              " unexpected bytes after the weights");
+  for (const KernelChoice& c : plan.target.choices) {
+    KILN_CHECK(c.layer < net.layers().size(), CorruptInput, "plan: a kernel choice for layer ",
+               c.layer, " of ", net.layers().size());
+  }
 
   // Semantic validation: every layer is well-formed and agrees with the stored tensors, in order.
   verify_network(net, "plan", VerifyFailure::kCorrupt);

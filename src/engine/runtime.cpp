@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "engine/layer_kinds.h"
+#include "engine/scalar_math.h"
 #include "engine/serialize_fields.h"
 #include "util/errors.h"
 
@@ -62,6 +63,19 @@ HostTensor::HostTensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std:
   KILN_CHECK(is_static(shape_), InvalidArgument, "host tensor needs a static shape, got ",
              shape_to_string(shape_));
   storage_ = allocate_host(nbytes());
+}
+
+HostTensor random_host_tensor(DataType dtype, const Shape& shape, std::mt19937_64& rng) {
+  HostTensor t(dtype, shape);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (is_floating(dtype)) {
+      store_as<float>(dtype, t.data(), i, dist(rng));
+    } else {
+      store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(rng() % 4));
+    }
+  }
+  return t;
 }
 
 Engine::Engine(Network network, EngineTarget target)

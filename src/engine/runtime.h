@@ -7,6 +7,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ struct EngineTarget {
   std::vector<std::string> switches;
   // cuda only: the generated kernels of the plan's layers, keys unique.
   std::vector<GeneratedKernel> kernels;
+  // cuda only: the kernels' choices made while building (at the profile points), and the device
+  // and libraries they were made with (cuda::choice_environment): an engine elsewhere ignores
+  // them and chooses again. (layer, key) pairs unique.
+  std::string choice_environment;
+  std::vector<KernelChoice> choices;
 };
 
 class Engine {
@@ -83,6 +89,10 @@ class Engine {
   // Layers (kind, inputs, outputs with shapes and dtypes, parameters) as JSON.
   std::string inspect_json() const;
 
+  // The kernels' choices this engine holds: the plan's (where made on this device and
+  // libraries) and those its contexts made since, in (layer, key) order; none on the CPU.
+  std::vector<KernelChoice> kernel_choices() const { return backend_->choices(); }
+
  private:
   Network network_;
   EngineTarget target_;
@@ -98,6 +108,10 @@ struct LayerTiming {
   double host_ms = 0;
   int runs = 0;
 };
+
+// A tensor of random values: floats uniform in [-1, 1), integers (usually indices) in [0, 4),
+// bools either way.
+HostTensor random_host_tensor(DataType dtype, const Shape& shape, std::mt19937_64& rng);
 
 class ExecutionContext {
  public:

@@ -10,7 +10,8 @@
 # build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh (PLANS="default"
 # times only those of "default heuristic cudnn default-eager-modules"; TOP=0 skips the profiles;
 # CALL=2 profiles the second call at the new batch instead of the first (where a repeated shape
-# chooses); KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
+# chooses); PLANS="default unchosen" WARM="1" NEW="8 32" times first calls at profile points with
+# the choices made while building and without them; KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu} call=${CALL:-1}
@@ -33,14 +34,19 @@ rest=$(python3 -c "import sys; sys.path.insert(0, 'bench'); from models import m
 m, f = make_model('$model'); print('x'.join(str(d) for d in f(1).shape[1:]))")
 spec="[(1x$rest);(8x$rest);(32x$rest)]"
 spec=${spec//x/,}
-# The default plan, and one asking the heuristics at every new shape (reuse_algorithms=off).
-"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/default.plan" "$spec" --device cuda -p f16 -p f32 \
-  --save-engine -q
-"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/heuristic.plan" "$spec" --device cuda -p f16 -p f32 \
-  --save-engine -q --switch reuse_algorithms=off
-# First calls running 2-d convolutions on cuDNN with the algorithms kept (first_call_gemm=off).
-"$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/cudnn.plan" "$spec" --device cuda -p f16 -p f32 \
-  --save-engine -q --switch first_call_gemm=off
+# The plans PLANS names (and the default one): default; heuristic, asking the heuristics at every
+# new shape (reuse_algorithms=off); cudnn, first calls running 2-d convolutions on cuDNN with the
+# algorithms kept (first_call_gemm=off); unchosen, no choices made while building
+# (choose_at_build=off: the first calls at the profile points choose).
+declare -A switch_of=([default]="" [heuristic]=reuse_algorithms=off [cudnn]=first_call_gemm=off
+  [unchosen]=choose_at_build=off)
+for plan in default ${PLANS:-default heuristic cudnn}; do
+  plan=${plan%-eager-modules}
+  [ -f "$dir/$plan.plan" ] && continue
+  sw=${switch_of[$plan]-}
+  "$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/$plan.plan" "$spec" --device cuda -p f16 -p f32 \
+    --save-engine -q ${sw:+--switch "$sw"}
+done
 name=$("$build/bin/kiln-run" "$dir/default.plan" --device cuda --iterations 1 |
   sed -n "s/^input \([^:]*\):.*/\1/p" | head -1)
 warm_spec=""
@@ -72,7 +78,8 @@ done
 # Where a first call's time goes (per-layer device timeline: host set-up shows as gaps charged
 # to the layer that waited for it; cuDNN calls that synchronize stall on the profiler's gate),
 # and the host's side of it: each layer's enqueue time, by kind and slowest first.
-plans=(default cudnn)
+plans=(default)
+[ -f "$dir/cudnn.plan" ] && plans+=(cudnn)
 [ "$top" -gt 0 ] || plans=()
 for plan in "${plans[@]}"; do
   b=${new%% *}

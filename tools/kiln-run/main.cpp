@@ -41,20 +41,6 @@ std::map<std::string, Shape> parse_shapes(const std::string& spec) {
   return shapes;
 }
 
-HostTensor random_input(DataType dtype, const Shape& shape, std::mt19937_64& rng) {
-  HostTensor t(dtype, shape);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (is_floating(dtype)) {
-      kiln::engine::store_as<float>(dtype, t.data(), i, dist(rng));
-    } else {
-      // Integer inputs are usually indices: keep them small and non-negative.
-      kiln::engine::store_as<int64_t>(dtype, t.data(), i, static_cast<int64_t>(rng() % 4));
-    }
-  }
-  return t;
-}
-
 void summarize(const std::string& name, const HostTensor& t) {
   double lo = INFINITY, hi = -INFINITY, sum = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
@@ -122,6 +108,12 @@ int main(int argc, char** argv) {
     }
     auto engine = std::make_shared<const Engine>(std::move(plan.network), plan.target);
     if (inspect) std::cout << engine->inspect_json() << "\n";
+    if (!plan.target.choices.empty()) {
+      // Taken only where made with this device and these libraries (EngineTarget::choices).
+      std::cout << "kernel choices: " << plan.target.choices.size() << " in the plan, "
+                << engine->kernel_choices().size() << " taken (made on "
+                << plan.target.choice_environment << ")\n";
+    }
     const auto shapes = parse_shapes(shapes_spec);
     for (const auto& [name, shape] : shapes) engine->input_index(name);  // unknown names throw
 
@@ -138,7 +130,7 @@ int main(int argc, char** argv) {
           std::cout << "input " << in.name << ": " << dtype_name(in.dtype) << shape_to_string(shape)
                     << "\n";
         }
-        made.push_back(random_input(in.dtype, shape, rng));
+        made.push_back(random_host_tensor(in.dtype, shape, rng));
       }
       return made;
     };

@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
                  "measurement switch NAME=VALUE (repeatable; for A/B timings): the builder's "
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
                  "excitation_projection=on|off, cast_into_shuffle=on|off, "
-                 "decompose_attention=on|off; the CUDA kernels' cuda_pointwise=auto|cudnn, "
+                 "decompose_attention=on|off, choose_at_build=on|off; the CUDA kernels' "
+                 "cuda_pointwise=auto|cudnn, "
                  "cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel, gemm_fold, "
                  "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
                  "reuse_algorithms, first_call_gemm, repeat_tuning (=on|off); cuda_arch=NN");

@@ -7,11 +7,13 @@
 #include <cublasLt.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/graphs.h"
@@ -76,9 +78,10 @@ struct GrowingBuffer {
 class EngineState {
  public:
   EngineState(const Network& net, int device, KernelOptions options,
-              const std::vector<GeneratedKernel>& kernels)
+              const std::vector<GeneratedKernel>& kernels, const std::vector<KernelChoice>& choices)
       : weight_data_(net.weights()), device_(device), options_(options) {
     for (const GeneratedKernel& k : kernels) kernels_.emplace(k.key, Library{k.image, nullptr, {}});
+    for (const KernelChoice& c : choices) choices_.emplace(std::make_pair(c.layer, c.key), c.data);
   }
   ~EngineState() {
     for (auto& [key, lib] : kernels_) {
@@ -116,6 +119,25 @@ class EngineState {
       e = lib.entries.emplace(entry, reinterpret_cast<const void*>(kernel)).first;
     }
     return e->second;
+  }
+
+  // The kernels' choices, shared by the engine's contexts (Resources::kept_choice).
+  std::optional<std::vector<uint8_t>> choice(size_t layer, const std::vector<int64_t>& key) {
+    std::lock_guard<std::mutex> lock(choices_mutex_);
+    auto it = choices_.find(std::make_pair(static_cast<uint64_t>(layer), key));
+    if (it == choices_.end()) return std::nullopt;
+    return it->second;
+  }
+  void keep_choice(size_t layer, const std::vector<int64_t>& key, std::vector<uint8_t> choice) {
+    std::lock_guard<std::mutex> lock(choices_mutex_);
+    if (choices_.size() >= kMaxChoices) return;  // a bound for engines run at endless shapes
+    choices_[std::make_pair(static_cast<uint64_t>(layer), key)] = std::move(choice);
+  }
+  std::vector<KernelChoice> choices() const {
+    std::lock_guard<std::mutex> lock(choices_mutex_);
+    std::vector<KernelChoice> out;
+    for (const auto& [at, data] : choices_) out.push_back({at.first, at.second, data});
+    return out;
   }
 
   // Uploads every weight on the first call (on `stream`); later callers on other streams wait
@@ -164,6 +186,10 @@ class EngineState {
     std::map<std::string, const void*> entries;
   };
   std::map<std::string, Library> kernels_;
+  // Choices by (layer, key): at most kMaxChoices (a plan's own, then what contexts add).
+  static constexpr size_t kMaxChoices = size_t{1} << 16;
+  mutable std::mutex choices_mutex_;
+  std::map<std::pair<uint64_t, std::vector<int64_t>>, std::vector<uint8_t>> choices_;
   const std::map<std::string, Weights> weight_data_;  // host copies share the network's bytes
   const int device_;
   const KernelOptions options_;
@@ -221,6 +247,12 @@ class ContextState : public Resources {
     return true;
   }
   bool new_shape() const override { return tuning == Tuning::kOff && !capturing; }
+  std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
+    return engine_->choice(layer, key);
+  }
+  void keep_choice(const std::vector<int64_t>& key, std::vector<uint8_t> choice) override {
+    engine_->keep_choice(layer, key, std::move(choice));
+  }
   void* cublaslt() override {
     if (!cublaslt_) {
       cublasLtHandle_t h = nullptr;
@@ -279,6 +311,7 @@ class ContextState : public Resources {
   double tuning_spent_ms = 0;
   bool tuning_granted = false, layer_tuning = false, tuning_deferred = false;
   bool capturing = false;  // the call is captured into a graph (CudaContext::execute_graph)
+  size_t layer = 0;        // the layer running (CudaContext::run_layer)
   GrowingBuffer& arena_buffer() { return arena_; }
   std::unique_ptr<KernelState>& state(size_t layer) { return states_.at(layer); }
   bool waited_for_weights = false;
@@ -408,6 +441,35 @@ int compute_capability(int index) {
   return major * 10 + minor;
 }
 
+namespace {
+std::atomic<int64_t> searches{0};
+}  // namespace
+
+void count_algorithm_search() {
+  searches.fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t algorithm_searches() {
+  return searches.load(std::memory_order_relaxed);
+}
+
+std::string choice_environment(int index) {
+  const int cc = compute_capability(index);
+  static std::mutex mutex;
+  static std::map<int, std::string> known;  // cudaGetDeviceProperties is slow: once a device
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(index);
+  if (it != known.end()) return it->second;
+  cudaDeviceProp prop{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  int runtime = 0;
+  KILN_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  std::string env = std::string(prop.name) + " sm_" + std::to_string(cc) + ", CUDA runtime " +
+                    std::to_string(runtime) + ", cuDNN " + std::to_string(cudnnGetVersion()) +
+                    ", cuBLASLt " + std::to_string(cublasLtGetVersion());
+  return known.emplace(index, std::move(env)).first->second;
+}
+
 void check_supported(const Network& net) {
   const KernelTable& table = kernel_table();
   for (const Layer& layer : net.layers()) {
@@ -522,6 +584,7 @@ class CudaContext final : public ContextBackend {
     KILN_CHECK(entry.fn != nullptr, Unsupported, "layer `", layer.name, "` (",
                layer_kind_name(layer.params), "): the CUDA backend has no kernel for this kind");
     DeviceGuard guard(ctx_.device());
+    ctx_.layer = index;
     KernelArgs args{layer, inputs, outputs, ctx_.state(index), ctx_};
     if (ctx_.tuning != Tuning::kBudgeted) {
       entry.fn(args);
@@ -576,6 +639,7 @@ class CudaEngine final : public EngineBackend {
   std::unique_ptr<ContextBackend> create_context(size_t num_layers) const override {
     return std::make_unique<CudaContext>(state_, num_layers);
   }
+  std::vector<KernelChoice> choices() const override { return state_->choices(); }
 
  private:
   std::shared_ptr<EngineState> state_;
@@ -595,8 +659,18 @@ std::shared_ptr<EngineBackend> create_engine_backend(const Network& net,
              "engine built for compute capability ", target.compute_capability,
              " cannot run on CUDA device ", target.device_index, " (compute capability ", cc,
              "): rebuild the engine on this GPU");
+  // Choices made with another device or other libraries may not exist or run here: they are
+  // made again.
+  const bool choices_hold = !target.choices.empty() &&
+                            target.choice_environment == choice_environment(target.device_index);
+  if (!target.choices.empty() && !choices_hold) {
+    KILN_LOG(kInfo, "the plan's ", target.choices.size(), " kernel choices were made on `",
+             target.choice_environment, "`, this is `", choice_environment(target.device_index),
+             "`: choosing again");
+  }
   return std::make_shared<CudaEngine>(std::make_shared<EngineState>(
-      net, target.device_index, kernel_options(target.switches), target.kernels));
+      net, target.device_index, kernel_options(target.switches), target.kernels,
+      choices_hold ? target.choices : std::vector<KernelChoice>{}));
 }
 
 const KernelTable& kernel_table() {

@@ -30,6 +30,14 @@ int parse_device(const std::string& device);
 // Compute capability of device `index` as major*10+minor (90 for an H100); DeviceError if there
 // is no such device.
 int compute_capability(int index);
+// The device and libraries kernels' choices hold for (EngineTarget::choice_environment): the
+// device's name and compute capability, and the CUDA runtime's, cuDNN's and cuBLASLt's versions.
+// DeviceError if there is no such device.
+std::string choice_environment(int index);
+// How many times this process's kernels asked cuDNN's or cuBLASLt's heuristics for an algorithm
+// or timed candidates (tests: a plan whose choices were made while building asks none at its
+// profile points).
+int64_t algorithm_searches();
 // Throws Unsupported naming the first layer the CUDA backend cannot run (its kind, or a dtype its
 // kernel does not declare).
 void check_supported(const Network& net);

@@ -18,9 +18,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/bytes.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 #include "util/logging.h"
@@ -51,6 +53,7 @@ struct ConvState : KernelState {
   Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
   bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
   bool tuned = false;          // the algorithm was chosen for this shape (not kept from another)
+  bool kept_in_engine = false;  // its choice is the engine's (Resources::keep_choice)
   ConvState() {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
@@ -145,6 +148,58 @@ bool heuristic_forward(cudnnHandle_t handle, ConvState& s, bool strict_f32) {
     }
   }
   return chosen;
+}
+
+// A state's choice as the engine keeps it (Resources::keep_choice): the algorithms, whether cuDNN
+// refused the fused bias + activation, and the forward fallbacks.
+std::vector<uint8_t> encode_choice(const ConvState& s) {
+  ByteWriter w;
+  w.put<int32_t>(static_cast<int32_t>(s.fwd_algo));
+  w.put<int32_t>(static_cast<int32_t>(s.bwd_algo));
+  w.put<uint8_t>(s.fusion_failed ? 1 : 0);
+  w.put<uint32_t>(static_cast<uint32_t>(s.fallbacks.size()));
+  for (const auto& f : s.fallbacks) {
+    w.put<int32_t>(static_cast<int32_t>(f.algo));
+    w.put<uint64_t>(f.memory);
+  }
+  return std::move(w.bytes());
+}
+
+// Takes the engine's choice for `s`'s descriptors where it has one that they take (its
+// algorithm's workspace asked for them); false otherwise (nothing changed that matters).
+bool adopt_choice(Resources& res, cudnnHandle_t handle, ConvState& s, bool transposed) {
+  const std::optional<std::vector<uint8_t>> choice = res.kept_choice(s.key);
+  if (!choice) return false;
+  try {
+    ByteReader r(choice->data(), choice->size(), "kernel choice");
+    const auto fwd = static_cast<cudnnConvolutionFwdAlgo_t>(r.get<int32_t>("forward algorithm"));
+    const auto bwd =
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(r.get<int32_t>("backward algorithm"));
+    const bool fusion_failed = r.get<uint8_t>("fusion flag") != 0;
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks(r.get<uint32_t>("fallbacks"));
+    KILN_CHECK(fallbacks.size() <= CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CorruptInput,
+               "kernel choice: ", fallbacks.size(), " fallbacks");
+    for (auto& f : fallbacks) {
+      f = {};
+      f.algo = static_cast<cudnnConvolutionFwdAlgo_t>(r.get<int32_t>("fallback algorithm"));
+      f.memory = static_cast<size_t>(r.get<uint64_t>("fallback workspace"));
+      f.status = CUDNN_STATUS_SUCCESS;
+    }
+    size_t bytes = 0;
+    const cudnnStatus_t status = transposed ? cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                                  handle, s.w, s.y, s.conv, s.x, bwd, &bytes)
+                                            : cudnnGetConvolutionForwardWorkspaceSize(
+                                                  handle, s.x, s.w, s.conv, s.y, fwd, &bytes);
+    if (status != CUDNN_STATUS_SUCCESS || bytes > kMaxAlgoWorkspace) return false;
+    s.fwd_algo = fwd;
+    s.bwd_algo = bwd;
+    s.fusion_failed = fusion_failed;
+    s.fallbacks = std::move(fallbacks);
+    s.algo_workspace = bytes;
+    return true;
+  } catch (const Error&) {
+    return false;  // bytes another kiln wrote: choose again
+  }
 }
 
 // 1-d convolutions run as 2-d ones over a height of 1.
@@ -371,11 +426,14 @@ void convolution_kernel(KernelArgs& args) {
     KILN_CUDNN_CHECK(
         cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
     int found = 0;
-    bool chosen = false;
+    // Where this shape's choice is to be made, the engine's where it has one (made at the plan's
+    // build or by another context): no heuristic query.
+    const bool adopted = tune && adopt_choice(args.res, handle, *fresh, p.transposed);
+    bool chosen = adopted;
     // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that was,
     // where it takes this one (cuDNN's heuristic query costs milliseconds a layer at each new
     // shape).
-    ConvState* kept = !p.transposed && !tune && args.res.options().reuse_algorithms
+    ConvState* kept = !chosen && !p.transposed && !tune && args.res.options().reuse_algorithms
                           ? nearest_tuned(states, key, xs.size())
                           : nullptr;
     if (kept) {
@@ -390,10 +448,13 @@ void convolution_kernel(KernelArgs& args) {
         chosen = true;
       }
     }
-    fresh->tuned = !chosen;
+    fresh->tuned = adopted || !chosen;
+    fresh->kept_in_engine = adopted;
     if (!p.transposed && !chosen) {
+      count_algorithm_search();
       chosen = heuristic_forward(handle, *fresh, f32);
-    } else if (p.transposed) {
+    } else if (p.transposed && !chosen) {
+      count_algorithm_search();
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           handle, fresh->w, fresh->y, fresh->conv, fresh->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
@@ -467,7 +528,9 @@ void convolution_kernel(KernelArgs& args) {
       if (state->fallbacks.empty()) {
         // An algorithm kept from another shape that this one refuses after all: the heuristic's
         // choices for this shape, once.
-        if (state->tuned || !heuristic_forward(handle, *state, f32)) break;
+        if (state->tuned) break;
+        count_algorithm_search();
+        if (!heuristic_forward(handle, *state, f32)) break;
         state->tuned = true;
         stage();
         continue;
@@ -493,6 +556,12 @@ void convolution_kernel(KernelArgs& args) {
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(
         handle, &one, state->w, w.data, state->y, x_ptr, state->conv, state->bwd_algo, algo_ws,
         state->algo_workspace, &zero, state->x, out.data));
+  }
+  // A choice made for this shape, as it ran (after any refusals), is the engine's for every
+  // context, and for the plan when building.
+  if (state->tuned && !state->kept_in_engine) {
+    args.res.keep_choice(state->key, encode_choice(*state));
+    state->kept_in_engine = true;
   }
   if (fused) return;
   if (bias || residual || act != ActivationKind::kNone || act2 != ActivationKind::kNone) {

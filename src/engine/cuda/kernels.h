@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct KernelOptions {
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 
+// Kernels call it each time they ask cuDNN's or cuBLASLt's heuristics for algorithms or time
+// candidates (algorithm_searches() counts them).
+void count_algorithm_search();
+
 // Per-context resources a kernel may use. Handles are created on first use.
 class Resources {
  public:
@@ -81,6 +86,11 @@ class Resources {
   // capture, which chooses nothing either but keeps what it runs): where a kernel may take a
   // cheaper path that it would not keep (convolution.cpp's first-call GEMMs).
   virtual bool new_shape() const = 0;
+  // The engine's choice for the running layer's operation `key` (made at the plan's build, or by
+  // a context of the engine before), as the kernel that kept it wrote it; nullopt if none.
+  // Kernels look here before they search (tune()), and keep what they chose (keep_choice).
+  virtual std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) = 0;
+  virtual void keep_choice(const std::vector<int64_t>& key, std::vector<uint8_t> choice) = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t
   virtual void* cudnn() = 0;     // cudnnHandle_t, bound to the stream
   // A kernel freed (or moved) device memory that work it enqueued before may read: CUDA graphs
@@ -109,6 +119,12 @@ class WorkspaceAfter : public Resources {
   }
   bool tune() override { return base_.tune(); }
   bool new_shape() const override { return base_.new_shape(); }
+  std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
+    return base_.kept_choice(key);
+  }
+  void keep_choice(const std::vector<int64_t>& key, std::vector<uint8_t> choice) override {
+    base_.keep_choice(key, std::move(choice));
+  }
   void* cublaslt() override { return base_.cublaslt(); }
   void* cudnn() override { return base_.cudnn(); }
   void device_memory_moved() override { base_.device_memory_moved(); }

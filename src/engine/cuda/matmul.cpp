@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
@@ -174,6 +176,7 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     cudaGetLastError();
     return 0;
   }
+  count_algorithm_search();
   void* scratch = nullptr;
   if (cudaMalloc(&scratch, run.d_bytes) != cudaSuccess) {
     cudaGetLastError();
@@ -461,11 +464,30 @@ void matmul_kernel(KernelArgs& args) {
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
       cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+      // Where this shape's choice is to be made, the engine's where it has one (made at the plan's
+      // build or by another context) and cuBLASLt takes it for these descriptors: no heuristic
+      // query, no timing.
+      bool adopted = false;
+      if (tune) {
+        const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);
+        cublasLtMatmulAlgo_t algo{};
+        if (choice && choice->size() == sizeof(algo)) {
+          std::memcpy(&algo, choice->data(), sizeof(algo));
+          adopted = cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
+                                            &algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
+                    results[0].workspaceSize <= kCublasWorkspace;
+          if (adopted) {
+            results[0].algo = algo;
+            found = 1;
+            status = CUBLAS_STATUS_SUCCESS;
+          }
+        }
+      }
       // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that
       // was (same operation, dtypes and epilogue: only sizes, strides and alignments differ; the
       // nearest in multiply-adds), where it takes this one.
       MatMulState* kept =
-          !tune && args.res.options().reuse_algorithms
+          !adopted && !tune && args.res.options().reuse_algorithms
               ? states.nearest(
                     [&](const MatMulState& s) { return s.tuned && same_operation(s.key, key); },
                     [&](const MatMulState& s) {
@@ -481,8 +503,9 @@ void matmul_kernel(KernelArgs& args) {
         status = CUBLAS_STATUS_SUCCESS;
       }
       // Chosen as a tuning run would choose: by the heuristic, timed where that is worth it.
-      fresh->tuned = found == 0 && (timed || !worth);
+      fresh->tuned = adopted || (found == 0 && (timed || !worth));
       if (found == 0) {
+        count_algorithm_search();
         status =
             cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
                                            pref, timed ? kCandidates : 1, results, &found);
@@ -491,7 +514,7 @@ void matmul_kernel(KernelArgs& args) {
       KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
                  "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
                  " batch=", batches, " (status ", static_cast<int>(status), ")");
-      if (timed && split_k && fresh->tuned) {
+      if (timed && split_k && fresh->tuned && !adopted) {
         found = add_split_k(lt, *fresh, results[0].algo, output_tiles(rows, n, mats), k, sms,
                             results, found, kCandidates + kSplitCandidates);
       }
@@ -513,6 +536,13 @@ void matmul_kernel(KernelArgs& args) {
       }
       fresh->algo = results[chosen].algo;
       fresh->algo_workspace = results[chosen].workspaceSize;
+      // A choice made for this shape is the engine's for every context (and the plan's when
+      // building).
+      if (fresh->tuned && !adopted) {
+        std::vector<uint8_t> bytes(sizeof(fresh->algo));
+        std::memcpy(bytes.data(), &fresh->algo, sizeof(fresh->algo));
+        args.res.keep_choice(key, std::move(bytes));
+      }
       fresh->fused_bias = bias_epilogue;
       fresh->fused_activation = act_epilogue;
       fresh->fused_residual = residual_c;

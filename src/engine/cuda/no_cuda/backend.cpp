@@ -30,6 +30,12 @@ int parse_device(const std::string& device) {
 int compute_capability(int) {
   no_cuda("compute capability");
 }
+std::string choice_environment(int) {
+  no_cuda("choice environment");
+}
+int64_t algorithm_searches() {
+  return 0;
+}
 bool fused_attention_applies(const Shape&, const Shape&, const Shape&, DataType) {
   return false;
 }
