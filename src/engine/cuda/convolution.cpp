@@ -426,9 +426,9 @@ void convolution_kernel(KernelArgs& args) {
     KILN_CUDNN_CHECK(
         cudnnSetActivationDescriptor(fresh->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0));
     int found = 0;
-    // Where this shape's choice is to be made, the engine's where it has one (made at the plan's
-    // build or by another context): no heuristic query.
-    const bool adopted = tune && adopt_choice(args.res, handle, *fresh, p.transposed);
+    // The engine's choice for this shape where it has one (made at the plan's build or by another
+    // context): no heuristic query, whether or not this call may choose.
+    const bool adopted = adopt_choice(args.res, handle, *fresh, p.transposed);
     bool chosen = adopted;
     // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that was,
     // where it takes this one (cuDNN's heuristic query costs milliseconds a layer at each new

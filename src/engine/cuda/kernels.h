@@ -88,7 +88,8 @@ class Resources {
   virtual bool new_shape() const = 0;
   // The engine's choice for the running layer's operation `key` (made at the plan's build, or by
   // a context of the engine before), as the kernel that kept it wrote it; nullopt if none.
-  // Kernels look here before they search (tune()), and keep what they chose (keep_choice).
+  // Kernels look here whenever they set up a shape, before any search, and keep what they chose
+  // for a shape (keep_choice).
   virtual std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) = 0;
   virtual void keep_choice(const std::vector<int64_t>& key, std::vector<uint8_t> choice) = 0;
   virtual void* cublaslt() = 0;  // cublasLtHandle_t

@@ -464,11 +464,11 @@ void matmul_kernel(KernelArgs& args) {
       int found = 0;
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
       cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
-      // Where this shape's choice is to be made, the engine's where it has one (made at the plan's
-      // build or by another context) and cuBLASLt takes it for these descriptors: no heuristic
-      // query, no timing.
+      // The engine's choice for this shape where it has one (made at the plan's build or by
+      // another context) and cuBLASLt takes it for these descriptors: no heuristic query, no
+      // timing, whether or not this call may choose.
       bool adopted = false;
-      if (tune) {
+      {
         const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);
         cublasLtMatmulAlgo_t algo{};
         if (choice && choice->size() == sizeof(algo)) {
