@@ -2,6 +2,7 @@
 // dilation, groups/depthwise, transposed with output_padding, and post-ops (fused by cuDNN where
 // it can: bias + ReLU, residual + ReLU).
 #include "cuda_testing.h"
+#include "engine/cuda/backend.h"
 
 namespace kiln::engine {
 namespace {
@@ -162,6 +163,33 @@ TEST(CudaConvolution, FirstCallsAtNewShapesMatchTheCpu) {
       EXPECT_TRUE(testing::near(gpu.run({in})[0], want, 1e-4, 1e-4)) << "batch " << n;
     }
   }
+}
+
+// Convolutions of one operation (a network's repeated blocks) ask cuDNN's heuristics once in the
+// process: two such layers, one query at most (none where an earlier test asked it), same
+// answers as the CPU.
+TEST(CudaConvolution, LayersOfOneOperationAskTheHeuristicsOnce) {
+  KILN_REQUIRE_GPU();
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {3, 7, 9, 11});
+  auto y = net.add("conv_a", conv({1, 1}, {2, 1}, {2, 1}, {1, 1}),
+                   {x, testing::random_constant(net, "wa", {7, 7, 5, 3}, 1)});
+  y = net.add("relu", ActivationParams{ActivationKind::kRelu}, {y});
+  y = net.add("conv_b", conv({1, 1}, {2, 1}, {2, 1}, {1, 1}),
+              {y, testing::random_constant(net, "wb", {7, 7, 5, 3}, 2)});
+  net.mark_output(y);
+  BuilderConfig config;
+  config.device = "cuda";
+  apply_switch(config, "choose_at_build=off");
+  const Plan plan = build(net, config);
+  ASSERT_EQ(cuda_testing::count_layers(plan, "convolution"), 2);
+  ExecutionContext gpu(std::make_shared<const Engine>(plan.network, plan.target));
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  const HostTensor in = random_tensor(DataType::kF32, {3, 7, 9, 11}, 3);
+  const int64_t before = cuda::algorithm_searches();
+  const HostTensor got = gpu.run({in})[0];
+  EXPECT_LE(cuda::algorithm_searches() - before, 1);
+  EXPECT_TRUE(testing::near(got, testing::to_doubles(cpu.run({in})[0]), kRtol, kAtol));
 }
 
 TEST(CudaConvolution, BuilderFusesConvBiasReluWithConstantWeights) {

@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -200,6 +203,55 @@ bool adopt_choice(Resources& res, cudnnHandle_t handle, ConvState& s, bool trans
   } catch (const Error&) {
     return false;  // bytes another kiln wrote: choose again
   }
+}
+
+// cuDNN's heuristic answer for a convolution depends only on what its query reads (the
+// descriptors, the math, the device): layers of one operation (a network's repeated blocks, the
+// engines of one model) share one query in the process. Up to kAnswers are kept (all dropped
+// when full: a bound for processes that run endless shapes).
+struct HeuristicAnswer {
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t bwd_algo{};
+  size_t workspace = 0;
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks;
+};
+
+class HeuristicAnswers {
+ public:
+  std::optional<HeuristicAnswer> find(const std::vector<int64_t>& query) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = answers_.find(query);
+    if (it == answers_.end()) return std::nullopt;
+    return it->second;
+  }
+  void add(const std::vector<int64_t>& query, HeuristicAnswer answer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (answers_.size() >= kAnswers) answers_.clear();
+    answers_[query] = std::move(answer);
+  }
+
+ private:
+  static constexpr size_t kAnswers = 4096;
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, HeuristicAnswer> answers_;
+};
+
+HeuristicAnswers& heuristic_answers() {
+  static HeuristicAnswers answers;
+  return answers;
+}
+
+// What the heuristic query reads, as a key: each list with its length first.
+std::vector<int64_t> heuristic_query(int device, bool transposed, bool strict_f32,
+                                     cudnnMathType_t math, cudnnDataType_t type, bool cl,
+                                     std::initializer_list<const std::vector<int64_t>*> lists,
+                                     int64_t groups) {
+  std::vector<int64_t> q = {device, transposed, strict_f32, math, type, cl, groups};
+  for (const auto* l : lists) {
+    q.push_back(static_cast<int64_t>(l->size()));
+    q.insert(q.end(), l->begin(), l->end());
+  }
+  return q;
 }
 
 // 1-d convolutions run as 2-d ones over a height of 1.
@@ -450,9 +502,26 @@ void convolution_kernel(KernelArgs& args) {
     }
     fresh->tuned = adopted || !chosen;
     fresh->kept_in_engine = adopted;
+    const std::vector<int64_t> query =
+        chosen ? std::vector<int64_t>{}
+               : heuristic_query(args.res.device(), p.transposed, f32, math, type, cl,
+                                 {&conv_in, &ys, &ws, &pad, &strides, &dil}, p.groups);
+    if (!chosen) {
+      if (const std::optional<HeuristicAnswer> a = heuristic_answers().find(query)) {
+        fresh->fwd_algo = a->fwd_algo;
+        fresh->bwd_algo = a->bwd_algo;
+        fresh->algo_workspace = a->workspace;
+        fresh->fallbacks = a->fallbacks;
+        chosen = true;
+      }
+    }
     if (!p.transposed && !chosen) {
       count_algorithm_search();
       chosen = heuristic_forward(handle, *fresh, f32);
+      if (chosen) {
+        heuristic_answers().add(query,
+                                {fresh->fwd_algo, {}, fresh->algo_workspace, fresh->fallbacks});
+      }
     } else if (p.transposed && !chosen) {
       count_algorithm_search();
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -465,6 +534,7 @@ void convolution_kernel(KernelArgs& args) {
         fresh->algo_workspace = perf[i].memory;
         chosen = true;
       }
+      if (chosen) heuristic_answers().add(query, {{}, fresh->bwd_algo, fresh->algo_workspace, {}});
     }
     KILN_CHECK(chosen, Unsupported, "layer `", name, "` (convolution): cuDNN has no usable ",
                dtype_name(out.dtype), " algorithm for input ", shape_to_string(x.shape),
