@@ -25,80 +25,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/bytes.h"
+#include "engine/cuda/convolution_algorithms.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 #include "util/logging.h"
 
 namespace kiln::engine::cuda {
 namespace {
-
-#define KILN_CUDNN_CHECK(call)                                           \
-  do {                                                                   \
-    const cudnnStatus_t kiln_status_ = (call);                           \
-    KILN_CHECK(kiln_status_ == CUDNN_STATUS_SUCCESS, DeviceError, #call, \
-               " failed: ", cudnnGetErrorString(kiln_status_));          \
-  } while (0)
-
-constexpr size_t kMaxAlgoWorkspace = size_t{512} << 20;
-
-struct ConvState : KernelState {
-  std::vector<int64_t> key;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnActivationDescriptor_t relu = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  // The heuristic's usable forward algorithms after fwd_algo, best first, with their workspace.
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks;
-  cudnnConvolutionBwdDataAlgo_t bwd_algo{};
-  size_t algo_workspace = 0;
-  Shape padded_input;          // non-empty when the input is padded explicitly (asymmetric padding)
-  bool fusion_failed = false;  // cuDNN refused bias + activation fusion for these descriptors
-  bool tuned = false;          // the algorithm was chosen for this shape (not kept from another)
-  bool kept_in_engine = false;  // its choice is the engine's (Resources::keep_choice)
-  ConvState() {
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
-    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
-    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    KILN_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu));
-  }
-  ~ConvState() override {
-    cudnnDestroyTensorDescriptor(x);
-    cudnnDestroyTensorDescriptor(y);
-    cudnnDestroyTensorDescriptor(bias);
-    cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyConvolutionDescriptor(conv);
-    cudnnDestroyActivationDescriptor(relu);
-  }
-};
-
-// A cuDNN convolution layer's states by shape, and the GEMM its first calls at new shapes run
-// (first_call_gemm_applies), whose own states follow the shapes too.
-struct ConvStates : StatesByShape<ConvState> {
-  std::unique_ptr<KernelState> first_call_gemm;
-};
-
-// Where a kept algorithm comes from: of the states chosen for their shapes with the same
-// operation (dtype, layout, TF32, filter), the one whose input is nearest in size.
-ConvState* nearest_tuned(ConvStates& states, const std::vector<int64_t>& key, size_t rank) {
-  const auto input_volume = [rank](const std::vector<int64_t>& k) {
-    double v = 1;
-    for (size_t d = 3; d < 3 + rank; ++d) v *= static_cast<double>(std::max<int64_t>(k[d], 1));
-    return v;
-  };
-  const double volume = input_volume(key);
-  return states.nearest(
-      [&](const ConvState& s) {
-        return s.tuned && s.key.size() == key.size() &&
-               std::equal(key.begin(), key.begin() + 3, s.key.begin()) &&
-               std::equal(key.begin() + 3 + static_cast<long>(rank), key.end(),
-                          s.key.begin() + 3 + static_cast<long>(rank));
-      },
-      [&](const ConvState& s) { return std::abs(std::log(input_volume(s.key) / volume)); });
-}
 
 std::vector<int> to_int(const Shape& s) {
   return std::vector<int>(s.begin(), s.end());
@@ -120,138 +53,6 @@ void set_tensor(cudnnTensorDescriptor_t d, const Shape& s, cudnnDataType_t type,
   const auto strides = contiguous_strides(s);
   KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(s.size()), to_int(s).data(),
                                               to_int(strides).data()));
-}
-
-// An algorithm cuDNN offers that runs within our workspace limit and, for strict f32, without
-// tensor cores (forward and backward-data results have the same fields).
-template <class Perf>
-bool usable(const Perf& perf, bool strict_f32) {
-  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= kMaxAlgoWorkspace &&
-         !(strict_f32 && (perf.mathType == CUDNN_TENSOR_OP_MATH ||
-                          perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
-}
-
-// cuDNN's heuristic forward algorithms for `s`'s descriptors, best first: the first usable one
-// chosen, the other usable ones its fallbacks. False when none is usable.
-bool heuristic_forward(cudnnHandle_t handle, ConvState& s, bool strict_f32) {
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-      handle, s.x, s.w, s.conv, s.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
-  bool chosen = false;
-  s.fallbacks.clear();
-  for (int i = 0; i < found; ++i) {
-    if (!usable(perf[i], strict_f32)) continue;
-    if (!chosen) {
-      s.fwd_algo = perf[i].algo;
-      s.algo_workspace = perf[i].memory;
-      chosen = true;
-    } else {
-      s.fallbacks.push_back(perf[i]);
-    }
-  }
-  return chosen;
-}
-
-// A state's choice as the engine keeps it (Resources::keep_choice): the algorithms, whether cuDNN
-// refused the fused bias + activation, and the forward fallbacks.
-std::vector<uint8_t> encode_choice(const ConvState& s) {
-  ByteWriter w;
-  w.put<int32_t>(static_cast<int32_t>(s.fwd_algo));
-  w.put<int32_t>(static_cast<int32_t>(s.bwd_algo));
-  w.put<uint8_t>(s.fusion_failed ? 1 : 0);
-  w.put<uint32_t>(static_cast<uint32_t>(s.fallbacks.size()));
-  for (const auto& f : s.fallbacks) {
-    w.put<int32_t>(static_cast<int32_t>(f.algo));
-    w.put<uint64_t>(f.memory);
-  }
-  return std::move(w.bytes());
-}
-
-// Takes the engine's choice for `s`'s descriptors where it has one that they take (its
-// algorithm's workspace asked for them); false otherwise (nothing changed that matters).
-bool adopt_choice(Resources& res, cudnnHandle_t handle, ConvState& s, bool transposed) {
-  const std::optional<std::vector<uint8_t>> choice = res.kept_choice(s.key);
-  if (!choice) return false;
-  try {
-    ByteReader r(choice->data(), choice->size(), "kernel choice");
-    const auto fwd = static_cast<cudnnConvolutionFwdAlgo_t>(r.get<int32_t>("forward algorithm"));
-    const auto bwd =
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(r.get<int32_t>("backward algorithm"));
-    const bool fusion_failed = r.get<uint8_t>("fusion flag") != 0;
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks(r.get<uint32_t>("fallbacks"));
-    KILN_CHECK(fallbacks.size() <= CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CorruptInput,
-               "kernel choice: ", fallbacks.size(), " fallbacks");
-    for (auto& f : fallbacks) {
-      f = {};
-      f.algo = static_cast<cudnnConvolutionFwdAlgo_t>(r.get<int32_t>("fallback algorithm"));
-      f.memory = static_cast<size_t>(r.get<uint64_t>("fallback workspace"));
-      f.status = CUDNN_STATUS_SUCCESS;
-    }
-    size_t bytes = 0;
-    const cudnnStatus_t status = transposed ? cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                                  handle, s.w, s.y, s.conv, s.x, bwd, &bytes)
-                                            : cudnnGetConvolutionForwardWorkspaceSize(
-                                                  handle, s.x, s.w, s.conv, s.y, fwd, &bytes);
-    if (status != CUDNN_STATUS_SUCCESS || bytes > kMaxAlgoWorkspace) return false;
-    s.fwd_algo = fwd;
-    s.bwd_algo = bwd;
-    s.fusion_failed = fusion_failed;
-    s.fallbacks = std::move(fallbacks);
-    s.algo_workspace = bytes;
-    return true;
-  } catch (const Error&) {
-    return false;  // bytes another kiln wrote: choose again
-  }
-}
-
-// cuDNN's heuristic answer for a convolution depends only on what its query reads (the
-// descriptors, the math, the device): layers of one operation (a network's repeated blocks, the
-// engines of one model) share one query in the process. Up to kAnswers are kept (all dropped
-// when full: a bound for processes that run endless shapes).
-struct HeuristicAnswer {
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t bwd_algo{};
-  size_t workspace = 0;
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> fallbacks;
-};
-
-class HeuristicAnswers {
- public:
-  std::optional<HeuristicAnswer> find(const std::vector<int64_t>& query) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = answers_.find(query);
-    if (it == answers_.end()) return std::nullopt;
-    return it->second;
-  }
-  void add(const std::vector<int64_t>& query, HeuristicAnswer answer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (answers_.size() >= kAnswers) answers_.clear();
-    answers_[query] = std::move(answer);
-  }
-
- private:
-  static constexpr size_t kAnswers = 4096;
-  std::mutex mutex_;
-  std::map<std::vector<int64_t>, HeuristicAnswer> answers_;
-};
-
-HeuristicAnswers& heuristic_answers() {
-  static HeuristicAnswers answers;
-  return answers;
-}
-
-// What the heuristic query reads, as a key: each list with its length first.
-std::vector<int64_t> heuristic_query(int device, bool transposed, bool strict_f32,
-                                     cudnnMathType_t math, cudnnDataType_t type, bool cl,
-                                     std::initializer_list<const std::vector<int64_t>*> lists,
-                                     int64_t groups) {
-  std::vector<int64_t> q = {device, transposed, strict_f32, math, type, cl, groups};
-  for (const auto* l : lists) {
-    q.push_back(static_cast<int64_t>(l->size()));
-    q.insert(q.end(), l->begin(), l->end());
-  }
-  return q;
 }
 
 // 1-d convolutions run as 2-d ones over a height of 1.
@@ -507,7 +308,7 @@ void convolution_kernel(KernelArgs& args) {
                : heuristic_query(args.res.device(), p.transposed, f32, math, type, cl,
                                  {&conv_in, &ys, &ws, &pad, &strides, &dil}, p.groups);
     if (!chosen) {
-      if (const std::optional<HeuristicAnswer> a = heuristic_answers().find(query)) {
+      if (const std::optional<HeuristicAnswer> a = find_heuristic_answer(query)) {
         fresh->fwd_algo = a->fwd_algo;
         fresh->bwd_algo = a->bwd_algo;
         fresh->algo_workspace = a->workspace;
@@ -519,8 +320,8 @@ void convolution_kernel(KernelArgs& args) {
       count_algorithm_search();
       chosen = heuristic_forward(handle, *fresh, f32);
       if (chosen) {
-        heuristic_answers().add(query,
-                                {fresh->fwd_algo, {}, fresh->algo_workspace, fresh->fallbacks});
+        keep_heuristic_answer(query,
+                              {fresh->fwd_algo, {}, fresh->algo_workspace, fresh->fallbacks});
       }
     } else if (p.transposed && !chosen) {
       count_algorithm_search();
@@ -534,7 +335,7 @@ void convolution_kernel(KernelArgs& args) {
         fresh->algo_workspace = perf[i].memory;
         chosen = true;
       }
-      if (chosen) heuristic_answers().add(query, {{}, fresh->bwd_algo, fresh->algo_workspace, {}});
+      if (chosen) keep_heuristic_answer(query, {{}, fresh->bwd_algo, fresh->algo_workspace, {}});
     }
     KILN_CHECK(chosen, Unsupported, "layer `", name, "` (convolution): cuDNN has no usable ",
                dtype_name(out.dtype), " algorithm for input ", shape_to_string(x.shape),
