@@ -62,6 +62,23 @@ void compare_layer(const LayerParams& params, const std::vector<HostTensor>& inp
   expect_match(run_both_layer(params, inputs), rtol, atol);
 }
 
+Network conv_gemm_network() {
+  Network net;
+  auto in = net.add_input("x", DataType::kF32, {kDynamic, 3, kDynamic, 8},
+                          Profile{{1, 3, 4, 8}, {2, 3, 8, 8}, {8, 3, 16, 8}});
+  ConvolutionParams c;
+  c.strides = {1, 1};
+  c.padding_begin = c.padding_end = {1, 1};
+  c.dilations = {1, 1};
+  auto y = net.add("conv", c, {in, testing::random_constant(net, "w", {8, 3, 3, 3}, 5)});
+  y = net.add("relu", ActivationParams{ActivationKind::kRelu}, {y});
+  y = net.add("mm", MatMulParams{}, {y, testing::random_constant(net, "w2", {8, 8}, 6)});
+  c.padding_begin = c.padding_end = {0, 0};
+  y = net.add("conv2", c, {y, testing::random_constant(net, "w3", {4, 8, 1, 1}, 7)});
+  net.mark_output(y);
+  return net;
+}
+
 int count_layers(const Plan& plan, const std::string& kind) {
   int n = 0;
   for (const Layer& l : plan.network.layers()) n += kind == layer_kind_name(l.params);

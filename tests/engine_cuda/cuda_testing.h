@@ -43,6 +43,11 @@ void expect_match(const BothResults& r, double rtol = 1e-5, double atol = 1e-6);
 void compare_layer(const LayerParams& params, const std::vector<HostTensor>& inputs,
                    double rtol = 1e-5, double atol = 1e-6);
 
+// A convolution (cuDNN), a GEMM (cuBLASLt) and a 1x1 convolution with a ReLU between, over an
+// input [N, 3, H, 8] whose batch and height are dynamic: profile (1, 3, 4, 8), (2, 3, 8, 8),
+// (8, 3, 16, 8); output [N, 4, H, 8].
+Network conv_gemm_network();
+
 // Number of layers of `kind` in a plan ("fused_elementwise", "convolution", ...).
 int count_layers(const Plan& plan, const std::string& kind);
 
