@@ -341,13 +341,17 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   apply_switch(config, "conv_layout=channels_first");
   apply_switch(config, "squeeze_excitation=on");
   apply_switch(config, "gemm_timing=off");  // read by the CUDA kernels, from the plan
+  EXPECT_TRUE(config.choose_at_build);
+  apply_switch(config, "choose_at_build=off");
+  EXPECT_FALSE(config.choose_at_build);
   EXPECT_FALSE(config.cast_into_shuffle);
   EXPECT_EQ(config.conv_layout, ConvLayout::kChannelsFirst);
   EXPECT_EQ(config.squeeze_excitation, std::optional<bool>(true));
   for (const char* bad :
        {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on", "excitation_projection",
         "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip",
-        "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000", "cuda_arch="}) {
+        "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000",
+        "cuda_arch=", "choose_at_build=later"}) {
     try {
       BuilderConfig c;
       apply_switch(c, bad);
@@ -361,7 +365,8 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   net.mark_output(net.add("r", ActivationParams{ActivationKind::kRelu}, {x}), "y");
   const Plan plan = build(net, config);
   const std::vector<std::string> want = {"cast_into_shuffle=off", "conv_layout=channels_first",
-                                         "squeeze_excitation=on", "gemm_timing=off"};
+                                         "squeeze_excitation=on", "gemm_timing=off",
+                                         "choose_at_build=off"};
   EXPECT_EQ(plan.target.switches, want);
   const auto bytes = serialize_plan(plan);
   const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
