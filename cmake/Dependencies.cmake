@@ -99,6 +99,27 @@ if(KILN_HAS_CUDA)
                                                INTERFACE_LINK_LIBRARIES ${KILN_CUDNN_LIBRARY})
   message(STATUS "kiln: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_BIN_DIR}), cuDNN "
                  "${KILN_CUDNN_LIBRARY}, architectures ${KILN_CUDA_ARCHITECTURES}; CUDA backend enabled")
+  # cuDNN's C++ graph API (header-only, PyPI's nvidia-cudnn-frontend: in .venv by
+  # scripts/setup-deps.sh, in .deps/cudnn_frontend on GPU machines by tools/device/pack-deps.sh),
+  # for the attention layer's cuDNN form (src/engine/cuda/attention_cudnn.cpp); without it that
+  # form is compiled out and attention runs on kiln's own kernels.
+  file(GLOB _venv_frontend ${CMAKE_SOURCE_DIR}/.venv/lib/python3*/site-packages/include)
+  execute_process(COMMAND ${KILN_PYTHON} -c "import sysconfig; print(sysconfig.get_paths()['platlib'])"
+                  OUTPUT_VARIABLE _python_platlib OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_path(KILN_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h
+            HINTS ${KILN_DEPS_DIR}/cudnn_frontend/include ${_venv_frontend} ${_python_platlib}/include
+            DOC "cuDNN frontend headers (cudnn_frontend.h); not found: no cuDNN attention")
+  if(KILN_CUDNN_FRONTEND_INCLUDE)
+    file(STRINGS ${KILN_CUDNN_FRONTEND_INCLUDE}/cudnn_frontend_version.h _frontend_version
+         REGEX "define CUDNN_FRONTEND_(MAJOR|MINOR|PATCH)_VERSION")
+    string(REGEX REPLACE "[^0-9;]" "" _frontend_version "${_frontend_version}")
+    string(REPLACE ";" "." _frontend_version "${_frontend_version}")
+    message(STATUS "kiln: cuDNN frontend ${_frontend_version} (${KILN_CUDNN_FRONTEND_INCLUDE}); "
+                   "attention may run on cuDNN")
+  else()
+    message(STATUS "kiln: no cuDNN frontend (cudnn_frontend.h; set KILN_CUDNN_FRONTEND_INCLUDE); "
+                   "attention runs on kiln's kernels only")
+  endif()
 else()
   message(STATUS "kiln: CUDA not found (or KILN_ENABLE_CUDA=OFF); building the CPU backend only")
 endif()

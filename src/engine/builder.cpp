@@ -96,6 +96,9 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else if (name == "cuda_grouped") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
+  } else if (name == "attention_cudnn") {  // read by the CUDA kernels too
+    KILN_CHECK(value == "auto" || value == "on" || value == "off", InvalidArgument, "switch `",
+               name_value, "`: expected attention_cudnn=auto, on or off");
   } else if (name == "gemm_fold" || name == "gemm_timing" || name == "gemm_split_k" ||
              name == "attention_key_split" || name == "cuda_codegen" ||
              name == "reuse_algorithms" || name == "first_call_gemm" || name == "repeat_tuning") {
@@ -106,7 +109,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
                "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
                "cuda_grouped, gemm_fold, "
-               "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
+               "gemm_timing, gemm_split_k, attention_key_split, attention_cudnn, cuda_codegen, "
                "reuse_algorithms, first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
   }
   config.switches.push_back(name_value);

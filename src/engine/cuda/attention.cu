@@ -19,7 +19,8 @@
 //     through two shared-memory stages (latency-bound at S = 197, bench/NOTES.md G17).
 // - otherwise the simple kernel: one block per query row computes its scores (in a workspace row),
 //   a safe softmax and the weighted sum of values, in double like the CPU kernel.
-// Rows whose every position is masked out produce zeros.
+// Rows whose every position is masked out produce zeros. Where the flash kernel takes an f16 or
+// bf16 layer, cuDNN's fused attention may run it instead, chosen per shape (attention_cudnn.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -31,6 +32,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "engine/cuda/attention_cudnn.h"
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
 
@@ -1118,11 +1120,11 @@ void attention_kernel(KernelArgs& args) {
                "query and key rows, a bool or float mask); got ", dtype_name(out.dtype),
                p.tf32 ? " (tf32)" : "", ", head size ", p.head_size, ", ", out.shape[1],
                " query and ", args.inputs[1].shape[1], " key rows");
-    flash_attention_packed(args, p);
+    if (!attention_on_cudnn(args, p, flash_attention_packed)) flash_attention_packed(args, p);
     return;
   }
   if (flash_applies(p, args.inputs, out, args.res.device())) {
-    flash_attention(args, p);
+    if (!attention_on_cudnn(args, p, flash_attention)) flash_attention(args, p);
     return;
   }
   const Shape batch = batch_of(out.shape);

@@ -394,6 +394,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "attention_key_split=off" || s == "attention_key_split=on") {
       o.attention_key_split = s == "attention_key_split=on";
     }
+    if (s == "attention_cudnn=auto") o.attention_cudnn = AttentionCudnn::kAuto;
+    if (s == "attention_cudnn=on") o.attention_cudnn = AttentionCudnn::kOn;
+    if (s == "attention_cudnn=off") o.attention_cudnn = AttentionCudnn::kOff;
     if (s == "cuda_codegen=off" || s == "cuda_codegen=on") o.codegen = s == "cuda_codegen=on";
     if (s == "reuse_algorithms=off" || s == "reuse_algorithms=on") {
       o.reuse_algorithms = s == "reuse_algorithms=on";

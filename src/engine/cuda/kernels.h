@@ -23,6 +23,11 @@ using TensorView = DeviceTensor;
 
 using KernelState = engine::KernelState;
 
+// Where attention of f16/bf16 runs (attention_cudnn=auto|on|off): cuDNN's fused attention or the
+// flash kernel, by timing both per shape (kAuto), cuDNN wherever it takes the shape (kOn), or never
+// (kOff).
+enum class AttentionCudnn { kAuto, kOn, kOff };
+
 // Where grouped convolutions run: grouped.cu for the group widths cuDNN is slow at (kAuto), cuDNN
 // for all (kCudnn), grouped.cu wherever it can (kKernel).
 enum class GroupedPath { kAuto, kCudnn, kKernel };
@@ -40,6 +45,7 @@ struct KernelOptions {
   // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
   // warps (attention.cu resident_shape). Off until measured (G60).
   bool attention_key_split = false;
+  AttentionCudnn attention_cudnn = AttentionCudnn::kAuto;  // attention_cudnn.h
   bool codegen = true;  // cuda_codegen=off: pointwise layers on the interpreter kernel
   // At a shape not worth tuning (Resources::tune), convolutions and GEMMs keep the algorithm
   // chosen at the layer's nearest shape that chose (a profile point's, at first) where it runs the

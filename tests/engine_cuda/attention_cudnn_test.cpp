@@ -1,0 +1,248 @@
+// cuDNN's fused attention as the attention layer's second form (attention_cudnn.h): with
+// attention_cudnn=on it runs every f16/bf16 shape the flash kernel takes and answers as the CPU
+// kernel does (masks of every form, rows a mask leaves without keys, causal, grouped-query and
+// packed heads); with auto (the default) each shape's form is chosen by timing while building and
+// kept in the plan; the switch is parsed without a device.
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda_testing.h"
+#include "engine/cuda/attention_cudnn.h"
+#include "engine/cuda/backend.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+using testing::random_tensor;
+
+// A key padding mask [B, 1, 1, S] for sequences of `lengths` (one a batch; 0: every key out):
+// bool (true: kept), or additive, 0 where kept and -inf past the length.
+HostTensor padding_mask(DataType dtype, const std::vector<int64_t>& lengths, int64_t s) {
+  const bool is_bool = dtype == DataType::kBool;
+  std::vector<double> values;
+  for (int64_t n : lengths) {
+    for (int64_t j = 0; j < s; ++j) {
+      values.push_back(j < n ? (is_bool ? 1.0 : 0.0)
+                             : (is_bool ? 0.0 : -std::numeric_limits<double>::infinity()));
+    }
+  }
+  return testing::tensor_from(dtype, {static_cast<int64_t>(lengths.size()), 1, 1, s}, values);
+}
+
+// Runs one attention layer on the CPU and on cuda with `switches`, compares them, and says whether
+// cuDNN ran it there.
+bool cudnn_ran(const AttentionParams& p, const std::vector<HostTensor>& in, double rtol,
+               double atol, const std::vector<std::string>& switches) {
+  BuilderConfig config;
+  for (const std::string& s : switches) apply_switch(config, s);
+  const int64_t before = cuda::cudnn_attention_runs();
+  const auto r = cuda_testing::run_both_layer(p, in, config);
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);  // not decomposed
+  cuda_testing::expect_match(r, rtol, atol);
+  return cuda::cudnn_attention_runs() > before;
+}
+
+// No GPU needed: attention_cudnn=auto|on|off reaches the kernels from the plan's switches, auto
+// when not given; any other value is an error that names the switch.
+TEST(CudaKernelOptions, AttentionCudnnIsASwitch) {
+  EXPECT_EQ(cuda::kernel_options({}).attention_cudnn, cuda::AttentionCudnn::kAuto);
+  for (const auto& [value, want] : {std::pair{"on", cuda::AttentionCudnn::kOn},
+                                    {"off", cuda::AttentionCudnn::kOff},
+                                    {"auto", cuda::AttentionCudnn::kAuto}}) {
+    BuilderConfig config;
+    apply_switch(config, std::string("attention_cudnn=") + value);
+    EXPECT_EQ(cuda::kernel_options(config.switches).attention_cudnn, want) << value;
+  }
+  for (const char* bad : {"attention_cudnn=cudnn", "attention_cudnn=", "attention_cudnn"}) {
+    try {
+      BuilderConfig config;
+      apply_switch(config, bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(e.message().find(std::string("`") + bad + "`"), std::string::npos) << e.message();
+    }
+  }
+}
+
+// attention_cudnn=on: cuDNN runs every f16 and bf16 layer below and answers as the CPU kernel does,
+// with the flash kernel's tolerances (attention_test.cpp: cuDNN too rounds the softmax weights to
+// the input dtype for p v). Head sizes 64 and 128; L = S on whole tiles, ViT's 197 (no multiple of
+// a tile or of 8: converted masks get padded rows) and one query over CLIP's 77 keys. Unpacked
+// [B, H, L, E] operands and packed heads (q, k and v column ranges of one [B, L, 3 H E] tensor;
+// cross-attention's q apart), with: no mask; causal; bool key padding [B, 1, 1, S] with one batch
+// wholly masked (its rows keep no key: zeros, as on the CPU); bool [B, 1, L, S]; additive f32
+// [B, 1, L, S]; additive padding of the layer's dtype with -inf (read in place where S allows);
+// causal with key padding; a custom scale; and grouped-query heads (8 over 2) with causal padding.
+// f32 (on TF32) stays on the flash kernel.
+TEST(CudaAttention, CudnnMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
+  const std::vector<std::string> on = {"attention_cudnn=on"};
+  uint64_t seed = 900;
+  for (const auto& [dtype, rtol, atol] :
+       {std::tuple{DataType::kF16, 1e-2, 2e-3}, std::tuple{DataType::kBF16, 3e-2, 1e-2}}) {
+    const auto make = [&, dt = dtype](const Shape& shape) {
+      return random_tensor(dt, shape, seed++);
+    };
+    for (int64_t e : {64, 128}) {
+      for (const auto& [l, s] : {std::pair<int64_t, int64_t>{128, 128}, {197, 197}, {1, 77}}) {
+        const std::string shape = std::string(dtype_name(dtype)) + " E=" + std::to_string(e) +
+                                  " L=" + std::to_string(l) + " S=" + std::to_string(s);
+        const int64_t B = 2, H = 3;
+        const HostTensor q = make({B, H, l, e}), k = make({B, H, s, e}), v = make({B, H, s, e});
+        const std::vector<int64_t> lengths = {s - 3, 0};
+        const std::vector<std::pair<AttentionParams, std::vector<HostTensor>>> plain = {
+            {AttentionParams{false, false, 0}, {q, k, v}},
+            {AttentionParams{true, false, 0}, {q, k, v}},
+            {AttentionParams{false, true, 0}, {q, k, v, padding_mask(DataType::kBool, lengths, s)}},
+            {AttentionParams{false, true, 0},
+             {q, k, v, random_tensor(DataType::kBool, {B, 1, l, s}, seed++, 0, 1)}},
+            {AttentionParams{false, true, 0},
+             {q, k, v, random_tensor(DataType::kF32, {B, 1, l, s}, seed++)}},
+            {AttentionParams{false, true, 0}, {q, k, v, padding_mask(dtype, {s - 5, 2}, s)}},
+            {AttentionParams{true, true, 0.2},
+             {q, k, v, padding_mask(DataType::kBool, {s - 7, 4}, s)}}};
+        for (size_t i = 0; i < plain.size(); ++i) {
+          SCOPED_TRACE(shape + " unpacked case " + std::to_string(i));
+          EXPECT_TRUE(cudnn_ran(plain[i].first, plain[i].second, rtol, atol, on));
+        }
+        // Packed heads: self-attention where L == S, cross-attention (q apart) where not.
+        AttentionParams packed;
+        packed.heads = 4, packed.head_size = e;
+        std::vector<HostTensor> qkv;
+        if (l == s) {
+          packed.columns = {0, 4 * e, 8 * e};
+          const HostTensor x = make({B, l, 12 * e});
+          qkv = {x, x, x};
+        } else {
+          packed.columns = {0, 0, 4 * e};
+          const HostTensor kv = make({B, s, 8 * e});
+          qkv = {make({B, l, 4 * e}), kv, kv};
+        }
+        const auto with = [](std::vector<HostTensor> in, const HostTensor& mask) {
+          in.push_back(mask);
+          return in;
+        };
+        AttentionParams masked = packed, causal_masked = packed;
+        masked.has_mask = causal_masked.has_mask = true;
+        causal_masked.causal = true;
+        AttentionParams causal = packed;
+        causal.causal = true;
+        // Grouped-query heads: 8 query heads over 2 key/value heads, q, k and v in one
+        // [B, L, (8 + 2 + 2) E] projection (cross: k and v in their own).
+        AttentionParams gqa = causal_masked;
+        gqa.heads = 8, gqa.kv_heads = 2;
+        std::vector<HostTensor> gqa_in;
+        if (l == s) {
+          gqa.columns = {0, 8 * e, 10 * e};
+          const HostTensor x = make({B, l, 12 * e});
+          gqa_in = {x, x, x};
+        } else {
+          gqa.columns = {0, 0, 2 * e};
+          const HostTensor kv = make({B, s, 4 * e});
+          gqa_in = {make({B, l, 8 * e}), kv, kv};
+        }
+        const std::vector<std::pair<AttentionParams, std::vector<HostTensor>>> heads = {
+            {packed, qkv},
+            {causal, qkv},
+            {masked, with(qkv, padding_mask(DataType::kBool, lengths, s))},
+            {masked, with(qkv, random_tensor(DataType::kBool, {B, 1, l, s}, seed++, 0, 1))},
+            {masked, with(qkv, padding_mask(DataType::kF32, lengths, s))},
+            {causal_masked, with(qkv, padding_mask(DataType::kBool, {s - 7, 4}, s))},
+            {gqa, with(gqa_in, padding_mask(DataType::kBool, {s - 7, 0}, s))}};
+        for (size_t i = 0; i < heads.size(); ++i) {
+          SCOPED_TRACE(shape + " packed case " + std::to_string(i));
+          EXPECT_TRUE(cudnn_ran(heads[i].first, heads[i].second, rtol, atol, on));
+        }
+      }
+    }
+  }
+  // f32 on TF32: the flash kernel's alone, even with attention_cudnn=on.
+  const HostTensor x = random_tensor(DataType::kF32, {2, 3, 128, 64}, seed++);
+  SCOPED_TRACE("f32");
+  EXPECT_FALSE(cudnn_ran(AttentionParams{false, false, 0}, {x, x, x}, 1e-2, 5e-3, on));
+}
+
+// BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, a bool key
+// padding mask): with attention_cudnn=auto the build times both forms at the plan's shape and keeps
+// one in the plan; the loaded plan runs that form without timing anything, and answers as the CPU
+// does; without choices in the plan, the first run chooses and the engine keeps it. With
+// attention_cudnn=off cuDNN never runs.
+TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
+  KILN_REQUIRE_GPU();
+  if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
+  for (int64_t batch : {1, 8}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const int64_t L = 128, H = 12, E = 64;
+    AttentionParams p;
+    p.has_mask = true;
+    p.heads = H, p.head_size = E, p.columns = {0, H * E, 2 * H * E};
+    const HostTensor qkv = random_tensor(DataType::kF16, {batch, L, 3 * H * E}, 40 + batch);
+    std::vector<int64_t> lengths(static_cast<size_t>(batch), L);
+    lengths[0] = L - 17;
+    const HostTensor mask = padding_mask(DataType::kBool, lengths, L);
+    Network net;
+    const TensorId x = net.add_input("qkv", DataType::kF16, qkv.shape());
+    const TensorId m = net.add_input("mask", DataType::kBool, mask.shape());
+    net.mark_output(net.add("attn", p, {x, x, x, m}), "y");
+    const std::vector<HostTensor> cpu =
+        ExecutionContext(std::make_shared<const Engine>(build(net, {}).network)).run({qkv, mask});
+
+    BuilderConfig config;
+    config.device = "cuda";
+    const Plan built = build(net, config);
+    int chosen = -1;
+    for (const KernelChoice& c : built.target.choices) {
+      if (c.key.empty() || c.key[0] != cuda::kAttentionFormTag) continue;
+      EXPECT_EQ(chosen, -1) << "two form choices for one shape";
+      ASSERT_EQ(c.data.size(), 1u);
+      ASSERT_LE(c.data[0], 1);
+      chosen = c.data[0];
+    }
+    ASSERT_NE(chosen, -1) << "the build chose no form";
+    std::printf("[          ] batch %lld: attention on %s\n", static_cast<long long>(batch),
+                chosen == 1 ? "cuDNN" : "the flash kernel");
+    const std::vector<uint8_t> bytes = serialize_plan(built);
+    const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
+    {
+      ExecutionContext ctx(std::make_shared<const Engine>(loaded.network, loaded.target));
+      const int64_t searches = cuda::algorithm_searches(), runs = cuda::cudnn_attention_runs();
+      const std::vector<HostTensor> gpu = ctx.run({qkv, mask});
+      EXPECT_EQ(cuda::algorithm_searches(), searches);  // nothing timed
+      EXPECT_EQ(cuda::cudnn_attention_runs() - runs, chosen);
+      EXPECT_TRUE(testing::near(gpu[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    }
+    // Chosen at the first run where the plan has no choice, and kept by the engine.
+    apply_switch(config, "choose_at_build=off");
+    const Plan unchosen = build(net, config);
+    auto engine = std::make_shared<const Engine>(unchosen.network, unchosen.target);
+    ExecutionContext ctx(engine);
+    const int64_t searches = cuda::algorithm_searches();
+    EXPECT_TRUE(testing::near(ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    EXPECT_GT(cuda::algorithm_searches(), searches);
+    int kept = 0;
+    for (const KernelChoice& c : engine->kernel_choices()) {
+      kept += !c.key.empty() && c.key[0] == cuda::kAttentionFormTag;
+    }
+    EXPECT_EQ(kept, 1);
+    // Never with attention_cudnn=off.
+    BuilderConfig off;
+    off.device = "cuda";
+    apply_switch(off, "attention_cudnn=off");
+    const Plan flash = build(net, off);
+    const int64_t runs = cuda::cudnn_attention_runs();
+    ExecutionContext flash_ctx(std::make_shared<const Engine>(flash.network, flash.target));
+    EXPECT_TRUE(
+        testing::near(flash_ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    EXPECT_EQ(cuda::cudnn_attention_runs(), runs);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine
