@@ -33,14 +33,30 @@ fi
 venv=.venv
 req=scripts/requirements.txt
 stamp=$venv/.kiln-requirements
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# cuDNN's C++ graph API for the attention layer's cuDNN form: header-only, from PyPI's
+# nvidia-cudnn-frontend wheel, whose headers land in site-packages/include (where CMake looks;
+# tools/device/pack-deps.sh carries them to GPU machines). Installed without its dependencies: they
+# serve its Python side (CUTLASS DSL, TVM FFI), not the headers.
+frontend_version=1.32.0
+install_cudnn_frontend() {
+  local shown
+  shown=$("$venv/bin/python" -m pip show nvidia-cudnn-frontend 2>/dev/null || true)
+  if compgen -G "$venv/lib/python3*/site-packages/include/cudnn_frontend.h" >/dev/null &&
+    grep -qx "Version: $frontend_version" <<<"$shown"; then
+    return 0
+  fi
+  echo "setup-deps: installing nvidia-cudnn-frontend==$frontend_version (headers) into $venv"
+  "${pip[@]}" --no-deps "nvidia-cudnn-frontend==$frontend_version"
+}
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
+  install_cudnn_frontend
   exit 0
 fi
 echo "setup-deps: creating $venv (torch from PyPI; see $req)"
 # Any python3 >= 3.10 will do; pyenv's or Debian's.
 python=${KILN_SETUP_PYTHON:-$(command -v python3)}
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # torch's wheel asks for the whole CUDA 13 runtime as PyPI packages (several GB). Where the
 # machine has the CUDA 13 toolkit with cuDNN 9 and NCCL (this project's machines: /usr/local/cuda,
 # in ld.so.conf), torch and torchvision are installed without their dependencies and only the
@@ -57,4 +73,5 @@ else
 fi
 "$venv/bin/python" -c "import torch, torchvision, transformers" ||
   { echo "setup-deps: $venv does not import torch, torchvision and transformers" >&2; exit 1; }
+install_cudnn_frontend
 cp "$req" "$stamp"

@@ -29,14 +29,22 @@ configure_gpu_build() {
       export LD_LIBRARY_PATH="$cudnn_root/lib:$LD_LIBRARY_PATH"
     fi
   fi
+  # cuDNN's frontend headers (pack-deps.sh), named outright: a build folder configured before they
+  # were carried keeps looking there.
+  local frontend_args=()
+  if [ -f .deps/cudnn_frontend/include/cudnn_frontend.h ]; then
+    frontend_args=(-DKILN_CUDNN_FRONTEND_INCLUDE="$PWD/.deps/cudnn_frontend/include")
+  fi
   # Warnings stay warnings here: this machine's GCC is newer than CI's and warns of more, and a
   # new warning must not cost a device run (CI's build keeps -Werror).
   cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_HOST_COMPILER="$cxx" \
     -DKILN_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix" -DKILN_DEPS_DIR="$PWD/.deps" \
     -DKILN_PYTHON="$(command -v "$py")" -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_BENCH=OFF \
-    "${cudnn_args[@]}" "$@" >"$log" 2>&1 || { tail -40 "$log"; return 1; }
+    "${cudnn_args[@]}" "${frontend_args[@]}" "$@" >"$log" 2>&1 || { tail -40 "$log"; return 1; }
   grep -q "CUDA backend enabled" "$log" || { echo "kiln: CMake did not enable the CUDA backend"; return 1; }
+  grep -q "attention may run on cuDNN" "$log" ||
+    echo "kiln: no cuDNN frontend in .deps (rerun pack-deps.sh): attention never runs on cuDNN"
 }
 
 # check_runtime_libstdcxx LIB: a runtime library that Python loads must share its libstdc++.

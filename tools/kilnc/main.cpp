@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
                  "cuda_pointwise=auto|cudnn, "
                  "cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel, gemm_fold, "
                  "gemm_timing, gemm_split_k, attention_key_split, cuda_codegen, "
-                 "reuse_algorithms, first_call_gemm, repeat_tuning (=on|off); cuda_arch=NN");
+                 "reuse_algorithms, first_call_gemm, repeat_tuning (=on|off); "
+                 "attention_cudnn=auto|on|off; cuda_arch=NN");
   app.add_flag("--refittable", refittable,
                "engines whose weights --refit can replace without a rebuild");
   app.add_option("--refit", refit_path,
