@@ -16,8 +16,21 @@
 namespace kiln::engine {
 namespace {
 
-using cuda_testing::compare_layer;
 using testing::random_tensor;
+
+// The flash kernel's tests keep cuDNN's fused attention out (attention_cudnn=off; its own tests are
+// attention_cudnn_test.cpp): what they check is the flash kernel, whatever timing would choose.
+BuilderConfig flash_only() {
+  BuilderConfig config;
+  apply_switch(config, "attention_cudnn=off");
+  return config;
+}
+
+void compare_layer(const LayerParams& params, const std::vector<HostTensor>& inputs,
+                   double rtol = 1e-5, double atol = 1e-6) {
+  cuda_testing::expect_match(cuda_testing::run_both_layer(params, inputs, flash_only()), rtol,
+                             atol);
+}
 
 TEST(CudaResize, ModesAndDims) {
   KILN_REQUIRE_GPU();
@@ -88,7 +101,7 @@ TEST(CudaAttention, FlashF16AndBf16) {
                        std::to_string(l) + " S=" + std::to_string(s) + (causal ? " causal" : ""));
           const auto r = cuda_testing::run_both_layer(
               AttentionParams{causal, false, 0},
-              {make({2, 3, l, e}), make({2, 3, s, e}), make({2, 3, s, e})});
+              {make({2, 3, l, e}), make({2, 3, s, e}), make({2, 3, s, e})}, flash_only());
           EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);  // not decomposed
           cuda_testing::expect_match(r, c.rtol, c.atol);
         }
@@ -396,7 +409,7 @@ TEST(CudaAttention, KeySplitsAtFewMatrices) {
       for (bool split : {true, false}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " L=" + std::to_string(l) +
                      " S=" + std::to_string(s) + (split ? " attention_key_split=on" : ""));
-        BuilderConfig config;
+        BuilderConfig config = flash_only();
         if (split) apply_switch(config, "attention_key_split=on");
         for (size_t i = 0; i < layers.size(); ++i) {
           SCOPED_TRACE("layer " + std::to_string(i));
