@@ -172,8 +172,8 @@ TEST(CudaAttention, CudnnMatchesTheCpu) {
 // BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, a bool key
 // padding mask): with attention_cudnn=auto the build times both forms at the plan's shape and keeps
 // one in the plan; the loaded plan runs that form without timing anything, and answers as the CPU
-// does; without choices in the plan, the first run chooses and the engine keeps it. With
-// attention_cudnn=off cuDNN never runs.
+// does; without choices in the plan, the first run chooses (as timed before in the process: the
+// same form) and the engine keeps it. With attention_cudnn=off cuDNN never runs.
 TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
   KILN_REQUIRE_GPU();
   if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
@@ -223,12 +223,15 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     const Plan unchosen = build(net, config);
     auto engine = std::make_shared<const Engine>(unchosen.network, unchosen.target);
     ExecutionContext ctx(engine);
-    const int64_t searches = cuda::algorithm_searches();
+    EXPECT_TRUE(engine->kernel_choices().empty());
+    const int64_t runs_before = cuda::cudnn_attention_runs();
     EXPECT_TRUE(testing::near(ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
-    EXPECT_GT(cuda::algorithm_searches(), searches);
+    EXPECT_EQ(cuda::cudnn_attention_runs() - runs_before, chosen);
     int kept = 0;
     for (const KernelChoice& c : engine->kernel_choices()) {
-      kept += !c.key.empty() && c.key[0] == cuda::kAttentionFormTag;
+      if (c.key.empty() || c.key[0] != cuda::kAttentionFormTag) continue;
+      ++kept;
+      EXPECT_EQ(c.data, std::vector<uint8_t>{static_cast<uint8_t>(chosen)});
     }
     EXPECT_EQ(kept, 1);
     // Never with attention_cudnn=off.

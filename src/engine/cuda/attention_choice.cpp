@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -324,6 +326,44 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// The faster form for the layer's shape: timed now, or as timed before in the process (by another
+// layer or context: BERT's layers share a shape) for `key` on the device.
+Form choose_form(KernelArgs& args, const AttentionParams& p, FlashForm flash, SdpaState& st,
+                 const SdpaLayout& first, std::vector<int64_t> key) {
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, Form> timed;
+  key.push_back(args.res.device());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = timed.find(key); it != timed.end()) return it->second;
+  }
+  if (!st.tried) build_graph(args, p, st);
+  Form form = Form::kFlash;
+  if (st.graph) {
+    const SdpaLayout y = st.direct ? first : *layout_of(args, p, false);
+    char* ws =
+        static_cast<char*>(args.res.workspace(bias_end(y) + sdpa_workspace_bytes(*st.graph)));
+    count_algorithm_search();
+    std::string error;
+    const std::vector<float> ms = time_forms(
+        args.stream(), {[&](cudaStream_t s) {
+                          OnStream res(args.res, s);
+                          KernelArgs a{args.layer, args.inputs, args.outputs, args.state, res};
+                          flash(a, p);
+                          return true;
+                        },
+                        [&](cudaStream_t s) { return run_cudnn(args, st, y, s, ws, &error); }});
+    form = ms[1] < kMargin * ms[0] ? Form::kCudnn : Form::kFlash;
+    KILN_LOG(kDebug, "layer `", args.layer.name, "`: attention on ",
+             form == Form::kCudnn ? "cuDNN" : "the flash kernel", " (flash ",
+             1000 * ms[0] / kLaunches, " us, cuDNN ", 1000 * ms[1] / kLaunches, " us",
+             error.empty() ? "" : ": ", error, ")");
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  timed[key] = form;
+  return form;
+}
+
 }  // namespace
 
 bool attention_on_cudnn(KernelArgs& args, const AttentionParams& p, FlashForm flash) {
@@ -360,30 +400,8 @@ bool attention_on_cudnn(KernelArgs& args, const AttentionParams& p, FlashForm fl
     if (kept && kept->size() == 1 && (*kept)[0] <= 1) {
       st->form = static_cast<Form>((*kept)[0]);
     } else if (args.res.tune() && !captured) {  // (a capture may not choose: tune() says no)
-      if (!st->tried) build_graph(args, p, *st);
-      Form form = Form::kFlash;
-      if (st->graph) {
-        const SdpaLayout y = st->direct ? *first : *layout_of(args, p, false);
-        char* ws =
-            static_cast<char*>(args.res.workspace(bias_end(y) + sdpa_workspace_bytes(*st->graph)));
-        count_algorithm_search();
-        std::string error;
-        const std::vector<float> ms = time_forms(
-            stream, {[&](cudaStream_t s) {
-                       OnStream res(args.res, s);
-                       KernelArgs a{args.layer, args.inputs, args.outputs, args.state, res};
-                       flash(a, p);
-                       return true;
-                     },
-                     [&](cudaStream_t s) { return run_cudnn(args, *st, y, s, ws, &error); }});
-        form = ms[1] < kMargin * ms[0] ? Form::kCudnn : Form::kFlash;
-        KILN_LOG(kDebug, "layer `", args.layer.name, "`: attention on ",
-                 form == Form::kCudnn ? "cuDNN" : "the flash kernel", " (flash ",
-                 1000 * ms[0] / kLaunches, " us, cuDNN ", 1000 * ms[1] / kLaunches, " us",
-                 error.empty() ? "" : ": ", error, ")");
-      }
-      st->form = form;
-      args.res.keep_choice(key, {static_cast<uint8_t>(form)});
+      st->form = choose_form(args, p, flash, *st, *first, key);
+      args.res.keep_choice(key, {static_cast<uint8_t>(st->form)});
     } else {
       return false;
     }
