@@ -83,8 +83,8 @@ void launch_sdpa_bias(cudaStream_t stream, const std::string& layer, const SdpaM
                       DataType dtype, int64_t bias_b, int64_t bias_h, int64_t bias_l, int64_t ld,
                       void* bias);
 // Zeroes the output rows of query rows that keep no key (as the flash and CPU kernels give them):
-// every key masked out (bool false, float -inf), or, when `causal`, every key j <= i. `o` is the
-// [B, H, L, E] output of `dtype` with strides `os`.
+// the mask leaves out (bool false, float -inf) every key the row may attend (all, or with `causal`
+// the keys j <= i of row i). `o` is the [B, H, L, E] output of `dtype` with strides `os`.
 void launch_sdpa_empty_rows(cudaStream_t stream, const std::string& layer, const SdpaMask& mask,
                             bool causal, void* o, DataType dtype, int64_t E, const SdpaStrides& os);
 
@@ -96,11 +96,12 @@ constexpr int64_t kAttentionFormTag = 0x5344504100;  // "SDPA"
 // The flash kernel's form of the layer (attention.cu), which the choice times.
 using FlashForm = void (*)(KernelArgs& args, const AttentionParams& p);
 // Runs the attention layer of `args` on cuDNN where that is its shape's form and returns true;
-// false where the flash kernel is to run it (`flash` launches that form: the layer's shape is one
-// flash takes, f16 or bf16). attention_cudnn=off never takes cuDNN, on takes it wherever it
-// applies, and auto takes the form chosen for the shape: the engine's choice if it has one, else
-// on a run that may choose (Resources::tune) the faster of the two as timed now, kept for the
-// engine (Resources::keep_choice), else (a first call at a new shape) flash for now.
+// false where the flash kernel is to run it (`flash` launches that form; call it only for layers
+// the flash kernel takes). attention_cudnn=off never takes cuDNN, on takes it wherever it applies
+// (f16 and bf16 shapes cuDNN builds a graph for), and auto takes the form chosen for the shape: the
+// engine's choice if it has one, else on a run that may choose (Resources::tune) the faster of the
+// two as timed now (once a shape in the process), kept for the engine (Resources::keep_choice),
+// else (a first call at a new shape) flash for now.
 bool attention_on_cudnn(KernelArgs& args, const AttentionParams& p, FlashForm flash);
 // The attention layers run on cuDNN in this process so far (tests ask which form ran).
 int64_t cudnn_attention_runs();
