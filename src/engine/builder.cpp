@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <random>
-#include <set>
 #include <sstream>
 
 #include "engine/cuda/backend.h"
@@ -165,19 +163,7 @@ void choose_at_profile_points(Plan& plan) {
   try {
     auto engine = std::make_shared<const Engine>(plan.network, target);
     ExecutionContext ctx(engine);
-    std::mt19937_64 rng(0);
-    const Network& net = engine->network();
-    std::set<std::vector<Shape>> run;
-    for (const Shape Profile::*point : {&Profile::min, &Profile::opt, &Profile::max}) {
-      std::vector<Shape> shapes;
-      for (TensorId id : net.inputs()) shapes.push_back(net.profile(id).*point);
-      if (!run.insert(shapes).second) continue;
-      std::vector<HostTensor> inputs;
-      for (size_t i = 0; i < shapes.size(); ++i) {
-        inputs.push_back(random_host_tensor(engine->input(i).dtype, shapes[i], rng));
-      }
-      ctx.run(inputs);
-    }
+    ctx.run_profile_points();
     target.choices = engine->kernel_choices();
     target.choice_environment =
         target.choices.empty() ? "" : cuda::choice_environment(target.device_index);

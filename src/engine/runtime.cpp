@@ -9,6 +9,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "engine/layer_kinds.h"
@@ -617,6 +619,23 @@ void ExecutionContext::read_count(const Layer& layer, const std::vector<void*>& 
   KILN_CHECK(count >= 0 && count <= d.shape[0], InternalError, "layer `", layer.name, "` counted ",
              count, " rows, past the bound of ", d.shape[0]);
   d.shape[0] = count;
+}
+
+int ExecutionContext::run_profile_points(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Network& net = engine_->network();
+  std::set<std::vector<Shape>> done;
+  for (const Shape Profile::*point : {&Profile::min, &Profile::opt, &Profile::max}) {
+    std::vector<Shape> shapes;
+    for (TensorId id : net.inputs()) shapes.push_back(net.profile(id).*point);
+    if (!done.insert(shapes).second) continue;
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      inputs.push_back(random_host_tensor(engine_->input(i).dtype, shapes[i], rng));
+    }
+    run(inputs);
+  }
+  return static_cast<int>(done.size());
 }
 
 std::vector<HostTensor> ExecutionContext::run(const std::vector<HostTensor>& inputs) {

@@ -151,6 +151,12 @@ class ExecutionContext {
   // Convenience: checks dtypes, sets shapes, allocates outputs, binds and executes. For a cuda
   // engine it copies the inputs to the device, executes, waits for the stream and copies back.
   std::vector<HostTensor> run(const std::vector<HostTensor>& inputs);
+  // run() once at each of the engine's profile points (every input at its min, then at its opt,
+  // then at its max; a point equal to an earlier one runs once) on random data (random_host_tensor
+  // from `seed`); returns how many ran. A cuda engine's kernels make or adopt their choices for
+  // those shapes and load their modules meanwhile (the builder's choose_at_build, and a loaded
+  // module's engines: kiln.Engine warms its first context so).
+  int run_profile_points(uint64_t seed = 0);
 
   // Per-layer times while on: wall time of each layer on the CPU; on cuda, device time between
   // events around each layer, the layers enqueued eagerly (no graph) behind a gate so that

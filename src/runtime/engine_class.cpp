@@ -10,6 +10,7 @@
 #include "engine/plan.h"
 #include "runtime/torch_cuda.h"
 #include "util/errors.h"
+#include "util/logging.h"
 
 namespace kiln::runtime {
 namespace {
@@ -29,6 +30,12 @@ std::vector<std::string> io_names(const engine::Engine& e, bool inputs) {
 
 bool cuda_graphs_allowed() {
   const char* env = std::getenv("KILN_CUDA_GRAPHS");
+  return env == nullptr || std::string(env) != "0";
+}
+
+// KILN_WARM_AT_LOAD=0: a loaded cuda engine's first context is not run at the profile points.
+bool warm_at_load() {
+  const char* env = std::getenv("KILN_WARM_AT_LOAD");
   return env == nullptr || std::string(env) != "0";
 }
 
@@ -78,6 +85,21 @@ EngineHolder::EngineHolder(std::string name, std::shared_ptr<const engine::Bytes
                "`: its plan targets ", target.device, ", so it cannot run on ", device);
   }
   engine_ = std::make_shared<const engine::Engine>(std::move(plan.network), target);
+  // A cuda engine's first call at a shape loads the modules of the kernels it runs (CUDA loads
+  // them lazily, 1-3 ms each for cuBLASLt's and cuDNN's) and sets up their descriptors: resnet50's
+  // first call at a profile point cost 139 ms against 3 ms at its next (NOTES.md G68). So the
+  // first context runs once at each profile point here, as TensorRT's engines load their kernels
+  // when deserialized, and waits in the pool. Best effort: a failure leaves it to the first calls.
+  if (engine_->on_cuda() && warm_at_load()) {
+    std::unique_ptr<engine::ExecutionContext> ctx = acquire();
+    try {
+      ctx->run_profile_points();
+      release(std::move(ctx));
+    } catch (const Error& e) {  // (the context is dropped)
+      KILN_LOG(kInfo, "kiln.Engine `", name_, "`: running it at its profile points failed (",
+               e.what(), "); its first calls there set up its kernels instead");
+    }
+  }
 }
 
 std::string EngineHolder::device() const {

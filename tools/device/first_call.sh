@@ -8,7 +8,8 @@
 # every new shape (reuse_algorithms=off), one keeping cuDNN's kept algorithms for first calls
 # (first_call_gemm=off, the default before G60), and with CUDA modules loaded eagerly; each profile gives the host's enqueue time per layer too. Usage (device, after gpu-iterate.sh built
 # build-gpu): MODEL=resnet50 NEW="4 20" TOP=12 bash tools/device/first_call.sh (PLANS="default"
-# times only those of "default heuristic cudnn default-eager-modules"; TOP=0 skips the profiles;
+# times only those of "default heuristic cudnn default-eager-modules default-warmed", the last
+# run at the profile points first as a loaded kiln.Engine is (kiln-run --warm-profile-points); TOP=0 skips the profiles;
 # CALL=2 profiles the second call at the new batch instead of the first (where a repeated shape
 # chooses); PLANS="default unchosen" WARM="1" NEW="8 32" times first calls at profile points with
 # the choices made while building and without them; KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
@@ -42,6 +43,7 @@ declare -A switch_of=([default]="" [heuristic]=reuse_algorithms=off [cudnn]=firs
   [unchosen]=choose_at_build=off)
 for plan in default ${PLANS:-default heuristic cudnn}; do
   plan=${plan%-eager-modules}
+  plan=${plan%-warmed}
   [ -f "$dir/$plan.plan" ] && continue
   sw=${switch_of[$plan]-}
   "$build/bin/kilnc" "$dir/dynamic.pt2" "$dir/$plan.plan" "$spec" --device cuda -p f16 -p f32 \
@@ -63,14 +65,16 @@ echo "eager: kiln-run runs without CUDA graphs)"
 echo "| plan | batch | first call ms | second call ms | later calls ms |"
 echo "|---|---|---|---|---|"
 for plan in ${PLANS:-default heuristic cudnn default-eager-modules}; do
-  file=${plan%-eager-modules} loading=LAZY
+  file=${plan%-eager-modules} loading=LAZY warm_args=()
+  file=${file%-warmed}
   [ "$plan" = default-eager-modules ] && loading=EAGER
+  [ "$plan" = default-warmed ] && warm_args=(--warm-profile-points)
   for b in $new; do
-    first=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 0 1 |
+    first=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 0 1 "${warm_args[@]}" |
       sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
-    second=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 1 1 |
+    second=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 1 1 "${warm_args[@]}" |
       sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
-    later=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 3 20 |
+    later=$(CUDA_MODULE_LOADING=$loading run "$file" "$b" 3 20 "${warm_args[@]}" |
       sed -n 's/^latency.*median \([0-9.]*\).*/\1/p')
     echo "| $plan | $b | $first | $second | $later |"
   done

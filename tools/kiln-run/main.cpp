@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-run: load a kiln plan, run it, print outputs and latency"};
   std::string plan_path, shapes_spec, warmup_shapes_spec, dump_dir, device;
   int iterations = 20, warmup = 3;
-  bool profile = false, inspect = false;
+  bool profile = false, inspect = false, warm_profile_points = false;
   app.add_option("plan", plan_path, "plan file (from kilnc --save-engine or the builder)")
       ->required();
   app.add_option("--shapes", shapes_spec, "input shapes for dynamic inputs: NAME:DxD,...");
@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-shapes", warmup_shapes_spec,
                  "runs once at each of these shapes (NAME:DxD,...;NAME:DxD,...) before anything "
                  "else: with --warmup 0 --iterations 1 --profile, what a new shape costs");
+  app.add_flag("--warm-profile-points", warm_profile_points,
+               "runs once at each profile point first, as a loaded kiln.Engine does "
+               "(KILN_WARM_AT_LOAD), then as asked");
   app.add_option("--device", device,
                  "cpu, or cuda[:N] for a cuda plan (the CUDA device to run it on; default cuda:0)");
   app.add_flag("--profile", profile, "print a per-layer profile");
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
       return made;
     };
     ExecutionContext ctx(engine);
+    if (warm_profile_points) ctx.run_profile_points();
     std::vector<HostTensor> outputs;
     std::stringstream warm(warmup_shapes_spec);
     for (std::string item; std::getline(warm, item, ';');) {

@@ -7,11 +7,16 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
@@ -178,6 +183,20 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     return 0;
   }
   count_algorithm_search();
+  // KILN_CUDA_TUNING_LOG=1: each timing's host milliseconds by phase on stderr (what a repeated
+  // shape's choosing costs, NOTES.md G68).
+  static const bool log = [] {
+    const char* env = std::getenv("KILN_CUDA_TUNING_LOG");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  const auto clock_start = std::chrono::steady_clock::now();
+  auto clock = clock_start;
+  std::vector<double> phases;  // set-up, first launches, captures, rounds
+  const auto phase = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    phases.push_back(std::chrono::duration<double, std::milli>(now - clock).count());
+    clock = now;
+  };
   void* scratch = nullptr;
   if (cudaMalloc(&scratch, run.d_bytes) != cudaSuccess) {
     cudaGetLastError();
@@ -209,7 +228,10 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   // microseconds (BERT's at batch 1) launched back to back would time the host's cuBLASLt calls
   // instead (G60). Where a capture fails, the launches are timed as they are.
   std::vector<bool> running(static_cast<size_t>(found));
+  phase();
   for (int i = 0; i < found; ++i) running[i] = launch(i);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  phase();
   std::vector<cudaGraphExec_t> graphs(static_cast<size_t>(found), nullptr);
   for (int i = 0; i < found; ++i) {
     if (!running[i] ||
@@ -227,6 +249,8 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     if (graph != nullptr) cudaGraphDestroy(graph);
     cudaGetLastError();
   }
+  phase();
+  int survivors = 0;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<int> timed;
     for (int i = 0; i < found; ++i) {
@@ -254,8 +278,10 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
       float fastest = times[timed[0]][0];
       for (int i : timed) fastest = std::min(fastest, times[i][0]);
       for (int i : timed) running[i] = i == 0 || times[i][0] <= kKeep * fastest;
+      for (int i : timed) survivors += running[i] ? 1 : 0;
     }
   }
+  phase();
   for (cudaGraphExec_t g : graphs) {
     if (g != nullptr) cudaGraphExecDestroy(g);
   }
@@ -277,6 +303,20 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
       const float t = median(i);
       if (t < best_time && t < 0.95f * first) best = i, best_time = t;
     }
+  }
+  if (log) {
+    std::ostringstream line;
+    line << "[kiln] gemm timing: " << found << " candidates, " << survivors
+         << " after the first round, chose " << best << "; ms set-up " << phases[0]
+         << " first launches " << phases[1] << " captures " << phases[2] << " rounds "
+         << phases[3] << " total "
+         << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                      clock_start)
+                .count()
+         << " (key";
+    for (int64_t v : state.key) line << ' ' << v;
+    line << ")\n";
+    std::cerr << line.str();
   }
   std::lock_guard<std::mutex> lock(mutex);
   chosen[key] = best;
