@@ -45,8 +45,8 @@ struct SdpaLayout {
   void* o = nullptr;
   MaskForm mask = MaskForm::kNone;
   SdpaMask m;
-  int64_t bias_b = 1, bias_l = 1, ld = 0;  // a converted bias: [bias_b, heads, bias_l, ld]
-  size_t bias_bytes = 0;                   // (0 unless converted)
+  int64_t bias_l = 1, ld = 0;  // a converted bias: [bias_batch, bias_heads, bias_l, ld]
+  size_t bias_bytes = 0;       // (0 unless converted)
 };
 
 // Where the cuDNN form's own workspace starts: after a converted bias.
@@ -129,21 +129,24 @@ std::optional<SdpaLayout> layout_of(const KernelArgs& args, const AttentionParam
       (s.S * mask_es) % 16 == 0 && aligned16(m.data)) {
     y.mask = MaskForm::kDirect;
     s.bias_dtype = m.dtype;
-    s.bias_heads = varies[kH] ? s.H : 1;
-    s.bias_strides = SdpaStrides{varies[kB] ? stride[kB] : 0,
-                                 varies[kH] ? stride[kH] : (varies[kL] ? s.L : 1) * s.S,
-                                 varies[kL] ? stride[kL] : 0};
+    // (The strides of dimensions of size 1 are those of a dense tensor: never read.)
+    const int64_t row = varies[kL] ? stride[kL] : 0;
+    const int64_t head = varies[kH] ? stride[kH] : (varies[kL] ? s.L : 1) * s.S;
+    s.bias_strides =
+        SdpaStrides{varies[kB] ? stride[kB] : head * (varies[kH] ? s.H : 1), head, row};
   } else {
     y.mask = MaskForm::kConverted;
     s.bias_dtype = t;
-    s.bias_heads = varies[kH] ? s.H : 1;
-    y.bias_b = varies[kB] ? s.B : 1;
     y.bias_l = varies[kL] ? s.L : 1;
     y.ld = (s.S + kBiasRowElements - 1) / kBiasRowElements * kBiasRowElements;
-    s.bias_strides = SdpaStrides{y.bias_b > 1 ? s.bias_heads * y.bias_l * y.ld : 0, y.bias_l * y.ld,
-                                 y.bias_l > 1 ? y.ld : 0};
-    y.bias_bytes = static_cast<size_t>(y.bias_b * s.bias_heads * y.bias_l * y.ld * es);
+    const int64_t heads = varies[kH] ? s.H : 1;
+    s.bias_strides = SdpaStrides{heads * y.bias_l * y.ld, y.bias_l * y.ld, y.bias_l > 1 ? y.ld : 0};
+    y.bias_bytes = static_cast<size_t>((varies[kB] ? s.B : 1) * heads * y.bias_l * y.ld * es);
   }
+  // cuDNN's bias broadcasts over batches and heads as dimensions of size 1, over query rows by a
+  // stride of 0 (as PyTorch's expanded masks).
+  s.bias_batch = varies[kB] ? s.B : 1;
+  s.bias_heads = varies[kH] ? s.H : 1;
   s.bias = true;
   return y;
 }
@@ -187,7 +190,7 @@ bool run_cudnn(KernelArgs& args, const SdpaState& st, const SdpaLayout& y, cudaS
   const SdpaShape& s = y.shape;
   const void* bias = y.mask == MaskForm::kDirect ? y.m.data : ws;
   if (y.mask == MaskForm::kConverted) {
-    launch_sdpa_bias(stream, name, y.m, s.dtype, y.bias_b, s.bias_heads, y.bias_l, y.ld, ws);
+    launch_sdpa_bias(stream, name, y.m, s.dtype, s.bias_batch, s.bias_heads, y.bias_l, y.ld, ws);
   }
   if (!run_sdpa_graph(*st.graph, args.res.cudnn(), stream, y.q, y.k, y.v, bias, y.o,
                       ws + bias_end(y), error)) {

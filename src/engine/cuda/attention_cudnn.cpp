@@ -41,6 +41,7 @@ std::vector<int64_t> SdpaShape::key() const {
           scale_bits,
           bias,
           bias ? static_cast<int64_t>(bias_dtype) : 0,
+          bias ? bias_batch : 0,
           bias ? bias_heads : 0,
           bias ? bias_strides.batch : 0,
           bias ? bias_strides.head : 0,
@@ -97,26 +98,27 @@ std::shared_ptr<const SdpaGraph> build_sdpa_graph(const SdpaShape& s, void* cudn
     graph.set_io_data_type(io)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    const auto tensor = [&](int64_t uid, const char* name, int64_t heads, int64_t rows,
-                            int64_t cols, const SdpaStrides& st, fe::DataType_t type) {
+    const auto tensor = [&](int64_t uid, const char* name, int64_t batch, int64_t heads,
+                            int64_t rows, int64_t cols, const SdpaStrides& st,
+                            fe::DataType_t type) {
       return graph.tensor(fe::graph::Tensor_attributes()
                               .set_uid(uid)
                               .set_name(name)
-                              .set_dim({s.B, heads, rows, cols})
+                              .set_dim({batch, heads, rows, cols})
                               .set_stride({st.batch, st.head, st.row, 1})
                               .set_data_type(type));
     };
-    const auto q = tensor(kQ, "q", s.H, s.L, s.E, s.q, io);
-    const auto k = tensor(kK, "k", s.kv_heads, s.S, s.E, s.k, io);
-    const auto v = tensor(kV, "v", s.kv_heads, s.S, s.E, s.v, io);
+    const auto q = tensor(kQ, "q", s.B, s.H, s.L, s.E, s.q, io);
+    const auto k = tensor(kK, "k", s.B, s.kv_heads, s.S, s.E, s.k, io);
+    const auto v = tensor(kV, "v", s.B, s.kv_heads, s.S, s.E, s.v, io);
     auto attributes = fe::graph::SDPA_attributes()
                           .set_name("attention")
                           .set_generate_stats(false)
                           .set_attn_scale(s.scale)
                           .set_causal_mask(s.causal);
     if (s.bias) {
-      attributes.set_bias(
-          tensor(kBias, "bias", s.bias_heads, s.L, s.S, s.bias_strides, fe_type(s.bias_dtype)));
+      attributes.set_bias(tensor(kBias, "bias", s.bias_batch, s.bias_heads, s.L, s.S,
+                                 s.bias_strides, fe_type(s.bias_dtype)));
     }
     const auto outputs = graph.sdpa(q, k, v, std::move(attributes));
     outputs[0]

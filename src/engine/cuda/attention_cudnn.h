@@ -27,8 +27,9 @@ struct SdpaStrides {
 
 // One attention as cuDNN sees it: q and o [B, H, L, E], k and v [B, kv_heads, S, E] (query head h
 // reads key/value head h / (H / kv_heads)), each with its strides; causal from the top left (query
-// i keeps keys j <= i); and, if `bias`, an additive bias [B, bias_heads, L, S] (bias_heads 1 or H)
-// of `bias_dtype` (q's, or f32) with its strides, 1 along S.
+// i keeps keys j <= i); and, if `bias`, an additive bias [bias_batch, bias_heads, L, S] (1 or B,
+// 1 or H) of `bias_dtype` (q's, or f32) with its strides (1 along S, 0 along L where it
+// broadcasts).
 struct SdpaShape {
   DataType dtype = DataType::kF16;  // f16 or bf16
   int64_t B = 0, H = 0, kv_heads = 0, L = 0, S = 0, E = 0;
@@ -37,7 +38,7 @@ struct SdpaShape {
   float scale = 1;
   bool bias = false;
   DataType bias_dtype = DataType::kF16;
-  int64_t bias_heads = 1;
+  int64_t bias_batch = 1, bias_heads = 1;
   SdpaStrides bias_strides;
   // Everything above, for keys of graphs and choices.
   std::vector<int64_t> key() const;
