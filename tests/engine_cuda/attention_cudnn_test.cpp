@@ -35,12 +35,10 @@ HostTensor padding_mask(DataType dtype, const std::vector<int64_t>& lengths, int
   return testing::tensor_from(dtype, {static_cast<int64_t>(lengths.size()), 1, 1, s}, values);
 }
 
-// Runs one attention layer on the CPU and on cuda with `switches`, compares them, and says whether
+// Runs one attention layer on the CPU and on cuda with `config`, compares them, and says whether
 // cuDNN ran it there.
 bool cudnn_ran(const AttentionParams& p, const std::vector<HostTensor>& in, double rtol,
-               double atol, const std::vector<std::string>& switches) {
-  BuilderConfig config;
-  for (const std::string& s : switches) apply_switch(config, s);
+               double atol, const BuilderConfig& config) {
   const int64_t before = cuda::cudnn_attention_runs();
   const auto r = cuda_testing::run_both_layer(p, in, config);
   EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);  // not decomposed
@@ -83,7 +81,8 @@ TEST(CudaKernelOptions, AttentionCudnnIsASwitch) {
 TEST(CudaAttention, CudnnMatchesTheCpu) {
   KILN_REQUIRE_GPU();
   if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
-  const std::vector<std::string> on = {"attention_cudnn=on"};
+  BuilderConfig on;
+  apply_switch(on, "attention_cudnn=on");
   uint64_t seed = 900;
   for (const auto& [dtype, rtol, atol] :
        {std::tuple{DataType::kF16, 1e-2, 2e-3}, std::tuple{DataType::kBF16, 3e-2, 1e-2}}) {
@@ -165,8 +164,10 @@ TEST(CudaAttention, CudnnMatchesTheCpu) {
   }
   // f32 on TF32: the flash kernel's alone, even with attention_cudnn=on.
   const HostTensor x = random_tensor(DataType::kF32, {2, 3, 128, 64}, seed++);
+  BuilderConfig tf32 = on;
+  tf32.tf32 = true;
   SCOPED_TRACE("f32");
-  EXPECT_FALSE(cudnn_ran(AttentionParams{false, false, 0}, {x, x, x}, 1e-2, 5e-3, on));
+  EXPECT_FALSE(cudnn_ran(AttentionParams{false, false, 0}, {x, x, x}, 1e-2, 5e-3, tf32));
 }
 
 // BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, a bool key
