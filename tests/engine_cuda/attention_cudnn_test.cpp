@@ -2,7 +2,7 @@
 // attention_cudnn=on it runs every f16/bf16 shape the flash kernel takes and answers as the CPU
 // kernel does (masks of every form, rows a mask leaves without keys, causal, grouped-query and
 // packed heads); with auto (the default) each shape's form is chosen by timing while building and
-// kept in the plan; the switch is parsed without a device.
+// kept in the plan; it runs inside captured CUDA graphs; the switch is parsed without a device.
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -10,6 +10,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "cuda_testing.h"
 #include "engine/cuda/attention_cudnn.h"
@@ -246,6 +248,65 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
         testing::near(flash_ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
     EXPECT_EQ(cuda::cudnn_attention_runs(), runs);
   }
+}
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+// attention_cudnn=on inside a context's CUDA graphs: a shape runs eagerly, is captured with cuDNN's
+// execution, the mask's conversion and the empty-row zeros, and replays read each call's data
+// (packed heads, a bool key padding mask; the last calls leave a batch without keys).
+TEST(CudaAttention, CudnnRunsInCapturedGraphs) {
+  KILN_REQUIRE_GPU();
+  if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
+  const int64_t B = 2, L = 128, H = 4, E = 64;
+  AttentionParams p;
+  p.has_mask = true;
+  p.heads = H, p.head_size = E, p.columns = {0, H * E, 2 * H * E};
+  Network net;
+  const TensorId x = net.add_input("qkv", DataType::kF16, {B, L, 3 * H * E});
+  const TensorId m = net.add_input("mask", DataType::kBool, {B, 1, 1, L});
+  net.mark_output(net.add("attn", p, {x, x, x, m}), "y");
+  ExecutionContext cpu(std::make_shared<const Engine>(build(net, {}).network));
+  BuilderConfig config;
+  config.device = "cuda";
+  apply_switch(config, "attention_cudnn=on");
+  const Plan plan = build(net, config);
+  ExecutionContext gpu(std::make_shared<const Engine>(plan.network, plan.target));
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreate(&s));
+  gpu.set_stream(s);
+  gpu.enable_cuda_graphs(true);
+  const size_t x_bytes = static_cast<size_t>(B * L * 3 * H * E) * 2, out_bytes = x_bytes / 3;
+  void *dx = nullptr, *dm = nullptr, *dout = nullptr;
+  CUDA_OK(cudaMalloc(&dx, x_bytes));
+  CUDA_OK(cudaMalloc(&dm, static_cast<size_t>(B * L)));
+  CUDA_OK(cudaMalloc(&dout, out_bytes));
+  const int64_t runs = cuda::cudnn_attention_runs();
+  constexpr int kCalls = 6;
+  for (int call = 0; call < kCalls; ++call) {
+    const HostTensor qkv = random_tensor(DataType::kF16, {B, L, 3 * H * E}, 70 + call);
+    const HostTensor mask =
+        padding_mask(DataType::kBool, {L - 9 * call, call >= 4 ? 0 : L - call}, L);
+    CUDA_OK(cudaMemcpyAsync(dx, qkv.data(), qkv.nbytes(), cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaMemcpyAsync(dm, mask.data(), mask.nbytes(), cudaMemcpyHostToDevice, s));
+    gpu.bind_input(0, dx);
+    gpu.bind_input(1, dm);
+    gpu.bind_output(0, dout);
+    gpu.execute();
+    HostTensor got(DataType::kF16, {B, L, H * E});
+    CUDA_OK(cudaMemcpyAsync(got.data(), dout, got.nbytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(testing::near(got, testing::to_doubles(cpu.run({qkv, mask})[0]), 1e-2, 2e-3))
+        << "call " << call;
+  }
+  // cuDNN ran eagerly and while capturing; replays run no host code.
+  const int64_t host_runs = cuda::cudnn_attention_runs() - runs;
+  EXPECT_GE(host_runs, 1);
+  EXPECT_LT(host_runs, kCalls) << "no call replayed a CUDA graph";
+  cudaFree(dx);
+  cudaFree(dm);
+  cudaFree(dout);
+  cudaStreamDestroy(s);
 }
 
 }  // namespace
