@@ -119,6 +119,24 @@ TEST(Runtime, ShapesThatComeBackAreNotResolvedAgain) {
   EXPECT_EQ(resolutions(), 21);
 }
 
+// run_profile_points runs each distinct profile point once (min, opt, max), the max last: what a
+// loaded cuda engine's first context does, and the builder's choose_at_build.
+TEST(Runtime, ProfilePointsRunOnceEach) {
+  ExecutionContext ctx(tanh_engine());
+  ctx.enable_profiling(true);
+  EXPECT_EQ(ctx.run_profile_points(), 3);
+  EXPECT_EQ(ctx.output_shape(0), (Shape{32, 16}));
+  EXPECT_NE(ctx.profile_table().find("shapes resolved 3 "), std::string::npos)
+      << ctx.profile_table();
+  // A static engine has one point.
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 4});
+  net.mark_output(net.add("t", ActivationParams{ActivationKind::kTanh}, {x}), "y");
+  ExecutionContext fixed(std::make_shared<const Engine>(build(net, BuilderConfig{}).network));
+  EXPECT_EQ(fixed.run_profile_points(), 1);
+  EXPECT_EQ(fixed.output_shape(0), (Shape{2, 4}));
+}
+
 TEST(Runtime, OutputThatIsAnInputIsCopied) {
   Network net;
   auto x = net.add_input("x", DataType::kI32, {3});

@@ -172,43 +172,42 @@ TEST(CudaAttention, CudnnMatchesTheCpu) {
   EXPECT_FALSE(cudnn_ran(AttentionParams{false, false, 0}, {x, x, x}, 1e-2, 5e-3, tf32));
 }
 
-// BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, a bool key
-// padding mask): with attention_cudnn=auto the build times both forms at the plan's shape and keeps
-// one in the plan; the loaded plan runs that form without timing anything, and answers as the CPU
-// does; without choices in the plan, the first run chooses (as timed before in the process: the
-// same form) and the engine keeps it. With attention_cudnn=off cuDNN never runs.
+// BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, unmasked): with
+// attention_cudnn=auto the build times both forms at the plan's shape and keeps one in the plan; the
+// loaded plan runs that form without timing anything, and answers as the CPU does; without choices
+// in the plan, the first run chooses (as timed before in the process: the same form) and the engine
+// keeps it. With attention_cudnn=off cuDNN never runs, nor with auto where the layer has a mask (a
+// bool key padding mask: the flash kernel, nothing timed or kept).
 TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
   KILN_REQUIRE_GPU();
   if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
+  const auto form_choices = [](const std::vector<KernelChoice>& choices) {
+    std::vector<std::vector<uint8_t>> forms;
+    for (const KernelChoice& c : choices) {
+      if (!c.key.empty() && c.key[0] == cuda::kAttentionFormTag) forms.push_back(c.data);
+    }
+    return forms;
+  };
   for (int64_t batch : {1, 8}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const int64_t L = 128, H = 12, E = 64;
     AttentionParams p;
-    p.has_mask = true;
     p.heads = H, p.head_size = E, p.columns = {0, H * E, 2 * H * E};
     const HostTensor qkv = random_tensor(DataType::kF16, {batch, L, 3 * H * E}, 40 + batch);
-    std::vector<int64_t> lengths(static_cast<size_t>(batch), L);
-    lengths[0] = L - 17;
-    const HostTensor mask = padding_mask(DataType::kBool, lengths, L);
     Network net;
     const TensorId x = net.add_input("qkv", DataType::kF16, qkv.shape());
-    const TensorId m = net.add_input("mask", DataType::kBool, mask.shape());
-    net.mark_output(net.add("attn", p, {x, x, x, m}), "y");
+    net.mark_output(net.add("attn", p, {x, x, x}), "y");
     const std::vector<HostTensor> cpu =
-        ExecutionContext(std::make_shared<const Engine>(build(net, {}).network)).run({qkv, mask});
+        ExecutionContext(std::make_shared<const Engine>(build(net, {}).network)).run({qkv});
 
     BuilderConfig config;
     config.device = "cuda";
     const Plan built = build(net, config);
-    int chosen = -1;
-    for (const KernelChoice& c : built.target.choices) {
-      if (c.key.empty() || c.key[0] != cuda::kAttentionFormTag) continue;
-      EXPECT_EQ(chosen, -1) << "two form choices for one shape";
-      ASSERT_EQ(c.data.size(), 1u);
-      ASSERT_LE(c.data[0], 1);
-      chosen = c.data[0];
-    }
-    ASSERT_NE(chosen, -1) << "the build chose no form";
+    const std::vector<std::vector<uint8_t>> forms = form_choices(built.target.choices);
+    ASSERT_EQ(forms.size(), 1u) << "one form choice for the shape";
+    ASSERT_EQ(forms[0].size(), 1u);
+    ASSERT_LE(forms[0][0], 1);
+    const int chosen = forms[0][0];
     std::printf("[          ] batch %lld: attention on %s\n", static_cast<long long>(batch),
                 chosen == 1 ? "cuDNN" : "the flash kernel");
     const std::vector<uint8_t> bytes = serialize_plan(built);
@@ -216,7 +215,7 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     {
       ExecutionContext ctx(std::make_shared<const Engine>(loaded.network, loaded.target));
       const int64_t searches = cuda::algorithm_searches(), runs = cuda::cudnn_attention_runs();
-      const std::vector<HostTensor> gpu = ctx.run({qkv, mask});
+      const std::vector<HostTensor> gpu = ctx.run({qkv});
       EXPECT_EQ(cuda::algorithm_searches(), searches);  // nothing timed
       EXPECT_EQ(cuda::cudnn_attention_runs() - runs, chosen);
       EXPECT_TRUE(testing::near(gpu[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
@@ -228,15 +227,10 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     ExecutionContext ctx(engine);
     EXPECT_TRUE(engine->kernel_choices().empty());
     const int64_t runs_before = cuda::cudnn_attention_runs();
-    EXPECT_TRUE(testing::near(ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    EXPECT_TRUE(testing::near(ctx.run({qkv})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
     EXPECT_EQ(cuda::cudnn_attention_runs() - runs_before, chosen);
-    int kept = 0;
-    for (const KernelChoice& c : engine->kernel_choices()) {
-      if (c.key.empty() || c.key[0] != cuda::kAttentionFormTag) continue;
-      ++kept;
-      EXPECT_EQ(c.data, std::vector<uint8_t>{static_cast<uint8_t>(chosen)});
-    }
-    EXPECT_EQ(kept, 1);
+    EXPECT_EQ(form_choices(engine->kernel_choices()),
+              std::vector<std::vector<uint8_t>>{{static_cast<uint8_t>(chosen)}});
     // Never with attention_cudnn=off.
     BuilderConfig off;
     off.device = "cuda";
@@ -245,8 +239,30 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     const int64_t runs = cuda::cudnn_attention_runs();
     ExecutionContext flash_ctx(std::make_shared<const Engine>(flash.network, flash.target));
     EXPECT_TRUE(
-        testing::near(flash_ctx.run({qkv, mask})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+        testing::near(flash_ctx.run({qkv})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
     EXPECT_EQ(cuda::cudnn_attention_runs(), runs);
+    // Nor with auto where the layer has a mask.
+    AttentionParams masked = p;
+    masked.has_mask = true;
+    std::vector<int64_t> lengths(static_cast<size_t>(batch), L);
+    lengths[0] = L - 17;
+    const HostTensor mask = padding_mask(DataType::kBool, lengths, L);
+    Network mnet;
+    const TensorId mx = mnet.add_input("qkv", DataType::kF16, qkv.shape());
+    const TensorId m = mnet.add_input("mask", DataType::kBool, mask.shape());
+    mnet.mark_output(mnet.add("attn", masked, {mx, mx, mx, m}), "y");
+    const std::vector<HostTensor> mcpu =
+        ExecutionContext(std::make_shared<const Engine>(build(mnet, {}).network))
+            .run({qkv, mask});
+    BuilderConfig with_mask;
+    with_mask.device = "cuda";
+    const Plan mplan = build(mnet, with_mask);
+    EXPECT_TRUE(form_choices(mplan.target.choices).empty());
+    const int64_t mruns = cuda::cudnn_attention_runs();
+    ExecutionContext mctx(std::make_shared<const Engine>(mplan.network, mplan.target));
+    EXPECT_TRUE(
+        testing::near(mctx.run({qkv, mask})[0], testing::to_doubles(mcpu[0]), 1e-2, 2e-3));
+    EXPECT_EQ(cuda::cudnn_attention_runs(), mruns);
   }
 }
 

@@ -372,6 +372,13 @@ Form choose_form(KernelArgs& args, const AttentionParams& p, FlashForm flash, Sd
 bool attention_on_cudnn(KernelArgs& args, const AttentionParams& p, FlashForm flash) {
   const AttentionCudnn mode = args.res.options().attention_cudnn;
   if (mode == AttentionCudnn::kOff || !cudnn_attention_built()) return false;
+  // auto leaves masked layers to the flash kernel: a mask costs cuDNN's form two more kernels a
+  // call (the mask as a bias, the rows it leaves without keys zeroed: 3.3 and 3.6 us at BERT's
+  // batch 1 beside cuDNN's 6.5 against the flash kernel's 16.5), and in a model's graph their
+  // launches cost more than the timing of the layer alone saw (hf_bert b1: 0.557 ms against
+  // 0.498-0.531 with the flash kernel, NOTES.md G68). Next: the bias made once a run for every
+  // layer reading the mask.
+  if (mode == AttentionCudnn::kAuto && p.has_mask) return false;
   const std::optional<SdpaLayout> first = layout_of(args, p, true);
   if (!first) return false;
   // The choice's key: the shape as cuDNN sees it with the mask's dtype (how the mask is read).

@@ -99,10 +99,11 @@ using FlashForm = void (*)(KernelArgs& args, const AttentionParams& p);
 // Runs the attention layer of `args` on cuDNN where that is its shape's form and returns true;
 // false where the flash kernel is to run it (`flash` launches that form; call it only for layers
 // the flash kernel takes). attention_cudnn=off never takes cuDNN, on takes it wherever it applies
-// (f16 and bf16 shapes cuDNN builds a graph for), and auto takes the form chosen for the shape: the
-// engine's choice if it has one, else on a run that may choose (Resources::tune) the faster of the
-// two as timed now (once a shape in the process), kept for the engine (Resources::keep_choice),
-// else (a first call at a new shape) flash for now.
+// (f16 and bf16 shapes cuDNN builds a graph for), and auto takes the form chosen for the shape of
+// an unmasked layer (a masked one runs flash): the engine's choice if it has one, else on a run
+// that may choose (Resources::tune) the faster of the two as timed now (once a shape in the
+// process), kept for the engine (Resources::keep_choice), else (a first call at a new shape) flash
+// for now.
 bool attention_on_cudnn(KernelArgs& args, const AttentionParams& p, FlashForm flash);
 // The attention layers run on cuDNN in this process so far (tests ask which form ran).
 int64_t cudnn_attention_runs();

@@ -24,8 +24,8 @@ using TensorView = DeviceTensor;
 using KernelState = engine::KernelState;
 
 // Where attention of f16/bf16 runs (attention_cudnn=auto|on|off): cuDNN's fused attention or the
-// flash kernel, by timing both per shape (kAuto), cuDNN wherever it takes the shape (kOn), or never
-// (kOff).
+// flash kernel, by timing both per shape for unmasked layers (kAuto: masked ones stay on flash,
+// attention_choice.cpp says why), cuDNN wherever it takes the shape (kOn), or never (kOff).
 enum class AttentionCudnn { kAuto, kOn, kOff };
 
 // Where grouped convolutions run: grouped.cu for the group widths cuDNN is slow at (kAuto), cuDNN
