@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "engine/cuda/attention_cudnn.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/replay_timing.h"
 #include "util/logging.h"
 
 namespace kiln::engine::cuda {
@@ -228,97 +228,6 @@ class OnStream : public Resources {
   cudaStream_t stream_;
 };
 
-// The median time of each form (a launch function on a stream; false where it could not launch:
-// then +inf), each timed as replays of a CUDA graph of kLaunches launches on a stream of its own
-// after the run's work so far, round-robin over kRounds rounds (clock drift falls on both alike),
-// one synchronization a round; a form whose launches cannot be captured is timed as launched.
-// Returns with the timing's work done.
-std::vector<float> time_forms(cudaStream_t run_stream,
-                              const std::vector<std::function<bool(cudaStream_t)>>& forms) {
-  const size_t n = forms.size();
-  struct Scratch {
-    cudaStream_t stream = nullptr;
-    std::vector<cudaEvent_t> events;
-    std::vector<cudaGraphExec_t> graphs;
-    ~Scratch() {
-      if (stream) cudaStreamSynchronize(stream);
-      for (cudaGraphExec_t g : graphs) {
-        if (g) cudaGraphExecDestroy(g);
-      }
-      for (cudaEvent_t e : events) {
-        if (e) cudaEventDestroy(e);
-      }
-      if (stream) cudaStreamDestroy(stream);
-    }
-  } x;
-  x.events.assign(n + 1, nullptr);
-  x.graphs.assign(n, nullptr);
-  for (cudaEvent_t& e : x.events) KILN_CUDA_CHECK(cudaEventCreate(&e));
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cudaEventRecord(x.events[0], run_stream));
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(x.stream, x.events[0], 0));
-  const auto launch = [&](size_t i) {
-    try {
-      return forms[i](x.stream);
-    } catch (const Error&) {
-      return false;
-    }
-  };
-  // Each form launched once (its kernels loaded), then its launches captured.
-  std::vector<bool> ok(n);
-  for (size_t i = 0; i < n; ++i) ok[i] = launch(i);
-  cudaGetLastError();
-  for (size_t i = 0; i < n; ++i) {
-    if (!ok[i] ||
-        cudaStreamBeginCapture(x.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    bool launched = true;
-    for (int l = 0; l < kLaunches; ++l) launched = launch(i) && launched;
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(x.stream, &graph) != cudaSuccess || !launched || graph == nullptr ||
-        cudaGraphInstantiate(&x.graphs[i], graph, 0) != cudaSuccess) {
-      x.graphs[i] = nullptr;
-    }
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  }
-  std::vector<std::vector<float>> times(n);
-  for (int round = 0; round < kRounds; ++round) {
-    std::vector<size_t> timed;
-    for (size_t i = 0; i < n; ++i) {
-      if (!ok[i]) continue;
-      KILN_CUDA_CHECK(cudaEventRecord(x.events[timed.size()], x.stream));
-      if (x.graphs[i] != nullptr && cudaGraphLaunch(x.graphs[i], x.stream) != cudaSuccess) {
-        cudaGetLastError();
-        cudaGraphExecDestroy(x.graphs[i]);
-        x.graphs[i] = nullptr;
-      }
-      if (x.graphs[i] == nullptr) {
-        for (int l = 0; l < kLaunches; ++l) ok[i] = launch(i) && ok[i];
-      }
-      timed.push_back(i);
-    }
-    if (timed.empty()) break;
-    KILN_CUDA_CHECK(cudaEventRecord(x.events[timed.size()], x.stream));
-    KILN_CUDA_CHECK(cudaEventSynchronize(x.events[timed.size()]));
-    for (size_t t = 0; t < timed.size(); ++t) {
-      float ms = 0;
-      KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, x.events[t], x.events[t + 1]));
-      times[timed[t]].push_back(ms);
-    }
-  }
-  std::vector<float> medians(n, std::numeric_limits<float>::infinity());
-  for (size_t i = 0; i < n; ++i) {
-    if (!ok[i] || times[i].empty()) continue;
-    std::vector<float>& t = times[i];
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    medians[i] = t[t.size() / 2];
-  }
-  return medians;
-}
-
 // Whether `stream` is being captured into a CUDA graph (then nothing may be built or timed).
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -348,14 +257,19 @@ Form choose_form(KernelArgs& args, const AttentionParams& p, FlashForm flash, Sd
         static_cast<char*>(args.res.workspace(bias_end(y) + sdpa_workspace_bytes(*st.graph)));
     count_algorithm_search();
     std::string error;
-    const std::vector<float> ms = time_forms(
-        args.stream(), {[&](cudaStream_t s) {
-                          OnStream res(args.res, s);
-                          KernelArgs a{args.layer, args.inputs, args.outputs, args.state, res};
-                          flash(a, p);
-                          return true;
-                        },
-                        [&](cudaStream_t s) { return run_cudnn(args, st, y, s, ws, &error); }});
+    const std::vector<std::function<bool(cudaStream_t)>> forms = {
+        [&](cudaStream_t s) {
+          OnStream res(args.res, s);
+          KernelArgs a{args.layer, args.inputs, args.outputs, args.state, res};
+          flash(a, p);
+          return true;
+        },
+        [&](cudaStream_t s) { return run_cudnn(args, st, y, s, ws, &error); }};
+    ReplayTiming how;
+    how.rounds = kRounds, how.launches = kLaunches;
+    const std::vector<float> ms = time_replays(
+        args.stream(), 2, [&](int i, cudaStream_t s) { return forms[static_cast<size_t>(i)](s); },
+        how);
     form = ms[1] < kMargin * ms[0] ? Form::kCudnn : Form::kFlash;
     KILN_LOG(kDebug, "layer `", args.layer.name, "`: attention on ",
              form == Form::kCudnn ? "cuDNN" : "the flash kernel", " (flash ",

@@ -20,6 +20,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/replay_timing.h"
 
 namespace kiln::engine::cuda {
 namespace {
@@ -160,12 +161,13 @@ int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMat
   return found;
 }
 
-// The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, each timed
-// as replays of a CUDA graph of its launches into a scratch output: every candidate once, then
-// those within kKeep of the fastest (and the first) for the remaining rounds, round-robin (so
-// that clock drift falls on all alike), with one synchronization a round. The first candidate
-// wins unless another's median is at least 5% faster (timing noise is ~2%). Chosen once per GEMM
-// key and device in the process; 0 while the stream is being captured.
+// The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, timed as
+// replays of CUDA graphs of their launches into a scratch output (replay_timing.h): a GEMM of a few
+// microseconds (BERT's at batch 1) launched back to back would time the host's cuBLASLt calls
+// instead (G60). Candidates slower than kKeep times the fastest after the first round drop out (a
+// candidate 1.15x the best does not come within 5% of it in four more rounds: rounds agree within
+// ~2%). The first candidate wins unless another's median is at least 5% faster. Chosen once per
+// GEMM key and device in the process; 0 while the stream is being captured.
 int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicResult_t* results,
                       int found, const TimingRun& run, int device) {
   static std::mutex mutex;
@@ -183,133 +185,52 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
     return 0;
   }
   count_algorithm_search();
+  const auto clock_start = std::chrono::steady_clock::now();
+  void* scratch = nullptr;
+  if (cudaMalloc(&scratch, run.d_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  constexpr float kKeep = 1.15f;
+  const float one = 1.f, zero = 0.f;
+  ReplayTiming how;
+  how.keep = kKeep;
+  ReplayPhases phases;
+  std::vector<float> ms;
+  try {
+    ms = time_replays(
+        run.stream, found,
+        [&](int i, cudaStream_t stream) {
+          return cublasLtMatmul(run.lt, state.desc, &one, run.b, state.b, run.a, state.a,
+                                run.residual ? &one : &zero, run.residual ? run.residual : scratch,
+                                state.d, scratch, state.d, &results[i].algo, run.workspace,
+                                results[i].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
+        },
+        how, &phases);
+  } catch (...) {
+    cudaFree(scratch);
+    throw;
+  }
+  KILN_CUDA_CHECK(cudaFree(scratch));
+  int best = 0;
+  if (std::isfinite(ms[0])) {
+    float best_time = ms[0];
+    for (int i = 1; i < found; ++i) {
+      if (ms[i] < best_time && ms[i] < 0.95f * ms[0]) best = i, best_time = ms[i];
+    }
+  }
   // KILN_CUDA_TUNING_LOG=1: each timing's host milliseconds by phase on stderr (what a repeated
   // shape's choosing costs, NOTES.md G68).
   static const bool log = [] {
     const char* env = std::getenv("KILN_CUDA_TUNING_LOG");
     return env != nullptr && std::string(env) == "1";
   }();
-  const auto clock_start = std::chrono::steady_clock::now();
-  auto clock = clock_start;
-  std::vector<double> phases;  // set-up, first launches, captures, rounds
-  const auto phase = [&] {
-    const auto now = std::chrono::steady_clock::now();
-    phases.push_back(std::chrono::duration<double, std::milli>(now - clock).count());
-    clock = now;
-  };
-  void* scratch = nullptr;
-  if (cudaMalloc(&scratch, run.d_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  // An event before each candidate's replay and one after the round's last.
-  std::vector<cudaEvent_t> events(static_cast<size_t>(found) + 1, nullptr);
-  for (cudaEvent_t& e : events) KILN_CUDA_CHECK(cudaEventCreate(&e));
-  // Timing runs on a stream of its own, after the operands are ready on the run's.
-  cudaStream_t stream = nullptr;
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cudaEventRecord(events[0], run.stream));
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, events[0], 0));
-  // Rounds of every candidate still in the running; after the first, those slower than kKeep
-  // times the fastest drop out (a candidate 1.3x the best does not come within 5% of it in four
-  // more rounds: rounds agree within ~2%).
-  constexpr int kRounds = 5, kLaunches = 5;
-  constexpr float kKeep = 1.15f;
-  std::vector<std::vector<float>> times(static_cast<size_t>(found));
-  const float one = 1.f, zero = 0.f;
-  auto launch = [&](int i) {
-    return cublasLtMatmul(run.lt, state.desc, &one, run.b, state.b, run.a, state.a,
-                          run.residual ? &one : &zero, run.residual ? run.residual : scratch,
-                          state.d, scratch, state.d, &results[i].algo, run.workspace,
-                          results[i].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
-  };
-  // Each candidate launched once (its kernels loaded), then its launches captured into a CUDA
-  // graph and timed as its replays, as the engine's graphs run them: a GEMM of a few
-  // microseconds (BERT's at batch 1) launched back to back would time the host's cuBLASLt calls
-  // instead (G60). Where a capture fails, the launches are timed as they are.
-  std::vector<bool> running(static_cast<size_t>(found));
-  phase();
-  for (int i = 0; i < found; ++i) running[i] = launch(i);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  phase();
-  std::vector<cudaGraphExec_t> graphs(static_cast<size_t>(found), nullptr);
-  for (int i = 0; i < found; ++i) {
-    if (!running[i] ||
-        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    bool launched = true;
-    for (int l = 0; l < kLaunches; ++l) launched = launch(i) && launched;
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !launched || graph == nullptr ||
-        cudaGraphInstantiate(&graphs[i], graph, 0) != cudaSuccess) {
-      graphs[i] = nullptr;
-    }
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  }
-  phase();
-  int survivors = 0;
-  for (int round = 0; round < kRounds; ++round) {
-    std::vector<int> timed;
-    for (int i = 0; i < found; ++i) {
-      if (!running[i]) continue;
-      KILN_CUDA_CHECK(cudaEventRecord(events[timed.size()], stream));
-      if (graphs[i] != nullptr && cudaGraphLaunch(graphs[i], stream) != cudaSuccess) {
-        cudaGetLastError();  // (not sticky) from here on this candidate is timed directly
-        cudaGraphExecDestroy(graphs[i]);
-        graphs[i] = nullptr;
-      }
-      if (graphs[i] == nullptr) {
-        for (int l = 0; l < kLaunches; ++l) launch(i);
-      }
-      timed.push_back(i);
-    }
-    if (timed.empty()) break;
-    KILN_CUDA_CHECK(cudaEventRecord(events[timed.size()], stream));
-    KILN_CUDA_CHECK(cudaEventSynchronize(events[timed.size()]));
-    for (size_t t = 0; t < timed.size(); ++t) {
-      float ms = 0;
-      KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, events[t], events[t + 1]));
-      times[timed[t]].push_back(ms);
-    }
-    if (round == 0) {
-      float fastest = times[timed[0]][0];
-      for (int i : timed) fastest = std::min(fastest, times[i][0]);
-      for (int i : timed) running[i] = i == 0 || times[i][0] <= kKeep * fastest;
-      for (int i : timed) survivors += running[i] ? 1 : 0;
-    }
-  }
-  phase();
-  for (cudaGraphExec_t g : graphs) {
-    if (g != nullptr) cudaGraphExecDestroy(g);
-  }
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaStreamDestroy(stream);
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
-  KILN_CUDA_CHECK(cudaFree(scratch));
-  auto median = [&](int i) {
-    std::vector<float> t = times[i];
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    return t[t.size() / 2];
-  };
-  int best = 0;
-  if (!times[0].empty()) {
-    const float first = median(0);
-    float best_time = first;
-    for (int i = 1; i < found; ++i) {
-      if (!running[i] || times[i].empty()) continue;
-      const float t = median(i);
-      if (t < best_time && t < 0.95f * first) best = i, best_time = t;
-    }
-  }
   if (log) {
     std::ostringstream line;
-    line << "[kiln] gemm timing: " << found << " candidates, " << survivors
-         << " after the first round, chose " << best << "; ms set-up " << phases[0]
-         << " first launches " << phases[1] << " captures " << phases[2] << " rounds "
-         << phases[3] << " total "
+    line << "[kiln] gemm timing: " << found << " candidates, " << phases.survivors
+         << " after the first round, chose " << best << "; ms set-up " << phases.setup
+         << " first launches " << phases.first_launches << " captures " << phases.captures
+         << " rounds " << phases.rounds << " total "
          << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                       clock_start)
                 .count()
