@@ -77,6 +77,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.cast_into_shuffle);
   } else if (name == "decompose_attention") {
     on_off(&config.decompose_attention);
+  } else if (name == "attention_mask_biases") {
+    on_off(&config.attention_mask_biases);
   } else if (name == "choose_at_build") {
     on_off(&config.choose_at_build);
   } else if (name == "cuda_arch") {
@@ -105,10 +107,10 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle, decompose_attention, cuda_pointwise, cuda_depthwise, "
-               "cuda_grouped, gemm_fold, "
-               "gemm_timing, gemm_split_k, attention_key_split, attention_cudnn, cuda_codegen, "
-               "reuse_algorithms, first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
+               "cast_into_shuffle, decompose_attention, attention_mask_biases, cuda_pointwise, "
+               "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, "
+               "attention_key_split, attention_cudnn, cuda_codegen, reuse_algorithms, "
+               "first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }

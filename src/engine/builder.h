@@ -51,6 +51,10 @@ struct BuilderConfig {
   bool excitation_projection = true;
   bool cast_into_shuffle = true;
   bool decompose_attention = true;
+  // cuda f16/bf16 attention with a bool mask reads it as an additive bias made once for all the
+  // layers reading it (attention_mask_biases.cpp), as cuDNN's fused attention needs it. Off until
+  // measured against the flash kernel's bool reads (bench/NOTES.md G68).
+  bool attention_mask_biases = false;
   // cuda plans built on their device: run the engine once at each profile point (every input at
   // its min, at its opt, at its max) on random data, so that its kernels choose their algorithms
   // (cuDNN's and cuBLASLt's heuristics, timed GEMM candidates) while building, as TensorRT's
@@ -94,7 +98,7 @@ struct BuildReport {
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
 // excitation_projection=on|off, cast_into_shuffle=on|off, decompose_attention=on|off,
-// choose_at_build=on|off set the fields above; the CUDA kernels' cuda_pointwise=auto|cudnn,
+// attention_mask_biases=on|off, choose_at_build=on|off set the fields above; the CUDA kernels' cuda_pointwise=auto|cudnn,
 // cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel, gemm_fold=on|off, gemm_timing=on|off,
 // gemm_split_k=on|off, attention_key_split=on|off, attention_cudnn=auto|on|off,
 // reuse_algorithms=on|off, first_call_gemm=on|off and repeat_tuning=on|off are only recorded, and

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/passes/pass.h"
+#include "engine/passes/passes.h"
 #include "engine/verify.h"
 #include "engine_testing.h"
 
@@ -249,6 +250,58 @@ TEST(Builder, RefittablePlansKeepMasksThatAreWeights) {
     EXPECT_EQ(report.changes("attention_masks"), from_fill ? 1 : 0)
         << from_fill << report.to_string();
   }
+}
+
+// attention_mask_biases (cuda builds, behind its switch): the f16 layers reading one bool mask read
+// one additive bias of their dtype made from it once (a cast and a log: 0 kept, -inf not); an f32
+// layer keeps the bool. Values match the unconverted network, rows the mask leaves without keys
+// (batch 1 here) zeros as before.
+TEST(Builder, BoolMasksBecomeOneBiasForTheLayersReadingThem) {
+  const int64_t B = 2, H = 2, L = 4, S = 6, E = 8;
+  Network net;
+  auto q = net.add_input("q", DataType::kF16, {B, H, L, E});
+  auto k = net.add_input("k", DataType::kF16, {B, H, S, E});
+  auto v = net.add_input("v", DataType::kF16, {B, H, S, E});
+  auto q32 = net.add_input("q32", DataType::kF32, {B, H, L, E});
+  auto k32 = net.add_input("k32", DataType::kF32, {B, H, S, E});
+  auto m = net.add_input("mask", DataType::kBool, {B, 1, 1, S});
+  const AttentionParams masked{false, true, 0};
+  auto a1 = net.add("attn1", masked, {q, k, v, m});
+  net.mark_output(net.add("attn2", masked, {a1, k, v, m}), "y");
+  net.mark_output(net.add("attn32", masked, {q32, k32, k32, m}), "y32");
+
+  Network converted = net;
+  EXPECT_EQ(attention_mask_biases(converted), 2);
+  verify_network(converted, "attention_mask_biases");
+  EXPECT_EQ(converted.layers().size(), net.layers().size() + 2);  // one cast, one log
+  std::vector<TensorId> masks;
+  for (const Layer& l : converted.layers()) {
+    if (std::holds_alternative<AttentionParams>(l.params)) masks.push_back(l.inputs[3]);
+  }
+  ASSERT_EQ(masks.size(), 3u);
+  EXPECT_EQ(masks[0], masks[1]);
+  EXPECT_EQ(converted.tensor(masks[0]).dtype, DataType::kF16);
+  EXPECT_EQ(masks[2], m);
+  EXPECT_EQ(attention_mask_biases(converted), 0);  // nothing left to convert
+
+  // Batch 0 keeps keys 0-3, batch 1 none.
+  HostTensor mask(DataType::kBool, {B, 1, 1, S});
+  for (int64_t j = 0; j < S; ++j) {
+    static_cast<uint8_t*>(mask.data())[j] = j < 4;
+    static_cast<uint8_t*>(mask.data())[S + j] = 0;
+  }
+  const std::vector<HostTensor> in = {
+      testing::random_tensor(DataType::kF16, {B, H, L, E}, 31),
+      testing::random_tensor(DataType::kF16, {B, H, S, E}, 32),
+      testing::random_tensor(DataType::kF16, {B, H, S, E}, 33),
+      testing::random_tensor(DataType::kF32, {B, H, L, E}, 34),
+      testing::random_tensor(DataType::kF32, {B, H, S, E}, 35), mask};
+  const std::vector<HostTensor> want = run_engine(net, in), got = run_engine(converted, in);
+  for (size_t o = 0; o < want.size(); ++o) {
+    EXPECT_TRUE(testing::near(got[o], testing::to_doubles(want[o]), 1e-3, 1e-3)) << o;
+  }
+  const std::vector<double> y = testing::to_doubles(got[0]);
+  for (size_t i = y.size() / 2; i < y.size(); ++i) ASSERT_EQ(y[i], 0.0) << i;
 }
 
 }  // namespace

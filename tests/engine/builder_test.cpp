@@ -324,7 +324,8 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   std::vector<std::string> ran;
   for (const PassRecord& p : report.passes) ran.push_back(p.name);
   for (const char* cuda_only : {"precision", "written_attention", "decompose_attention", "tf32",
-                                "cast_into_shuffle", "gelu_tanh", "gathered_inputs"}) {
+                                "attention_mask_biases", "cast_into_shuffle", "gelu_tanh",
+                                "gathered_inputs"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
   }
   for (const char* both : {"scale_shift", "layout", "fold_constants", "dead_layers",
@@ -342,6 +343,12 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   apply_switch(config, "squeeze_excitation=on");
   apply_switch(config, "gemm_timing=off");  // read by the CUDA kernels, from the plan
   EXPECT_TRUE(config.choose_at_build);
+  {
+    BuilderConfig biases;
+    EXPECT_FALSE(biases.attention_mask_biases);
+    apply_switch(biases, "attention_mask_biases=on");
+    EXPECT_TRUE(biases.attention_mask_biases);
+  }
   apply_switch(config, "choose_at_build=off");
   EXPECT_FALSE(config.choose_at_build);
   EXPECT_FALSE(config.cast_into_shuffle);
@@ -351,7 +358,7 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
        {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on", "excitation_projection",
         "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip",
         "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000",
-        "cuda_arch=", "choose_at_build=later"}) {
+        "cuda_arch=", "choose_at_build=later", "attention_mask_biases=maybe"}) {
     try {
       BuilderConfig c;
       apply_switch(c, bad);

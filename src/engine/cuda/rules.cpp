@@ -48,6 +48,7 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   r.squeeze_excitation_by_default = true;  // two launches per block instead of five
   r.excitation_projection = cuda::excitation_projection_applies;
   r.casts_into_shuffles = true;
+  r.attention_mask_biases = true;
   r.gelu_tanh_epilogues = true;
   r.check_supported = cuda::check_supported;
   r.max_fused_inputs = cuda::kFusedMaxInputs;

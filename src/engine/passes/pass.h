@@ -42,6 +42,9 @@ struct BackendRules {
   bool squeeze_excitation_by_default = false;
   // A float cast feeding a shuffle done by the shuffle.
   bool casts_into_shuffles = false;
+  // f16/bf16 attention reads its mask as an additive bias better than as bools (cuDNN's fused
+  // attention takes only biases; BuilderConfig::attention_mask_biases).
+  bool attention_mask_biases = false;
   // f16/bf16 matmuls may compute a fused erf GELU in its tanh form (BuilderConfig::gelu_tanh).
   bool gelu_tanh_epilogues = false;
   // The most distinct inputs and ops one fused elementwise layer may have (0: no limit).

@@ -22,6 +22,9 @@ int fold_constants(Network& net);
 // a bool mask that is such a constant and'ed with another mask becomes the other (with the flag).
 // Masks that are one of `keep` (a refittable plan's weights) stay as they are.
 int simplify_attention_masks(Network& net, const std::set<std::string>& keep = {});
+// The bool masks of f16/bf16 attention layers become additive biases of their dtype (0 kept, -inf
+// not), one for all the layers reading a mask (attention_mask_biases.cpp).
+int attention_mask_biases(Network& net);
 // A head-split permute ([B, L, H, E] -> [B, H, L, E]) whose tensor is computed on (rotary
 // embeddings: slices, concats, elementwise ops with constants) before only attention operands
 // read it moves below those layers, onto the operands, where attention_heads takes it as a view.

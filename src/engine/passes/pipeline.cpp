@@ -137,6 +137,14 @@ std::vector<Pass> make_pipeline() {
                [](Network& n, const PassContext& c) {
                  return fold_attention_heads(n, c.backend.packed_heads);
                }});
+  // After the attention passes above (which read masks as the model gave them), before the
+  // folding (a constant mask's bias folds) and the elementwise fusion (a computed mask's joins the
+  // kernel that computes it).
+  p.push_back({"attention_mask_biases",
+               [](const PassContext& c) {
+                 return c.backend.attention_mask_biases && c.config.attention_mask_biases;
+               },
+               [](Network& n, const PassContext&) { return attention_mask_biases(n); }});
   // After the precisions (the choice depends on them), before folding (weight transposes fold
   // into constants).
   p.push_back({"layout",
