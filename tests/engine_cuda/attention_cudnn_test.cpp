@@ -266,6 +266,45 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
   }
 }
 
+// attention_mask_biases=on: two f16 BERT-shaped layers (packed heads) reading one bool key padding
+// mask, a batch without keys among its rows, read one additive bias made from it, on the flash
+// kernel and on cuDNN, and answer as the CPU does with the bool mask.
+TEST(CudaAttention, MaskBiasesMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  const int64_t B = 3, L = 128, H = 12, E = 64;
+  AttentionParams first;
+  first.has_mask = true;
+  first.heads = H, first.head_size = E, first.columns = {0, H * E, 2 * H * E};
+  AttentionParams second = first;
+  second.columns = {0, 0, 0};  // the first's output as q, k and v
+  const HostTensor qkv = random_tensor(DataType::kF16, {B, L, 3 * H * E}, 61);
+  const HostTensor mask = padding_mask(DataType::kBool, {L - 17, L, 0}, L);
+  Network net;
+  const TensorId x = net.add_input("qkv", DataType::kF16, qkv.shape());
+  const TensorId m = net.add_input("mask", DataType::kBool, mask.shape());
+  const TensorId a = net.add("attn1", first, {x, x, x, m});
+  net.mark_output(net.add("attn2", second, {a, a, a, m}), "y");
+  const std::vector<HostTensor> cpu =
+      ExecutionContext(std::make_shared<const Engine>(build(net, {}).network)).run({qkv, mask});
+  for (const char* form : {"attention_cudnn=off", "attention_cudnn=on"}) {
+    SCOPED_TRACE(form);
+    BuilderConfig config;
+    config.device = "cuda";
+    apply_switch(config, "attention_mask_biases=on");
+    apply_switch(config, form);
+    BuildReport report;
+    const Plan plan = build(net, config, &report);
+    EXPECT_EQ(report.changes("attention_mask_biases"), 2) << report.to_string();
+    const int64_t runs = cuda::cudnn_attention_runs();
+    ExecutionContext ctx(std::make_shared<const Engine>(plan.network, plan.target));
+    const std::vector<HostTensor> gpu = ctx.run({qkv, mask});
+    EXPECT_TRUE(testing::near(gpu[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    if (cuda::cudnn_attention_built()) {
+      EXPECT_EQ(cuda::cudnn_attention_runs() > runs, std::string(form) == "attention_cudnn=on");
+    }
+  }
+}
+
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 // attention_cudnn=on inside a context's CUDA graphs: a shape runs eagerly, is captured with cuDNN's
