@@ -215,6 +215,7 @@ class OnStream : public Resources {
   void* workspace(size_t bytes) override { return base_.workspace(bytes); }
   bool tune() override { return false; }
   bool new_shape() const override { return false; }
+  bool repeated_shape() const override { return base_.repeated_shape(); }
   std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
     return base_.kept_choice(key);
   }
