@@ -173,10 +173,10 @@ TEST(CudaAttention, CudnnMatchesTheCpu) {
 }
 
 // BERT-base's attention at batch 1 and 8 (12 packed heads of 64, 128 tokens, f16, unmasked): with
-// attention_cudnn=auto the build times both forms at the plan's shape and keeps one in the plan; the
-// loaded plan runs that form without timing anything, and answers as the CPU does; without choices
-// in the plan, the first run chooses (as timed before in the process: the same form) and the engine
-// keeps it. With attention_cudnn=off cuDNN never runs, nor with auto where the layer has a mask (a
+// attention_cudnn=auto the build times both forms at the plan's shape and keeps one in the plan;
+// the loaded plan runs that form without timing anything, and answers as the CPU does; without
+// choices in the plan, the first run chooses (as timed before in the process: the same form) and
+// the engine keeps it. With attention_cudnn=off cuDNN never runs, nor with auto where the layer has a mask (a
 // bool key padding mask: the flash kernel, nothing timed or kept).
 TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
   KILN_REQUIRE_GPU();
