@@ -97,8 +97,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
   } else if (name == "gemm_repeat_candidates") {  // read by the CUDA kernels too
-    KILN_CHECK(value.size() == 1 && value[0] >= '1' && value[0] <= '8', InvalidArgument,
-               "switch `", name_value, "`: expected gemm_repeat_candidates=1 to 8");
+    KILN_CHECK(value.size() == 1 && value[0] >= '1' && value[0] <= '8', InvalidArgument, "switch `",
+               name_value, "`: expected gemm_repeat_candidates=1 to 8");
   } else if (name == "attention_cudnn") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "on" || value == "off", InvalidArgument, "switch `",
                name_value, "`: expected attention_cudnn=auto, on or off");

@@ -290,12 +290,12 @@ TEST(Builder, BoolMasksBecomeOneBiasForTheLayersReadingThem) {
     static_cast<uint8_t*>(mask.data())[j] = j < 4;
     static_cast<uint8_t*>(mask.data())[S + j] = 0;
   }
-  const std::vector<HostTensor> in = {
-      testing::random_tensor(DataType::kF16, {B, H, L, E}, 31),
-      testing::random_tensor(DataType::kF16, {B, H, S, E}, 32),
-      testing::random_tensor(DataType::kF16, {B, H, S, E}, 33),
-      testing::random_tensor(DataType::kF32, {B, H, L, E}, 34),
-      testing::random_tensor(DataType::kF32, {B, H, S, E}, 35), mask};
+  const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF16, {B, H, L, E}, 31),
+                                      testing::random_tensor(DataType::kF16, {B, H, S, E}, 32),
+                                      testing::random_tensor(DataType::kF16, {B, H, S, E}, 33),
+                                      testing::random_tensor(DataType::kF32, {B, H, L, E}, 34),
+                                      testing::random_tensor(DataType::kF32, {B, H, S, E}, 35),
+                                      mask};
   const std::vector<HostTensor> want = run_engine(net, in), got = run_engine(converted, in);
   for (size_t o = 0; o < want.size(); ++o) {
     EXPECT_TRUE(testing::near(got[o], testing::to_doubles(want[o]), 1e-3, 1e-3)) << o;

@@ -323,9 +323,9 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   build(net, BuilderConfig{}, &report);
   std::vector<std::string> ran;
   for (const PassRecord& p : report.passes) ran.push_back(p.name);
-  for (const char* cuda_only : {"precision", "written_attention", "decompose_attention", "tf32",
-                                "attention_mask_biases", "cast_into_shuffle", "gelu_tanh",
-                                "gathered_inputs"}) {
+  for (const char* cuda_only :
+       {"precision", "written_attention", "decompose_attention", "tf32", "attention_mask_biases",
+        "cast_into_shuffle", "gelu_tanh", "gathered_inputs"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
   }
   for (const char* both : {"scale_shift", "layout", "fold_constants", "dead_layers",

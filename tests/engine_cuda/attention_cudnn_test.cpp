@@ -176,8 +176,8 @@ TEST(CudaAttention, CudnnMatchesTheCpu) {
 // attention_cudnn=auto the build times both forms at the plan's shape and keeps one in the plan;
 // the loaded plan runs that form without timing anything, and answers as the CPU does; without
 // choices in the plan, the first run chooses (as timed before in the process: the same form) and
-// the engine keeps it. With attention_cudnn=off cuDNN never runs, nor with auto where the layer has a mask (a
-// bool key padding mask: the flash kernel, nothing timed or kept).
+// the engine keeps it. With attention_cudnn=off cuDNN never runs, nor with auto where the layer has
+// a mask (a bool key padding mask: the flash kernel, nothing timed or kept).
 TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
   KILN_REQUIRE_GPU();
   if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN frontend";
@@ -238,8 +238,7 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     const Plan flash = build(net, off);
     const int64_t runs = cuda::cudnn_attention_runs();
     ExecutionContext flash_ctx(std::make_shared<const Engine>(flash.network, flash.target));
-    EXPECT_TRUE(
-        testing::near(flash_ctx.run({qkv})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
+    EXPECT_TRUE(testing::near(flash_ctx.run({qkv})[0], testing::to_doubles(cpu[0]), 1e-2, 2e-3));
     EXPECT_EQ(cuda::cudnn_attention_runs(), runs);
     // Nor with auto where the layer has a mask.
     AttentionParams masked = p;
@@ -252,16 +251,14 @@ TEST(CudaAttention, CudnnOrFlashIsChosenPerShapeAndKept) {
     const TensorId m = mnet.add_input("mask", DataType::kBool, mask.shape());
     mnet.mark_output(mnet.add("attn", masked, {mx, mx, mx, m}), "y");
     const std::vector<HostTensor> mcpu =
-        ExecutionContext(std::make_shared<const Engine>(build(mnet, {}).network))
-            .run({qkv, mask});
+        ExecutionContext(std::make_shared<const Engine>(build(mnet, {}).network)).run({qkv, mask});
     BuilderConfig with_mask;
     with_mask.device = "cuda";
     const Plan mplan = build(mnet, with_mask);
     EXPECT_TRUE(form_choices(mplan.target.choices).empty());
     const int64_t mruns = cuda::cudnn_attention_runs();
     ExecutionContext mctx(std::make_shared<const Engine>(mplan.network, mplan.target));
-    EXPECT_TRUE(
-        testing::near(mctx.run({qkv, mask})[0], testing::to_doubles(mcpu[0]), 1e-2, 2e-3));
+    EXPECT_TRUE(testing::near(mctx.run({qkv, mask})[0], testing::to_doubles(mcpu[0]), 1e-2, 2e-3));
     EXPECT_EQ(cuda::cudnn_attention_runs(), mruns);
   }
 }

@@ -57,10 +57,10 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(fast.first_call_gemm && fast.repeat_tuning && fast.reuse_algorithms);
   EXPECT_EQ(fast.gemm_repeat_candidates, 8);
   BuilderConfig config;
-  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
-                        "gemm_fold=off", "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off",
-                        "attention_key_split=on", "first_call_gemm=off", "repeat_tuning=off",
-                        "gemm_repeat_candidates=2"}) {
+  for (const char* s :
+       {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn", "gemm_fold=off",
+        "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off", "attention_key_split=on",
+        "first_call_gemm=off", "repeat_tuning=off", "gemm_repeat_candidates=2"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);

@@ -107,8 +107,8 @@ std::vector<float> time_replays(cudaStream_t after, int count,
         if (running[i]) fastest = std::min(fastest, times[i][0]);
       }
       for (size_t i : timed) {
-        running[i] = running[i] && (i == 0 || !std::isfinite(how.keep) ||
-                                    times[i][0] <= how.keep * fastest);
+        running[i] =
+            running[i] && (i == 0 || !std::isfinite(how.keep) || times[i][0] <= how.keep * fastest);
         ph.survivors += running[i] ? 1 : 0;
       }
     }
