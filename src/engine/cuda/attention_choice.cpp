@@ -202,30 +202,16 @@ bool run_cudnn(KernelArgs& args, const SdpaState& st, const SdpaLayout& y, cudaS
   return true;
 }
 
-// The context's resources, with another stream (the timing's).
-class OnStream : public Resources {
+// The context's resources on another stream (the timing's), choosing and keeping nothing.
+class OnStream : public ResourcesOf {
  public:
-  OnStream(Resources& base, cudaStream_t stream) : base_(base), stream_(stream) {}
-  const KernelOptions& options() const override { return base_.options(); }
-  const void* generated_kernel(const std::string& key, const char* entry) override {
-    return base_.generated_kernel(key, entry);
-  }
+  OnStream(Resources& base, cudaStream_t stream) : ResourcesOf(base), stream_(stream) {}
   cudaStream_t stream() const override { return stream_; }
-  int device() const override { return base_.device(); }
-  void* workspace(size_t bytes) override { return base_.workspace(bytes); }
   bool tune() override { return false; }
   bool new_shape() const override { return false; }
-  bool repeated_shape() const override { return base_.repeated_shape(); }
-  std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
-    return base_.kept_choice(key);
-  }
   void keep_choice(const std::vector<int64_t>&, std::vector<uint8_t>) override {}
-  void* cublaslt() override { return base_.cublaslt(); }
-  void* cudnn() override { return base_.cudnn(); }
-  void device_memory_moved() override { base_.device_memory_moved(); }
 
  private:
-  Resources& base_;
   cudaStream_t stream_;
 };
 

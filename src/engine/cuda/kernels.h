@@ -114,25 +114,18 @@ class Resources {
   virtual void device_memory_moved() = 0;
 };
 
-// Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
-// beforehand so that it cannot move (its first `offset` bytes hold the caller's own data: a
-// convolution's patches, squeeze-excitation's scaled weights) for a kernel run inside another.
-class WorkspaceAfter : public Resources {
+// Resources that are another's: every call goes to `base`; kernels run inside another, or on
+// another stream, override what differs.
+class ResourcesOf : public Resources {
  public:
-  WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
-      : base_(base), offset_(offset), base_ws_(base_ws) {}
+  explicit ResourcesOf(Resources& base) : base_(base) {}
   const KernelOptions& options() const override { return base_.options(); }
   const void* generated_kernel(const std::string& key, const char* entry) override {
     return base_.generated_kernel(key, entry);
   }
   cudaStream_t stream() const override { return base_.stream(); }
   int device() const override { return base_.device(); }
-  void* workspace(size_t bytes) override {
-    void* ws = base_.workspace(offset_ + bytes);
-    KILN_CHECK(ws == base_ws_, InternalError, "the first ", offset_,
-               " workspace bytes were moved by a larger request (", offset_ + bytes, " bytes)");
-    return static_cast<uint8_t*>(ws) + offset_;
-  }
+  void* workspace(size_t bytes) override { return base_.workspace(bytes); }
   bool tune() override { return base_.tune(); }
   bool new_shape() const override { return base_.new_shape(); }
   bool repeated_shape() const override { return base_.repeated_shape(); }
@@ -146,8 +139,25 @@ class WorkspaceAfter : public Resources {
   void* cudnn() override { return base_.cudnn(); }
   void device_memory_moved() override { base_.device_memory_moved(); }
 
- private:
+ protected:
   Resources& base_;
+};
+
+// Resources whose workspace starts `offset` bytes into the base's, which the caller reserved
+// beforehand so that it cannot move (its first `offset` bytes hold the caller's own data: a
+// convolution's patches, squeeze-excitation's scaled weights) for a kernel run inside another.
+class WorkspaceAfter : public ResourcesOf {
+ public:
+  WorkspaceAfter(Resources& base, size_t offset, void* base_ws)
+      : ResourcesOf(base), offset_(offset), base_ws_(base_ws) {}
+  void* workspace(size_t bytes) override {
+    void* ws = base_.workspace(offset_ + bytes);
+    KILN_CHECK(ws == base_ws_, InternalError, "the first ", offset_,
+               " workspace bytes were moved by a larger request (", offset_ + bytes, " bytes)");
+    return static_cast<uint8_t*>(ws) + offset_;
+  }
+
+ private:
   size_t offset_;
   void* base_ws_;
 };
