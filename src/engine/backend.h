@@ -74,7 +74,7 @@ class ContextBackend {
   // queries, timed candidates; choices kept per shape): kFull at a static engine's shapes and at
   // a dynamic one's profile points (every input at its min, opt or max); kBudgeted at other
   // shapes the context has run before, where a call may be bounded in the host time it spends
-  // choosing (the CUDA backend's KILN_CUDA_TUNING_MS, unbounded unset) and leave the rest to the
+  // choosing (the CUDA backend's KILN_CUDA_TUNING_MS, 10 ms unset) and leave the rest to the
   // shape's next calls; kOff at a shape never seen, where kernels keep the choices made at the
   // nearest shape that chose, so that it costs little more than a cached one. The CPU has nothing
   // to choose.

@@ -96,9 +96,6 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else if (name == "cuda_grouped") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
-  } else if (name == "gemm_repeat_candidates") {  // read by the CUDA kernels too
-    KILN_CHECK(value.size() == 1 && value[0] >= '1' && value[0] <= '8', InvalidArgument, "switch `",
-               name_value, "`: expected gemm_repeat_candidates=1 to 8");
   } else if (name == "attention_cudnn") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "on" || value == "off", InvalidArgument, "switch `",
                name_value, "`: expected attention_cudnn=auto, on or off");
@@ -113,8 +110,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "cast_into_shuffle, decompose_attention, attention_mask_biases, cuda_pointwise, "
                "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, "
                "attention_key_split, attention_cudnn, cuda_codegen, reuse_algorithms, "
-               "first_call_gemm, repeat_tuning, gemm_repeat_candidates, choose_at_build, "
-               "cuda_arch)");
+               "first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }

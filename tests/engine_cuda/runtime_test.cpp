@@ -55,12 +55,11 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_TRUE(fast.depthwise_tiled && fast.gemm_fold && fast.gemm_timing && fast.gemm_split_k);
   EXPECT_FALSE(fast.attention_key_split);
   EXPECT_TRUE(fast.first_call_gemm && fast.repeat_tuning && fast.reuse_algorithms);
-  EXPECT_EQ(fast.gemm_repeat_candidates, 8);
   BuilderConfig config;
   for (const char* s :
        {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn", "gemm_fold=off",
         "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off", "attention_key_split=on",
-        "first_call_gemm=off", "repeat_tuning=off", "gemm_repeat_candidates=2"}) {
+        "first_call_gemm=off", "repeat_tuning=off"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
@@ -73,12 +72,7 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_FALSE(o.gemm_split_k);
   EXPECT_TRUE(o.attention_key_split);
   EXPECT_FALSE(o.repeat_tuning);
-  EXPECT_EQ(o.gemm_repeat_candidates, 2);
   EXPECT_THROW(apply_switch(config, "repeat_tuning=sometimes"), InvalidArgument);
-  for (const char* bad : {"gemm_repeat_candidates=0", "gemm_repeat_candidates=9",
-                          "gemm_repeat_candidates=two", "gemm_repeat_candidates=12"}) {
-    EXPECT_THROW(apply_switch(config, bad), InvalidArgument) << bad;
-  }
 }
 
 // A layer's states by shape (no GPU needed): a shape that comes back finds its own; past the bound
@@ -362,10 +356,12 @@ TEST(CudaRuntime, GraphCacheBoundComesFromTheEnvironment) {
                   [] { cuda::graph_cache_size(); });
 }
 
-// KILN_CUDA_TUNING_MS sets a call's choosing time at repeated shapes (unbounded unset, 0 allowed);
-// anything but a non-negative number is an error naming it.
+// KILN_CUDA_TUNING_MS sets a call's choosing time at repeated shapes (10 ms unset, 0 allowed,
+// `unbounded`); anything else is an error naming it.
 TEST(CudaRuntime, TuningBudgetComesFromTheEnvironment) {
   testing::ScopedEnv env("KILN_CUDA_TUNING_MS", std::nullopt);
+  EXPECT_EQ(cuda::tuning_budget_ms(), 10.0);
+  env.set("unbounded");
   EXPECT_EQ(cuda::tuning_budget_ms(), std::numeric_limits<double>::infinity());
   env.set("2.5");
   EXPECT_EQ(cuda::tuning_budget_ms(), 2.5);

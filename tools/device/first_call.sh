@@ -12,7 +12,7 @@
 # run at the profile points first as a loaded kiln.Engine is (kiln-run --warm-profile-points); TOP=0 skips the profiles;
 # CALL=2 profiles the second call at the new batch instead of the first (where a repeated shape
 # chooses); PLANS="default unchosen" WARM="1" NEW="8 32" times first calls at profile points with
-# the choices made while building and without them; KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, unbounded unset)
+# the choices made while building and without them; KILN_CUDA_TUNING_MS bounds what a repeated call may spend choosing, 10 ms unset)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${MODEL:-resnet50} top=${TOP:-12} build=${BUILD_DIR:-build-gpu} call=${CALL:-1}

@@ -247,7 +247,6 @@ class ContextState : public Resources {
     return true;
   }
   bool new_shape() const override { return tuning == Tuning::kOff && !capturing; }
-  bool repeated_shape() const override { return tuning == Tuning::kBudgeted; }
   std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
     return engine_->choice(layer, key);
   }
@@ -407,10 +406,6 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     }
     if (s == "repeat_tuning=off" || s == "repeat_tuning=on") {
       o.repeat_tuning = s == "repeat_tuning=on";
-    }
-    if (s.size() == 24 && s.rfind("gemm_repeat_candidates=", 0) == 0 && s[23] >= '1' &&
-        s[23] <= '8') {
-      o.gemm_repeat_candidates = s[23] - '0';
     }
   }
   return o;

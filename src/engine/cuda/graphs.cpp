@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "engine/cuda/cuda_check.h"
 
@@ -22,13 +23,14 @@ size_t graph_cache_size() {
 
 double tuning_budget_ms() {
   const char* env = std::getenv("KILN_CUDA_TUNING_MS");
-  if (env == nullptr || *env == '\0') return std::numeric_limits<double>::infinity();
+  if (env == nullptr || *env == '\0') return kDefaultTuningBudgetMs;
+  if (std::string_view(env) == "unbounded") return std::numeric_limits<double>::infinity();
   char* end = nullptr;
   const double ms = std::strtod(env, &end);
   KILN_CHECK(*end == '\0' && ms >= 0 && std::isfinite(ms), InvalidArgument,
              "KILN_CUDA_TUNING_MS=", env,
              ": expected the milliseconds a call at a repeated shape may spend choosing "
-             "algorithms, a non-negative number");
+             "algorithms, a non-negative number, or `unbounded`");
   return ms;
 }
 

@@ -22,11 +22,14 @@ using EnqueueFn =
 size_t graph_cache_size();
 
 // The host time a call at a repeated shape of a dynamic engine may spend choosing algorithms
-// (ContextBackend::Tuning::kBudgeted; KILN_CUDA_TUNING_MS, unbounded when unset: the shape's
-// second call makes every choice): what is left is chosen at the shape's next calls. An
-// InvalidArgument naming the variable when it is not a non-negative number (0: one layer's
-// choice a call).
+// (ContextBackend::Tuning::kBudgeted; KILN_CUDA_TUNING_MS, kDefaultTuningBudgetMs when unset,
+// `unbounded`: the shape's second call makes every choice): what is left is chosen at the shape's
+// next calls. An InvalidArgument naming the variable when it is neither a non-negative number
+// (0: one layer's choice a call) nor `unbounded`.
 double tuning_budget_ms();
+// 10 ms: a repeated shape's calls take 10-24 ms each until all is chosen (5-8 calls), against one
+// call of 44-195 ms unbounded, and settle as fast (bench/NOTES.md G69).
+constexpr double kDefaultTuningBudgetMs = 10;
 
 class GraphCache {
  public:

@@ -62,11 +62,6 @@ struct KernelOptions {
   // with kept algorithms (resnet50's first call at batch 4: 2.8 ms against 9.5, NOTES.md G59,
   // G60); first_call_gemm=off keeps cuDNN.
   bool first_call_gemm = true;
-  // At a repeated shape (Resources::repeated_shape) a GEMM times the heuristic's first this many
-  // candidates, and split-K forms only where that is all 8 (gemm_repeat_candidates=1..8): each
-  // candidate whose kernel the process has not run costs ~2 ms to load (G68). For measuring what
-  // fewer cost at the shape's later calls.
-  int gemm_repeat_candidates = 8;
 };
 KernelOptions kernel_options(const std::vector<std::string>& switches);
 
@@ -97,10 +92,6 @@ class Resources {
   // capture, which chooses nothing either but keeps what it runs): where a kernel may take a
   // cheaper path that it would not keep (convolution.cpp's first-call GEMMs).
   virtual bool new_shape() const = 0;
-  // Whether this run's shapes repeat a shape of a dynamic engine that is no profile point
-  // (ContextBackend::Tuning::kBudgeted): where choosing may take fewer candidates
-  // (KernelOptions::gemm_repeat_candidates).
-  virtual bool repeated_shape() const = 0;
   // The engine's choice for the running layer's operation `key` (made at the plan's build, or by
   // a context of the engine before), as the kernel that kept it wrote it; nullopt if none.
   // Kernels look here whenever they set up a shape, before any search, and keep what they chose
@@ -128,7 +119,6 @@ class ResourcesOf : public Resources {
   void* workspace(size_t bytes) override { return base_.workspace(bytes); }
   bool tune() override { return base_.tune(); }
   bool new_shape() const override { return base_.new_shape(); }
-  bool repeated_shape() const override { return base_.repeated_shape(); }
   std::optional<std::vector<uint8_t>> kept_choice(const std::vector<int64_t>& key) override {
     return base_.kept_choice(key);
   }

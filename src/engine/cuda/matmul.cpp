@@ -432,13 +432,8 @@ void matmul_kernel(KernelArgs& args) {
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align_d, sizeof(align_d));
       const int sms = multiprocessors(args.res.device());
-      // A repeated shape may time fewer candidates (KernelOptions::gemm_repeat_candidates).
-      const int candidates = args.res.repeated_shape()
-                                 ? std::min(kCandidates, args.res.options().gemm_repeat_candidates)
-                                 : kCandidates;
-      const bool few_tiles = split_k_worth(args.res.options(), rows, n, k, mats, sms);
-      const bool worth = worth_timing(args.res.options(), rows, n, k, mats) || few_tiles;
-      const bool split_k = few_tiles && candidates == kCandidates;
+      const bool split_k = split_k_worth(args.res.options(), rows, n, k, mats, sms);
+      const bool worth = worth_timing(args.res.options(), rows, n, k, mats) || split_k;
       const bool timed = tune && worth;
       cublasLtMatmulHeuristicResult_t results[kCandidates + kSplitCandidates]{};
       int found = 0;
@@ -488,7 +483,7 @@ void matmul_kernel(KernelArgs& args) {
         count_algorithm_search();
         status =
             cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
-                                           pref, timed ? candidates : 1, results, &found);
+                                           pref, timed ? kCandidates : 1, results, &found);
       }
       cublasLtMatmulPreferenceDestroy(pref);
       KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
