@@ -31,7 +31,7 @@ targets=(kilnc kiln-run kiln_runtime kiln_python_package kiln_engine_cuda_tests)
 [ -n "${KILN_TESTS:-}" ] && targets+=(kiln_tests)
 [ -n "${ENGINE_TESTS:-}" ] && targets+=(kiln_engine_tests)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$logs/build.log" 2>&1 || { grep -B5 -A20 "error" "$logs/build.log" | head -80; exit 1; }
-echo "build: $(($(date +%s) - start)) s"
+echo "build: $(($(date +%s) - start)) s"; slowest_build_steps "$build" 6
 
 tests_log="$out/cuda_tests${PROFILE_TAG:-}.log"
 "$build/bin/kiln_engine_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" >"$tests_log" 2>&1
