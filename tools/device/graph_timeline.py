@@ -57,8 +57,9 @@ def compile_plan(args, model, x, tmp):
 
 
 def kernels_of_last_call(prof):
-    """The GPU kernels between the last two separators (torch.cuda._sleep's spin kernel, launched
-    before every profiled call), sorted by start: (name, start us, end us)."""
+    """The GPU work (kernels, memsets, copies) between the last two separators
+    (torch.cuda._sleep's spin kernel, launched before every profiled call), sorted by start:
+    (name, start us, end us)."""
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     kernels = sorted(((e.name, e.time_range.start, e.time_range.end) for e in events),
                      key=lambda k: k[1])
@@ -66,7 +67,7 @@ def kernels_of_last_call(prof):
     if len(marks) < 2:
         sys.exit("graph_timeline: the profile has fewer than two separator kernels; "
                  f"kernels seen: {sorted({short(k[0]) for k in kernels})[:20]}")
-    return [k for k in kernels[marks[-2] + 1:marks[-1]] if not k[0].startswith("Memcpy")]
+    return kernels[marks[-2] + 1:marks[-1]]  # memsets and copies too: graph nodes as well
 
 
 def main():
