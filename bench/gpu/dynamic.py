@@ -19,17 +19,20 @@ engine, the inputs' dims tied (one export Dim each).
 
 `--interleave N` (default 8) then compiles the dynamic engine again and calls it at the shapes
 that are no profile point in turn, N rounds (4, 20, 4, 20, ... for the image models), once per
---variants entry ("default"; "KILN_CUDA_TUNING_MS=10", an environment variable for the engine;
-"repeat_tuning=off", a kiln switch), and prints each call's host wall time (synchronized) and the
-median after (CUDA events): a repeated shape chooses its algorithms (within the budget, over its
-calls) and is captured as a CUDA graph once all is chosen, whatever ran in between.
+--variants entry ("default"; "KILN_CUDA_TUNING_MS=unbounded", an environment variable for the
+engine; "repeat_tuning=off", a kiln switch), each in a new process, and prints each call's host
+wall time (synchronized) and the median after (CUDA events): a repeated shape chooses its
+algorithms (within the budget, 10 ms a call by default, over its calls) and is captured as a CUDA
+graph once all is chosen, whatever ran in between.
 """
 import argparse
 import copy
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -237,7 +240,26 @@ def bench_model(name, args, rows):
 
 def interleaved(name, args, rows):
     """Calls of one dynamic engine at the shapes that are no profile point, in turn: host wall
-    ms of each call, then the median of CUDA-event timed calls, per variant (--variants)."""
+    ms of each call, then the median of CUDA-event timed calls, per variant (--variants). Each
+    variant runs in a process of its own (this script again, --in-process), so that none finds
+    the kernels' modules loaded or algorithms chosen by what ran before it."""
+    if not args.in_process:
+        for variant in args.variants.split(","):
+            with tempfile.TemporaryDirectory(prefix="kiln_dynamic_") as out:
+                cmd = [sys.executable, os.path.abspath(__file__), "--models", name,
+                       "--package-dir", args.package_dir, "--device", args.device,
+                       "--precision", args.precision, "--interleave", str(args.interleave),
+                       "--interleave-only", "--in-process", "--variants", variant, "--out", out]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+            got = [json.loads(line) for line in r.stdout.splitlines()
+                   if line.startswith("{") and '"variant"' in line]
+            if r.returncode != 0 or not got:
+                print(f"{name} {variant}: the interleaved run failed (exit {r.returncode}):\n"
+                      + (r.stderr or r.stdout)[-1500:], flush=True)
+            for row in got:
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        return
     device, dtype, case, model_name, model, make_input = load_case(name, args)
     ranges = [r for _, r in case["dims"].values()]
     profile = {tuple(r[i] for r in ranges) for i in range(3)}
@@ -338,7 +360,8 @@ def main():
                         "a new dynamic engine (0: none)")
     p.add_argument("--interleave-only", action="store_true",
                    help="only the interleaved calls (no table of shapes against the peers)")
-    p.add_argument("--variants", default="default,KILN_CUDA_TUNING_MS=10,repeat_tuning=off",
+    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--variants", default="default,KILN_CUDA_TUNING_MS=unbounded,repeat_tuning=off",
                    help="engines for --interleave, comma-separated: default, an environment "
                         "variable KILN_...=VALUE, or a kiln switch")
     p.add_argument("--warmup", type=int, default=20)
