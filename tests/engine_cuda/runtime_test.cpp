@@ -56,10 +56,9 @@ TEST(CudaKernelOptions, ComeFromThePlansSwitches) {
   EXPECT_FALSE(fast.attention_key_split);
   EXPECT_TRUE(fast.first_call_gemm && fast.repeat_tuning && fast.reuse_algorithms);
   BuilderConfig config;
-  for (const char* s :
-       {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn", "gemm_fold=off",
-        "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off", "attention_key_split=on",
-        "first_call_gemm=off", "repeat_tuning=off"}) {
+  for (const char* s : {"cuda_pointwise=cudnn", "cuda_depthwise=strip", "cuda_grouped=cudnn",
+                        "gemm_fold=off", "gemm_timing=off", "gemm_timing=on", "gemm_split_k=off",
+                        "attention_key_split=on", "first_call_gemm=off", "repeat_tuning=off"}) {
     apply_switch(config, s);
   }
   const cuda::KernelOptions o = cuda::kernel_options(config.switches);
