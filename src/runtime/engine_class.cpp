@@ -2,9 +2,14 @@
 // module can run from many threads.
 #include "runtime/engine_class.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/runtime/symbolic_script.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "engine/cuda/backend.h"
 #include "engine/plan.h"
@@ -33,13 +38,32 @@ bool cuda_graphs_allowed() {
   return env == nullptr || std::string(env) != "0";
 }
 
-// KILN_WARM_AT_LOAD=0: a loaded cuda engine's first context is not run at the profile points.
+// KILN_WARM_AT_LOAD=0: a loaded cuda engine's first context is not run at the profile points, nor
+// TorchScript's executor prepared for the first call (prepare_torchscript_executor).
 bool warm_at_load() {
   const char* env = std::getenv("KILN_WARM_AT_LOAD");
   return env == nullptr || std::string(env) != "0";
 }
 
 thread_local DetachedPlans* detached_plans = nullptr;
+
+// TorchScript's executor, on the first call of a compiled module's forward in a process, asks
+// whether kiln::execute_engine has a gradient formula (ProfilingRecord -> isDifferentiable), and
+// the first such question about an operator it does not know compiles every formula it has from
+// source: ~20 ms of the first call (a resnet18 module's first call on the CPU: 42 ms against 17
+// with the question asked before, bench/NOTES.md G69). Asked here once per process, when the first
+// engine is made, so that the first call finds them compiled. Best effort.
+void prepare_torchscript_executor() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      const auto op = c10::Dispatcher::singleton().findSchema({"kiln::execute_engine", ""});
+      if (op) torch::jit::hasGradientInfoForSchema(op->schema());
+    } catch (const std::exception& e) {
+      KILN_LOG(kDebug, "kiln.Engine: preparing TorchScript's executor failed (", e.what(), ")");
+    }
+  });
+}
 
 }  // namespace
 
@@ -90,6 +114,7 @@ EngineHolder::EngineHolder(std::string name, std::shared_ptr<const engine::Bytes
   // first call at a profile point cost 139 ms against 3 ms at its next (NOTES.md G68). So the
   // first context runs once at each profile point here, as TensorRT's engines load their kernels
   // when deserialized, and waits in the pool. Best effort: a failure leaves it to the first calls.
+  if (warm_at_load()) prepare_torchscript_executor();
   if (engine_->on_cuda() && warm_at_load()) {
     std::unique_ptr<engine::ExecutionContext> ctx = acquire();
     try {
