@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "engine/cuda/attention_cudnn.h"
@@ -182,6 +184,18 @@ void build_graph(KernelArgs& args, const AttentionParams& p, SdpaState& st) {
            "); the flash kernel runs it");
 }
 
+// Whether rows a mask leaves without keys are zeroed after cuDNN's attention (its own result
+// there is not documented). KILN_CUDNN_EMPTY_ROWS=0 leaves them as cuDNN gives them: for
+// measuring, with CudaAttention.CudnnMatchesTheCpu's rows without keys, whether the kernel that
+// zeroes them (one launch a masked layer) is needed.
+bool zero_empty_rows() {
+  static const bool zero = [] {
+    const char* env = std::getenv("KILN_CUDNN_EMPTY_ROWS");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  return zero;
+}
+
 // Enqueues the cuDNN form on `stream` with the workspace `ws` (reserved for the layout); false with
 // the reason in `error` where cuDNN refused.
 bool run_cudnn(KernelArgs& args, const SdpaState& st, const SdpaLayout& y, cudaStream_t stream,
@@ -196,7 +210,7 @@ bool run_cudnn(KernelArgs& args, const SdpaState& st, const SdpaLayout& y, cudaS
                       ws + bias_end(y), error)) {
     return false;
   }
-  if (y.mask != MaskForm::kNone) {
+  if (y.mask != MaskForm::kNone && zero_empty_rows()) {
     launch_sdpa_empty_rows(stream, name, y.m, s.causal, y.o, s.dtype, s.E, s.o);
   }
   return true;
