@@ -15,7 +15,6 @@ e.g. `... hf_bert 1 -- --switch attention_cudnn=on` against the default.
 import argparse
 import collections
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from models import input_spec, make_model  # noqa: E402 (bench/models.py)
+from kernel_times import short  # noqa: E402 (beside this file)
 
 PRECISIONS = {"fp16": ("f16", torch.float16), "bf16": ("bf16", torch.bfloat16),
               "fp32": (None, torch.float32)}
-
-
-def short(name):
-    """A kernel's name without its template arguments and parameter list."""
-    name = re.sub(r"\(.*$", "", name)
-    depth, out = 0, []
-    for c in name:
-        depth += c == "<"
-        if depth == 0:
-            out.append(c)
-        depth -= c == ">"
-    return "".join(out).replace("void ", "")[:80]
 
 
 def compile_plan(args, model, x, tmp):
