@@ -50,7 +50,7 @@ thread_local DetachedPlans* detached_plans = nullptr;
 // TorchScript's executor, on the first call of a compiled module's forward in a process, asks
 // whether kiln::execute_engine has a gradient formula (ProfilingRecord -> isDifferentiable), and
 // the first such question about an operator it does not know compiles every formula it has from
-// source: ~20 ms of the first call (a resnet18 module's first call on the CPU: 42 ms against 17
+// source: ~20 ms of the first call (a resnet18 module's first call on the CPU: 38 ms against 20
 // with the question asked before, bench/NOTES.md G69). Asked here once per process, when the first
 // engine is made, so that the first call finds them compiled. Best effort.
 void prepare_torchscript_executor() {
