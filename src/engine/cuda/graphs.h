@@ -27,8 +27,8 @@ size_t graph_cache_size();
 // next calls. An InvalidArgument naming the variable when it is neither a non-negative number
 // (0: one layer's choice a call) nor `unbounded`.
 double tuning_budget_ms();
-// 10 ms: a repeated shape's calls take 10-24 ms each until all is chosen (5-8 calls), against one
-// call of 44-195 ms unbounded, and settle as fast (bench/NOTES.md G69).
+// 10 ms: a repeated shape's calls take 12-24 ms each until all is chosen (mobilenet_v2, hf_bert:
+// 3-5 calls), against one call of 44-195 ms unbounded, and settle as fast (bench/NOTES.md G69).
 constexpr double kDefaultTuningBudgetMs = 10;
 
 class GraphCache {
