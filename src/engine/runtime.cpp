@@ -119,13 +119,17 @@ size_t Engine::output_index(const std::string& name) const {
 }
 
 std::string Engine::inspect_json() const {
+  return engine::inspect_json(network_, target_);
+}
+
+std::string inspect_json(const Network& network, const EngineTarget& target) {
   using nlohmann::json;
   auto tensor_json = [&](TensorId id) {
-    const TensorDesc& t = network_.tensor(id);
+    const TensorDesc& t = network.tensor(id);
     return json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}};
   };
   json layers = json::array();
-  for (const Layer& l : network_.layers()) {
+  for (const Layer& l : network.layers()) {
     json j{{"name", l.name}, {"kind", layer_kind_name(l.params)}};
     j["inputs"] = json::array();
     for (TensorId id : l.inputs) j["inputs"].push_back(tensor_json(id));
@@ -135,23 +139,23 @@ std::string Engine::inspect_json() const {
     layers.push_back(std::move(j));
   }
   json io{{"inputs", json::array()}, {"outputs", json::array()}};
-  for (TensorId id : network_.inputs()) {
+  for (TensorId id : network.inputs()) {
     json in = tensor_json(id);
-    const Profile& p = network_.profile(id);
+    const Profile& p = network.profile(id);
     in["profile"] = {{"min", p.min}, {"opt", p.opt}, {"max", p.max}};
     io["inputs"].push_back(in);
   }
-  for (TensorId id : network_.outputs()) io["outputs"].push_back(tensor_json(id));
+  for (TensorId id : network.outputs()) io["outputs"].push_back(tensor_json(id));
   json kinds = json::object();
-  for (const Layer& l : network_.layers()) {
+  for (const Layer& l : network.layers()) {
     const char* kind = layer_kind_name(l.params);
     kinds[kind] = kinds.value(kind, 0) + 1;
   }
-  const json summary{{"layers", network_.layers().size()},
-                     {"shuffles", count_moving_shuffles(network_.layers())},
+  const json summary{{"layers", network.layers().size()},
+                     {"shuffles", count_moving_shuffles(network.layers())},
                      {"kinds", kinds}};
-  return json{{"target", target_.device},
-              {"switches", target_.switches},
+  return json{{"target", target.device},
+              {"switches", target.switches},
               {"summary", summary},
               {"io", io},
               {"layers", layers}}

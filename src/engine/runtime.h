@@ -86,7 +86,8 @@ class Engine {
   size_t input_index(const std::string& name) const;
   size_t output_index(const std::string& name) const;
 
-  // Layers (kind, inputs, outputs with shapes and dtypes, parameters) as JSON.
+  // Layers (kind, inputs, outputs with shapes and dtypes, parameters) as JSON
+  // (engine::inspect_json of its network and target).
   std::string inspect_json() const;
 
   // The kernels' choices this engine holds: the plan's (where made on this device and
@@ -112,6 +113,11 @@ struct LayerTiming {
 // A tensor of random values: floats uniform in [-1, 1), integers (usually indices) in [0, 4),
 // bools either way.
 HostTensor random_host_tensor(DataType dtype, const Shape& shape, std::mt19937_64& rng);
+
+// A network's layers, inputs with their profiles, outputs, the target's device and switches and
+// a summary (layers, moving shuffles, layers of each kind) as JSON: what `kiln-run --inspect`
+// prints. Needs no device, so a plan can be inspected where it cannot run.
+std::string inspect_json(const Network& network, const EngineTarget& target);
 
 class ExecutionContext {
  public:

@@ -5,7 +5,10 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/builder.h"
+#include "engine/cuda/backend.h"
 #include "engine/plan.h"
 #include "harness/process.h"
 #include "kiln_test_paths.h"
@@ -83,6 +86,35 @@ TEST(KilnRun, PlanRunInAFreshProcessIsBitIdentical) {
   const auto there = read_bytes(dir + "/output0.bin");
   ASSERT_EQ(there.size(), here.nbytes());
   EXPECT_EQ(std::memcmp(there.data(), here.data(), here.nbytes()), 0);
+}
+
+// --inspect prints a plan's layers before the engine is made: a cuda plan built without a device
+// (cuda_arch=90) is inspected on a machine without one, and the tool says it did only that.
+TEST(KilnRun, InspectsACudaPlanWithoutADevice) {
+  if (!cuda::built()) GTEST_SKIP() << "this build has no CUDA backend";
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is here: kiln-run would run it";
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {2, 8});
+  auto w = net.add_constant("w", Weights::from_floats({8, 4}, std::vector<float>(32, 0.5f)));
+  net.mark_output(net.add("mm", MatMulParams{}, {x, w}), "y");
+  BuilderConfig config;
+  config.device = "cuda";
+  apply_switch(config, "cuda_arch=90");
+  const std::string path = testing::write_temp_file("cuda.plan", "");
+  save_plan(build(net, config), path);
+  auto r = testing::run_process({KILN_RUN_PATH, path, "--inspect"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"], "cuda");
+  EXPECT_EQ(j["summary"]["layers"], j["layers"].size());
+  bool named = false;
+  for (const auto& l : j["layers"]) named = named || l["name"] == "mm";
+  EXPECT_TRUE(named) << r.out;
+  EXPECT_NE(r.err.find("inspected only"), std::string::npos) << r.err;
+  // Without --inspect the same plan is the device error it always was.
+  auto run = testing::run_process({KILN_RUN_PATH, path});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("no CUDA device"), std::string::npos) << run.err;
 }
 
 TEST(KilnRun, BadPlansShapesAndFlagsExit2) {

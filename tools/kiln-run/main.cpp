@@ -89,7 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device,
                  "cpu, or cuda[:N] for a cuda plan (the CUDA device to run it on; default cuda:0)");
   app.add_flag("--profile", profile, "print a per-layer profile");
-  app.add_flag("--inspect", inspect, "print the engine's layers as JSON");
+  app.add_flag("--inspect", inspect,
+               "print the engine's layers as JSON first (a cuda plan on a machine without a CUDA "
+               "device: only that)");
   app.add_option("--dump", dump_dir,
                  "write inputN.bin and outputN.bin (raw bytes) into this folder");
   try {
@@ -109,8 +111,17 @@ int main(int argc, char** argv) {
                  " (plans run on the device kind they were built for)");
       if (want_cuda) plan.target.device_index = kiln::engine::cuda::parse_device(device);
     }
+    if (inspect) {
+      // Before the engine is made: a plan can be inspected where it cannot run.
+      std::cout << inspect_json(plan.network, plan.target) << "\n";
+      if (plan.target.device == "cuda" &&
+          (!kiln::engine::cuda::built() || kiln::engine::cuda::device_count() == 0)) {
+        std::cerr << "kiln-run: inspected only: the plan is for cuda and this machine has no CUDA "
+                     "device\n";
+        return 0;
+      }
+    }
     auto engine = std::make_shared<const Engine>(std::move(plan.network), plan.target);
-    if (inspect) std::cout << engine->inspect_json() << "\n";
     if (!plan.target.choices.empty()) {
       // Taken only where made with this device and these libraries (EngineTarget::choices).
       std::cout << "kernel choices: " << plan.target.choices.size() << " in the plan, "
