@@ -268,6 +268,51 @@ TEST(Builder, ConcatOfStridedSlicesIsOneShuffle) {
   }
 }
 
+// A gather by constant indices that keeps every element in order is a view, alone or behind a
+// reshape (BERT's mask[:, None, None, :] as traced: a flatten, then a gather by arange(S) shaped
+// [1, 1, 1, S]; a negative index counts from the end); one that skips or repeats an element stays
+// a gather. Values as the layers gave.
+TEST(Builder, GathersThatKeepEveryElementInPlaceAreViews) {
+  struct Case {
+    std::vector<int64_t> indices;
+    Shape index_shape;
+    bool flatten;
+    int gathers;
+  };
+  for (const Case& c :
+       {Case{{0, 1, 2, 3, 4, 5}, {1, 1, 1, 6}, true, 0}, Case{{0, 1, 2, 3, 4}, {5}, false, 0},
+        Case{{0, 1, 2, 3, 4, -1}, {1, 1, 1, 6}, true, 0},
+        Case{{0, 1, 2, 3, 4, 4}, {1, 1, 1, 6}, true, 1}, Case{{0, 1, 2, 3}, {4}, false, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(c.indices));
+    Network net;
+    TensorId x, data;
+    if (c.flatten) {
+      x = net.add_input("x", DataType::kF32, {1, 6});
+      data = net.add("flat", ShuffleParams{{}, true, {6}, {}}, {x});
+    } else {
+      x = net.add_input("x", DataType::kF32, {2, 5, 3});
+      data = x;
+    }
+    const int64_t axis = c.flatten ? 0 : 1;
+    auto idx = net.add_constant("idx", Weights::from_ints(c.index_shape, c.indices));
+    auto y = net.add("pick", GatherParams{GatherMode::kDefault, axis}, {data, idx});
+    net.mark_output(net.add("double", ElementwiseParams{BinaryOp::kAdd}, {y, y}), "y");
+    Plan plan = build(net, BuilderConfig{});
+    int gathers = 0;
+    for (const Layer& l : plan.network.layers()) {
+      gathers += std::holds_alternative<GatherParams>(l.params);
+    }
+    EXPECT_EQ(gathers, c.gathers);
+    const Shape in_shape = c.flatten ? Shape{1, 6} : Shape{2, 5, 3};
+    const HostTensor in = testing::random_tensor(DataType::kF32, in_shape, 73);
+    const auto built = run_engine(plan.network, {in});
+    const auto layers = run_engine(net, {in});
+    ASSERT_EQ(built.size(), 1u);
+    EXPECT_EQ(built[0].shape(), layers[0].shape());
+    EXPECT_EQ(testing::to_doubles(built[0]), testing::to_doubles(layers[0]));
+  }
+}
+
 // swin's shifted windows: a roll of H and W (two concats of slices: two gathers after
 // concat_slices) and the window partition (reshape, permute, reshape: one copy), and after a
 // per-token layer the window merge and the roll back, each direction one gather of rows (the C

@@ -9,7 +9,8 @@
 // computed on the positions, with the trailing dim that every layer of the chain carries along
 // (swin's C) as one row, and where the map moves whole rows of a [O, P, row] view of the source
 // into a [O, Q, row] view of the result alike for each o, the chain becomes that view, one gather
-// of Q rows by constant indices and a view to the result's shape.
+// of Q rows by constant indices and a view to the result's shape. A chain, even one gather, that
+// leaves every element in place is a view.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -307,7 +308,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
       gathers += !k.shuffle;
       moving += !k.shuffle || shuffle_moves_data(*k.shuffle);
     }
-    if (gathers == 0 || moving < 2) continue;
+    if (gathers == 0) continue;
     const TensorId source = layers[chain.front().layer].inputs[0];
     const TensorId result = layers[chain.back().layer].outputs[0];
     const TensorDesc src = net.tensor(source), res = net.tensor(result);  // (copies)
@@ -317,6 +318,23 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
       continue;
     }
     const Positions f = trace(net, layers, chain, unit);
+    const std::string& name = layers[chain.back().layer].name;
+    std::vector<Layer>& now = instead[chain.back().layer];
+    const auto view = [&](TensorId from, const Shape& to, const std::string& n, TensorId out) {
+      ShuffleParams s;
+      s.has_reshape = true;
+      s.reshape = to;
+      now.push_back(Layer{n, s, {from}, {out}});
+    };
+    // A chain that leaves every element where it was (a gather by 0, 1, ..., n - 1: BERT's mask
+    // indexed with [:, None, None, :] as traced) is a view of its source, even alone.
+    if (volume(src.shape) == volume(res.shape) && is_identity(f.at)) {
+      view(source, res.shape, name, result);
+      for (const Link& k : chain) gone[k.layer] = true;
+      ++rewritten;
+      continue;
+    }
+    if (moving < 2) continue;
     std::vector<Shape> leading = {src.shape, res.shape};  // in units, the last dim left out
     for (Shape& s : leading) {
       if (unit > 1) s.pop_back();
@@ -325,15 +343,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
     const auto g = as_row_gather(f.at, volume(src.shape) / unit, leading, unit);
     if (!g || g->row * static_cast<int64_t>(dtype_size(src.dtype)) < kMinRowBytes) continue;
     // source -> [outer, rows, row] -> gather of the rows -> [outer, Q, row] -> the result's shape.
-    const std::string& name = layers[chain.back().layer].name;
     const int64_t q = static_cast<int64_t>(g->indices.size());
-    std::vector<Layer>& now = instead[chain.back().layer];
-    const auto view = [&](TensorId from, const Shape& to, const std::string& n, TensorId out) {
-      ShuffleParams s;
-      s.has_reshape = true;
-      s.reshape = to;
-      now.push_back(Layer{n, s, {from}, {out}});
-    };
     const Shape rows_shape = {g->outer, g->rows, g->row}, gathered_shape = {g->outer, q, g->row};
     const TensorId rows = net.add_tensor(TensorDesc{name + ":rows", src.dtype, rows_shape, {}});
     view(source, rows_shape, name + ":rows", rows);

@@ -38,7 +38,8 @@ int gather_concat_slices(Network& net);
 // A chain of gathers by constant indices and shuffles (each result read by the next alone) that
 // moves whole rows alike in each of a few outer blocks is one gather of rows by constant indices
 // between two views: swin's roll and window partition, and its window merge and roll back
-// (gather_chains.cpp). Gathers by one of `keep` (a refittable plan's weights) stay as they are.
+// (gather_chains.cpp); one that leaves every element in place (a gather by 0, 1, ..., n - 1) is a
+// view. Gathers by one of `keep` (a refittable plan's weights) stay as they are.
 int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
 // Constants of finite values added to a matmul's result on its way to a softmax over the last
 // axis (through views that keep it) become the softmax's additive mask, their sum
