@@ -212,6 +212,50 @@ TEST(Builder, ActivationBehindAReshapeJoinsTheMatMul) {
                             testing::to_doubles(run_engine(net, {in})[0]), 1e-5, 1e-6));
 }
 
+// matmul + bias, a reshape, then the add of a residual of the reshaped shape (GPT-2's attention
+// and MLP projections), in either operand order: the add moves before the reshape, on the
+// residual viewed as the matmul's result, and joins the matmul as its residual. An add that
+// broadcasts its other operand stays after the reshape. Values match the unbuilt network.
+TEST(Builder, ResidualAddBehindAReshapeJoinsTheMatMul) {
+  for (const bool residual_first : {false, true}) {
+    for (const bool broadcast : {false, true}) {
+      SCOPED_TRACE(std::to_string(residual_first) + std::to_string(broadcast));
+      Network net;
+      auto x = net.add_input("x", DataType::kF32, {6, 8});
+      const Shape rshape = broadcast ? Shape{3, 10} : Shape{2, 3, 10};
+      auto res = net.add_input("res", DataType::kF32, rshape);
+      auto w = testing::random_constant(net, "w", {8, 10}, 3);
+      auto b = testing::random_constant(net, "b", {10}, 4);
+      auto mm = net.add("mm", MatMulParams{}, {x, w});
+      auto biased = net.add("bias", ElementwiseParams{BinaryOp::kAdd}, {mm, b});
+      ShuffleParams view;
+      view.has_reshape = true;
+      view.reshape = {2, 3, 10};
+      auto r = net.add("view", view, {biased});
+      auto sum = net.add("residual", ElementwiseParams{BinaryOp::kAdd},
+                         residual_first ? std::vector{res, r} : std::vector{r, res});
+      net.mark_output(sum, "y");
+
+      BuildReport report;
+      Plan plan = build(net, BuilderConfig{}, &report);
+      EXPECT_EQ(report.changes("activations_before_reshapes"), broadcast ? 0 : 1)
+          << report.to_string();
+      int adds = 0, residuals = 0;
+      for (const Layer& l : plan.network.layers()) {
+        adds += std::holds_alternative<ElementwiseParams>(l.params);
+        if (const auto* m = std::get_if<MatMulParams>(&l.params)) residuals += m->post.has_residual;
+      }
+      EXPECT_EQ(residuals, broadcast ? 0 : 1) << report.to_string();
+      EXPECT_EQ(adds, broadcast ? 1 : 0) << report.to_string();
+      EXPECT_EQ(plan.network.tensor(plan.network.outputs()[0]).shape, (Shape{2, 3, 10}));
+      auto in = testing::random_tensor(DataType::kF32, {6, 8}, 5);
+      auto rin = testing::random_tensor(DataType::kF32, rshape, 6);
+      EXPECT_TRUE(testing::near(run_engine(plan.network, {in, rin})[0],
+                                testing::to_doubles(run_engine(net, {in, rin})[0]), 1e-5, 1e-6));
+    }
+  }
+}
+
 // A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,
 // takes it as its bias, and the activation after it too; an add that broadcasts another way, or a
 // convolution's add of [C], stays a layer. Values match the unbuilt network.

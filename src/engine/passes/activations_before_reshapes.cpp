@@ -2,6 +2,12 @@
 // follows its producer directly, where post_ops can take it into a GEMM's epilogue (GPT-2's
 // `addmm(bias, x, w).view(B, L, 4 D)` before gelu_new: matmul, bias add, reshape, activation).
 // Only where the reshape is the activation's only input and each is its input's only reader.
+//
+// So does the add of a tensor of the reshape's own shape (a residual): it adds that tensor viewed
+// as the reshape's input, and the sum is reshaped instead (GPT-2's attention and MLP projections,
+// `addmm(...).view(B, L, D)` then `+ residual`: the residual add joins the GEMM's epilogue instead
+// of running as a kernel of its own, 24 a run). Static shapes only: the residual's view is
+// written out as a shape.
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
 
@@ -13,14 +19,54 @@ int activations_before_reshapes(Network& net) {
   const NetworkIndex index(net, layers);
   // Layers a move rewrote, which the index no longer describes.
   std::vector<bool> moved_here(layers.size(), false);
+  // The residual adds' rewrites: the add's place takes three layers, the reshape goes.
+  std::vector<bool> gone(layers.size(), false);
+  std::vector<std::vector<Layer>> instead(layers.size());
+  const auto view = [](const std::string& name, TensorId from, const Shape& to, TensorId out) {
+    ShuffleParams s;
+    s.has_reshape = true;
+    s.reshape = to;
+    return Layer{name, s, {from}, {out}};
+  };
   for (size_t r = 0; r < layers.size(); ++r) {
     if (moved_here[r]) continue;
     const auto* sh = std::get_if<ShuffleParams>(&layers[r].params);
     if (!sh || shuffle_moves_data(*sh) || layers[r].inputs.size() != 1) continue;
     const TensorId x = layers[r].inputs[0];
     const auto a = index.single_consumer(layers[r].outputs[0]);
-    if (!a || moved_here[*a] || !index.single_consumer(x) ||
-        !std::holds_alternative<ActivationParams>(layers[*a].params) ||
+    if (!a || moved_here[*a] || !index.single_consumer(x)) continue;
+    if (const auto* add = std::get_if<ElementwiseParams>(&layers[*a].params)) {
+      const Layer& sum = layers[*a];
+      const TensorId reshaped = layers[r].outputs[0];
+      if (add->op != BinaryOp::kAdd || sum.inputs.size() != 2 || sum.inputs[0] == sum.inputs[1]) {
+        continue;
+      }
+      const TensorId other = sum.inputs[0] == reshaped ? sum.inputs[1] : sum.inputs[0];
+      // (Copies: adding tensors below may move the network's table of them.)
+      const TensorDesc in = net.tensor(x), mid = net.tensor(reshaped), o = net.tensor(other),
+                       out = net.tensor(sum.outputs[0]);
+      if (!is_static(in.shape) || !is_static(mid.shape) || o.shape != mid.shape ||
+          out.shape != mid.shape || o.dtype != in.dtype || out.dtype != in.dtype ||
+          mid.dtype != in.dtype) {
+        continue;
+      }
+      const std::string& name = sum.name;
+      const TensorId other_view =
+          net.add_tensor(TensorDesc{name + ":residual_view", o.dtype, in.shape, {}});
+      const TensorId added =
+          net.add_tensor(TensorDesc{name + ":before_reshape", out.dtype, in.shape, {}});
+      Layer before = sum;
+      before.inputs =
+          sum.inputs[0] == reshaped ? std::vector{x, other_view} : std::vector{other_view, x};
+      before.outputs = {added};
+      instead[*a] = {view(name + ":residual_view", other, in.shape, other_view), before,
+                     view(layers[r].name, added, mid.shape, sum.outputs[0])};
+      gone[r] = true;
+      moved_here[r] = moved_here[*a] = true;
+      ++moved;
+      continue;
+    }
+    if (!std::holds_alternative<ActivationParams>(layers[*a].params) ||
         layers[*a].inputs.size() != 1) {
       continue;
     }
@@ -41,7 +87,7 @@ int activations_before_reshapes(Network& net) {
     moved_here[r] = moved_here[*a] = true;
     ++moved;
   }
-  net.set_layers(std::move(layers));
+  splice_layers(net, std::move(layers), gone, std::move(instead));
   return moved;
 }
 

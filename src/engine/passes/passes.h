@@ -45,7 +45,9 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
 // axis (through views that keep it) become the softmax's additive mask, their sum
 // (softmax_biases.cpp): swin's relative position bias and shifted-window mask.
 int fold_softmax_biases(Network& net);
-// An activation after a reshape (each the other's only link) runs before it.
+// An activation after a reshape (each the other's only link) runs before it, and so does the add
+// of a tensor of the reshape's static shape (a residual), on that tensor viewed as the reshape's
+// input: both then follow a GEMM directly, for post_ops.
 int activations_before_reshapes(Network& net);
 // A last-two-dims transpose feeding a matmul becomes the matmul's transpose flag.
 int fold_matmul_transposes(Network& net);
