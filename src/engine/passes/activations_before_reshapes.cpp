@@ -6,12 +6,38 @@
 // So does the add of a tensor of the reshape's own shape (a residual): it adds that tensor viewed
 // as the reshape's input, and the sum is reshaped instead (GPT-2's attention and MLP projections,
 // `addmm(...).view(B, L, D)` then `+ residual`: the residual add joins the GEMM's epilogue instead
-// of running as a kernel of its own, 24 a run). Static shapes only: the residual's view is
-// written out as a shape.
+// of running as a kernel of its own, 24 a run). Only behind a GEMM's result (anything else gains
+// nothing), and static shapes only: the residual's view is written out as a shape.
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
 
 namespace kiln::engine {
+namespace {
+
+// Whether `x` is what post_ops can give a residual: a matmul's or convolution's result, or a
+// matmul's plus a vector (the bias it takes too).
+bool gemm_result(const Network& net, const std::vector<Layer>& layers, const NetworkIndex& index,
+                 TensorId x) {
+  const auto p = index.producer(x);
+  if (!p) return false;
+  const Layer& l = layers[*p];
+  if (std::holds_alternative<MatMulParams>(l.params) ||
+      std::holds_alternative<ConvolutionParams>(l.params)) {
+    return true;
+  }
+  const auto* add = std::get_if<ElementwiseParams>(&l.params);
+  if (!add || add->op != BinaryOp::kAdd || l.inputs.size() != 2) return false;
+  for (size_t i = 0; i < 2; ++i) {
+    const auto q = index.producer(l.inputs[i]);
+    if (q && std::holds_alternative<MatMulParams>(layers[*q].params) &&
+        index.single_consumer(l.inputs[i]) && net.tensor(l.inputs[1 - i]).shape.size() == 1) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 int activations_before_reshapes(Network& net) {
   int moved = 0;
@@ -38,7 +64,8 @@ int activations_before_reshapes(Network& net) {
     if (const auto* add = std::get_if<ElementwiseParams>(&layers[*a].params)) {
       const Layer& sum = layers[*a];
       const TensorId reshaped = layers[r].outputs[0];
-      if (add->op != BinaryOp::kAdd || sum.inputs.size() != 2 || sum.inputs[0] == sum.inputs[1]) {
+      if (add->op != BinaryOp::kAdd || sum.inputs.size() != 2 || sum.inputs[0] == sum.inputs[1] ||
+          !gemm_result(net, layers, index, x)) {
         continue;
       }
       const TensorId other = sum.inputs[0] == reshaped ? sum.inputs[1] : sum.inputs[0];
