@@ -259,6 +259,115 @@ TEST(Builder, ResidualAddBehindAReshapeJoinsTheMatMul) {
   }
 }
 
+// A layer scale (`gamma * linear(x)`, ConvNeXt's and CaiT's; a convolution's per-channel [C, 1, 1]
+// product alike) becomes the weights and bias scaled, and the residual add after it joins the
+// GEMM; a product by a full-shape constant, or by a constant that the layer's weights do not
+// carry per output channel, stays a layer. Values match the unbuilt network.
+TEST(Builder, LayerScalesBecomeTheirGemmsWeights) {
+  struct Case {
+    const char* name;
+    bool conv, transpose_b, per_channel;
+  };
+  for (const Case& c :
+       {Case{"matmul [N, K]", false, true, true}, Case{"matmul [K, N]", false, false, true},
+        Case{"conv", true, false, true}, Case{"full-shape constant", false, true, false}}) {
+    SCOPED_TRACE(c.name);
+    Network net;
+    TensorId in, y, residual;
+    Shape in_shape, out_shape;
+    if (c.conv) {
+      in_shape = {2, 3, 6, 6}, out_shape = {2, 4, 6, 6};
+      in = net.add_input("x", DataType::kF32, in_shape);
+      residual = net.add_input("r", DataType::kF32, out_shape);
+      ConvolutionParams cp;
+      cp.strides = {1, 1}, cp.padding_begin = cp.padding_end = {1, 1}, cp.dilations = {1, 1};
+      cp.post.has_bias = true;
+      y = net.add("conv", cp,
+                  {in, testing::random_constant(net, "w", {4, 3, 3, 3}, 11),
+                   testing::random_constant(net, "b", {4}, 12)});
+    } else {
+      in_shape = {2, 5, 8}, out_shape = {2, 5, 6};
+      in = net.add_input("x", DataType::kF32, in_shape);
+      residual = net.add_input("r", DataType::kF32, out_shape);
+      MatMulParams mp;
+      mp.transpose_b = c.transpose_b;
+      mp.post.has_bias = true;
+      const Shape w_shape = c.transpose_b ? Shape{6, 8} : Shape{8, 6};
+      y = net.add("linear", mp,
+                  {in, testing::random_constant(net, "w", w_shape, 11),
+                   testing::random_constant(net, "b", {6}, 12)});
+    }
+    const Shape g_shape = !c.per_channel ? out_shape : c.conv ? Shape{4, 1, 1} : Shape{6};
+    auto gamma = testing::random_constant(net, "gamma", g_shape, 13);
+    auto scaled = net.add("scale", ElementwiseParams{BinaryOp::kMul}, {gamma, y});
+    net.mark_output(net.add("residual", ElementwiseParams{BinaryOp::kAdd}, {scaled, residual}),
+                    "out");
+    BuilderConfig config;  // (channels-first: no layout transposes between the conv and the add)
+    apply_switch(config, "conv_layout=channels_first");
+    BuildReport report;
+    Plan plan = build(net, config, &report);
+    EXPECT_EQ(report.changes("scale_into_weights"), c.per_channel ? 1 : 0) << report.to_string();
+    int elementwise = 0, residuals = 0;
+    for (const Layer& l : plan.network.layers()) {
+      elementwise += std::holds_alternative<ElementwiseParams>(l.params) ||
+                     std::holds_alternative<FusedElementwiseParams>(l.params);
+      if (const auto* m = std::get_if<MatMulParams>(&l.params)) residuals += m->post.has_residual;
+      if (const auto* v = std::get_if<ConvolutionParams>(&l.params)) {
+        residuals += v->post.has_residual;
+      }
+    }
+    EXPECT_EQ(elementwise, c.per_channel ? 0 : 1) << report.to_string();
+    EXPECT_EQ(residuals, c.per_channel ? 1 : 0) << report.to_string();
+    const HostTensor x = testing::random_tensor(DataType::kF32, in_shape, 14);
+    const HostTensor r = testing::random_tensor(DataType::kF32, out_shape, 15);
+    EXPECT_TRUE(testing::near(run_engine(plan.network, {x, r})[0],
+                              testing::to_doubles(run_engine(net, {x, r})[0]), 1e-5, 1e-6));
+  }
+}
+
+// A product of two GEMMs' results of dynamic shape (SwiGLU's up and gate) is no layer scale: the
+// network builds as it is (it once asked the volume of the dynamic operand's shape).
+TEST(Builder, ProductsOfDynamicGemmResultsAreNoLayerScales) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 8}, Profile{{1, 8}, {4, 8}, {8, 8}});
+  MatMulParams mp;
+  mp.transpose_b = true;
+  auto up = net.add("up", mp, {x, testing::random_constant(net, "wu", {6, 8}, 31)});
+  auto gate = net.add("gate", mp, {x, testing::random_constant(net, "wg", {6, 8}, 32)});
+  net.mark_output(net.add("glu", ElementwiseParams{BinaryOp::kMul}, {up, gate}), "y");
+  BuildReport report;
+  Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("scale_into_weights"), 0) << report.to_string();
+  const HostTensor in = testing::random_tensor(DataType::kF32, {3, 8}, 33);
+  EXPECT_TRUE(testing::near(run_engine(plan.network, {in})[0],
+                            testing::to_doubles(run_engine(net, {in})[0]), 1e-5, 1e-6));
+}
+
+// In f16 the scaled weights are rounded once more: a scale that would leave a nonzero scaled weight
+// below f16's smallest normal number (ConvNeXt's 1e-6 at initialization) stays a product after the
+// GEMM; one of 0.5 is folded. A cuda plan built for sm_90 without a device.
+TEST(Builder, LayerScalesFoldIntoF16WeightsOnlyWhereTheyStayNormal) {
+  if (!cuda::built()) GTEST_SKIP() << "this build has no CUDA backend";
+  for (const float value : {0.5f, 1e-6f}) {
+    SCOPED_TRACE(value);
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {4, 64});
+    MatMulParams mp;
+    mp.transpose_b = true;
+    auto y = net.add("linear", mp, {x, testing::random_constant(net, "w", {32, 64}, 21)});
+    auto gamma =
+        net.add_constant("gamma", Weights::from_floats({32}, std::vector<float>(32, value)));
+    net.mark_output(net.add("scale", ElementwiseParams{BinaryOp::kMul}, {y, gamma}), "y");
+    BuilderConfig config;
+    config.device = "cuda";
+    config.enabled_precisions = {DataType::kF16, DataType::kF32};
+    apply_switch(config, "cuda_arch=90");
+    BuildReport report;
+    build(net, config, &report);
+    EXPECT_EQ(report.changes("scale_into_weights"), value == 0.5f ? 1 : 0) << report.to_string();
+  }
+}
+
 // A matmul followed by the add of an [N] vector (torch.addmm, `x @ w + b`), either operand order,
 // takes it as its bias, and the activation after it too; an add that broadcasts another way, or a
 // convolution's add of [C], stays a layer. Values match the unbuilt network.

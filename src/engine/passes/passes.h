@@ -45,6 +45,11 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
 // axis (through views that keep it) become the softmax's additive mask, their sum
 // (softmax_biases.cpp): swin's relative position bias and shifted-window mask.
 int fold_softmax_biases(Network& net);
+// A product by constant per-output-channel values right after a matmul or convolution with
+// constant weights (a layer scale) becomes its weights and bias scaled, where in f16/bf16 every
+// scaled value stays a normal number (scale_into_weights.cpp). Weights in `keep` (a refittable
+// plan's) stay as they are.
+int fold_scales_into_weights(Network& net, const std::set<std::string>& keep = {});
 // An activation after a reshape (each the other's only link) runs before it, and so does the add
 // of a tensor of the reshape's static shape (a residual), on that tensor viewed as the reshape's
 // input: both then follow a GEMM directly, for post_ops.

@@ -212,6 +212,12 @@ std::vector<Pass> make_pipeline() {
   p.push_back({"gather_chains", nullptr, [](Network& n, const PassContext& c) {
                  return fold_gather_chains(n, c.refit_weights);
                }});
+  // After folding and the shuffle chains (a layer scale after a permute back meets its GEMM by
+  // then), before the post-ops (the residual add after the scale then joins the GEMM) and the
+  // elementwise fusion (which would take the multiply).
+  p.push_back({"scale_into_weights", nullptr, [](Network& n, const PassContext& c) {
+                 return fold_scales_into_weights(n, c.refit_weights);
+               }});
   // So that an activation behind a reshape meets the GEMM before it in post_ops.
   p.push_back({"activations_before_reshapes", nullptr,
                [](Network& n, const PassContext&) { return activations_before_reshapes(n); }});
