@@ -161,7 +161,9 @@ def load_case(name, args):
     return device, dtype, case, model_name, model.eval(), make_input
 
 
-def bench_model(name, args, rows):
+def bench_model(name, args, rows, save):
+    """One model's rows against the peers. `save(partial_rows)` is called after each backend, so a
+    run cut short by a time limit keeps the columns it finished."""
     device, dtype, case, model_name, model, make_input = load_case(name, args)
     points = {p: inputs_at(name, model, make_input, p) for p in case["points"]}
     opt_args = inputs_at(name, model, make_input, opt_point(case))
@@ -204,6 +206,7 @@ def bench_model(name, args, rows):
             for p in points:
                 rows_of[p]["kiln-dynamic error"] = str(e).strip().splitlines()[0][:160]
             traceback.print_exc()
+        save(list(rows_of.values()))
         # kiln static: exported and compiled at each shape.
         for p, x in points.items():
             try:
@@ -216,6 +219,7 @@ def bench_model(name, args, rows):
             except Exception as e:
                 rows_of[p]["kiln-static error"] = str(e).strip().splitlines()[0][:160]
                 traceback.print_exc()
+        save(list(rows_of.values()))
         # torch.compile with dynamic shapes, compiled once, called at every shape.
         if device == "cuda":
             for peer, options in PEERS.items():
@@ -232,6 +236,7 @@ def bench_model(name, args, rows):
                         continue
                     record(peer, p, fn, call_args, first)
                 del fn
+                save(list(rows_of.values()))
                 torch.cuda.empty_cache()
     for p in case["points"]:
         rows.append(rows_of[p])
@@ -378,23 +383,26 @@ def main():
         print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows, interleaved_rows = [], []
     os.makedirs(args.out, exist_ok=True)
-    for name in args.models.split(","):
-        if not args.interleave_only:
-            bench_model(name, args, rows)
-        if args.interleave > 0:
-            interleaved(name, args, interleaved_rows)
-        # The table so far after every model: a run cut short keeps the models it finished.
-        text = table(rows)
+
+    def save(partial=()):
+        """The table so far (and a model's partial rows): a run cut short keeps what it did."""
+        text = table(rows + list(partial))
         if interleaved_rows:
             text += ("\n\nInterleaved calls (host wall ms, synchronized) of a new dynamic engine "
                      "at the shapes that are no profile point, in turn:\n\n"
                      + interleaved_table(interleaved_rows))
-        print(text, flush=True)
         with open(os.path.join(args.out, "dynamic.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(rows + list(partial), f, indent=1)
         with open(os.path.join(args.out, "dynamic.md"), "w") as f:
             f.write(text + "\n")
+        return text
 
+    for name in args.models.split(","):
+        if not args.interleave_only:
+            bench_model(name, args, rows, save)
+        if args.interleave > 0:
+            interleaved(name, args, interleaved_rows)
+        print(save(), flush=True)
 
 if __name__ == "__main__":
     main()
