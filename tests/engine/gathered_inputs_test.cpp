@@ -94,6 +94,81 @@ TEST(GatheredInputs, GathersThePassLeaves) {
   }
 }
 
+// A lone add (no fused layer around it) reading a gather behind a view, as Swin's window reverse
+// after a shifted window's attention: `residual + rows.gather(1, roll).view(B, H, W, C)`. The add
+// becomes a fused layer that runs at the gather's shape, the residual and the sum viewed; the
+// same without the view, and a lone unary layer. Values against the unbuilt network.
+TEST(GatheredInputs, LoneLayersTakeGathersBehindViews) {
+  struct Case {
+    bool view, unary;
+  };
+  for (const Case& c : {Case{true, false}, Case{false, false}, Case{true, true}}) {
+    SCOPED_TRACE(std::to_string(c.view) + std::to_string(c.unary));
+    Network net;
+    const Shape rows = {2, 12, 5}, image = {2, 3, 4, 5};
+    auto x = net.add_input("rows", DataType::kF32, rows);
+    auto residual = net.add_input("residual", DataType::kF32, c.view ? image : rows);
+    std::vector<int64_t> roll;
+    for (int64_t i = 0; i < 12; ++i) roll.push_back((i + 5) % 12);
+    auto idx = net.add_constant("idx", Weights::from_ints({12}, roll));
+    auto g = net.add("gather", GatherParams{GatherMode::kDefault, 1}, {x, idx});
+    if (c.view) {
+      ShuffleParams v;
+      v.has_reshape = true;
+      v.reshape = image;
+      g = net.add("view", v, {g});
+    }
+    auto y = c.unary ? net.add("neg", UnaryParams{UnaryOp::kNeg}, {g})
+                     : net.add("add", ElementwiseParams{BinaryOp::kAdd}, {residual, g});
+    net.mark_output(y, "y");
+
+    Network folded = net;
+    EXPECT_EQ(fold_gathers_into_elementwise(folded), 1);
+    verify_network(folded, "folded", VerifyFailure::kCorrupt);
+    int gathers = 0, fused = 0, moving = 0;
+    for (const Layer& l : folded.layers()) {
+      gathers += std::holds_alternative<GatherParams>(l.params);
+      if (const auto* s = std::get_if<ShuffleParams>(&l.params)) moving += shuffle_moves_data(*s);
+      if (const auto* f = std::get_if<FusedElementwiseParams>(&l.params)) {
+        ++fused;
+        const int64_t reg = c.unary ? 0 : 1;
+        EXPECT_EQ(f->gathers, (std::vector<int64_t>{reg, 1, 1}));
+        EXPECT_EQ(l.inputs[static_cast<size_t>(reg)], x);
+        EXPECT_EQ(folded.tensor(l.outputs[0]).shape, rows);
+      }
+    }
+    EXPECT_EQ(gathers, 0);
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(moving, 0);
+    EXPECT_EQ(folded.tensor(folded.outputs()[0]).shape, c.view ? image : rows);
+    const std::vector<HostTensor> in = {
+        testing::random_tensor(DataType::kF32, rows, 73),
+        testing::random_tensor(DataType::kF32, c.view ? image : rows, 74)};
+    EXPECT_TRUE(testing::near(run_engine(folded, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
+// Behind a view, the reader must have one shape throughout: an add that broadcasts a bias over
+// the viewed gather stays as it is (its layers untouched, no fused layer made).
+TEST(GatheredInputs, ViewedGathersNeedReadersOfOneShape) {
+  Network net;
+  auto x = net.add_input("rows", DataType::kF32, {2, 12, 5});
+  auto bias = net.add_input("bias", DataType::kF32, {5});
+  auto idx = net.add_constant("idx", Weights::from_ints({12}, {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  ShuffleParams v;
+  v.has_reshape = true;
+  v.reshape = {2, 3, 4, 5};
+  auto g = net.add("view", v, {net.add("gather", GatherParams{GatherMode::kDefault, 1}, {x, idx})});
+  net.mark_output(net.add("add", ElementwiseParams{BinaryOp::kAdd}, {g, bias}), "y");
+  const size_t before = net.layers().size();
+  EXPECT_EQ(fold_gathers_into_elementwise(net), 0);
+  EXPECT_EQ(net.layers().size(), before);
+  for (const Layer& l : net.layers()) {
+    EXPECT_FALSE(std::holds_alternative<FusedElementwiseParams>(l.params)) << l.name;
+  }
+}
+
 // A fused layer with a gathered input, written by hand as a plan could hold it, against the
 // verifier (kCorrupt: what loading a plan runs): indices that are no constant, outside the axis,
 // or not in the runs the layer claims are refused, naming the layer.
