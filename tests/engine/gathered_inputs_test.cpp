@@ -169,6 +169,74 @@ TEST(GatheredInputs, ViewedGathersNeedReadersOfOneShape) {
   }
 }
 
+// A shuffle that moves whole rows is a gather of rows: Swin's window reverse without a shift,
+// windows [B, 2, 2, 3, 3, C] permuted (0, 1, 3, 2, 4, 5) and viewed as the image [B, 6, 6, C] in
+// two views, then the residual add: one fused layer reading the windows' rows at the indices, at
+// [rows, C]. Also a permute of the leading dims read by a fused chain (exp then mul), and f16.
+// Rows of under 16 bytes stay a shuffle. Values against the unbuilt network.
+TEST(GatheredInputs, ShufflesOfWholeRowsAreGathers) {
+  struct Case {
+    Shape windows;
+    std::vector<int64_t> perm;
+    Shape image;
+    DataType dtype;
+    bool chain;
+    bool folds;
+  };
+  for (const Case& c :
+       {Case{{2, 2, 2, 3, 3, 8}, {0, 1, 3, 2, 4, 5}, {2, 6, 6, 8}, DataType::kF32, false, true},
+        Case{{3, 4, 8}, {1, 0, 2}, {4, 3, 8}, DataType::kF32, true, true},
+        Case{{2, 2, 2, 3, 3, 8}, {0, 1, 3, 2, 4, 5}, {2, 6, 6, 8}, DataType::kF16, true, true},
+        Case{{3, 4, 2}, {1, 0, 2}, {4, 3, 2}, DataType::kF32, false, false}}) {
+    SCOPED_TRACE(shape_to_string(c.windows) + (c.chain ? " chain" : ""));
+    Network net;
+    auto x = net.add_input("windows", c.dtype, c.windows);
+    auto residual = net.add_input("residual", c.dtype, c.image);
+    Shape permuted;
+    for (int64_t p : c.perm) permuted.push_back(c.windows[static_cast<size_t>(p)]);
+    auto moved = net.add("permute", ShuffleParams{c.perm, false, {}, {}}, {x});
+    ShuffleParams v1;
+    v1.has_reshape = true;
+    v1.reshape = {volume(c.image) / c.image.back(), c.image.back()};
+    ShuffleParams v2;
+    v2.has_reshape = true;
+    v2.reshape = c.image;
+    auto image = net.add("view2", v2, {net.add("view1", v1, {moved})});
+    TensorId y;
+    if (c.chain) {
+      y = net.add("mul", ElementwiseParams{BinaryOp::kMul},
+                  {net.add("exp", UnaryParams{UnaryOp::kExp}, {image}), residual});
+      std::vector<std::string> lines;
+      ASSERT_EQ(fuse_elementwise(net, lines), 1);
+    } else {
+      y = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {residual, image});
+    }
+    net.mark_output(y, "y");
+
+    Network folded = net;
+    EXPECT_EQ(fold_gathers_into_elementwise(folded), c.folds ? 1 : 0);
+    verify_network(folded, "folded", VerifyFailure::kCorrupt);
+    int moving = 0, fused = 0;
+    for (const Layer& l : folded.layers()) {
+      if (const auto* s = std::get_if<ShuffleParams>(&l.params)) moving += shuffle_moves_data(*s);
+      if (const auto* f = std::get_if<FusedElementwiseParams>(&l.params)) {
+        ++fused;
+        ASSERT_EQ(f->gathers.size(), 3u);
+        EXPECT_EQ(f->gathers[1], 0);  // the rows' axis
+        EXPECT_EQ(folded.tensor(l.outputs[0]).shape,
+                  (Shape{volume(c.image) / c.image.back(), c.image.back()}));
+      }
+    }
+    EXPECT_EQ(moving, c.folds ? 0 : 1);
+    EXPECT_EQ(fused, c.folds ? 1 : (c.chain ? 1 : 0));
+    EXPECT_EQ(folded.tensor(folded.outputs()[0]).shape, c.image);
+    const std::vector<HostTensor> in = {testing::random_tensor(c.dtype, c.windows, 75),
+                                        testing::random_tensor(c.dtype, c.image, 76)};
+    EXPECT_TRUE(testing::near(run_engine(folded, in)[0],
+                              testing::to_doubles(run_engine(net, in)[0]), 0, 0));
+  }
+}
+
 // A fused layer with a gathered input, written by hand as a plan could hold it, against the
 // verifier (kCorrupt: what loading a plan runs): indices that are no constant, outside the axis,
 // or not in the runs the layer claims are refused, naming the layer.

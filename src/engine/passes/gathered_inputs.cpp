@@ -12,6 +12,8 @@
 // then the residual add: one kernel instead of two.
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/layers/elementwise_rules.h"
 #include "engine/passes/network_index.h"
@@ -36,31 +38,106 @@ int64_t aligned_run(const std::vector<int32_t>& idx, int64_t d) {
   return 1;
 }
 
-// A gather that layer `reader` could read in place through its input `in`: the gather (by
-// constant 1-D integer indices in range, of a static float source) and the view between them, if
-// any. Each is its input's only reader.
+// `a`, an array of `shape`, permuted (dim k of the result is dim perm[k] of `a`; identity when
+// empty).
+std::vector<int32_t> permuted(const std::vector<int32_t>& a, const Shape& shape,
+                              const std::vector<int64_t>& perm) {
+  if (perm.empty()) return a;
+  const size_t n = shape.size();
+  std::vector<int64_t> strides(n, 1);
+  for (size_t k = n; k-- > 1;) strides[k - 1] = strides[k] * shape[k];
+  std::vector<int64_t> dims(n), from(n);
+  for (size_t k = 0; k < n; ++k) {
+    dims[k] = shape[static_cast<size_t>(perm[k])];
+    from[k] = strides[static_cast<size_t>(perm[k])];
+  }
+  std::vector<int32_t> out(a.size());
+  std::vector<int64_t> at(n, 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t src = 0;
+    for (size_t k = 0; k < n; ++k) src += at[k] * from[k];
+    out[i] = a[static_cast<size_t>(src)];
+    for (size_t k = n; k-- > 0;) {
+      if (++at[k] < dims[k]) break;
+      at[k] = 0;
+    }
+  }
+  return out;
+}
+
+// The rows of shuffle `l` (moves_rows) as a gather: output row r is input row indices[r], rows
+// counted over all dims but the last.
+std::vector<int32_t> row_indices(const Network& net, const Layer& l) {
+  const auto& s = std::get<ShuffleParams>(l.params);
+  const Shape& in = net.tensor(l.inputs[0]).shape;
+  const Shape& out = net.tensor(l.outputs[0]).shape;
+  const Shape in_rows(in.begin(), in.end() - 1), out_rows(out.begin(), out.end() - 1);
+  std::vector<int32_t> rows(static_cast<size_t>(volume(in_rows)));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  const auto leading = [](const std::vector<int64_t>& perm) {
+    return perm.empty() ? perm : std::vector<int64_t>(perm.begin(), perm.end() - 1);
+  };
+  rows = permuted(rows, in_rows, leading(s.first_perm));
+  // The reshape's rows: those of the output before its second permutation.
+  const std::vector<int64_t> second = leading(s.second_perm);
+  Shape reshaped = out_rows;
+  for (size_t k = 0; k < second.size(); ++k) {
+    reshaped[static_cast<size_t>(second[k])] = out_rows[k];
+  }
+  return permuted(rows, reshaped, second);
+}
+
+// What layer `reader` could read in place through its input `in` (each layer on the way its
+// input's only reader): a gather by constant 1-D integer indices in range, or a shuffle that
+// moves whole rows (a gather of rows), of a static float source; views may come between.
 struct FoldableGather {
-  size_t gather;
-  std::optional<size_t> view;
-  int64_t axis;
+  std::vector<size_t> layers;  // what goes: the gather or shuffle and the views after it
+  TensorId source;             // read at the indices
+  std::optional<Shape> rows;   // the source viewed as [rows, row] first (a row shuffle's)
+  Shape at;                    // the gathered tensor's shape, at which the reader then runs
+  int64_t axis = 0;
   std::vector<int32_t> indices;
+  std::optional<size_t> index_constant;  // the gather's index list, if no one else reads it
 };
 
 std::optional<FoldableGather> foldable_gather(const Network& net, const std::vector<Layer>& layers,
                                               const NetworkIndex& index,
                                               const std::vector<bool>& gone, TensorId in,
                                               size_t reader) {
-  auto p = index.producer(in);
-  if (!p || gone[*p] || index.single_consumer(in) != reader) return std::nullopt;
-  std::optional<size_t> view;
-  if (const auto* sh = std::get_if<ShuffleParams>(&layers[*p].params)) {
-    const Layer& v = layers[*p];
-    if (shuffle_moves_data(*sh) || v.inputs.size() != 1) return std::nullopt;
-    view = *p;
-    p = index.producer(v.inputs[0]);
-    if (!p || gone[*p] || index.single_consumer(v.inputs[0]) != *view) return std::nullopt;
+  FoldableGather fg;
+  size_t consumer = reader;
+  for (int depth = 0;; ++depth) {
+    const auto p = index.producer(in);
+    if (!p || gone[*p] || index.single_consumer(in) != consumer || depth > 16) {
+      return std::nullopt;
+    }
+    const Layer& l = layers[*p];
+    const auto* sh = std::get_if<ShuffleParams>(&l.params);
+    if (!sh || shuffle_moves_data(*sh) || l.inputs.size() != 1) break;
+    fg.layers.push_back(*p);  // a view
+    in = l.inputs[0];
+    consumer = *p;
   }
-  const Layer& g = layers[*p];
+  const size_t p = *index.producer(in);
+  const Layer& g = layers[p];
+  fg.layers.push_back(p);
+  fg.at = net.tensor(g.outputs[0]).shape;
+  if (std::holds_alternative<ShuffleParams>(g.params)) {
+    const TensorDesc& data = net.tensor(g.inputs[0]);
+    if (!moves_rows(g, net) || !is_floating(data.dtype)) return std::nullopt;
+    fg.source = g.inputs[0];
+    fg.rows = Shape{volume(data.shape) / data.shape.back(), data.shape.back()};
+    // Rows of 16 bytes or more (an index a row is then at most a quarter of what is read), and
+    // an index list of at most 16 MB.
+    if (data.shape.back() * static_cast<int64_t>(dtype_size(data.dtype)) < 16 ||
+        volume(*fg.rows) > (int64_t{1} << 22)) {
+      return std::nullopt;
+    }
+    fg.indices = row_indices(net, g);
+    fg.at = {static_cast<int64_t>(fg.indices.size()), data.shape.back()};
+    if (fg.indices.size() < 2) return std::nullopt;
+    return fg;
+  }
   const auto* gp = std::get_if<GatherParams>(&g.params);
   if (!gp || gp->mode != GatherMode::kDefault || g.inputs.size() != 2) return std::nullopt;
   const auto ip = index.producer(g.inputs[1]);
@@ -68,7 +145,8 @@ std::optional<FoldableGather> foldable_gather(const Network& net, const std::vec
   const TensorDesc& data = net.tensor(g.inputs[0]);
   const int64_t rank = static_cast<int64_t>(data.shape.size());
   const int64_t axis = gp->axis < 0 ? gp->axis + rank : gp->axis;
-  if (!c || !is_floating(data.dtype) || axis < 0 || axis >= rank || !is_static(data.shape)) {
+  if (!c || !is_floating(data.dtype) || axis < 0 || axis >= rank || !is_static(data.shape) ||
+      !is_static(fg.at)) {
     return std::nullopt;
   }
   const Weights& w = net.weight(c->weight);
@@ -76,14 +154,16 @@ std::optional<FoldableGather> foldable_gather(const Network& net, const std::vec
   // 1-D integer indices of at least two (a gathered dim of size 1 is merged away by the
   // kernels' dims), in range after wrapping.
   if (!w.data || w.shape.size() != 1 || n < 2 || !is_integer(w.dtype)) return std::nullopt;
-  std::vector<int32_t> idx;
   for (int64_t k = 0; k < n; ++k) {
     int64_t v = load_as<int64_t>(w.dtype, w.data->data(), k);
     if (v < 0) v += d;
     if (v < 0 || v >= d) return std::nullopt;
-    idx.push_back(static_cast<int32_t>(v));
+    fg.indices.push_back(static_cast<int32_t>(v));
   }
-  return FoldableGather{*p, view, axis, std::move(idx)};
+  fg.source = g.inputs[0];
+  fg.axis = axis;
+  if (index.single_consumer(g.inputs[1]) == p) fg.index_constant = *ip;
+  return fg;
 }
 
 // Whether every input of layer `l` and its result have one static shape (no broadcast), so
@@ -131,24 +211,40 @@ int fold_gathers_into_elementwise(Network& net, int max_inputs) {
   std::vector<bool> gone(layers.size(), false);
   // Index constants and views of the inputs, placed before a layer; views of results, after.
   std::vector<std::vector<Layer>> before(layers.size()), after(layers.size());
+  // Whether reader `l` can take `fg` in: where it must run at another shape, only if it has one
+  // shape throughout and no gathered input yet (whose axes are of its shape).
+  const auto takes = [&](const Layer& l, const FoldableGather& fg) {
+    if (fg.layers.size() == 1 && !fg.rows) return true;  // a gather read as it is
+    if (fg.at == net.tensor(l.outputs[0]).shape) return true;
+    const auto* f = std::get_if<FusedElementwiseParams>(&l.params);
+    return (!f || f->gathers.empty()) && of_one_shape(net, l) &&
+           volume(fg.at) == volume(net.tensor(l.outputs[0]).shape);
+  };
+  const auto view = [&](const std::string& name, TensorId from, TensorId to) {
+    ShuffleParams s;
+    s.has_reshape = true;
+    s.reshape = net.tensor(to).shape;
+    return Layer{name, s, {from}, {to}};
+  };
   int folded = 0;
   for (size_t f = 0; f < layers.size(); ++f) {
-    const bool lone = !std::holds_alternative<FusedElementwiseParams>(layers[f].params);
-    if (lone) {
+    if (!std::holds_alternative<FusedElementwiseParams>(layers[f].params)) {
       const Layer& l = layers[f];
-      if (!fusible_elementwise(net, l) || l.inputs.empty() || l.inputs.size() > 2) continue;
+      if (!fusible_elementwise(net, l) || l.inputs.empty() || l.inputs.size() > 2 ||
+          (max_inputs > 0 && max_inputs <= static_cast<int>(l.inputs.size()))) {
+        continue;
+      }
       bool any = false;
       for (TensorId in : l.inputs) {
         const auto fg = foldable_gather(net, layers, index, gone, in, f);
-        any = any || (fg && (!fg->view || of_one_shape(net, l)));
+        any = any || (fg && takes(l, *fg));
       }
-      if (!any || (max_inputs > 0 && max_inputs <= static_cast<int>(l.inputs.size()))) continue;
+      if (!any) continue;
       layers[f] = as_fused(l);
     }
     auto* fused = std::get_if<FusedElementwiseParams>(&layers[f].params);
     const size_t regs = fused_registers(layers[f].name, *fused, layers[f].inputs.size());
-    bool reshaped = false;  // the layer now runs at a gather's shape
-    for (size_t j = 0; j < regs && !reshaped; ++j) {
+    for (size_t j = 0; j < regs; ++j) {
       if (max_inputs > 0 && static_cast<int>(layers[f].inputs.size()) >= max_inputs) break;
       bool gathered = false;
       for (size_t k = 0; k < fused->gathers.size(); k += 3) {
@@ -156,57 +252,48 @@ int fold_gathers_into_elementwise(Network& net, int max_inputs) {
       }
       if (gathered) continue;
       const auto fg = foldable_gather(net, layers, index, gone, layers[f].inputs[j], f);
-      if (!fg) continue;
-      const Layer& g = layers[fg->gather];
-      if (fg->view) {
-        // The layer runs at the gather's shape: only where nothing else was gathered (whose
-        // axes are of the layer's shape) and every tensor of it has one shape.
-        if (!fused->gathers.empty() || !of_one_shape(net, layers[f])) continue;
-        const Shape at = net.tensor(g.outputs[0]).shape;
-        if (!is_static(at)) continue;
-        const auto view = [&](const std::string& name, TensorId from, TensorId to) {
-          ShuffleParams s;
-          s.has_reshape = true;
-          s.reshape = net.tensor(to).shape;
-          return Layer{name, s, {from}, {to}};
-        };
-        Layer& l = layers[f];
+      if (!fg || !takes(layers[f], *fg)) continue;
+      Layer& l = layers[f];
+      if ((fg->layers.size() > 1 || fg->rows) && fg->at != net.tensor(l.outputs[0]).shape) {
+        // The reader runs at the gathered shape: its other inputs and its result viewed.
         for (size_t k = 0; k < l.inputs.size(); ++k) {
           if (k == j) continue;
           const TensorDesc d = net.tensor(l.inputs[k]);
           const std::string name = l.name + ":input" + std::to_string(k) + ":viewed";
-          const TensorId v = net.add_tensor(TensorDesc{name, d.dtype, at, {}});
+          const TensorId v = net.add_tensor(TensorDesc{name, d.dtype, fg->at, {}});
           before[f].push_back(view(name, l.inputs[k], v));
-          for (size_t m = k + 1; m < l.inputs.size(); ++m) {
-            if (l.inputs[m] == l.inputs[k] && m != j) l.inputs[m] = v;
-          }
           l.inputs[k] = v;
         }
         const TensorDesc o = net.tensor(l.outputs[0]);
-        const std::string name = l.name + ":at_gather";
-        const TensorId r = net.add_tensor(TensorDesc{name, o.dtype, at, {}});
+        const TensorId r = net.add_tensor(TensorDesc{l.name + ":at_gather", o.dtype, fg->at, {}});
         after[f].push_back(view(l.name + ":viewed", r, l.outputs[0]));
         l.outputs[0] = r;
-        gone[*fg->view] = true;
-        fused->fused_layers.push_back(layers[*fg->view].name);
-        reshaped = true;
       }
+      TensorId source = fg->source;
+      if (fg->rows) {
+        const TensorDesc d = net.tensor(source);
+        const std::string name = layers[fg->layers.back()].name + ":rows";
+        source = net.add_tensor(TensorDesc{name, d.dtype, *fg->rows, {}});
+        before[f].push_back(view(name, fg->source, source));
+      }
+      const Layer& g = layers[fg->layers.back()];
       const int64_t n = static_cast<int64_t>(fg->indices.size());
-      const int64_t d = net.tensor(g.inputs[0]).shape[static_cast<size_t>(fg->axis)];
+      const int64_t d = net.tensor(source).shape[static_cast<size_t>(fg->axis)];
       const std::string name = g.name + ":gathered_indices";
       std::vector<uint8_t> bytes(fg->indices.size() * sizeof(int32_t));
       std::memcpy(bytes.data(), fg->indices.data(), bytes.size());
       net.add_weight(name, Weights::from_bytes(DataType::kI32, {n}, std::move(bytes)));
       const TensorId id = net.add_tensor(TensorDesc{name, DataType::kI32, {n}, {}});
       before[f].insert(before[f].begin(), Layer{name, ConstantParams{name}, {}, {id}});
-      layers[f].inputs[j] = g.inputs[0];
-      layers[f].inputs.push_back(id);
+      l.inputs[j] = source;
+      l.inputs.push_back(id);
       fused->gathers.insert(fused->gathers.end(),
                             {static_cast<int64_t>(j), fg->axis, aligned_run(fg->indices, d)});
-      fused->fused_layers.push_back(g.name);
-      gone[fg->gather] = true;
-      const auto ip = index.producer(g.inputs[1]);
-      if (index.single_consumer(g.inputs[1]) == fg->gather) gone[*ip] = true;
+      for (size_t k = fg->layers.size(); k-- > 0;) {
+        fused->fused_layers.push_back(layers[fg->layers[k]].name);
+        gone[fg->layers[k]] = true;
+      }
+      if (fg->index_constant) gone[*fg->index_constant] = true;
       ++folded;
     }
   }

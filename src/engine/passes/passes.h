@@ -121,9 +121,15 @@ bool fusible_elementwise(const Network& net, const Layer& l);
 // (0: no limit; BackendRules::max_fused_inputs/max_fused_ops).
 int fuse_elementwise(Network& net, std::vector<std::string>& fusions, int max_inputs = 0,
                      int max_ops = 0);
+// A shuffle that moves whole rows: it permutes and regroups the leading dims and keeps the last
+// dim last and whole (permutations that leave it in place, a reshape that keeps its size), with
+// static shapes and no cast.
+bool moves_rows(const Layer& l, const Network& net);
 // A gather by constant 1-D indices read only by a fused elementwise layer becomes one of its
 // gathered inputs (FusedElementwiseParams::gathers), while the layer has fewer than `max_inputs`
-// inputs (0: no limit).
+// inputs (0: no limit). So does a shuffle that moves whole rows (moves_rows): a gather of rows.
+// A lone elementwise layer takes one in as a fused layer of one operation; between them may be
+// views, where the reader's tensors have one shape (it then runs at the gathered shape).
 int fold_gathers_into_elementwise(Network& net, int max_inputs = 0);
 
 }  // namespace kiln::engine

@@ -7,10 +7,6 @@
 
 namespace kiln::engine {
 
-namespace {
-
-// A shuffle that moves whole rows: it permutes and regroups the leading dims and keeps the last
-// dim last and whole (permutations that leave it in place, a reshape that keeps its size).
 bool moves_rows(const Layer& l, const Network& net) {
   const auto* s = std::get_if<ShuffleParams>(&l.params);
   if (!s || s->cast || l.inputs.size() != 1 || l.outputs.size() != 1) return false;
@@ -26,6 +22,8 @@ bool moves_rows(const Layer& l, const Network& net) {
   if (s->has_reshape && (s->reshape.empty() || s->reshape.back() != in.back())) return false;
   return s->second_perm.empty() || s->second_perm.back() == static_cast<int64_t>(out.size()) - 1;
 }
+
+namespace {
 
 // A matmul computed row by row: [..., K] by a 2-d b, with no residual (a bias and activations
 // are per row too).
