@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/builder.h"
+#include "engine/cuda/backend.h"
 #include "engine/layers/elementwise_rules.h"
 #include "engine/layers/infer.h"
 #include "engine/passes/passes.h"
@@ -235,6 +237,43 @@ TEST(GatheredInputs, ShufflesOfWholeRowsAreGathers) {
     EXPECT_TRUE(testing::near(run_engine(folded, in)[0],
                               testing::to_doubles(run_engine(net, in)[0]), 0, 0));
   }
+}
+
+// The same in the builder's pipeline: a cuda plan (sm_90, f32, built without a device) of a
+// window reverse, its residual add and a layer norm keeps no moving shuffle and no gather, and its
+// network computes what the unbuilt one does.
+TEST(GatheredInputs, CudaPlansReadWindowsInPlace) {
+  if (!cuda::built()) GTEST_SKIP() << "this build has no CUDA backend";
+  Network net;
+  const Shape windows = {2, 2, 2, 3, 3, 16}, image = {2, 6, 6, 16};
+  auto x = net.add_input("windows", DataType::kF32, windows);
+  auto residual = net.add_input("residual", DataType::kF32, image);
+  ShuffleParams view;
+  view.has_reshape = true;
+  view.reshape = image;
+  auto moved = net.add("view", view,
+                       {net.add("permute", ShuffleParams{{0, 1, 3, 2, 4, 5}, false, {}, {}}, {x})});
+  auto sum = net.add("add", ElementwiseParams{BinaryOp::kAdd}, {residual, moved});
+  NormalizationParams ln;
+  ln.kind = NormalizationKind::kLayer;
+  ln.normalized_dims = 1;
+  ln.has_affine = false;
+  net.mark_output(net.add("norm", ln, {sum}), "y");
+  BuilderConfig config;
+  config.device = "cuda";
+  apply_switch(config, "cuda_arch=90");
+  BuildReport report;
+  const Plan plan = build(net, config, &report);
+  EXPECT_EQ(report.changes("gathered_inputs"), 1) << report.to_string();
+  for (const Layer& l : plan.network.layers()) {
+    const auto* sh = std::get_if<ShuffleParams>(&l.params);
+    EXPECT_FALSE(sh && shuffle_moves_data(*sh)) << l.name;
+    EXPECT_FALSE(std::holds_alternative<GatherParams>(l.params)) << l.name;
+  }
+  const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, windows, 77),
+                                      testing::random_tensor(DataType::kF32, image, 78)};
+  EXPECT_TRUE(testing::near(run_engine(plan.network, in)[0],
+                            testing::to_doubles(run_engine(net, in)[0]), 1e-5, 1e-5));
 }
 
 // A fused layer with a gathered input, written by hand as a plan could hold it, against the
