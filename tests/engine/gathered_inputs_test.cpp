@@ -157,7 +157,8 @@ TEST(GatheredInputs, ViewedGathersNeedReadersOfOneShape) {
   Network net;
   auto x = net.add_input("rows", DataType::kF32, {2, 12, 5});
   auto bias = net.add_input("bias", DataType::kF32, {5});
-  auto idx = net.add_constant("idx", Weights::from_ints({12}, {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  auto idx =
+      net.add_constant("idx", Weights::from_ints({12}, {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
   ShuffleParams v;
   v.has_reshape = true;
   v.reshape = {2, 3, 4, 5};

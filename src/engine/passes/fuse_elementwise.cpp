@@ -6,8 +6,22 @@
 #include <set>
 
 #include "engine/layer_kinds.h"
+#include "engine/layers/elementwise_rules.h"
 
 namespace kiln::engine {
+
+FusedOp fused_op(const Layer& l) {
+  if (const auto* e = std::get_if<ElementwiseParams>(&l.params)) {
+    return {0, static_cast<int64_t>(e->op), 0, 0, 0, 0};
+  }
+  if (const auto* u = std::get_if<UnaryParams>(&l.params)) {
+    return {1, static_cast<int64_t>(u->op), 0, 0, 0, 0};
+  }
+  if (const auto* a = std::get_if<ActivationParams>(&l.params)) {
+    return {2, static_cast<int64_t>(a->kind), 0, 0, a->alpha, a->beta};
+  }
+  return {3, static_cast<int64_t>(std::get<CastParams>(l.params).to), 0, 0, 0, 0};
+}
 
 bool fusible_elementwise(const Network& net, const Layer& l) {
   if (l.outputs.size() != 1 || !is_floating(net.tensor(l.outputs[0]).dtype)) return false;
@@ -83,19 +97,9 @@ int fuse_elementwise(Network& net, std::vector<std::string>& fusions, int max_in
       const Layer& l = layers[*p];
       const int64_t a = emit(l.inputs[0]);
       const int64_t b = l.inputs.size() > 1 ? emit(l.inputs[1]) : 0;
-      int64_t kind = 0, op = 0;
-      double alpha = 0, beta = 0;
-      if (const auto* e = std::get_if<ElementwiseParams>(&l.params)) {
-        kind = 0, op = static_cast<int64_t>(e->op);
-      } else if (const auto* u = std::get_if<UnaryParams>(&l.params)) {
-        kind = 1, op = static_cast<int64_t>(u->op);
-      } else if (const auto* act = std::get_if<ActivationParams>(&l.params)) {
-        kind = 2, op = static_cast<int64_t>(act->kind), alpha = act->alpha, beta = act->beta;
-      } else {
-        kind = 3, op = static_cast<int64_t>(std::get<CastParams>(l.params).to);
-      }
-      params.program.insert(params.program.end(), {kind, op, a, b});
-      params.constants.insert(params.constants.end(), {alpha, beta});
+      const FusedOp f = fused_op(l);
+      params.program.insert(params.program.end(), {f.kind, f.op, a, b});
+      params.constants.insert(params.constants.end(), {f.alpha, f.beta});
       params.fused_layers.push_back(l.name);
       line += (line.empty() ? "" : " + ") + l.name;
       return reg[id] = static_cast<int64_t>(params.fused_layers.size() - 1) + (1 << 20);

@@ -179,26 +179,16 @@ bool of_one_shape(const Network& net, const Layer& l) {
 
 // Lone elementwise layer `l` (fusible_elementwise) as a fused layer of one operation.
 Layer as_fused(const Layer& l) {
-  FusedElementwiseParams f;
-  int64_t kind = 0, op = 0;
-  double alpha = 0, beta = 0;
-  if (const auto* e = std::get_if<ElementwiseParams>(&l.params)) {
-    op = static_cast<int64_t>(e->op);
-  } else if (const auto* u = std::get_if<UnaryParams>(&l.params)) {
-    kind = 1, op = static_cast<int64_t>(u->op);
-  } else if (const auto* a = std::get_if<ActivationParams>(&l.params)) {
-    kind = 2, op = static_cast<int64_t>(a->kind), alpha = a->alpha, beta = a->beta;
-  } else {
-    kind = 3, op = static_cast<int64_t>(std::get<CastParams>(l.params).to);
-  }
+  const FusedOp op = fused_op(l);
   std::vector<TensorId> inputs = {l.inputs[0]};
   int64_t b = 0;
-  if (kind == 0 && l.inputs[1] != l.inputs[0]) {
+  if (op.kind == 0 && l.inputs[1] != l.inputs[0]) {
     inputs.push_back(l.inputs[1]);
     b = 1;
   }
-  f.program = {kind, op, 0, b};
-  f.constants = {alpha, beta};
+  FusedElementwiseParams f;
+  f.program = {op.kind, op.op, 0, b};
+  f.constants = {op.alpha, op.beta};
   f.fused_layers = {l.name};
   return Layer{l.name, f, inputs, l.outputs};
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/layers/elementwise_rules.h"
 #include "engine/network.h"
 #include "engine/passes/network_index.h"
 
@@ -113,6 +114,9 @@ int fold_excitation_into_projection(
 int merge_elementwise_projections(Network& net, std::vector<std::string>& fusions);
 // A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
 int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
+// Layer `l` (fusible_elementwise) as an operation of a fused layer's program: its kind, op and
+// constants (registers a and b left 0).
+FusedOp fused_op(const Layer& l);
 // Whether fuse_elementwise takes layer l: a float elementwise layer (or float cast) of one
 // result.
 bool fusible_elementwise(const Network& net, const Layer& l);
