@@ -37,14 +37,6 @@ std::shared_ptr<uint8_t> allocate_host(size_t bytes) {
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
-std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values) {
-  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    store_as<int64_t>(dtype, bytes.data(), static_cast<int64_t>(i), values[i]);
-  }
-  return bytes;
-}
-
 std::shared_ptr<EngineBackend> create_engine_backend(const Network& net,
                                                      const EngineTarget& target) {
   if (target.device == "cuda") return cuda::create_engine_backend(net, target);

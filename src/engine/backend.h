@@ -47,9 +47,6 @@ struct TensorRef {
 // Host memory aligned to 64 bytes (uninitialized); DeviceError past the machine's physical memory.
 std::shared_ptr<uint8_t> allocate_host(size_t bytes);
 
-// `values` (integers known on the host: shape tensors) as `dtype` elements, little endian.
-std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values);
-
 // One ExecutionContext's side of a backend: its memory, its kernels' state, and (CUDA) its stream.
 class ContextBackend {
  public:

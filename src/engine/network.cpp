@@ -5,6 +5,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/layers/infer.h"
+#include "engine/scalar_math.h"
 #include "util/errors.h"
 
 namespace kiln::engine {
@@ -22,20 +23,6 @@ namespace {
 
 // Shape tensors: integer tensors small enough that their values are worth tracking at build time.
 constexpr int64_t kMaxTrackedValues = 64;
-
-std::vector<int64_t> values_of(const Weights& w) {
-  std::vector<int64_t> out(static_cast<size_t>(volume(w.shape)));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (w.dtype == DataType::kI64) {
-      std::memcpy(&out[i], w.data->data() + i * 8, 8);
-    } else {
-      int32_t v;
-      std::memcpy(&v, w.data->data() + i * 4, 4);
-      out[i] = v;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -160,7 +147,7 @@ TensorId Network::add_constant(const std::string& name, Weights w) {
   TensorDesc desc{name, w.dtype, w.shape, std::nullopt};
   if ((w.dtype == DataType::kI64 || w.dtype == DataType::kI32) && w.shape.size() <= 1 &&
       volume(w.shape) <= kMaxTrackedValues) {
-    desc.values = values_of(w);
+    desc.values = tracked_values(w.dtype, w.data->data(), volume(w.shape));
   }
   const TensorId id = add_tensor(std::move(desc));
   add_weight(name, std::move(w));
@@ -212,7 +199,8 @@ std::vector<TensorId> Network::add_layer(const std::string& name, LayerParams pa
 }
 
 std::vector<TensorDesc> infer_layer_outputs(const Layer& layer,
-                                            const std::vector<const TensorDesc*>& inputs) {
+                                            const std::vector<const TensorDesc*>& inputs,
+                                            ValueTracking tracking) {
   std::vector<InferInput> infer_inputs;
   for (const TensorDesc* t : inputs) {
     infer_inputs.push_back({t->dtype, t->shape, t->values ? &*t->values : nullptr});
@@ -230,28 +218,47 @@ std::vector<TensorDesc> infer_layer_outputs(const Layer& layer,
   }
   // Shape tensors: when every input's values are known, compute this layer's values now by
   // running its CPU kernel on them.
+  const bool run = tracking == ValueTracking::kRun;
+  const auto tracked = [&](DataType t) {
+    return t == DataType::kI64 || (run && (t == DataType::kI32 || t == DataType::kBool));
+  };
   bool all_known = !inputs.empty();
-  for (const TensorDesc* t : inputs) {
-    all_known = all_known && t->values.has_value() && t->dtype == DataType::kI64;
-  }
-  if (!all_known || descs.size() != 1 || descs[0].dtype != DataType::kI64 ||
-      !is_static(descs[0].shape) || descs[0].shape.size() > 1 ||
-      volume(descs[0].shape) > kMaxTrackedValues || !cpu::kernel_table().get(layer.params)) {
+  for (const TensorDesc* t : inputs) all_known = all_known && t->values && tracked(t->dtype);
+  if (!all_known || descs.size() != 1 || !tracked(descs[0].dtype) || !is_static(descs[0].shape) ||
+      (!run && descs[0].shape.size() > 1) ||
+      volume(descs[0].shape) > (run ? kMaxRunTimeValues : kMaxTrackedValues) ||
+      !cpu::kernel_table().get(layer.params)) {
     return descs;
   }
-  std::vector<std::vector<int64_t>> in_data;
+  std::vector<std::vector<uint8_t>> in_data;
   in_data.reserve(inputs.size());  // the views below point into it
   std::vector<cpu::TensorView> in_views;
   for (const TensorDesc* t : inputs) {
-    in_data.push_back(*t->values);
-    in_views.push_back({DataType::kI64, t->shape, in_data.back().data()});
+    in_data.push_back(encode_values(t->dtype, *t->values));
+    in_views.push_back({t->dtype, t->shape, in_data.back().data()});
   }
-  std::vector<int64_t> result(static_cast<size_t>(volume(descs[0].shape)));
-  std::vector<cpu::TensorView> out_views{{DataType::kI64, descs[0].shape, result.data()}};
+  const int64_t n = volume(descs[0].shape);
+  std::vector<uint8_t> result(static_cast<size_t>(n) * dtype_size(descs[0].dtype));
+  std::vector<cpu::TensorView> out_views{{descs[0].dtype, descs[0].shape, result.data()}};
   std::unique_ptr<cpu::KernelState> state;
   cpu::run_layer(layer, in_views, out_views, state);
-  descs[0].values = std::move(result);
+  descs[0].values = tracked_values(descs[0].dtype, result.data(), n);
   return descs;
+}
+
+std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values) {
+  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    store_as<int64_t>(dtype, bytes.data(), static_cast<int64_t>(i), values[i]);
+  }
+  return bytes;
+}
+
+std::vector<int64_t> tracked_values(DataType dtype, const void* data, int64_t count) {
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i)
+    out[static_cast<size_t>(i)] = load_as<int64_t>(dtype, data, i);
+  return out;
 }
 
 }  // namespace kiln::engine

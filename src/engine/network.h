@@ -120,9 +120,23 @@ class Network {
   std::map<TensorId, std::string> constant_of_;  // tensor -> weight name
 };
 
-// Infers a layer's output descriptors from its inputs' and, for shape tensors whose input values
-// are all known, their values too. Shared by Network::add_layer and execution contexts.
+// How far values are tracked: while building, shape tensors (1-D i64, up to 64 values); while an
+// execution context resolves a shape, every integer or bool tensor of up to 65,536 values
+// computed from values known then (shapes, constants): index ranges, masks' indices, slices of
+// position buffers. Kernels that read such a tensor then need not run (runtime.cpp).
+enum class ValueTracking { kBuild, kRun };
+constexpr int64_t kMaxRunTimeValues = int64_t{1} << 16;
+
+// Infers a layer's output descriptors from its inputs' and, where every input's values are known
+// and the output is one that `tracking` follows, their values too. Shared by Network::add_layer
+// and execution contexts.
 std::vector<TensorDesc> infer_layer_outputs(const Layer& layer,
-                                            const std::vector<const TensorDesc*>& inputs);
+                                            const std::vector<const TensorDesc*>& inputs,
+                                            ValueTracking tracking = ValueTracking::kBuild);
+
+// Values of an integer or bool tensor (`dtype`, `count` elements at `data`) as tracked values, and
+// tracked values as the bytes of a tensor of `dtype`.
+std::vector<int64_t> tracked_values(DataType dtype, const void* data, int64_t count);
+std::vector<uint8_t> encode_values(DataType dtype, const std::vector<int64_t>& values);
 
 }  // namespace kiln::engine

@@ -22,6 +22,10 @@ namespace kiln::engine {
 
 namespace {
 
+// Known values a layer's result may have and still be written to the device instead of the layer
+// running (the CUDA backend writes up to 64 with one kernel).
+constexpr int64_t kMaxWrittenValues = 64;
+
 // Where a slice's output starts in its (dense) input, in bytes, when the output is one
 // contiguous range of it: unit steps, and at most one axis keeping part of its range, with only
 // size-1 axes before it and whole axes after it. nullopt otherwise, and for empty outputs.
@@ -57,6 +61,35 @@ std::optional<int64_t> contiguous_slice_offset(const SliceParams& p, const Tenso
     stride *= shape[d];
   }
   return start[partial] * stride;
+}
+
+// The byte offset of what a gather copies out of its data (`data`) where that is one contiguous
+// range of it: indices known while resolving (`idx`) that count up by one from a start s
+// (negative ones wrapped), along an axis whose outer dims are all of size 1. An index range of a
+// dynamic slice, `position_ids[:, :seq]` as exported, then reads the buffer in place.
+std::optional<int64_t> contiguous_gather_offset(const GatherParams& p, const TensorDesc& data,
+                                                const TensorDesc& idx) {
+  const Shape& shape = data.shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t axis = p.axis < 0 ? p.axis + rank : p.axis;
+  if (p.mode != GatherMode::kDefault || !idx.values || idx.values->empty() || axis < 0 ||
+      axis >= rank || !is_static(shape)) {
+    return std::nullopt;
+  }
+  const int64_t d = shape[static_cast<size_t>(axis)];
+  int64_t start = (*idx.values)[0] < 0 ? (*idx.values)[0] + d : (*idx.values)[0];
+  const int64_t n = static_cast<int64_t>(idx.values->size());
+  if (start < 0 || start + n > d) return std::nullopt;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t v = (*idx.values)[static_cast<size_t>(k)];
+    if ((v < 0 ? v + d : v) != start + k) return std::nullopt;
+  }
+  int64_t row = static_cast<int64_t>(dtype_size(data.dtype));
+  for (int64_t k = 0; k < rank; ++k) {
+    if (k < axis && shape[static_cast<size_t>(k)] != 1) return std::nullopt;
+    if (k > axis) row *= shape[static_cast<size_t>(k)];
+  }
+  return start * row;
 }
 
 }  // namespace
@@ -233,10 +266,19 @@ void ExecutionContext::resolve_shapes() {
   }
   const auto& layers = net.layers();
   for (const Layer& layer : layers) {
-    if (std::holds_alternative<ConstantParams>(layer.params)) continue;
+    if (const auto* c = std::get_if<ConstantParams>(&layer.params)) {
+      // Integer and bool constants' values, for the values tracked while resolving.
+      TensorDesc& d = res_.descs[static_cast<size_t>(layer.outputs[0])];
+      const Weights& w = net.weight(c->weight);
+      if (!d.values && w.data && volume(w.shape) <= kMaxRunTimeValues &&
+          (w.dtype == DataType::kI64 || w.dtype == DataType::kI32 || w.dtype == DataType::kBool)) {
+        d.values = tracked_values(w.dtype, w.data->data(), volume(w.shape));
+      }
+      continue;
+    }
     std::vector<const TensorDesc*> in;
     for (TensorId id : layer.inputs) in.push_back(&res_.descs[static_cast<size_t>(id)]);
-    std::vector<TensorDesc> outs = infer_layer_outputs(layer, in);
+    std::vector<TensorDesc> outs = infer_layer_outputs(layer, in, ValueTracking::kRun);
     KILN_CHECK(outs.size() == layer.outputs.size(), InternalError, "layer `", layer.name,
                "`: inferred ", outs.size(), " outputs, plan has ", layer.outputs.size());
     // Data-dependent dims (nonzero's count) are planned at their bound; so is everything
@@ -290,10 +332,20 @@ void ExecutionContext::resolve_shapes() {
     } else if (const auto* sl = std::get_if<SliceParams>(&layer.params)) {
       offset = contiguous_slice_offset(*sl, res_.descs[static_cast<size_t>(layer.inputs[0])]);
       if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
+    } else if (const auto* g = std::get_if<GatherParams>(&layer.params);
+               g && layer.inputs.size() == 2) {
+      offset = contiguous_gather_offset(*g, res_.descs[static_cast<size_t>(layer.inputs[0])],
+                                        res_.descs[static_cast<size_t>(layer.inputs[1])]);
+      if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
     }
-    if (!offset || layer.inputs.size() != 1) continue;
+    const bool gather = std::holds_alternative<GatherParams>(layer.params);
+    if (!offset || layer.inputs.size() != (gather ? 2u : 1u)) continue;
     const size_t out = static_cast<size_t>(layer.outputs[0]);
-    if (is_output[out] || res_.descs[out].values.has_value() || res_.data_dependent[out]) continue;
+    // (A gather's view may have known values: the view serves every reader on the device.)
+    if (is_output[out] || (!gather && res_.descs[out].values.has_value()) ||
+        res_.data_dependent[out] || res_.data_dependent[static_cast<size_t>(layer.inputs[0])]) {
+      continue;
+    }
     const size_t in = static_cast<size_t>(layer.inputs[0]);
     res_.alias_of[out] = static_cast<int64_t>(root(layer.inputs[0]));
     res_.alias_offset[out] = res_.alias_offset[in] + *offset;
@@ -303,19 +355,31 @@ void ExecutionContext::resolve_shapes() {
   // reshape's target, arithmetic on them): they need not run. From the last layer back, a tensor
   // is read on the device when a network output, or an input of a layer that runs other than
   // its shape input (layers whose outputs are known read no input: their values are written).
+  // Known values read on the device are written there when few (shape tensors); a layer whose
+  // known result is too large for that runs as it would have, its values dropped. A view reads
+  // only its data (a gather's indices stay on the host).
   res_.host_layer.assign(layers.size(), false);
   std::vector<bool> device_read = is_output;
   for (size_t li = layers.size(); li-- > 0;) {
     const Layer& layer = layers[li];
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
-    bool known = true, read = false;
-    for (TensorId id : layer.outputs) {
-      known = known && res_.descs[static_cast<size_t>(id)].values.has_value();
-      read = read || device_read[static_cast<size_t>(id)];
+    if (res_.view_layer[li]) {
+      device_read[static_cast<size_t>(layer.inputs[0])] = true;
+      continue;
     }
-    if (known) {
+    bool known = true, read = false, few = true;
+    for (TensorId id : layer.outputs) {
+      const TensorDesc& d = res_.descs[static_cast<size_t>(id)];
+      known = known && d.values.has_value();
+      read = read || device_read[static_cast<size_t>(id)];
+      few = few && d.values && static_cast<int64_t>(d.values->size()) <= kMaxWrittenValues;
+    }
+    if (known && (!read || few)) {
       res_.host_layer[li] = !read;
       continue;
+    }
+    if (known) {
+      for (TensorId id : layer.outputs) res_.descs[static_cast<size_t>(id)].values.reset();
     }
     const int shape_input = layer_kind_traits(layer.params).shape_input;
     for (size_t i = 0; i < layer.inputs.size(); ++i) {

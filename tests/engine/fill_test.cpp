@@ -1,5 +1,7 @@
 // Fill family (shape, fill) on the CPU backend: shape values at build and run time, constant
 // and range fills in every dtype, shapes from shape tensors, bad input.
+#include <map>
+
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -78,6 +80,89 @@ TEST(Shape, ValuesThatOnlySizeTensorsAreNotWritten) {
   EXPECT_EQ(runs["count"], 0);
   EXPECT_EQ(runs["ones"], 2);
   EXPECT_EQ(runs["reshaped"], 2);
+}
+
+// A slice whose end is only known at run time, as a dynamic export gives BertModel's
+// `position_ids[:, :seq]`: an index range of the sequence's length (shape -> sizes -> range fill)
+// gathered out of a constant buffer, the positions then gathering rows of an embedding table. With
+// the values tracked while resolving, both gathers read one contiguous range of a constant: views
+// of it, and neither the range nor the gathers run. A mask's advanced index `mask[:, None, None,
+// :]` (an index chain ending in a gather of the flat mask) is a view too. A gather whose indices
+// do not count up by one still runs; its index list is written from the host where it has up to
+// 64 values, else made on the device by its layer. Values at sequence lengths on both sides of
+// 64, against what the layers compute. (Profiles count a layer written from the host as run.)
+TEST(Shape, RunTimeRangesGatherInPlace) {
+  const int64_t kMax = 300;
+  Network net;
+  auto ids =
+      net.add_input("ids", DataType::kI64, {1, kDynamic}, Profile{{1, 1}, {1, 128}, {1, kMax}});
+  auto mask =
+      net.add_input("mask", DataType::kF32, {1, kDynamic}, Profile{{1, 1}, {1, 128}, {1, kMax}});
+  std::vector<int64_t> positions(kMax);
+  for (int64_t i = 0; i < kMax; ++i) positions[static_cast<size_t>(i)] = i;
+  auto buffer = net.add_constant("positions", Weights::from_ints({1, kMax}, positions));
+  std::vector<float> rows(static_cast<size_t>(kMax * 4));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.5f;
+  auto table = net.add_constant("table", Weights::from_floats({kMax, 4}, rows));
+  auto shape = net.add("shape", ShapeParams{}, {ids});
+  SliceParams at1;
+  at1.axes = {0}, at1.starts = {1}, at1.ends = {2};
+  auto length = net.add("length", at1, {shape});
+  FillParams range{FillMode::kRange, DataType::kI64, {kDynamic}, 0};
+  range.start = 0, range.delta = 1;
+  auto r = net.add("range", range, {length});
+  auto pos = net.add("pos", GatherParams{GatherMode::kDefault, 1}, {buffer, r});
+  auto emb = net.add("emb", GatherParams{GatherMode::kDefault, 0}, {table, pos});  // [1, S, 4]
+  // Reversed positions: a gather that runs (S - 1 - pos).
+  auto last = net.add("last", ElementwiseParams{BinaryOp::kSub},
+                      {length, net.add_constant("one", Weights::from_ints({1}, {1}))});
+  auto reversed = net.add("reversed", ElementwiseParams{BinaryOp::kSub}, {last, pos});
+  auto back = net.add("back", GatherParams{GatherMode::kDefault, 0}, {table, reversed});
+  // mask[:, None, None, :] as the flat mask gathered by (0 * S + range) viewed [1, 1, 1, S].
+  ShuffleParams flat;
+  flat.has_reshape = true;
+  flat.reshape = {-1};
+  ShuffleParams four;
+  four.has_reshape = true;
+  four.reshape = {1, 1, 1, -1};
+  auto lin =
+      net.add("lin", ElementwiseParams{BinaryOp::kAdd},
+              {net.add("four", four, {r}), net.add_constant("zero", Weights::from_ints({1}, {0}))});
+  auto picked = net.add("picked", GatherParams{GatherMode::kDefault, 0},
+                        {net.add("flat", flat, {mask}), lin});
+  auto sum = net.add("sum", ElementwiseParams{BinaryOp::kAdd}, {emb, back});
+  net.mark_output(sum, "sum");
+  net.mark_output(net.add("masked", UnaryParams{UnaryOp::kNeg}, {picked}), "masked");
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  ctx.enable_profiling(true);
+  for (int64_t n : {int64_t{5}, int64_t{100}, kMax}) {
+    SCOPED_TRACE(n);
+    const HostTensor m = random_tensor(DataType::kF32, {1, n}, 9);
+    auto outs = ctx.run({random_tensor(DataType::kI64, {1, n}, 8), m});
+    std::vector<double> want;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < 4; ++c)
+        want.push_back(0.5 * (i * 4 + c) + 0.5 * ((n - 1 - i) * 4 + c));
+    }
+    EXPECT_EQ(outs[0].shape(), (Shape{1, n, 4}));
+    EXPECT_TRUE(near(outs[0], want, 0, 0));
+    std::vector<double> neg;
+    for (int64_t i = 0; i < n; ++i) neg.push_back(-m.as<float>()[i]);
+    EXPECT_EQ(outs[1].shape(), (Shape{1, 1, 1, n}));
+    EXPECT_TRUE(near(outs[1], neg, 0, 0));
+  }
+  std::map<std::string, int> runs;
+  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  for (const char* host : {"shape", "length", "pos", "emb", "lin", "picked"}) {
+    EXPECT_EQ(runs[host], 0) << host;
+  }
+  // `reversed` is written at n = 5 and runs at 100 and 300 (from `last`, then written, and the
+  // view `pos`); the range never runs.
+  EXPECT_EQ(runs["range"], 0);
+  EXPECT_EQ(runs["reversed"], 3);
+  EXPECT_EQ(runs["last"], 2);
+  EXPECT_EQ(runs["back"], 3);
+  EXPECT_EQ(runs["sum"], 3);
 }
 
 // With a shape input, a fill's and a reshape's own dims are what is known while building: the
