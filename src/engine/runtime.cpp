@@ -320,6 +320,7 @@ void ExecutionContext::resolve_shapes() {
   res_.alias_of.assign(net.num_tensors(), -1);
   res_.alias_offset.assign(net.num_tensors(), 0);
   res_.view_layer.assign(layers.size(), false);
+  res_.view_source.assign(layers.size(), 0);
   const auto root = [&](TensorId id) {
     const int64_t a = res_.alias_of[static_cast<size_t>(id)];
     return a >= 0 ? static_cast<size_t>(a) : static_cast<size_t>(id);
@@ -327,6 +328,7 @@ void ExecutionContext::resolve_shapes() {
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
     std::optional<int64_t> offset;
+    size_t source = 0, arity = 1;  // the input the view shares bytes with; the layer's inputs
     if (const auto* sh = std::get_if<ShuffleParams>(&layer.params)) {
       if (!shuffle_moves_data(*sh)) offset = 0;
     } else if (const auto* sl = std::get_if<SliceParams>(&layer.params)) {
@@ -334,20 +336,30 @@ void ExecutionContext::resolve_shapes() {
       if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
     } else if (const auto* g = std::get_if<GatherParams>(&layer.params);
                g && layer.inputs.size() == 2) {
+      arity = 2;
       offset = contiguous_gather_offset(*g, res_.descs[static_cast<size_t>(layer.inputs[0])],
                                         res_.descs[static_cast<size_t>(layer.inputs[1])]);
       if (offset && *offset % static_cast<int64_t>(kArenaAlignment) != 0) offset.reset();
+    } else if (std::holds_alternative<SelectParams>(layer.params) && layer.inputs.size() == 3 &&
+               layer.inputs[1] == layer.inputs[2]) {
+      // where(c, a, a): a, where the condition does not broadcast it larger.
+      source = 1, arity = 3;
+      const TensorDesc& a = res_.descs[static_cast<size_t>(layer.inputs[1])];
+      const TensorDesc& o = res_.descs[static_cast<size_t>(layer.outputs[0])];
+      if (a.shape == o.shape && a.dtype == o.dtype) offset = 0;
     }
-    const bool gather = std::holds_alternative<GatherParams>(layer.params);
-    if (!offset || layer.inputs.size() != (gather ? 2u : 1u)) continue;
+    // Gathers and selects are views where their results have known values too: the view serves
+    // every reader on the device.
+    const bool computed = arity > 1;
+    if (!offset || layer.inputs.size() != arity) continue;
     const size_t out = static_cast<size_t>(layer.outputs[0]);
-    // (A gather's view may have known values: the view serves every reader on the device.)
-    if (is_output[out] || (!gather && res_.descs[out].values.has_value()) ||
-        res_.data_dependent[out] || res_.data_dependent[static_cast<size_t>(layer.inputs[0])]) {
+    const size_t in = static_cast<size_t>(layer.inputs[source]);
+    if (is_output[out] || (!computed && res_.descs[out].values.has_value()) ||
+        res_.data_dependent[out] || res_.data_dependent[in]) {
       continue;
     }
-    const size_t in = static_cast<size_t>(layer.inputs[0]);
-    res_.alias_of[out] = static_cast<int64_t>(root(layer.inputs[0]));
+    res_.view_source[li] = source;
+    res_.alias_of[out] = static_cast<int64_t>(root(layer.inputs[source]));
     res_.alias_offset[out] = res_.alias_offset[in] + *offset;
     res_.view_layer[li] = true;
   }
@@ -364,7 +376,7 @@ void ExecutionContext::resolve_shapes() {
     const Layer& layer = layers[li];
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
     if (res_.view_layer[li]) {
-      device_read[static_cast<size_t>(layer.inputs[0])] = true;
+      device_read[static_cast<size_t>(layer.inputs[res_.view_source[li]])] = true;
       continue;
     }
     bool known = true, read = false, few = true;

@@ -194,12 +194,14 @@ class ExecutionContext {
   struct Resolution {
     std::vector<TensorDesc> descs;      // concrete, per tensor
     std::vector<int64_t> arena_offset;  // per tensor, -1 when not in the arena
-    // Per tensor: the tensor whose bytes it shares (the output of a reshape, or of a slice that
-    // keeps a contiguous range, which move no data), or -1, and where in those bytes it starts;
-    // and per layer, whether it is such a view and so never runs.
+    // Per tensor: the tensor whose bytes it shares (the output of a reshape, of a slice that
+    // keeps a contiguous range, of a gather of a known contiguous range, of where(c, a, a); none
+    // moves data), or -1, and where in those bytes it starts; and per layer, whether it is such a
+    // view and so never runs, and which of its inputs it shares.
     std::vector<int64_t> alias_of;
     std::vector<int64_t> alias_offset;
     std::vector<bool> view_layer;
+    std::vector<size_t> view_source;  // the input a view layer shares bytes with
     // Per layer: whether its outputs are values known on the host (shape arithmetic) that
     // nothing reads on the device (they only size other tensors), so it never runs.
     std::vector<bool> host_layer;

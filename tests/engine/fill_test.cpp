@@ -1,5 +1,6 @@
 // Fill family (shape, fill) on the CPU backend: shape values at build and run time, constant
 // and range fills in every dtype, shapes from shape tensors, bad input.
+#include <cmath>
 #include <map>
 
 #include "engine_testing.h"
@@ -163,6 +164,43 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
   EXPECT_EQ(runs["last"], 2);
   EXPECT_EQ(runs["back"], 3);
   EXPECT_EQ(runs["sum"], 3);
+}
+
+// where(c, a, a) is a: a view of a where the condition does not broadcast it larger (BertModel's
+// exported token_type_ids, where(ones, ids, ids)), a layer that runs where it does. The condition,
+// a fill of known values, then need not run either.
+TEST(Shape, SelectsOfOneTensorAreViews) {
+  Network net;
+  auto x = net.add_input("x", DataType::kF32, {kDynamic, 4}, Profile{{1, 4}, {2, 4}, {3, 4}});
+  auto c = net.add_input("c", DataType::kBool, {2, kDynamic, 4},
+                         Profile{{2, 1, 4}, {2, 2, 4}, {2, 3, 4}});
+  auto ones = net.add("ones", FillParams{FillMode::kConstant, DataType::kBool, {kDynamic, 4}, 1},
+                      {net.add("shape", ShapeParams{}, {x})});
+  auto e = net.add("e", UnaryParams{UnaryOp::kExp}, {x});
+  auto same = net.add("same", SelectParams{}, {ones, e, e});
+  auto wide = net.add("wide", SelectParams{}, {c, e, e});  // [2, n, 4]: e broadcast
+  net.mark_output(net.add("y", UnaryParams{UnaryOp::kNeg}, {same}), "y");
+  net.mark_output(net.add("z", UnaryParams{UnaryOp::kNeg}, {wide}), "z");
+  ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+  ctx.enable_profiling(true);
+  for (int64_t n : {1, 3}) {
+    const HostTensor in = random_tensor(DataType::kF32, {n, 4}, 11);
+    const HostTensor cond = random_tensor(DataType::kBool, {2, n, 4}, 12);
+    auto outs = ctx.run({in, cond});
+    std::vector<double> want;
+    for (int64_t i = 0; i < n * 4; ++i)
+      want.push_back(-std::exp(static_cast<double>(in.as<float>()[i])));
+    EXPECT_TRUE(near(outs[0], want, 1e-6, 1e-6));
+    std::vector<double> twice = want;
+    twice.insert(twice.end(), want.begin(), want.end());
+    EXPECT_TRUE(near(outs[1], twice, 1e-6, 1e-6));
+  }
+  std::map<std::string, int> runs;
+  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  EXPECT_EQ(runs["same"], 0);
+  EXPECT_EQ(runs["ones"], 0);
+  EXPECT_EQ(runs["wide"], 2);
+  EXPECT_EQ(runs["y"], 2);
 }
 
 // With a shape input, a fill's and a reshape's own dims are what is known while building: the
