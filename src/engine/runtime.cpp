@@ -368,15 +368,17 @@ void ExecutionContext::resolve_shapes() {
   // is read on the device when a network output, or an input of a layer that runs other than
   // its shape input (layers whose outputs are known read no input: their values are written).
   // Known values read on the device are written there when few (shape tensors); a layer whose
-  // known result is too large for that runs as it would have, its values dropped. A view reads
-  // only its data (a gather's indices stay on the host).
+  // known result is too large for that runs as it would have, its values dropped. A view read on
+  // the device reads only its data there (a gather's indices stay on the host).
   res_.host_layer.assign(layers.size(), false);
   std::vector<bool> device_read = is_output;
   for (size_t li = layers.size(); li-- > 0;) {
     const Layer& layer = layers[li];
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
     if (res_.view_layer[li]) {
-      device_read[static_cast<size_t>(layer.inputs[res_.view_source[li]])] = true;
+      if (device_read[static_cast<size_t>(layer.outputs[0])]) {
+        device_read[static_cast<size_t>(layer.inputs[res_.view_source[li]])] = true;
+      }
       continue;
     }
     bool known = true, read = false, few = true;
