@@ -166,6 +166,41 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
   EXPECT_EQ(runs["sum"], 3);
 }
 
+// Index values known while a shape resolves that fall outside the gathered axis are the gather's
+// own error, naming it, at the shape where they do (here lengths past the buffer's 8 positions),
+// whether the gather's values are computed then (an integer buffer) or it runs (a float one);
+// other lengths run before and after.
+TEST(Shape, KnownIndicesOutsideTheAxisNameTheGather) {
+  for (DataType t : {DataType::kI64, DataType::kF32}) {
+    SCOPED_TRACE(dtype_name(t));
+    Network net;
+    auto x = net.add_input("x", t, {kDynamic}, Profile{{1}, {4}, {12}});
+    SliceParams at0;
+    at0.axes = {0}, at0.starts = {0}, at0.ends = {1};
+    auto length = net.add("length", at0, {net.add("shape", ShapeParams{}, {x})});
+    FillParams range{FillMode::kRange, DataType::kI64, {kDynamic}, 0};
+    range.delta = 1;
+    auto r = net.add("range", range, {length});
+    auto buffer = net.add_constant(
+        "buffer", t == DataType::kI64 ? Weights::from_ints({8}, std::vector<int64_t>(8, 2))
+                                      : Weights::from_floats({8}, std::vector<float>(8, 2)));
+    auto g = net.add("positions", GatherParams{GatherMode::kDefault, 0}, {buffer, r});
+    net.mark_output(net.add("y", ElementwiseParams{BinaryOp::kMul}, {x, g}), "y");
+    ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
+    auto out = ctx.run({random_tensor(t, {5}, 13)});
+    EXPECT_EQ(out[0].shape(), (Shape{5}));
+    try {
+      ctx.run({random_tensor(t, {10}, 14)});
+      ADD_FAILURE() << "indices past the buffer gathered";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("positions"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ctx.run({random_tensor(t, {3}, 15)})[0].shape(), (Shape{3}));  // and runs on
+  }
+}
+
 // where(c, a, a) is a: a view of a where the condition does not broadcast it larger (BertModel's
 // exported token_type_ids, where(ones, ids, ids)), a layer that runs where it does. The condition,
 // a fill of known values, then need not run either.
