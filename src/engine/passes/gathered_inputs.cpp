@@ -7,9 +7,11 @@
 // A lone elementwise layer (which fuse_elementwise leaves as it is) becomes a fused layer of one
 // operation to take a gather in. And a gather may sit behind a view (a reshape that moves no
 // data) where every input of the reader has the reader's shape: the reader then runs at the
-// gather's shape, its other inputs and its result viewed as that. Swin's window reverse after a
-// shifted window's attention, `x + roll(windows).view(B, H, W, C)`, is a row gather then a view
-// then the residual add: one kernel instead of two.
+// gather's shape, its other inputs and its result viewed as that. A shuffle that moves whole rows
+// (moves_rows) is read the same way, as a gather of rows by constant indices. Swin's window
+// reverse, `x + window_reverse(attn).view(B, H, W, C)`, is a row gather (after a shifted window:
+// roll and window merge composed by gather_chains) or a row permute, then views, then the
+// residual add: one kernel instead of two either way.
 #include <cstring>
 #include <optional>
 #include <string>
