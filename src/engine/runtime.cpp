@@ -65,29 +65,43 @@ std::optional<int64_t> contiguous_slice_offset(const SliceParams& p, const Tenso
 
 // The byte offset of what a gather copies out of its data (`data`) where that is one contiguous
 // range of it: indices known while resolving (`idx`) that count up by one from a start s
-// (negative ones wrapped), along an axis whose outer dims are all of size 1. An index range of a
-// dynamic slice, `position_ids[:, :seq]` as exported, then reads the buffer in place.
+// (negative ones wrapped) along the axis, whose outer dims are all of size 1. index_select /
+// embedding (kDefault): the indices in order; torch.gather (kElements, indices of the data's rank):
+// index [..., k, t...] = s + k for every trailing position t, the trailing dims whole. An index
+// range of a dynamic slice, `position_ids[:, :seq]` as exported, then reads the buffer in place.
 std::optional<int64_t> contiguous_gather_offset(const GatherParams& p, const TensorDesc& data,
                                                 const TensorDesc& idx) {
   const Shape& shape = data.shape;
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t axis = p.axis < 0 ? p.axis + rank : p.axis;
-  if (p.mode != GatherMode::kDefault || !idx.values || idx.values->empty() || axis < 0 ||
-      axis >= rank || !is_static(shape)) {
+  if (!idx.values || idx.values->empty() || axis < 0 || axis >= rank || !is_static(shape)) {
     return std::nullopt;
   }
-  const int64_t d = shape[static_cast<size_t>(axis)];
-  int64_t start = (*idx.values)[0] < 0 ? (*idx.values)[0] + d : (*idx.values)[0];
-  const int64_t n = static_cast<int64_t>(idx.values->size());
-  if (start < 0 || start + n > d) return std::nullopt;
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t v = (*idx.values)[static_cast<size_t>(k)];
-    if ((v < 0 ? v + d : v) != start + k) return std::nullopt;
+  const size_t a = static_cast<size_t>(axis);
+  int64_t row = static_cast<int64_t>(dtype_size(data.dtype)), inner = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (k < a && shape[k] != 1) return std::nullopt;
+    if (k > a) row *= shape[k], inner *= shape[k];
   }
-  int64_t row = static_cast<int64_t>(dtype_size(data.dtype));
-  for (int64_t k = 0; k < rank; ++k) {
-    if (k < axis && shape[static_cast<size_t>(k)] != 1) return std::nullopt;
-    if (k > axis) row *= shape[static_cast<size_t>(k)];
+  const int64_t total = static_cast<int64_t>(idx.values->size());
+  if (p.mode == GatherMode::kElements) {
+    // The index tensor: [1..., n, trailing dims of the data].
+    if (idx.shape.size() != shape.size()) return std::nullopt;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      if ((k < a && idx.shape[k] != 1) || (k > a && idx.shape[k] != shape[k])) {
+        return std::nullopt;
+      }
+    }
+  } else {
+    inner = 1;  // one index a row
+  }
+  const int64_t d = shape[a], n = total / inner;
+  const int64_t first = (*idx.values)[0];
+  const int64_t start = first < 0 ? first + d : first;
+  if (start < 0 || start + n > d) return std::nullopt;
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t v = (*idx.values)[static_cast<size_t>(i)];
+    if ((v < 0 ? v + d : v) != start + i / inner) return std::nullopt;
   }
   return start * row;
 }

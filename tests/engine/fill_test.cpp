@@ -88,10 +88,12 @@ TEST(Shape, ValuesThatOnlySizeTensorsAreNotWritten) {
 // gathered out of a constant buffer, the positions then gathering rows of an embedding table. With
 // the values tracked while resolving, both gathers read one contiguous range of a constant: views
 // of it, and neither the range nor the gathers run. A mask's advanced index `mask[:, None, None,
-// :]` (an index chain ending in a gather of the flat mask) is a view too. A gather whose indices
-// do not count up by one still runs; its index list is written from the host where it has up to
-// 64 values, else made on the device by its layer. Values at sequence lengths on both sides of
-// 64, against what the layers compute. (Profiles count a layer written from the host as run.)
+// :]` (an index chain ending in a gather of the flat mask) is a view too, and so are the token
+// types `token_type_ids[:, :seq]`, a torch.gather of a zeros buffer by the positions, and the
+// where(ones, ids, ids) after it. A gather whose indices do not count up by one still runs; its
+// index list is written from the host where it has up to 64 values, else made on the device by its
+// layer. Values at sequence lengths on both sides of 64, against what the layers compute. (Profiles
+// count a layer written from the host as run.)
 TEST(Shape, RunTimeRangesGatherInPlace) {
   const int64_t kMax = 300;
   Network net;
@@ -131,7 +133,18 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
               {net.add("four", four, {r}), net.add_constant("zero", Weights::from_ints({1}, {0}))});
   auto picked = net.add("picked", GatherParams{GatherMode::kDefault, 0},
                         {net.add("flat", flat, {mask}), lin});
-  auto sum = net.add("sum", ElementwiseParams{BinaryOp::kAdd}, {emb, back});
+  // token_type_ids[:, :seq] as exported: torch.gather of a zeros buffer by the positions, then
+  // where(ones, ids, ids): views of the buffer; the embedding by those zeros runs.
+  auto zeros = net.add_constant("zeros", Weights::from_ints({1, kMax}, std::vector<int64_t>(kMax)));
+  auto types = net.add("types", GatherParams{GatherMode::kElements, 1}, {zeros, pos});
+  auto ones =
+      net.add("ones", FillParams{FillMode::kConstant, DataType::kBool, {1, kDynamic}, 1}, {shape});
+  auto same = net.add("same", SelectParams{}, {ones, types, types});
+  auto type_rows =
+      net.add_constant("type_rows", Weights::from_floats({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  auto typed = net.add("typed", GatherParams{GatherMode::kDefault, 0}, {type_rows, same});
+  auto sum = net.add("sum", ElementwiseParams{BinaryOp::kAdd},
+                     {net.add("both", ElementwiseParams{BinaryOp::kAdd}, {emb, back}), typed});
   net.mark_output(sum, "sum");
   net.mark_output(net.add("masked", UnaryParams{UnaryOp::kNeg}, {picked}), "masked");
   ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
@@ -143,7 +156,7 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
     std::vector<double> want;
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t c = 0; c < 4; ++c)
-        want.push_back(0.5 * (i * 4 + c) + 0.5 * ((n - 1 - i) * 4 + c));
+        want.push_back(0.5 * (i * 4 + c) + 0.5 * ((n - 1 - i) * 4 + c) + (c + 1));
     }
     EXPECT_EQ(outs[0].shape(), (Shape{1, n, 4}));
     EXPECT_TRUE(near(outs[0], want, 0, 0));
@@ -154,7 +167,8 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
   }
   std::map<std::string, int> runs;
   for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
-  for (const char* host : {"shape", "length", "pos", "emb", "lin", "picked"}) {
+  for (const char* host :
+       {"shape", "length", "pos", "emb", "lin", "picked", "types", "ones", "same"}) {
     EXPECT_EQ(runs[host], 0) << host;
   }
   // `reversed` is written at n = 5 and runs at 100 and 300 (from `last`, then written, and the
@@ -163,6 +177,7 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
   EXPECT_EQ(runs["reversed"], 3);
   EXPECT_EQ(runs["last"], 2);
   EXPECT_EQ(runs["back"], 3);
+  EXPECT_EQ(runs["typed"], 3);
   EXPECT_EQ(runs["sum"], 3);
 }
 
