@@ -12,6 +12,13 @@ namespace {
 using testing::near;
 using testing::random_tensor;
 
+// How many times each layer ran (or was written from the host) in a profiling context.
+std::map<std::string, int> layer_runs(const ExecutionContext& ctx) {
+  std::map<std::string, int> runs;
+  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  return runs;
+}
+
 std::vector<HostTensor> run_built(Network net, const std::vector<HostTensor>& inputs) {
   ExecutionContext ctx(std::make_shared<const Engine>(std::move(net)));
   return ctx.run(inputs);
@@ -74,8 +81,7 @@ TEST(Shape, ValuesThatOnlySizeTensorsAreNotWritten) {
     EXPECT_TRUE(near(outs[0], std::vector<double>(static_cast<size_t>(6 * n), 1.0), 0, 0));
     EXPECT_EQ(outs[1].shape(), (Shape{3 * n}));
   }
-  std::map<std::string, int> runs;
-  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  std::map<std::string, int> runs = layer_runs(ctx);
   EXPECT_EQ(runs["shape"], 0);
   EXPECT_EQ(runs["twice"], 0);
   EXPECT_EQ(runs["count"], 0);
@@ -165,20 +171,14 @@ TEST(Shape, RunTimeRangesGatherInPlace) {
     EXPECT_EQ(outs[1].shape(), (Shape{1, 1, 1, n}));
     EXPECT_TRUE(near(outs[1], neg, 0, 0));
   }
-  std::map<std::string, int> runs;
-  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
-  for (const char* host :
-       {"shape", "length", "pos", "emb", "lin", "picked", "types", "ones", "same"}) {
-    EXPECT_EQ(runs[host], 0) << host;
-  }
-  // `reversed` is written at n = 5 and runs at 100 and 300 (from `last`, then written, and the
-  // view `pos`); the range never runs.
-  EXPECT_EQ(runs["range"], 0);
-  EXPECT_EQ(runs["reversed"], 3);
-  EXPECT_EQ(runs["last"], 2);
-  EXPECT_EQ(runs["back"], 3);
-  EXPECT_EQ(runs["typed"], 3);
-  EXPECT_EQ(runs["sum"], 3);
+  std::map<std::string, int> runs = layer_runs(ctx);
+  // Views and host values never run. `reversed` is written at n = 5 and runs at 100 and 300
+  // (from `last`, then written, and the view `pos`); the range never runs.
+  const std::map<std::string, int> want = {
+      {"shape", 0},    {"length", 0}, {"pos", 0},  {"emb", 0},   {"lin", 0},
+      {"picked", 0},   {"types", 0},  {"ones", 0}, {"same", 0},  {"range", 0},
+      {"reversed", 3}, {"last", 2},   {"back", 3}, {"typed", 3}, {"sum", 3}};
+  for (const auto& [name, n] : want) EXPECT_EQ(runs[name], n) << name;
 }
 
 // Index values known while a shape resolves that fall outside the gathered axis are the gather's
@@ -245,8 +245,7 @@ TEST(Shape, SelectsOfOneTensorAreViews) {
     twice.insert(twice.end(), want.begin(), want.end());
     EXPECT_TRUE(near(outs[1], twice, 1e-6, 1e-6));
   }
-  std::map<std::string, int> runs;
-  for (const LayerTiming& t : ctx.profile()) runs[t.name] = t.runs;
+  std::map<std::string, int> runs = layer_runs(ctx);
   EXPECT_EQ(runs["same"], 0);
   EXPECT_EQ(runs["ones"], 0);
   EXPECT_EQ(runs["wide"], 2);
