@@ -121,11 +121,11 @@ class Network {
 };
 
 // How far values are tracked: while building, shape tensors (1-D i64, up to 64 values); while an
-// execution context resolves a shape, every integer or bool tensor of up to 65,536 values
+// execution context resolves a shape, every integer or bool tensor of up to 8,192 values
 // computed from values known then (shapes, constants): index ranges, masks' indices, slices of
 // position buffers. Kernels that read such a tensor then need not run (runtime.cpp).
 enum class ValueTracking { kBuild, kRun };
-constexpr int64_t kMaxRunTimeValues = int64_t{1} << 16;
+constexpr int64_t kMaxRunTimeValues = int64_t{1} << 13;
 
 // Infers a layer's output descriptors from its inputs' and, where every input's values are known
 // and the output is one that `tracking` follows, their values too. Shared by Network::add_layer
