@@ -123,7 +123,7 @@ class Network {
 // How far values are tracked: while building, shape tensors (1-D i64, up to 64 values); while an
 // execution context resolves a shape, every integer or bool tensor of up to 8,192 values
 // computed from values known then (shapes, constants): index ranges, masks' indices, slices of
-// position buffers. Kernels that read such a tensor then need not run (runtime.cpp).
+// position buffers. Kernels that read such a tensor then need not run (resolve.cpp).
 enum class ValueTracking { kBuild, kRun };
 constexpr int64_t kMaxRunTimeValues = int64_t{1} << 13;
 
