@@ -19,47 +19,10 @@
 
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
+#include "engine/passes/positions.h"
 
 namespace kiln::engine {
 namespace {
-
-// Positions of a source (values) laid out as `shape`, row-major.
-struct Positions {
-  std::vector<int64_t> at;
-  Shape shape;
-};
-
-std::vector<int64_t> row_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
-// p permuted: result dim i is p's dim perm[i].
-Positions permuted(const Positions& p, const std::vector<int64_t>& perm) {
-  const size_t rank = p.shape.size();
-  const std::vector<int64_t> in_st = row_strides(p.shape);
-  Positions out;
-  out.shape.resize(rank);
-  std::vector<int64_t> st(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    out.shape[i] = p.shape[static_cast<size_t>(perm[i])];
-    st[i] = in_st[static_cast<size_t>(perm[i])];
-  }
-  out.at.resize(p.at.size());
-  std::vector<int64_t> idx(rank, 0);
-  int64_t from = 0;
-  for (size_t e = 0; e < out.at.size(); ++e) {
-    out.at[e] = p.at[static_cast<size_t>(from)];
-    for (size_t d = rank; d-- > 0;) {  // next index, odometer order
-      from += st[d];
-      if (++idx[d] < out.shape[d]) break;
-      from -= st[d] * out.shape[d];
-      idx[d] = 0;
-    }
-  }
-  return out;
-}
 
 // p gathered along `axis` by `indices` (already in range).
 Positions gathered(const Positions& p, size_t axis, const std::vector<int64_t>& indices) {
@@ -78,13 +41,6 @@ Positions gathered(const Positions& p, size_t axis, const std::vector<int64_t>& 
     }
   }
   return out;
-}
-
-bool is_identity(const std::vector<int64_t>& perm) {
-  for (size_t i = 0; i < perm.size(); ++i) {
-    if (perm[i] != static_cast<int64_t>(i)) return false;
-  }
-  return true;
 }
 
 // A link of a chain: a shuffle without a cast, or a gather by constant indices (values wrapped
@@ -201,16 +157,7 @@ Positions trace(const Network& net, const std::vector<Layer>& layers,
       if (!first.empty()) first.pop_back();
       if (!second.empty()) second.pop_back();
     }
-    if (!first.empty() && !is_identity(first)) p = permuted(p, first);
-    if (second.empty() || is_identity(second)) {
-      p.shape = out;
-      continue;
-    }
-    // The reshape's target: the result with the second permutation undone.
-    Shape mid(out.size());
-    for (size_t i = 0; i < out.size(); ++i) mid[static_cast<size_t>(second[i])] = out[i];
-    p.shape = mid;
-    p = permuted(p, second);
+    p = shuffled(p, first, second, out);
   }
   return p;
 }

@@ -13,6 +13,7 @@
 // roll and window merge composed by gather_chains) or a row permute, then views, then the
 // residual add: one kernel instead of two either way.
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "engine/layers/elementwise_rules.h"
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
+#include "engine/passes/positions.h"
 #include "engine/scalar_math.h"
 
 namespace kiln::engine {
@@ -40,53 +42,21 @@ int64_t aligned_run(const std::vector<int32_t>& idx, int64_t d) {
   return 1;
 }
 
-// `a`, an array of `shape`, permuted (dim k of the result is dim perm[k] of `a`; identity when
-// empty).
-std::vector<int32_t> permuted(const std::vector<int32_t>& a, const Shape& shape,
-                              const std::vector<int64_t>& perm) {
-  if (perm.empty()) return a;
-  const size_t n = shape.size();
-  std::vector<int64_t> strides(n, 1);
-  for (size_t k = n; k-- > 1;) strides[k - 1] = strides[k] * shape[k];
-  std::vector<int64_t> dims(n), from(n);
-  for (size_t k = 0; k < n; ++k) {
-    dims[k] = shape[static_cast<size_t>(perm[k])];
-    from[k] = strides[static_cast<size_t>(perm[k])];
-  }
-  std::vector<int32_t> out(a.size());
-  std::vector<int64_t> at(n, 0);
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t src = 0;
-    for (size_t k = 0; k < n; ++k) src += at[k] * from[k];
-    out[i] = a[static_cast<size_t>(src)];
-    for (size_t k = n; k-- > 0;) {
-      if (++at[k] < dims[k]) break;
-      at[k] = 0;
-    }
-  }
-  return out;
-}
-
 // The rows of shuffle `l` (moves_rows) as a gather: output row r is input row indices[r], rows
 // counted over all dims but the last.
 std::vector<int32_t> row_indices(const Network& net, const Layer& l) {
   const auto& s = std::get<ShuffleParams>(l.params);
   const Shape& in = net.tensor(l.inputs[0]).shape;
   const Shape& out = net.tensor(l.outputs[0]).shape;
-  const Shape in_rows(in.begin(), in.end() - 1), out_rows(out.begin(), out.end() - 1);
-  std::vector<int32_t> rows(static_cast<size_t>(volume(in_rows)));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
-  const auto leading = [](const std::vector<int64_t>& perm) {
+  const auto leading = [](const std::vector<int64_t>& perm) {  // the row dim stays last
     return perm.empty() ? perm : std::vector<int64_t>(perm.begin(), perm.end() - 1);
   };
-  rows = permuted(rows, in_rows, leading(s.first_perm));
-  // The reshape's rows: those of the output before its second permutation.
-  const std::vector<int64_t> second = leading(s.second_perm);
-  Shape reshaped = out_rows;
-  for (size_t k = 0; k < second.size(); ++k) {
-    reshaped[static_cast<size_t>(second[k])] = out_rows[k];
-  }
-  return permuted(rows, reshaped, second);
+  Positions rows{std::vector<int64_t>(static_cast<size_t>(volume(in) / in.back())),
+                 Shape(in.begin(), in.end() - 1)};
+  std::iota(rows.at.begin(), rows.at.end(), 0);
+  rows = shuffled(rows, leading(s.first_perm), leading(s.second_perm),
+                  Shape(out.begin(), out.end() - 1));
+  return std::vector<int32_t>(rows.at.begin(), rows.at.end());
 }
 
 // What layer `reader` could read in place through its input `in` (each layer on the way its
