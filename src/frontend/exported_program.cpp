@@ -376,11 +376,105 @@ class GraphBuilder {
     } else if (target.compare(0, 10, "_operator.") == 0) {
       operator_node(n, target.substr(10), where);
     } else if (target.compare(0, 23, "torch.ops.higher_order.") == 0) {
-      KILN_THROW(Unsupported, where,
-                 ": higher-order ops (control flow, wrapped subgraphs) are "
-                 "not supported by the ATen frontend");
+      wrapper_node(n, target.substr(23), where);
     } else {
       KILN_THROW(Unsupported, where, ": an op outside aten:: and Python's operator module");
+    }
+  }
+
+  // Higher-order ops that only wrap a subgraph in a mode: grad mode (wrap_with_set_grad_enabled:
+  // a `torch.no_grad()` block, as transformers' rotary embeddings have) changes nothing in a
+  // forward run without autograd, nor does autocast turned off (wrap_with_autocast with enabled
+  // false), so their subgraph is inlined. An enabled autocast region would change the dtypes its
+  // ops compute in, and control flow (cond, while_loop, map) is not taken: both are refused.
+  void wrapper_node(const json& n, const std::string& op, const std::string& where) {
+    const json& ins = field(n, "inputs", where);
+    size_t graph_at = 0;
+    if (op == "wrap_with_set_grad_enabled") {
+      graph_at = 1;
+    } else if (op == "wrap_with_autocast") {
+      graph_at = 4;
+      KILN_CHECK(ins.is_array() && ins.size() > graph_at, CorruptInput, where,
+                 ": expected device type, dtype, enabled, cache_enabled and a subgraph");
+      auto [tag, enabled] = union_member(field(ins[2], "arg", where), where);
+      KILN_CHECK(tag == "as_bool" && enabled->is_boolean(), CorruptInput, where,
+                 ": autocast's `enabled` given as `", tag, "`");
+      KILN_CHECK(!enabled->get<bool>(), Unsupported, where,
+                 ": an autocast region (its ops would compute in another dtype); export the "
+                 "model without autocast and give kiln the precisions to use instead");
+    } else {
+      KILN_THROW(Unsupported, where,
+                 ": higher-order ops other than grad-mode and disabled-autocast wrappers "
+                 "(control flow, wrapped subgraphs) are not supported by the ATen frontend");
+    }
+    KILN_CHECK(ins.is_array() && ins.size() > graph_at, CorruptInput, where,
+               ": no subgraph among the inputs");
+    auto [tag, wrapped] = union_member(field(ins[graph_at], "arg", where), where);
+    KILN_CHECK(tag == "as_graph", CorruptInput, where, ": expected the subgraph as input ",
+               graph_at, ", got `", tag, "`");
+    const json& body = field(*wrapped, "graph", where);
+    std::vector<Value*> operands;
+    for (size_t i = graph_at + 1; i < ins.size(); ++i) {
+      operands.push_back(argument(field(ins[i], "arg", where), where));
+    }
+    const std::string inner = where + ", subgraph `" + wrapped->value("name", "?") + "`";
+    const json& params = field(body, "inputs", inner);
+    KILN_CHECK(params.is_array() && params.size() == operands.size(), CorruptInput, inner, ": ",
+               params.is_array() ? params.size() : 0, " inputs for ", operands.size(),
+               " operands");
+
+    // The subgraph names its values on its own (its input `getitem` is not the caller's): its
+    // names live in a scope of their own, with the subgraph's own tensor and SymInt descriptions.
+    auto outer_values = values_;
+    const json* outer_metas = metas_;
+    const json* outer_sym_ints = sym_ints_;
+    const std::string outer_where = where_;
+    std::vector<Value*> results;
+    {
+      if (body.contains("tensor_values") && body.at("tensor_values").is_object()) {
+        metas_ = &body.at("tensor_values");
+      }
+      if (body.contains("sym_int_values") && body.at("sym_int_values").is_object()) {
+        sym_ints_ = &body.at("sym_int_values");
+      }
+      where_ = inner;
+      for (size_t i = 0; i < params.size(); ++i) {
+        auto [ptag, param] = union_member(params[i], inner);
+        std::string name;
+        if (ptag == "as_tensor") {
+          name = field(*param, "name", inner).get<std::string>();
+        } else if (ptag == "as_sym_int" || ptag == "as_sym_bool" || ptag == "as_sym_float") {
+          auto [stag, sv] = union_member(*param, inner);
+          KILN_CHECK(stag == "as_name", CorruptInput, inner, ": input ", i, " given as `", stag,
+                     "`");
+          name = sv->get<std::string>();
+        } else {
+          KILN_THROW(Unsupported, inner, ": an input given as `", ptag, "`");
+        }
+        values_[name] = operands[i];
+      }
+      for (const json& m : field(body, "nodes", inner)) node(m);
+      for (const json& o : field(body, "outputs", inner)) results.push_back(argument(o, inner));
+    }
+    values_ = std::move(outer_values);
+    metas_ = outer_metas;
+    sym_ints_ = outer_sym_ints;
+    where_ = outer_where;
+
+    const json& outs = field(n, "outputs", where);
+    KILN_CHECK(outs.is_array() && outs.size() == results.size(), CorruptInput, where, ": ",
+               outs.is_array() ? outs.size() : 0, " outputs named for the subgraph's ",
+               results.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto [otag, v] = union_member(outs[i], where);
+      if (otag == "as_tensor") {
+        bind(field(*v, "name", where).get<std::string>(), results[i]);
+      } else if (otag == "as_sym_int" || otag == "as_sym_bool" || otag == "as_sym_float") {
+        auto [stag, sv] = union_member(*v, where);
+        if (stag == "as_name") bind(sv->get<std::string>(), results[i]);
+      } else if (otag != "as_none") {
+        KILN_THROW(Unsupported, where, ": an output given as `", otag, "`");
+      }
     }
   }
 

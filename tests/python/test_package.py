@@ -108,6 +108,57 @@ def test_exported_program_through_the_aten_frontend(tmp_path):
         kiln.compile(m, ir="exported_program", inputs=[x])
 
 
+# Exports of models with `torch.no_grad()` or autocast turned off in their forward (transformers'
+# rotary embeddings, older releases) wrap those blocks in higher-order ops: their subgraphs are
+# inlined (nested, with names that repeat the caller's); an enabled autocast region and control
+# flow are refused, naming the op.
+def test_exported_grad_mode_and_disabled_autocast_blocks_are_inlined():
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            with torch.no_grad():
+                positions = torch.arange(x.shape[1], dtype=torch.float32) * 0.5
+                with torch.autocast("cpu", enabled=False):
+                    positions = positions.sin()
+            with torch.autocast("cpu", enabled=False):
+                y = self.lin(x) + positions
+            return torch.relu(y) * 2
+
+    torch.manual_seed(0)
+    m = Wrapped()
+    x = torch.randn(3, 8)
+    with torch.enable_grad():  # where grad mode is already off, no_grad() leaves no wrapper
+        program = torch.export.export(m, (x,))
+    targets = {str(n.target) for n in program.graph.nodes}
+    assert {"wrap_with_set_grad_enabled", "wrap_with_autocast"} <= targets, targets
+    c = kiln.compile(program)
+    report = c.kiln_report
+    engines = [s for s in report["segments"] if s["target"] == "engine"]
+    assert len(engines) == 1 and report["torch_ops"] == 0, report
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), atol=1e-5, rtol=1e-5)
+
+    class Autocast(torch.nn.Module):
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return x @ x.t()
+
+    program = torch.export.export(Autocast(), (x,))
+    with pytest.raises(kiln.Unsupported, match="autocast region"):
+        kiln.compile(program)
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
+
+    program = torch.export.export(Branch(), (x,))
+    with pytest.raises(kiln.Unsupported, match="higher_order.cond.*control flow"):
+        kiln.compile(program)
+
+
 def test_script_module_and_precisions_accepted():
     m = torch.jit.script(conv_net())
     x = torch.randn(1, 3, 8, 8)
