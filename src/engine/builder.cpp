@@ -96,6 +96,9 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else if (name == "cuda_grouped") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "cudnn" || value == "kernel", InvalidArgument,
                "switch `", name_value, "`: expected cuda_grouped=auto, cudnn or kernel");
+  } else if (name == "gemm_skinny") {  // read by the CUDA kernels too
+    KILN_CHECK(value == "off" || value == "on" || value == "only", InvalidArgument, "switch `",
+               name_value, "`: expected gemm_skinny=off, on or only");
   } else if (name == "attention_cudnn") {  // read by the CUDA kernels too
     KILN_CHECK(value == "auto" || value == "on" || value == "off", InvalidArgument, "switch `",
                name_value, "`: expected attention_cudnn=auto, on or off");
@@ -108,7 +111,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
                "cast_into_shuffle, decompose_attention, attention_mask_biases, cuda_pointwise, "
-               "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, "
+               "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, gemm_skinny, "
                "attention_key_split, attention_cudnn, cuda_codegen, reuse_algorithms, "
                "first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
   }

@@ -1,10 +1,13 @@
 // The CUDA matmul (cuBLASLt) against the CPU backend: transposes, batches (broadcast ones too),
 // vectors, constant weights, post-ops fused by the builder (bias, activations, residual), and
 // the timed choice of large GEMMs' algorithms, projections of one input merged; integer products
-// (our kernel) bit for bit.
+// (our kernel) bit for bit; the GEMM of few rows (skinny_gemm.cu) with every post-op.
 #include <cstring>
 
 #include "cuda_testing.h"
+#include "engine/builder.h"
+#include "engine/cuda/kernels.h"
+#include "util/errors.h"
 
 namespace kiln::engine {
 namespace {
@@ -277,6 +280,120 @@ TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
     if (c.residual) inputs.push_back(random_tensor(DataType::kF16, {1, c.rows, c.n}, 63));
     cuda_testing::compare_layer(p, inputs, 1e-2, 3e-2);
   }
+}
+
+
+// No GPU needed: gemm_skinny=off|on|only reaches the kernels from the plan's switches (off when not
+// given), and the K splits timed for BERT's four linear layers at 128 rows on 132 SMs: the split
+// that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster).
+TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
+  EXPECT_EQ(cuda::kernel_options({}).gemm_skinny, cuda::SkinnyGemm::kOff);
+  for (const auto& [value, want] : {std::pair{"on", cuda::SkinnyGemm::kOn},
+                                    {"only", cuda::SkinnyGemm::kOnly},
+                                    {"off", cuda::SkinnyGemm::kOff}}) {
+    BuilderConfig config;
+    apply_switch(config, std::string("gemm_skinny=") + value);
+    EXPECT_EQ(cuda::kernel_options(config.switches).gemm_skinny, want) << value;
+  }
+  BuilderConfig config;
+  EXPECT_THROW(apply_switch(config, "gemm_skinny=auto"), InvalidArgument);
+
+  using V = std::vector<int>;
+  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 768, 132), (V{8, 6}));    // 12 tiles
+  EXPECT_EQ(cuda::skinny_gemm_splits(128, 2304, 768, 132), (V{3, 2, 4}));  // 36 tiles
+  EXPECT_EQ(cuda::skinny_gemm_splits(128, 3072, 768, 132), (V{2, 1, 3}));  // 48 tiles
+  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 3072, 132), (V{8, 6}));
+  EXPECT_EQ(cuda::skinny_gemm_splits(200, 768, 96, 132), (V{3, 1}));     // 24 tiles, K / 32 = 3
+  EXPECT_EQ(cuda::skinny_gemm_splits(16, 65536, 64, 132), (V{1}));       // 1024 tiles
+  EXPECT_TRUE(cuda::skinny_gemm_split_valid(768, 8));
+  EXPECT_FALSE(cuda::skinny_gemm_split_valid(768, 5));
+  EXPECT_FALSE(cuda::skinny_gemm_split_valid(96, 6));
+
+  alignas(16) static uint8_t buffer[64];
+  const cuda::SkinnyPostOps none;
+  EXPECT_TRUE(cuda::skinny_gemm_takes(DataType::kF16, 128, 768, 768, buffer, buffer, buffer, none));
+  EXPECT_TRUE(cuda::skinny_gemm_takes(DataType::kBF16, 256, 64, 32, buffer, buffer, buffer, none));
+  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF32, 128, 768, 768, buffer, buffer, buffer, none));
+  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 257, 768, 768, buffer, buffer, buffer, none));
+  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 128, 72, 768, buffer, buffer, buffer, none));
+  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 128, 768, 40, buffer, buffer, buffer, none));
+  EXPECT_FALSE(
+      cuda::skinny_gemm_takes(DataType::kF16, 128, 768, 768, buffer + 8, buffer, buffer, none));
+}
+
+// gemm_skinny=only: the kernel runs every f16/bf16 GEMM it takes, at the split that fills the SMs,
+// and answers as the CPU does with each post-op form: bias and residual (BERT's projections), bias
+// and GELU (erf: no cuBLASLt epilogue), bias, GELU-tanh, residual and ReLU, none; 1 to 256 rows (a
+// partial tile of 37, two row tiles at 200, tiles of 64 rows at 64), K from 32 to 3072, one to
+// eight splits. A GEMM it does not take (72 columns) runs on cuBLASLt.
+TEST(CudaMatMul, SkinnyGemmMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  BuilderConfig only;
+  apply_switch(only, "gemm_skinny=only");
+  struct Case {
+    int64_t rows, n, k;
+    bool bias, residual;
+    ActivationKind act, act2;
+  };
+  using A = ActivationKind;
+  const Case cases[] = {{128, 768, 768, true, true, A::kNone, A::kNone},
+                        {128, 3072, 768, true, false, A::kGelu, A::kNone},
+                        {128, 768, 3072, true, true, A::kGeluTanh, A::kRelu},
+                        {128, 2304, 768, true, false, A::kNone, A::kNone},
+                        {1, 64, 32, false, false, A::kNone, A::kNone},
+                        {37, 192, 256, true, false, A::kGeluTanh, A::kNone},
+                        {200, 128, 512, true, true, A::kNone, A::kNone},
+                        {64, 2304, 768, false, false, A::kSilu, A::kNone}};
+  uint64_t seed = 1200;
+  for (DataType t : {DataType::kF16, DataType::kBF16}) {
+    const double rtol = t == DataType::kF16 ? 1e-2 : 3e-2, atol = t == DataType::kF16 ? 3e-2 : 1e-1;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(c.rows) + " x " +
+                   std::to_string(c.n) + " x " + std::to_string(c.k));
+      MatMulParams p{false, true};
+      p.post.has_bias = c.bias;
+      p.post.has_residual = c.residual;
+      p.post.activation = c.act;
+      p.post.activation2 = c.act2;
+      std::vector<HostTensor> inputs = {random_tensor(t, {1, c.rows, c.k}, seed++, -.5, .5),
+                                        random_tensor(t, {c.n, c.k}, seed++, -.5, .5)};
+      if (c.bias) inputs.push_back(random_tensor(t, {c.n}, seed++));
+      if (c.residual) inputs.push_back(random_tensor(t, {1, c.rows, c.n}, seed++));
+      const int64_t before = cuda::skinny_gemm_launches();
+      const auto r = cuda_testing::run_both_layer(p, inputs, only);
+      cuda_testing::expect_match(r, rtol, atol);
+      EXPECT_GT(cuda::skinny_gemm_launches(), before);
+    }
+  }
+  MatMulParams p{false, true};
+  const int64_t before = cuda::skinny_gemm_launches();
+  const auto r = cuda_testing::run_both_layer(
+      p, {random_tensor(DataType::kF16, {1, 16, 64}, 1290, -.5, .5),
+          random_tensor(DataType::kF16, {72, 64}, 1291, -.5, .5)},
+      only);
+  cuda_testing::expect_match(r, 1e-2, 3e-2);
+  EXPECT_EQ(cuda::skinny_gemm_launches(), before);
+}
+
+// gemm_skinny=on: BERT's four linear layers at 128 rows time the kernel's splits after cuBLASLt's
+// candidates; whichever wins answers as the CPU does.
+TEST(CudaMatMul, SkinnyGemmIsTimedAgainstCublasLt) {
+  KILN_REQUIRE_GPU();
+  BuilderConfig on;
+  apply_switch(on, "gemm_skinny=on");
+  const int64_t before = cuda::skinny_gemm_launches();
+  uint64_t seed = 1300;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768},
+                             {768, 3072}}) {
+    SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(k));
+    MatMulParams p{false, true};
+    p.post.has_bias = true;
+    std::vector<HostTensor> inputs = {random_tensor(DataType::kF16, {1, 128, k}, seed++, -.5, .5),
+                                      random_tensor(DataType::kF16, {n, k}, seed++, -.5, .5),
+                                      random_tensor(DataType::kF16, {n}, seed++)};
+    cuda_testing::expect_match(cuda_testing::run_both_layer(p, inputs, on), 1e-2, 3e-2);
+  }
+  EXPECT_GT(cuda::skinny_gemm_launches(), before);  // timed at least
 }
 
 }  // namespace

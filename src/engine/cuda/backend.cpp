@@ -391,6 +391,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "gemm_fold=off" || s == "gemm_fold=on") o.gemm_fold = s == "gemm_fold=on";
     if (s == "gemm_timing=off" || s == "gemm_timing=on") o.gemm_timing = s == "gemm_timing=on";
     if (s == "gemm_split_k=off" || s == "gemm_split_k=on") o.gemm_split_k = s == "gemm_split_k=on";
+    if (s == "gemm_skinny=off") o.gemm_skinny = SkinnyGemm::kOff;
+    if (s == "gemm_skinny=on") o.gemm_skinny = SkinnyGemm::kOn;
+    if (s == "gemm_skinny=only") o.gemm_skinny = SkinnyGemm::kOnly;
     if (s == "attention_key_split=off" || s == "attention_key_split=on") {
       o.attention_key_split = s == "attention_key_split=on";
     }

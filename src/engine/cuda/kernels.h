@@ -28,6 +28,11 @@ using KernelState = engine::KernelState;
 // attention_choice.cpp says why), cuDNN wherever it takes the shape (kOn), or never (kOff).
 enum class AttentionCudnn { kAuto, kOn, kOff };
 
+// Whether GEMMs of few rows may run skinny_gemm.cu (gemm_skinny=off|on|only): timed against
+// cuBLASLt's candidates where the GEMM is timed (kOn), wherever the kernel takes the GEMM
+// (kOnly: tests and comparisons), or never (kOff, the default until measured on the GPU).
+enum class SkinnyGemm { kOff, kOn, kOnly };
+
 // Where grouped convolutions run: grouped.cu for the group widths cuDNN is slow at (kAuto), cuDNN
 // for all (kCudnn), grouped.cu wherever it can (kKernel).
 enum class GroupedPath { kAuto, kCudnn, kKernel };
@@ -42,6 +47,7 @@ struct KernelOptions {
   bool gemm_timing = true;  // gemm_timing=off: the heuristic's first GEMM algorithm (G32)
   // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
   bool gemm_split_k = true;
+  SkinnyGemm gemm_skinny = SkinnyGemm::kOff;
   // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
   // warps (attention.cu resident_shape). Off until measured (G60).
   bool attention_key_split = false;
@@ -294,6 +300,33 @@ void launch_post_ops(cudaStream_t stream, const std::string& layer, const Tensor
                      const PostOpArgs& post);
 // matmul.cpp: the matmul layer's kernel (MatMulParams), for kernels that run a GEMM inside.
 void run_matmul(KernelArgs& args);
+// skinny_gemm.cu: y[rows, n] = post(a[rows, k] w[n, k]^T) for a few rows (a linear layer at
+// batch 1), f16 or bf16, K split across the blocks of a cluster and every post-op in the
+// epilogue (bias of n elements, then act, the residual of y's shape, act2; in fp32 from the
+// accumulator). The matmul layer times it against cuBLASLt's candidates (gemm_skinny).
+struct SkinnyPostOps {
+  const void* bias = nullptr;  // n elements of y's dtype, or nullptr
+  ActivationKind act = ActivationKind::kNone;
+  float alpha = 0, beta = 0;
+  const void* residual = nullptr;  // rows x n of y's dtype, or nullptr
+  ActivationKind act2 = ActivationKind::kNone;
+  float alpha2 = 0, beta2 = 0;
+};
+constexpr int64_t kSkinnyMaxRows = 256;
+// Whether the kernel takes the GEMM: f16/bf16, 1..256 rows, n a multiple of 64, k of 32,
+// operands and y 16-byte aligned (the residual 8).
+bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a,
+                       const void* w, const void* y, const SkinnyPostOps& post);
+// Whether `splits` (1-8) divide K in tiles of 32.
+bool skinny_gemm_split_valid(int64_t k, int splits);
+// The K splits worth timing for a GEMM the kernel takes on `sms` SMs (one to three): the one
+// that fills the SMs best in one wave first, then the next fewer and more.
+std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms);
+// Launches so far in the process (tests).
+int64_t skinny_gemm_launches();
+void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
+                        int64_t n, int64_t k, int splits, const void* a, const void* w, void* y,
+                        const SkinnyPostOps& post);
 // matmul_integer.cu: an i64 or i32 matmul layer (bias and residual post-ops, no activations),
 // wrapping around as torch's integer products do.
 void launch_integer_matmul(cudaStream_t stream, const std::string& layer, const MatMulParams& p,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -48,6 +49,7 @@ struct MatMulState : KernelState {
   bool tuned = false;  // the algorithm was chosen for this shape (not kept from another's)
   bool fused_bias = false, fused_activation = false, fused_residual = false,
        fused_activation2 = false;
+  int skinny_splits = 0;  // > 0: skinny_gemm.cu with this many K splits runs it, not cuBLASLt
   ~MatMulState() override {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -161,7 +163,9 @@ int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMat
   return found;
 }
 
-// The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM, timed as
+// The index of the fastest of the heuristic's `found` candidates for `state`'s GEMM and the
+// `extra` launches after them (skinny_gemm.cu's forms, each writing the GEMM's output to the
+// pointer it is given), timed as
 // replays of CUDA graphs of their launches into a scratch output (replay_timing.h): a GEMM of a few
 // microseconds (BERT's at batch 1) launched back to back would time the host's cuBLASLt calls
 // instead (G60). Candidates slower than kKeep times the fastest after the first round drop out (a
@@ -169,14 +173,16 @@ int add_split_k(cublasLtHandle_t lt, const MatMulState& state, const cublasLtMat
 // ~2%). The first candidate wins unless another's median is at least 5% faster. Chosen once per
 // GEMM key and device in the process; 0 while the stream is being captured.
 int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicResult_t* results,
-                      int found, const TimingRun& run, int device) {
+                      int found, const TimingRun& run, int device,
+                      const std::vector<std::function<bool(cudaStream_t, void*)>>& extra) {
+  const int count = found + static_cast<int>(extra.size());
   static std::mutex mutex;
   static std::map<std::vector<int64_t>, int> chosen;
   std::vector<int64_t> key = state.key;
   key.push_back(device);
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = chosen.find(key); it != chosen.end() && it->second < found) return it->second;
+    if (auto it = chosen.find(key); it != chosen.end() && it->second < count) return it->second;
   }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(run.stream, &capture) != cudaSuccess ||
@@ -199,8 +205,9 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   std::vector<float> ms;
   try {
     ms = time_replays(
-        run.stream, found,
+        run.stream, count,
         [&](int i, cudaStream_t stream) {
+          if (i >= found) return extra[i - found](stream, scratch);
           return cublasLtMatmul(run.lt, state.desc, &one, run.b, state.b, run.a, state.a,
                                 run.residual ? &one : &zero, run.residual ? run.residual : scratch,
                                 state.d, scratch, state.d, &results[i].algo, run.workspace,
@@ -215,7 +222,7 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   int best = 0;
   if (std::isfinite(ms[0])) {
     float best_time = ms[0];
-    for (int i = 1; i < found; ++i) {
+    for (int i = 1; i < count; ++i) {
       if (ms[i] < best_time && ms[i] < 0.95f * ms[0]) best = i, best_time = ms[i];
     }
   }
@@ -227,7 +234,7 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   }();
   if (log) {
     std::ostringstream line;
-    line << "[kiln] gemm timing: " << found << " candidates, " << phases.survivors
+    line << "[kiln] gemm timing: " << count << " candidates (" << extra.size() << " skinny), " << phases.survivors
          << " after the first round, chose " << best << "; ms set-up " << phases.setup
          << " first launches " << phases.first_launches << " captures " << phases.captures
          << " rounds " << phases.rounds << " total "
@@ -242,6 +249,25 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   std::lock_guard<std::mutex> lock(mutex);
   chosen[key] = best;
   return best;
+}
+
+// A kept choice of skinny_gemm.cu: a tag no cuBLASLt algorithm (64 bytes) has, then the splits.
+constexpr char kSkinnyTag[4] = {'k', 's', 'g', '1'};
+
+std::vector<uint8_t> skinny_choice_bytes(int32_t splits) {
+  std::vector<uint8_t> bytes(sizeof(kSkinnyTag) + sizeof(splits));
+  std::memcpy(bytes.data(), kSkinnyTag, sizeof(kSkinnyTag));
+  std::memcpy(bytes.data() + sizeof(kSkinnyTag), &splits, sizeof(splits));
+  return bytes;
+}
+
+bool skinny_choice(const std::vector<uint8_t>& bytes, int32_t* splits) {
+  if (bytes.size() != sizeof(kSkinnyTag) + sizeof(*splits) ||
+      std::memcmp(bytes.data(), kSkinnyTag, sizeof(kSkinnyTag)) != 0) {
+    return false;
+  }
+  std::memcpy(splits, bytes.data() + sizeof(kSkinnyTag), sizeof(*splits));
+  return true;
 }
 
 int64_t alignment(const void* p) {
@@ -362,6 +388,25 @@ void matmul_kernel(KernelArgs& args) {
     const ActivationKind epi_act =
         act_epilogue ? act : (act2_epilogue ? act2 : ActivationKind::kNone);
     const bool tf32 = p.tf32 && out.dtype == DataType::kF32;
+    // Whether skinny_gemm.cu takes the GEMM with all of its post-ops (gemm_skinny, kernels.h):
+    // one row-major A (or A's matrices folded) against one weight of [n, k].
+    const SkinnyGemm skinny_mode = args.res.options().gemm_skinny;
+    SkinnyPostOps skinny_post;
+    bool skinny = false;
+    if (skinny_mode != SkinnyGemm::kOff && !ta && tb && mats == 1 && b_stride == 0 &&
+        (!bias || (bias->numel() == n && bias->dtype == out.dtype)) &&
+        (!residual || (residual->dtype == out.dtype && residual->shape == out.shape))) {
+      const PostOps& post = p.post;
+      skinny_post.bias = bias ? bias->data : nullptr;
+      skinny_post.act = act;
+      skinny_post.alpha = static_cast<float>(post.alpha);
+      skinny_post.beta = static_cast<float>(post.beta);
+      skinny_post.residual = residual ? residual->data : nullptr;
+      skinny_post.act2 = act2;
+      skinny_post.alpha2 = static_cast<float>(post.alpha2);
+      skinny_post.beta2 = static_cast<float>(post.beta2);
+      skinny = skinny_gemm_takes(out.dtype, rows, n, k, a_ptr, b_ptr, y, skinny_post);
+    }
     std::vector<int64_t> key = {static_cast<int64_t>(out.dtype),
                                 tf32,
                                 ta,
@@ -440,13 +485,20 @@ void matmul_kernel(KernelArgs& args) {
       const auto lt = static_cast<cublasLtHandle_t>(args.res.cublaslt());
       cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
       // The engine's choice for this shape where it has one (made at the plan's build or by
-      // another context) and cuBLASLt takes it for these descriptors: no heuristic query, no
-      // timing, whether or not this call may choose.
+      // another context) and cuBLASLt (or skinny_gemm.cu) takes it for these descriptors: no
+      // heuristic query, no timing, whether or not this call may choose.
       bool adopted = false;
+      int skinny_splits = 0;
       {
         const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);
         cublasLtMatmulAlgo_t algo{};
-        if (choice && choice->size() == sizeof(algo)) {
+        int32_t splits = 0;
+        if (choice && skinny_choice(*choice, &splits)) {
+          if (skinny && skinny_gemm_split_valid(k, splits)) {
+            skinny_splits = splits;
+            adopted = true;
+          }
+        } else if (choice && choice->size() == sizeof(algo)) {
           std::memcpy(&algo, choice->data(), sizeof(algo));
           adopted = cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
                                             &algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
@@ -458,83 +510,128 @@ void matmul_kernel(KernelArgs& args) {
           }
         }
       }
+      // gemm_skinny=only: the kernel wherever it takes the GEMM, at the split that fills the SMs.
+      if (!adopted && skinny && skinny_mode == SkinnyGemm::kOnly) {
+        skinny_splits = skinny_gemm_splits(rows, n, k, sms).at(0);
+      }
       // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that
       // was (same operation, dtypes and epilogue: only sizes, strides and alignments differ; the
       // nearest in multiply-adds), where it takes this one.
       MatMulState* kept =
-          !adopted && !tune && args.res.options().reuse_algorithms
+          !adopted && skinny_splits == 0 && !tune && args.res.options().reuse_algorithms
               ? states.nearest(
                     [&](const MatMulState& s) { return s.tuned && same_operation(s.key, key); },
                     [&](const MatMulState& s) {
                       return std::abs(std::log(gemm_size(s.key) / gemm_size(key)));
                     })
               : nullptr;
-      if (kept &&
-          cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
-                                  &kept->algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
-          results[0].workspaceSize <= kCublasWorkspace) {
+      if (kept && kept->skinny_splits > 0) {
+        if (skinny && skinny_gemm_split_valid(k, kept->skinny_splits)) {
+          skinny_splits = kept->skinny_splits;
+        }
+      } else if (kept &&
+                 cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
+                                         &kept->algo, &results[0]) == CUBLAS_STATUS_SUCCESS &&
+                 results[0].workspaceSize <= kCublasWorkspace) {
         results[0].algo = kept->algo;
         found = 1;
         status = CUBLAS_STATUS_SUCCESS;
       }
-      // Chosen as a tuning run would choose: by the heuristic, timed where that is worth it.
-      fresh->tuned = adopted || (found == 0 && (timed || !worth));
-      if (found == 0) {
-        count_algorithm_search();
-        status =
-            cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
-                                           pref, timed ? kCandidates : 1, results, &found);
-      }
-      cublasLtMatmulPreferenceDestroy(pref);
-      KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
-                 "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
-                 " batch=", batches, " (status ", static_cast<int>(status), ")");
-      if (timed && split_k && fresh->tuned && !adopted) {
-        found = add_split_k(lt, *fresh, results[0].algo, output_tiles(rows, n, mats), k, sms,
-                            results, found, kCandidates + kSplitCandidates);
-      }
-      int chosen = 0;
-      if (found > 1) {
-        if (bias_epilogue) {
-          const void* bias_ptr = bias->data;
-          KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-              fresh->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+      if (skinny_splits > 0) {
+        // Chosen without cuBLASLt: kept (adopted), forced (only) or the nearest shape's.
+        fresh->tuned = adopted || (skinny_mode == SkinnyGemm::kOnly && (tune || !worth));
+        cublasLtMatmulPreferenceDestroy(pref);
+      } else {
+        // Chosen as a tuning run would choose: by the heuristic, timed where that is worth it.
+        fresh->tuned = adopted || (found == 0 && (timed || !worth));
+        if (found == 0) {
+          count_algorithm_search();
+          status = cublasLtMatmulAlgoGetHeuristic(lt, fresh->desc, fresh->b, fresh->a, fresh->d,
+                                                  fresh->d, pref, timed ? kCandidates : 1, results,
+                                                  &found);
         }
-        const TimingRun run{lt,
-                            a_ptr,
-                            b_ptr,
-                            residual_c ? residual->data : nullptr,
-                            static_cast<size_t>(batches * m * n) * es,
-                            ws + ws_off,
-                            stream};
-        chosen = fastest_candidate(*fresh, results, found, run, args.res.device());
+        cublasLtMatmulPreferenceDestroy(pref);
+        KILN_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0, Unsupported, "layer `", name,
+                   "` (matmul): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k,
+                   " batch=", batches, " (status ", static_cast<int>(status), ")");
+        if (timed && split_k && fresh->tuned && !adopted) {
+          found = add_split_k(lt, *fresh, results[0].algo, output_tiles(rows, n, mats), k, sms,
+                              results, found, kCandidates + kSplitCandidates);
+        }
+        // gemm_skinny=on: the kernel's forms are timed after cuBLASLt's.
+        std::vector<int> skinny_forms;
+        std::vector<std::function<bool(cudaStream_t, void*)>> extra;
+        if (timed && fresh->tuned && !adopted && skinny && skinny_mode == SkinnyGemm::kOn) {
+          skinny_forms = skinny_gemm_splits(rows, n, k, sms);
+          for (int splits : skinny_forms) {
+            extra.push_back([&, splits](cudaStream_t on, void* to) {
+              launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, to,
+                                 skinny_post);
+              return true;
+            });
+          }
+        }
+        int chosen = 0;
+        if (found + static_cast<int>(extra.size()) > 1) {
+          if (bias_epilogue) {
+            const void* bias_ptr = bias->data;
+            KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                fresh->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+          }
+          const TimingRun run{lt,
+                              a_ptr,
+                              b_ptr,
+                              residual_c ? residual->data : nullptr,
+                              static_cast<size_t>(batches * m * n) * es,
+                              ws + ws_off,
+                              stream};
+          chosen = fastest_candidate(*fresh, results, found, run, args.res.device(), extra);
+        }
+        if (chosen >= found) {
+          skinny_splits = skinny_forms.at(chosen - found);
+        } else {
+          fresh->algo = results[chosen].algo;
+          fresh->algo_workspace = results[chosen].workspaceSize;
+        }
       }
-      fresh->algo = results[chosen].algo;
-      fresh->algo_workspace = results[chosen].workspaceSize;
+      fresh->skinny_splits = skinny_splits;
       // A choice made for this shape is the engine's for every context (and the plan's when
       // building).
       if (fresh->tuned && !adopted) {
-        std::vector<uint8_t> bytes(sizeof(fresh->algo));
-        std::memcpy(bytes.data(), &fresh->algo, sizeof(fresh->algo));
+        std::vector<uint8_t> bytes;
+        if (skinny_splits > 0) {
+          bytes = skinny_choice_bytes(skinny_splits);
+        } else {
+          bytes.resize(sizeof(fresh->algo));
+          std::memcpy(bytes.data(), &fresh->algo, sizeof(fresh->algo));
+        }
         args.res.keep_choice(key, std::move(bytes));
       }
-      fresh->fused_bias = bias_epilogue;
-      fresh->fused_activation = act_epilogue;
-      fresh->fused_residual = residual_c;
-      fresh->fused_activation2 = act2_epilogue;
+      // skinny_gemm.cu applies every post-op itself.
+      fresh->fused_bias = skinny_splits > 0 ? bias != nullptr : bias_epilogue;
+      fresh->fused_activation = skinny_splits > 0 || act_epilogue;
+      fresh->fused_residual = skinny_splits > 0 ? residual != nullptr : residual_c;
+      fresh->fused_activation2 = skinny_splits > 0 || act2_epilogue;
       state = states.add(std::move(fresh));
     }
-    if (state->fused_bias) {
-      const void* bias_ptr = bias->data;
-      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          state->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    if (state->skinny_splits > 0) {
+      KILN_CHECK(skinny, InternalError, "layer `", name,
+                 "` (matmul): the skinny GEMM chosen for this key does not take the operands");
+      launch_skinny_gemm(stream, name, out.dtype, rows, n, k, state->skinny_splits, a_ptr, b_ptr,
+                         y, skinny_post);
+    } else {
+      if (state->fused_bias) {
+        const void* bias_ptr = bias->data;
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            state->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+      }
+      const float one = 1.f, zero = 0.f;
+      const void* c_ptr = state->fused_residual ? residual->data : y;
+      KILN_CUBLAS_CHECK(cublasLtMatmul(
+          static_cast<cublasLtHandle_t>(args.res.cublaslt()), state->desc, &one, b_ptr, state->b,
+          a_ptr, state->a, state->fused_residual ? &one : &zero, c_ptr, state->d, y, state->d,
+          &state->algo, ws + ws_off, state->algo_workspace, stream));
     }
-    const float one = 1.f, zero = 0.f;
-    const void* c_ptr = state->fused_residual ? residual->data : y;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(
-        static_cast<cublasLtHandle_t>(args.res.cublaslt()), state->desc, &one, b_ptr, state->b,
-        a_ptr, state->a, state->fused_residual ? &one : &zero, c_ptr, state->d, y, state->d,
-        &state->algo, ws + ws_off, state->algo_workspace, stream));
     fused_bias = state->fused_bias;
     fused_activation = state->fused_activation;
     fused_residual = state->fused_residual;

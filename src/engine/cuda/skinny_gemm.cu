@@ -1,0 +1,288 @@
+// A GEMM of few rows against a weight: y[rows, n] = post(a[rows, k] w[n, k]^T) in f16 or bf16
+// with fp32 accumulation and every post-op (bias, activation, residual, second activation) in its
+// epilogue. Transformers at batch 1 run their linear layers at 128 rows or fewer, where cuBLASLt
+// gives each output tile of 64 columns one SM and a long K loop: BERT's 48 GEMMs took 4.3-7.5 us
+// each in a graph replay on an H100 (NOTES.md G71), several times what reading their weights
+// costs. Here K is split across the blocks of a thread-block cluster (sm_90): each block
+// multiplies its share of K for all of the tile's rows (mma.sync m16n8k16 from a cp.async
+// pipeline), then the blocks add their partial tiles through distributed shared memory, each
+// finishing a share of the tile's rows: no workspace, no second kernel, and the sum is taken in
+// the same order on every run.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace kiln::engine::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kTileN = 64;     // output columns a block
+constexpr int kTileK = 32;     // K a pipeline stage: 64-byte rows of 4 16-byte chunks
+constexpr int kStages = 4;
+constexpr int kMaxSplits = 8;  // a portable cluster
+
+template <int BM>
+constexpr int smem_bytes() {
+  return kStages * (BM + kTileN) * kTileK * 2;
+}
+
+// Byte offset of 16-byte chunk `c` (0-3) of row `r` in a stage's operand: the chunks of rows 2j
+// and 2j+1 are permuted by j, so that ldmatrix's 8 rows of one chunk fall in distinct banks.
+__device__ __forceinline__ uint32_t swizzled(int r, int c) {
+  return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Grid (splits, n / 64, ceil(rows / BM)), clusters of (splits, 1, 1): block `split` of a cluster
+// multiplies K range [split * k_split, (split + 1) * k_split) for rows [m0, m0 + BM) and columns
+// [n0, n0 + 64). Warps: BM / 16 along the rows (16 rows each), the rest along the columns.
+template <class T, int BM>
+__global__ void __launch_bounds__(kThreads)
+    skinny_gemm_kernel(const T* __restrict__ a, const T* __restrict__ w, T* __restrict__ y,
+                       int rows, int n, int k, int k_split, const T* __restrict__ bias,
+                       ActivationKind act, float alpha, float beta, const T* __restrict__ res,
+                       ActivationKind act2, float alpha2, float beta2) {
+  constexpr int kWarpsM = BM / 16;
+  constexpr int kWarpsN = (kThreads / 32) / kWarpsM;
+  constexpr int kWarpCols = kTileN / kWarpsN;
+  constexpr int kTilesN = kWarpCols / 8;
+  constexpr int kABytes = BM * kTileK * 2, kStageBytes = (BM + kTileN) * kTileK * 2;
+  constexpr int kLd = kTileN + 8;  // floats a row of the partial tile (2-way bank conflicts)
+  static_assert(BM * kLd * 4 <= smem_bytes<BM>(), "the partial tile reuses the pipeline");
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int split = static_cast<int>(cluster.block_rank());
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int n0 = blockIdx.y * kTileN, m0 = blockIdx.z * BM, k0 = split * k_split;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  const auto load = [&](int stage, int kt) {
+    const int kb = k0 + kt * kTileK;
+    const uint32_t sa = base + stage * kStageBytes, sb = sa + kABytes;
+#pragma unroll
+    for (int i = tid; i < BM * 4; i += kThreads) {
+      const int r = i >> 2, c = i & 3;
+      const bool ok = m0 + r < rows;
+      cp_async16(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
+                 ok);
+    }
+#pragma unroll
+    for (int i = tid; i < kTileN * 4; i += kThreads) {
+      const int r = i >> 2, c = i & 3;
+      cp_async16(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8, true);
+    }
+  };
+
+  float acc[kTilesN][4];
+#pragma unroll
+  for (int t = 0; t < kTilesN; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  const int k_tiles = k_split / kTileK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt landed for all; stage kt - 1 is read by no warp any more
+    const int next = kt + kStages - 1;
+    if (next < k_tiles) load(next % kStages, next);
+    cp_async_commit();
+    const uint32_t sa = base + (kt % kStages) * kStageBytes, sb = sa + kABytes;
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      uint32_t af[4];
+      ldmatrix_x4(af, sa + swizzled(warp_m * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int p = 0; p < kTilesN / 2; ++p) {
+        // Matrices: columns 0-7 at k 0-7 and 8-15, then columns 8-15 at k 0-7 and 8-15.
+        uint32_t bf[4];
+        const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bf, sb + swizzled(r, kk * 2 + ((lane >> 3) & 1)));
+        mma16816<T>(acc[2 * p], af, bf[0], bf[1]);
+        mma16816<T>(acc[2 * p + 1], af, bf[2], bf[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the partial tile
+
+  float* part = reinterpret_cast<float*>(smem);
+  {
+    const int row = warp_m * 16 + (lane >> 2);
+#pragma unroll
+    for (int t = 0; t < kTilesN; ++t) {
+      const int col = warp_n * kWarpCols + t * 8 + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(part + row * kLd + col) = make_float2(acc[t][0], acc[t][1]);
+      *reinterpret_cast<float2*>(part + (row + 8) * kLd + col) = make_float2(acc[t][2], acc[t][3]);
+    }
+  }
+  cluster.sync();  // every block's partial tile is written
+
+  // Block `split` finishes rows [r_begin, r_end) of the tile: the splits' partials summed in rank
+  // order, then the post-ops, 4 columns a thread.
+  const int per = (BM + splits - 1) / splits;
+  const int r_begin = split * per, r_end = min(BM, r_begin + per);
+  for (int i = tid; i < (r_end - r_begin) * (kTileN / 4); i += kThreads) {
+    const int r = r_begin + i / (kTileN / 4), c = (i % (kTileN / 4)) * 4;
+    const int gm = m0 + r;
+    if (gm >= rows) continue;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int j = 0; j < splits; ++j) {
+      const float* remote = cluster.map_shared_rank(part, j);
+      const float4 p = *reinterpret_cast<const float4*>(remote + r * kLd + c);
+      v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+    }
+    const int gn = n0 + c;
+    const size_t at = static_cast<size_t>(gm) * n + gn;
+    T out[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float x = v[q];
+      if (bias) x += static_cast<float>(bias[gn + q]);
+      x = activate(act, x, alpha, beta);
+      if (res) x += static_cast<float>(res[at + q]);
+      x = activate(act2, x, alpha2, beta2);
+      out[q] = T(x);
+    }
+    *reinterpret_cast<uint2*>(y + at) = *reinterpret_cast<const uint2*>(out);
+  }
+  cluster.sync();  // no block leaves while another reads its partial tile
+}
+
+std::atomic<int64_t> launches{0};
+
+bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+template <class T, int BM>
+void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
+                  const void* a, const void* w, void* y, const SkinnyPostOps& post) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
+                       static_cast<unsigned>((rows + BM - 1) / BM));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes<BM>();
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(splits);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(
+      &config, skinny_gemm_kernel<T, BM>, static_cast<const T*>(a), static_cast<const T*>(w),
+      static_cast<T*>(y), static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
+      static_cast<int>(k / splits), static_cast<const T*>(post.bias), post.act, post.alpha,
+      post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2));
+}
+
+}  // namespace
+
+bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a,
+                       const void* w, const void* y, const SkinnyPostOps& post) {
+  return (t == DataType::kF16 || t == DataType::kBF16) && rows >= 1 && rows <= kSkinnyMaxRows &&
+         n >= kTileN && n % kTileN == 0 && n / kTileN <= 65535 && k >= kTileK &&
+         k % kTileK == 0 && rows * std::max(n, k) < (int64_t{1} << 31) && aligned(a, 16) &&
+         aligned(w, 16) && aligned(y, 16);
+}
+
+bool skinny_gemm_split_valid(int64_t k, int splits) {
+  return splits >= 1 && splits <= kMaxSplits && k % kTileK == 0 && (k / kTileK) % splits == 0;
+}
+
+std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms) {
+  const int64_t tiles = (n / kTileN) * ((rows + 63) / 64 > 1 ? (rows + 127) / 128 : 1);
+  std::vector<int> valid;
+  for (int s : {1, 2, 3, 4, 6, 8}) {
+    if ((k / kTileK) % s == 0 && (s == 1 || tiles * s <= 2 * static_cast<int64_t>(sms))) {
+      valid.push_back(s);
+    }
+  }
+  // The split that fills the SMs best in one wave first, then its neighbours among the valid.
+  int fill = 0;
+  for (size_t i = 0; i < valid.size(); ++i) {
+    if (tiles * valid[i] <= sms) fill = static_cast<int>(i);
+  }
+  std::vector<int> out;
+  for (int i : {fill, fill - 1, fill + 1}) {
+    if (i >= 0 && i < static_cast<int>(valid.size())) out.push_back(valid[i]);
+  }
+  return out;
+}
+
+int64_t skinny_gemm_launches() {
+  return launches.load();
+}
+
+void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
+                        int64_t n, int64_t k, int splits, const void* a, const void* w, void* y,
+                        const SkinnyPostOps& post) {
+  KILN_CHECK(skinny_gemm_split_valid(k, splits), InvalidArgument,
+             "layer `", layer, "`: ", splits, " K splits do not divide K = ", k,
+             " in tiles of 32 (at most 8)");
+  const bool small = rows <= 64;
+  if (t == DataType::kF16) {
+    small ? launch_typed<__half, 64>(stream, rows, n, k, splits, a, w, y, post)
+          : launch_typed<__half, 128>(stream, rows, n, k, splits, a, w, y, post);
+  } else {
+    small ? launch_typed<__nv_bfloat16, 64>(stream, rows, n, k, splits, a, w, y, post)
+          : launch_typed<__nv_bfloat16, 128>(stream, rows, n, k, splits, a, w, y, post);
+  }
+  KILN_CUDA_CHECK_LAUNCH(layer);
+  ++launches;
+}
+
+}  // namespace kiln::engine::cuda
