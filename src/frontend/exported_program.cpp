@@ -420,8 +420,7 @@ class GraphBuilder {
     const std::string inner = where + ", subgraph `" + wrapped->value("name", "?") + "`";
     const json& params = field(body, "inputs", inner);
     KILN_CHECK(params.is_array() && params.size() == operands.size(), CorruptInput, inner, ": ",
-               params.is_array() ? params.size() : 0, " inputs for ", operands.size(),
-               " operands");
+               params.is_array() ? params.size() : 0, " inputs for ", operands.size(), " operands");
 
     // The subgraph names its values on its own (its input `getitem` is not the caller's): its
     // names live in a scope of their own, with the subgraph's own tensor and SymInt descriptions.

@@ -282,7 +282,6 @@ TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
   }
 }
 
-
 // No GPU needed: gemm_skinny=off|on|only reaches the kernels from the plan's switches (off when not
 // given), and the K splits timed for BERT's four linear layers at 128 rows on 132 SMs: the split
 // that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster).
@@ -299,12 +298,12 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
   EXPECT_THROW(apply_switch(config, "gemm_skinny=auto"), InvalidArgument);
 
   using V = std::vector<int>;
-  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 768, 132), (V{8, 6}));    // 12 tiles
+  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 768, 132), (V{8, 6}));      // 12 tiles
   EXPECT_EQ(cuda::skinny_gemm_splits(128, 2304, 768, 132), (V{3, 2, 4}));  // 36 tiles
   EXPECT_EQ(cuda::skinny_gemm_splits(128, 3072, 768, 132), (V{2, 1, 3}));  // 48 tiles
   EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 3072, 132), (V{8, 6}));
-  EXPECT_EQ(cuda::skinny_gemm_splits(200, 768, 96, 132), (V{3, 1}));     // 24 tiles, K / 32 = 3
-  EXPECT_EQ(cuda::skinny_gemm_splits(16, 65536, 64, 132), (V{1}));       // 1024 tiles
+  EXPECT_EQ(cuda::skinny_gemm_splits(200, 768, 96, 132), (V{3, 1}));  // 24 tiles, K / 32 = 3
+  EXPECT_EQ(cuda::skinny_gemm_splits(16, 65536, 64, 132), (V{1}));    // 1024 tiles
   EXPECT_TRUE(cuda::skinny_gemm_split_valid(768, 8));
   EXPECT_FALSE(cuda::skinny_gemm_split_valid(768, 5));
   EXPECT_FALSE(cuda::skinny_gemm_split_valid(96, 6));
@@ -313,8 +312,10 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
   const cuda::SkinnyPostOps none;
   EXPECT_TRUE(cuda::skinny_gemm_takes(DataType::kF16, 128, 768, 768, buffer, buffer, buffer, none));
   EXPECT_TRUE(cuda::skinny_gemm_takes(DataType::kBF16, 256, 64, 32, buffer, buffer, buffer, none));
-  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF32, 128, 768, 768, buffer, buffer, buffer, none));
-  EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 257, 768, 768, buffer, buffer, buffer, none));
+  EXPECT_FALSE(
+      cuda::skinny_gemm_takes(DataType::kF32, 128, 768, 768, buffer, buffer, buffer, none));
+  EXPECT_FALSE(
+      cuda::skinny_gemm_takes(DataType::kF16, 257, 768, 768, buffer, buffer, buffer, none));
   EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 128, 72, 768, buffer, buffer, buffer, none));
   EXPECT_FALSE(cuda::skinny_gemm_takes(DataType::kF16, 128, 768, 40, buffer, buffer, buffer, none));
   EXPECT_FALSE(
@@ -325,7 +326,8 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
 // and answers as the CPU does with each post-op form: bias and residual (BERT's projections), bias
 // and GELU (erf: no cuBLASLt epilogue), bias, GELU-tanh, residual and ReLU, none; 1 to 256 rows (a
 // partial tile of 37, two row tiles at 200, tiles of 64 rows at 64), K from 32 to 3072, one to
-// eight splits. A GEMM it does not take (72 columns) runs on cuBLASLt.
+// eight splits; weights of [n, k] (linear) and of [k, n] (GPT-2's addmm). A GEMM it does not take
+// (72 columns) runs on cuBLASLt.
 TEST(CudaMatMul, SkinnyGemmMatchesTheCpu) {
   KILN_REQUIRE_GPU();
   BuilderConfig only;
@@ -334,6 +336,7 @@ TEST(CudaMatMul, SkinnyGemmMatchesTheCpu) {
     int64_t rows, n, k;
     bool bias, residual;
     ActivationKind act, act2;
+    bool kn = false;  // the weight is [k, n]
   };
   using A = ActivationKind;
   const Case cases[] = {{128, 768, 768, true, true, A::kNone, A::kNone},
@@ -343,20 +346,24 @@ TEST(CudaMatMul, SkinnyGemmMatchesTheCpu) {
                         {1, 64, 32, false, false, A::kNone, A::kNone},
                         {37, 192, 256, true, false, A::kGeluTanh, A::kNone},
                         {200, 128, 512, true, true, A::kNone, A::kNone},
-                        {64, 2304, 768, false, false, A::kSilu, A::kNone}};
+                        {64, 2304, 768, false, false, A::kSilu, A::kNone},
+                        {128, 2304, 768, true, false, A::kNone, A::kNone, true},
+                        {37, 192, 256, true, true, A::kGeluTanh, A::kNone, true},
+                        {200, 128, 3072, false, false, A::kNone, A::kNone, true}};
   uint64_t seed = 1200;
   for (DataType t : {DataType::kF16, DataType::kBF16}) {
     const double rtol = t == DataType::kF16 ? 1e-2 : 3e-2, atol = t == DataType::kF16 ? 3e-2 : 1e-1;
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(c.rows) + " x " +
-                   std::to_string(c.n) + " x " + std::to_string(c.k));
-      MatMulParams p{false, true};
+                   std::to_string(c.n) + " x " + std::to_string(c.k) + (c.kn ? " [k, n]" : ""));
+      MatMulParams p{false, !c.kn};
       p.post.has_bias = c.bias;
       p.post.has_residual = c.residual;
       p.post.activation = c.act;
       p.post.activation2 = c.act2;
-      std::vector<HostTensor> inputs = {random_tensor(t, {1, c.rows, c.k}, seed++, -.5, .5),
-                                        random_tensor(t, {c.n, c.k}, seed++, -.5, .5)};
+      std::vector<HostTensor> inputs = {
+          random_tensor(t, {1, c.rows, c.k}, seed++, -.5, .5),
+          random_tensor(t, c.kn ? Shape{c.k, c.n} : Shape{c.n, c.k}, seed++, -.5, .5)};
       if (c.bias) inputs.push_back(random_tensor(t, {c.n}, seed++));
       if (c.residual) inputs.push_back(random_tensor(t, {1, c.rows, c.n}, seed++));
       const int64_t before = cuda::skinny_gemm_launches();
@@ -367,10 +374,11 @@ TEST(CudaMatMul, SkinnyGemmMatchesTheCpu) {
   }
   MatMulParams p{false, true};
   const int64_t before = cuda::skinny_gemm_launches();
-  const auto r = cuda_testing::run_both_layer(
-      p, {random_tensor(DataType::kF16, {1, 16, 64}, 1290, -.5, .5),
-          random_tensor(DataType::kF16, {72, 64}, 1291, -.5, .5)},
-      only);
+  const auto r =
+      cuda_testing::run_both_layer(p,
+                                   {random_tensor(DataType::kF16, {1, 16, 64}, 1290, -.5, .5),
+                                    random_tensor(DataType::kF16, {72, 64}, 1291, -.5, .5)},
+                                   only);
   cuda_testing::expect_match(r, 1e-2, 3e-2);
   EXPECT_EQ(cuda::skinny_gemm_launches(), before);
 }
@@ -383,8 +391,8 @@ TEST(CudaMatMul, SkinnyGemmIsTimedAgainstCublasLt) {
   apply_switch(on, "gemm_skinny=on");
   const int64_t before = cuda::skinny_gemm_launches();
   uint64_t seed = 1300;
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768},
-                             {768, 3072}}) {
+  for (const auto& [n, k] :
+       {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}}) {
     SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(k));
     MatMulParams p{false, true};
     p.post.has_bias = true;

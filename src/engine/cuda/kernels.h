@@ -300,8 +300,8 @@ void launch_post_ops(cudaStream_t stream, const std::string& layer, const Tensor
                      const PostOpArgs& post);
 // matmul.cpp: the matmul layer's kernel (MatMulParams), for kernels that run a GEMM inside.
 void run_matmul(KernelArgs& args);
-// skinny_gemm.cu: y[rows, n] = post(a[rows, k] w[n, k]^T) for a few rows (a linear layer at
-// batch 1), f16 or bf16, K split across the blocks of a cluster and every post-op in the
+// skinny_gemm.cu: y[rows, n] = post(a[rows, k] w[n, k]^T) (or a w[k, n]) for a few rows (a linear
+// layer at batch 1), f16 or bf16, K split across the blocks of a cluster and every post-op in the
 // epilogue (bias of n elements, then act, the residual of y's shape, act2; in fp32 from the
 // accumulator). The matmul layer times it against cuBLASLt's candidates (gemm_skinny).
 struct SkinnyPostOps {
@@ -315,8 +315,8 @@ struct SkinnyPostOps {
 constexpr int64_t kSkinnyMaxRows = 256;
 // Whether the kernel takes the GEMM: f16/bf16, 1..256 rows, n a multiple of 64, k of 32,
 // operands and y 16-byte aligned (the residual 8).
-bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a,
-                       const void* w, const void* y, const SkinnyPostOps& post);
+bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a, const void* w,
+                       const void* y, const SkinnyPostOps& post);
 // Whether `splits` (1-8) divide K in tiles of 32.
 bool skinny_gemm_split_valid(int64_t k, int splits);
 // The K splits worth timing for a GEMM the kernel takes on `sms` SMs (one to three): the one
@@ -324,9 +324,10 @@ bool skinny_gemm_split_valid(int64_t k, int splits);
 std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms);
 // Launches so far in the process (tests).
 int64_t skinny_gemm_launches();
+// w_kn: w is [k, n] (n contiguous) rather than [n, k].
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
-                        int64_t n, int64_t k, int splits, const void* a, const void* w, void* y,
-                        const SkinnyPostOps& post);
+                        int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
+                        void* y, const SkinnyPostOps& post);
 // matmul_integer.cu: an i64 or i32 matmul layer (bias and residual post-ops, no activations),
 // wrapping around as torch's integer products do.
 void launch_integer_matmul(cudaStream_t stream, const std::string& layer, const MatMulParams& p,

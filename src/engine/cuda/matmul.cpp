@@ -3,15 +3,16 @@
 // allows TF32: then CUBLAS_COMPUTE_32F_FAST_TF32), batched by strides (broadcast batches
 // materialized in the workspace), with bias and ReLU/GELU(tanh) fused as cuBLASLt epilogues and
 // a full-shape residual added as the C operand (beta = 1); the post-op kernel does the rest.
+// GEMMs of few rows may run skinny_gemm.cu instead, every post-op in its epilogue (gemm_skinny).
 // Integer products (i64, i32) run our own kernel (matmul_integer.cu).
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -234,10 +235,10 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   }();
   if (log) {
     std::ostringstream line;
-    line << "[kiln] gemm timing: " << count << " candidates (" << extra.size() << " skinny), " << phases.survivors
-         << " after the first round, chose " << best << "; ms set-up " << phases.setup
-         << " first launches " << phases.first_launches << " captures " << phases.captures
-         << " rounds " << phases.rounds << " total "
+    line << "[kiln] gemm timing: " << count << " candidates (" << extra.size() << " skinny), "
+         << phases.survivors << " after the first round, chose " << best << "; ms set-up "
+         << phases.setup << " first launches " << phases.first_launches << " captures "
+         << phases.captures << " rounds " << phases.rounds << " total "
          << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                       clock_start)
                 .count()
@@ -389,11 +390,11 @@ void matmul_kernel(KernelArgs& args) {
         act_epilogue ? act : (act2_epilogue ? act2 : ActivationKind::kNone);
     const bool tf32 = p.tf32 && out.dtype == DataType::kF32;
     // Whether skinny_gemm.cu takes the GEMM with all of its post-ops (gemm_skinny, kernels.h):
-    // one row-major A (or A's matrices folded) against one weight of [n, k].
+    // one row-major A (or A's matrices folded) against one weight, [n, k] (tb) or [k, n].
     const SkinnyGemm skinny_mode = args.res.options().gemm_skinny;
     SkinnyPostOps skinny_post;
     bool skinny = false;
-    if (skinny_mode != SkinnyGemm::kOff && !ta && tb && mats == 1 && b_stride == 0 &&
+    if (skinny_mode != SkinnyGemm::kOff && !ta && mats == 1 && b_stride == 0 &&
         (!bias || (bias->numel() == n && bias->dtype == out.dtype)) &&
         (!residual || (residual->dtype == out.dtype && residual->shape == out.shape))) {
       const PostOps& post = p.post;
@@ -565,9 +566,14 @@ void matmul_kernel(KernelArgs& args) {
           skinny_forms = skinny_gemm_splits(rows, n, k, sms);
           for (int splits : skinny_forms) {
             extra.push_back([&, splits](cudaStream_t on, void* to) {
-              launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, to,
-                                 skinny_post);
-              return true;
+              try {  // a form that cannot launch here drops out of the timing
+                launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, !tb,
+                                   to, skinny_post);
+                return true;
+              } catch (const DeviceError&) {
+                cudaGetLastError();
+                return false;
+              }
             });
           }
         }
@@ -618,7 +624,7 @@ void matmul_kernel(KernelArgs& args) {
       KILN_CHECK(skinny, InternalError, "layer `", name,
                  "` (matmul): the skinny GEMM chosen for this key does not take the operands");
       launch_skinny_gemm(stream, name, out.dtype, rows, n, k, state->skinny_splits, a_ptr, b_ptr,
-                         y, skinny_post);
+                         !tb, y, skinny_post);
     } else {
       if (state->fused_bias) {
         const void* bias_ptr = bias->data;

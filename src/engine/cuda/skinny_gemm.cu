@@ -1,4 +1,5 @@
-// A GEMM of few rows against a weight: y[rows, n] = post(a[rows, k] w[n, k]^T) in f16 or bf16
+// A GEMM of few rows against a weight: y[rows, n] = post(a[rows, k] w[n, k]^T) (a linear layer's
+// weight; or a w[k, n], as GPT-2's projections keep theirs) in f16 or bf16
 // with fp32 accumulation and every post-op (bias, activation, residual, second activation) in its
 // epilogue. Transformers at batch 1 run their linear layers at 128 rows or fewer, where cuBLASLt
 // gives each output tile of 64 columns one SM and a long K loop: BERT's 48 GEMMs took 4.3-7.5 us
@@ -36,10 +37,16 @@ constexpr int smem_bytes() {
   return kStages * (BM + kTileN) * kTileK * 2;
 }
 
-// Byte offset of 16-byte chunk `c` (0-3) of row `r` in a stage's operand: the chunks of rows 2j
-// and 2j+1 are permuted by j, so that ldmatrix's 8 rows of one chunk fall in distinct banks.
+// Byte offset of 16-byte chunk `c` (0-3) of row `r` in a stage's operand of 64-byte rows: the
+// chunks of rows 2j and 2j+1 are permuted by j, so that ldmatrix's 8 rows of one chunk fall in
+// distinct banks.
 __device__ __forceinline__ uint32_t swizzled(int r, int c) {
   return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
+
+// The same for 128-byte rows (8 chunks: a [k, n] weight's 64 columns), permuted by the row.
+__device__ __forceinline__ uint32_t swizzled128(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -58,6 +65,12 @@ __device__ __forceinline__ void cp_async_wait() {
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
@@ -83,7 +96,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 // Grid (splits, n / 64, ceil(rows / BM)), clusters of (splits, 1, 1): block `split` of a cluster
 // multiplies K range [split * k_split, (split + 1) * k_split) for rows [m0, m0 + BM) and columns
 // [n0, n0 + 64). Warps: BM / 16 along the rows (16 rows each), the rest along the columns.
-template <class T, int BM>
+// KN: w is [k, n] (a stage holds its 32 x 64 block as 128-byte rows, read transposed).
+template <class T, int BM, bool KN>
 __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const T* __restrict__ a, const T* __restrict__ w, T* __restrict__ y,
                        int rows, int n, int k, int k_split, const T* __restrict__ bias,
@@ -118,8 +132,13 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int i = tid; i < kTileN * 4; i += kThreads) {
-      const int r = i >> 2, c = i & 3;
-      cp_async16(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8, true);
+      if constexpr (KN) {
+        const int r = i >> 3, c = i & 7;  // 32 rows of k, 8 chunks of columns
+        cp_async16(sb + swizzled128(r, c), w + static_cast<size_t>(kb + r) * n + n0 + c * 8, true);
+      } else {
+        const int r = i >> 2, c = i & 3;  // 64 rows of n, 4 chunks of k
+        cp_async16(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8, true);
+      }
     }
   };
 
@@ -147,8 +166,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int p = 0; p < kTilesN / 2; ++p) {
         // Matrices: columns 0-7 at k 0-7 and 8-15, then columns 8-15 at k 0-7 and 8-15.
         uint32_t bf[4];
-        const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(bf, sb + swizzled(r, kk * 2 + ((lane >> 3) & 1)));
+        if constexpr (KN) {
+          const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+          ldmatrix_x4_trans(bf,
+                            sb + swizzled128(r, (warp_n * kWarpCols + p * 16) / 8 + (lane >> 4)));
+        } else {
+          const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldmatrix_x4(bf, sb + swizzled(r, kk * 2 + ((lane >> 3) & 1)));
+        }
         mma16816<T>(acc[2 * p], af, bf[0], bf[1]);
         mma16816<T>(acc[2 * p + 1], af, bf[2], bf[3]);
       }
@@ -206,12 +231,12 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-template <class T, int BM>
+template <class T, int BM, bool KN>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
                   const void* a, const void* w, void* y, const SkinnyPostOps& post) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
-                       static_cast<unsigned>((rows + BM - 1) / BM));
+                        static_cast<unsigned>((rows + BM - 1) / BM));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem_bytes<BM>();
   config.stream = stream;
@@ -223,7 +248,7 @@ void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int s
   config.attrs = &attribute;
   config.numAttrs = 1;
   KILN_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, skinny_gemm_kernel<T, BM>, static_cast<const T*>(a), static_cast<const T*>(w),
+      &config, skinny_gemm_kernel<T, BM, KN>, static_cast<const T*>(a), static_cast<const T*>(w),
       static_cast<T*>(y), static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
       static_cast<int>(k / splits), static_cast<const T*>(post.bias), post.act, post.alpha,
       post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2));
@@ -231,12 +256,12 @@ void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int s
 
 }  // namespace
 
-bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a,
-                       const void* w, const void* y, const SkinnyPostOps& post) {
+bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a, const void* w,
+                       const void* y, const SkinnyPostOps& post) {
   return (t == DataType::kF16 || t == DataType::kBF16) && rows >= 1 && rows <= kSkinnyMaxRows &&
-         n >= kTileN && n % kTileN == 0 && n / kTileN <= 65535 && k >= kTileK &&
-         k % kTileK == 0 && rows * std::max(n, k) < (int64_t{1} << 31) && aligned(a, 16) &&
-         aligned(w, 16) && aligned(y, 16);
+         n >= kTileN && n % kTileN == 0 && n / kTileN <= 65535 && k >= kTileK && k % kTileK == 0 &&
+         rows * std::max(n, k) < (int64_t{1} << 31) && aligned(a, 16) && aligned(w, 16) &&
+         aligned(y, 16);
 }
 
 bool skinny_gemm_split_valid(int64_t k, int splits) {
@@ -268,19 +293,20 @@ int64_t skinny_gemm_launches() {
 }
 
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
-                        int64_t n, int64_t k, int splits, const void* a, const void* w, void* y,
-                        const SkinnyPostOps& post) {
-  KILN_CHECK(skinny_gemm_split_valid(k, splits), InvalidArgument,
-             "layer `", layer, "`: ", splits, " K splits do not divide K = ", k,
-             " in tiles of 32 (at most 8)");
-  const bool small = rows <= 64;
-  if (t == DataType::kF16) {
-    small ? launch_typed<__half, 64>(stream, rows, n, k, splits, a, w, y, post)
-          : launch_typed<__half, 128>(stream, rows, n, k, splits, a, w, y, post);
-  } else {
-    small ? launch_typed<__nv_bfloat16, 64>(stream, rows, n, k, splits, a, w, y, post)
-          : launch_typed<__nv_bfloat16, 128>(stream, rows, n, k, splits, a, w, y, post);
-  }
+                        int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
+                        void* y, const SkinnyPostOps& post) {
+  KILN_CHECK(skinny_gemm_split_valid(k, splits), InvalidArgument, "layer `", layer, "`: ", splits,
+             " K splits do not divide K = ", k, " in tiles of 32 (at most 8)");
+  const auto launch = [&](auto type, auto kn) {
+    using T = decltype(type);
+    rows <= 64
+        ? launch_typed<T, 64, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post)
+        : launch_typed<T, 128, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post);
+  };
+  const auto by_layout = [&](auto type) {
+    w_kn ? launch(type, std::true_type{}) : launch(type, std::false_type{});
+  };
+  t == DataType::kF16 ? by_layout(__half{}) : by_layout(__nv_bfloat16{});
   KILN_CUDA_CHECK_LAUNCH(layer);
   ++launches;
 }
