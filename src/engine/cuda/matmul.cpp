@@ -567,8 +567,8 @@ void matmul_kernel(KernelArgs& args) {
           for (int splits : skinny_forms) {
             extra.push_back([&, splits](cudaStream_t on, void* to) {
               try {  // a form that cannot launch here drops out of the timing
-                launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, !tb,
-                                   to, skinny_post);
+                launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, !tb, to,
+                                   skinny_post);
                 return true;
               } catch (const DeviceError&) {
                 cudaGetLastError();
