@@ -164,6 +164,8 @@ TEST(ExportedProgram, BadArchivesNameTheProblem) {
       {"bad_op.pt2", ErrorKind::kUnsupported, "`aten::kiln_no_such_op` is not an operator"},
       {"bad_weights.pt2", ErrorKind::kCorruptInput, "`conv1.weight`: 8 bytes of storage"},
       {"bad_mutation.pt2", ErrorKind::kUnsupported, "writes buffer `calls` in place"},
+      {"bad_autocast.pt2", ErrorKind::kUnsupported, "an autocast region"},
+      {"bad_wrapper.pt2", ErrorKind::kCorruptInput, "1 inputs for 0 operands"},
       {"bad_as_strided.pt2", ErrorKind::kUnsupported,
        "as_strided to a result that is not contiguous (dim 1)"},
       {"no_such_file.pt2", ErrorKind::kInvalidArgument, "cannot be opened"},
@@ -178,6 +180,8 @@ TEST(ExportedProgram, BadArchivesNameTheProblem) {
           << b.file << ": " << e.what();
     }
   }
+  // The wrapper's program itself (a torch.no_grad() block) loads: its subgraph is inlined.
+  EXPECT_NO_THROW(load_exported_program(model_path("grad_block.pt2")));
   EXPECT_TRUE(is_exported_program(model_path("resnet18.pt2")));
   EXPECT_FALSE(is_exported_program(model_path("resnet18.ts")));
   EXPECT_FALSE(is_exported_program(model_path("bad_truncated.pt2")));

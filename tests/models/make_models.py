@@ -201,6 +201,23 @@ class TransposeByStrides(nn.Module):
         return torch.as_strided(x, (3, 2), (1, 3)) * 2
 
 
+class GradModeBlock(nn.Module):
+    """A `torch.no_grad()` block in forward: exported as a wrap_with_set_grad_enabled subgraph."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = x * 2 + 1
+        return y.relu()
+
+
+class AutocastBlock(nn.Module):
+    """An enabled autocast region: its ops would compute in bf16; kiln refuses it."""
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ x.t()
+
+
 def rewrite_archive(src, dst, edit):
     """A copy of the .pt2 archive `src` with `edit(record_name, bytes) -> bytes or None` applied
     (None drops the record): the bad archives of the frontend's error tests."""
@@ -245,6 +262,18 @@ def bad_archives(out):
                       os.path.join(out, "bad_mutation.pt2"))
     torch.export.save(torch.export.export(TransposeByStrides(), (torch.randn(2, 3),)),
                       os.path.join(out, "bad_as_strided.pt2"))
+    with torch.enable_grad():  # where grad mode is off, no_grad() leaves no wrapper
+        wrapped = os.path.join(out, "grad_block.pt2")
+        torch.export.save(torch.export.export(GradModeBlock(), (torch.randn(2, 3),)), wrapped)
+        torch.export.save(torch.export.export(AutocastBlock(), (torch.randn(2, 3),)),
+                          os.path.join(out, "bad_autocast.pt2"))
+
+    def drop_operand(program):  # the wrapper's subgraph takes one input more than it is given
+        for node in program["graph_module"]["graph"]["nodes"]:
+            if node["target"].endswith("wrap_with_set_grad_enabled"):
+                node["inputs"].pop()
+
+    rewrite_archive(wrapped, os.path.join(out, "bad_wrapper.pt2"), model_json(drop_operand))
 
 
 def calibrate(module, inputs):
