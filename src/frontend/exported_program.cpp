@@ -417,6 +417,8 @@ class GraphBuilder {
     for (size_t i = graph_at + 1; i < ins.size(); ++i) {
       operands.push_back(argument(field(ins[i], "arg", where), where));
     }
+    KILN_CHECK(depth_ < kMaxWrapperDepth, Unsupported, where, ": wrappers nested more than ",
+               kMaxWrapperDepth, " deep");
     const std::string inner = where + ", subgraph `" + wrapped->value("name", "?") + "`";
     const json& params = field(body, "inputs", inner);
     KILN_CHECK(params.is_array() && params.size() == operands.size(), CorruptInput, inner, ": ",
@@ -452,7 +454,9 @@ class GraphBuilder {
         }
         values_[name] = operands[i];
       }
+      ++depth_;
       for (const json& m : field(body, "nodes", inner)) node(m);
+      --depth_;
       for (const json& o : field(body, "outputs", inner)) results.push_back(argument(o, inner));
     }
     values_ = std::move(outer_values);
@@ -797,6 +801,8 @@ class GraphBuilder {
   std::shared_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   std::unordered_map<const Value*, std::string> state_;  // inputs and weights, for messages
+  static constexpr int kMaxWrapperDepth = 64;            // subgraphs inlined within subgraphs
+  int depth_ = 0;
 };
 
 }  // namespace
