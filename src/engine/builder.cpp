@@ -104,7 +104,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                name_value, "`: expected attention_cudnn=auto, on or off");
   } else if (name == "gemm_fold" || name == "gemm_timing" || name == "gemm_split_k" ||
              name == "attention_key_split" || name == "cuda_codegen" ||
-             name == "reuse_algorithms" || name == "first_call_gemm" || name == "repeat_tuning") {
+             name == "reuse_algorithms" || name == "first_call_gemm" || name == "repeat_tuning" ||
+             name == "programmatic_launch") {
     bool on = true;  // read by the CUDA kernels from the plan's switches (cuda::KernelOptions)
     on_off(&on);
   } else {
@@ -113,7 +114,7 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
                "cast_into_shuffle, decompose_attention, attention_mask_biases, cuda_pointwise, "
                "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, gemm_skinny, "
                "attention_key_split, attention_cudnn, cuda_codegen, reuse_algorithms, "
-               "first_call_gemm, repeat_tuning, choose_at_build, cuda_arch)");
+               "first_call_gemm, repeat_tuning, programmatic_launch, choose_at_build, cuda_arch)");
   }
   config.switches.push_back(name_value);
 }

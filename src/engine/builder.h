@@ -102,10 +102,11 @@ struct BuildReport {
 // cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel,
 // gemm_fold=on|off, gemm_timing=on|off, gemm_split_k=on|off, gemm_skinny=off|on|only,
 // attention_key_split=on|off, attention_cudnn=auto|on|off, reuse_algorithms=on|off,
-// first_call_gemm=on|off and repeat_tuning=on|off are only recorded, and read from the plan
-// when its engine is created (cuda::KernelOptions); cuda_codegen=off builds no generated kernels
-// (pointwise layers run on the interpreter kernel); cuda_arch=NN builds a cuda plan for compute
-// capability NN without a device (the engine runs only on such a GPU).
+// first_call_gemm=on|off, repeat_tuning=on|off and programmatic_launch=on|off are only
+// recorded, and read from the plan when its engine is created (cuda::KernelOptions);
+// cuda_codegen=off builds no generated kernels (pointwise layers run on the interpreter kernel);
+// cuda_arch=NN builds a cuda plan for compute capability NN without a device (the engine runs
+// only on such a GPU).
 // InvalidArgument names an unknown switch or value.
 void apply_switch(BuilderConfig& config, const std::string& name_value);
 

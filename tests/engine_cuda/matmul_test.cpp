@@ -404,5 +404,46 @@ TEST(CudaMatMul, SkinnyGemmIsTimedAgainstCublasLt) {
   EXPECT_GT(cuda::skinny_gemm_launches(), before);  // timed at least
 }
 
+// programmatic_launch=on with gemm_skinny=only: BERT's chain at 128 rows (layer norm, projection
+// of a constant [n, k] weight, layer norm, projection of a constant [k, n] weight with GELU and
+// the residual) runs its skinny GEMMs launched early, streaming their weights while the layer norm
+// ahead finishes, and answers as the CPU does.
+TEST(CudaMatMul, SkinnyGemmsLaunchedEarlyMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  BuilderConfig config;
+  apply_switch(config, "gemm_skinny=only");
+  apply_switch(config, "programmatic_launch=on");
+  EXPECT_TRUE(cuda::kernel_options(config.switches).programmatic_launch);
+  EXPECT_FALSE(cuda::kernel_options({}).programmatic_launch);
+  const DataType t = DataType::kF16;
+  auto constant = [](Network& net, const std::string& name, const HostTensor& h) {
+    std::vector<uint8_t> bytes(static_cast<const uint8_t*>(h.data()),
+                               static_cast<const uint8_t*>(h.data()) + h.nbytes());
+    return net.add_constant(name, Weights::from_bytes(h.dtype(), h.shape(), std::move(bytes)));
+  };
+  const HostTensor w1 = random_tensor(t, {768, 768}, 1400, -.05, .05);
+  const HostTensor w2 = random_tensor(t, {768, 3072}, 1401, -.05, .05);  // [k, n]
+  const HostTensor b2 = random_tensor(t, {3072}, 1402);
+  const HostTensor g = random_tensor(t, {768}, 1403, .5, 1.5), beta = random_tensor(t, {768}, 1404);
+  const int64_t before = cuda::skinny_gemm_launches();
+  const auto r = cuda_testing::run_both(
+      {random_tensor(t, {1, 128, 768}, 1405)},
+      [&](Network& net, const std::vector<TensorId>& in) {
+        const TensorId gamma = constant(net, "g", g), shift = constant(net, "beta", beta);
+        auto x = net.add("ln1", NormalizationParams{}, {in[0], gamma, shift});
+        auto h = net.add("proj", MatMulParams{false, true}, {x, constant(net, "w1", w1)});
+        h = net.add("res", ElementwiseParams{BinaryOp::kAdd}, {h, x});
+        h = net.add("ln2", NormalizationParams{}, {h, gamma, shift});
+        auto f = net.add("fc", MatMulParams{}, {h, constant(net, "w2", w2)});
+        f = net.add("bias", ElementwiseParams{BinaryOp::kAdd}, {f, constant(net, "b2", b2)});
+        f = net.add("gelu", ActivationParams{ActivationKind::kGelu}, {f});
+        return std::vector<TensorId>{f};
+      },
+      config);
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "matmul"), 2);
+  cuda_testing::expect_match(r, 2e-2, 5e-2);
+  EXPECT_GE(cuda::skinny_gemm_launches(), before + 2);
+}
+
 }  // namespace
 }  // namespace kiln::engine

@@ -476,6 +476,7 @@ __device__ __forceinline__ void matrices_of(const FlashArgs& a, int64_t bh, cons
 // 64 query rows (16 a warp) and streams 64-row key/value tiles through two shared-memory stages.
 template <class T, int E>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
+  allow_dependents();  // the projection after it may start streaming its weights
   using Smem = FlashSmem<T, E>;
   constexpr int kLd = Smem::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -595,6 +596,7 @@ constexpr int kResidentMaxHead2 = sizeof(T) == 4 ? 32 : 64;
 template <class T, int E>
 __global__ void __launch_bounds__(kResidentMaxThreads, E <= kResidentMaxHead2<T> ? 2 : 1)
     flash_attention_resident_kernel(FlashArgs a, int64_t block_rows, int splits) {
+  allow_dependents();  // the projection after it may start streaming its weights
   constexpr int kLd = FlashSmem<T, E>::kLd;
   constexpr int kChunks = E / kPiece<T>;  // 16-byte pieces per row
   extern __shared__ __align__(128) unsigned char smem[];

@@ -394,6 +394,9 @@ KernelOptions kernel_options(const std::vector<std::string>& switches) {
     if (s == "gemm_skinny=off") o.gemm_skinny = SkinnyGemm::kOff;
     if (s == "gemm_skinny=on") o.gemm_skinny = SkinnyGemm::kOn;
     if (s == "gemm_skinny=only") o.gemm_skinny = SkinnyGemm::kOnly;
+    if (s == "programmatic_launch=off" || s == "programmatic_launch=on") {
+      o.programmatic_launch = s == "programmatic_launch=on";
+    }
     if (s == "attention_key_split=off" || s == "attention_key_split=on") {
       o.attention_key_split = s == "attention_key_split=on";
     }

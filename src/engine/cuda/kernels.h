@@ -48,6 +48,10 @@ struct KernelOptions {
   // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
   bool gemm_split_k = true;
   SkinnyGemm gemm_skinny = SkinnyGemm::kOff;
+  // programmatic_launch=on: a skinny GEMM of a constant weight starts before the kernel ahead of
+  // it finishes, streaming its weight meanwhile (sm_90 programmatic dependent launch). Off until
+  // measured on the GPU.
+  bool programmatic_launch = false;
   // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
   // warps (attention.cu resident_shape). Off until measured (G60).
   bool attention_key_split = false;
@@ -324,10 +328,12 @@ bool skinny_gemm_split_valid(int64_t k, int splits);
 std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms);
 // Launches so far in the process (tests).
 int64_t skinny_gemm_launches();
-// w_kn: w is [k, n] (n contiguous) rather than [n, k].
+// w_kn: w is [k, n] (n contiguous) rather than [n, k]. early: launched programmatically dependent
+// on the kernel ahead (programmatic_launch, device_util.cuh), streaming the first stages of w
+// before that one has finished: only for a w no kernel writes (an engine constant).
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
                         int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
-                        void* y, const SkinnyPostOps& post);
+                        void* y, const SkinnyPostOps& post, bool early = false);
 // matmul_integer.cu: an i64 or i32 matmul layer (bias and residual post-ops, no activations),
 // wrapping around as torch's integer products do.
 void launch_integer_matmul(cudaStream_t stream, const std::string& layer, const MatMulParams& p,

@@ -623,8 +623,10 @@ void matmul_kernel(KernelArgs& args) {
     if (state->skinny_splits > 0) {
       KILN_CHECK(skinny, InternalError, "layer `", name,
                  "` (matmul): the skinny GEMM chosen for this key does not take the operands");
+      // programmatic_launch: a constant weight streams in while the kernel ahead finishes.
+      const bool early = args.res.options().programmatic_launch && b.constant && !expand_b;
       launch_skinny_gemm(stream, name, out.dtype, rows, n, k, state->skinny_splits, a_ptr, b_ptr,
-                         !tb, y, skinny_post);
+                         !tb, y, skinny_post, early);
     } else {
       if (state->fused_bias) {
         const void* bias_ptr = bias->data;

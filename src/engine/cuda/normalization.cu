@@ -260,6 +260,7 @@ template <class T, int kV, int kChunks>
 __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
                                        const void* scale, DataType st, const void* bias,
                                        DataType bt, bool typed, bool centered) {
+  allow_dependents();  // a GEMM after it may start streaming its weights (device_util.cuh)
   const int lane = threadIdx.x % kWarp;
   float sc[kChunks][kV], bi[kChunks][kV] = {};
   if (typed) {

@@ -19,6 +19,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
 
 namespace kiln::engine::cuda {
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const T* __restrict__ a, const T* __restrict__ w, T* __restrict__ y,
                        int rows, int n, int k, int k_split, const T* __restrict__ bias,
                        ActivationKind act, float alpha, float beta, const T* __restrict__ res,
-                       ActivationKind act2, float alpha2, float beta2) {
+                       ActivationKind act2, float alpha2, float beta2, bool prefetch_w) {
   constexpr int kWarpsM = BM / 16;
   constexpr int kWarpsN = (kThreads / 32) / kWarpsM;
   constexpr int kWarpCols = kTileN / kWarpsN;
@@ -120,9 +121,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
-  const auto load = [&](int stage, int kt) {
+  const auto load_a = [&](int stage, int kt) {
     const int kb = k0 + kt * kTileK;
-    const uint32_t sa = base + stage * kStageBytes, sb = sa + kABytes;
+    const uint32_t sa = base + stage * kStageBytes;
 #pragma unroll
     for (int i = tid; i < BM * 4; i += kThreads) {
       const int r = i >> 2, c = i & 3;
@@ -130,6 +131,10 @@ __global__ void __launch_bounds__(kThreads)
       cp_async16(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
                  ok);
     }
+  };
+  const auto load_w = [&](int stage, int kt) {
+    const int kb = k0 + kt * kTileK;
+    const uint32_t sb = base + stage * kStageBytes + kABytes;
 #pragma unroll
     for (int i = tid; i < kTileN * 4; i += kThreads) {
       if constexpr (KN) {
@@ -146,16 +151,32 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int t = 0; t < kTilesN; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   const int k_tiles = k_split / kTileK;
+  // A constant weight's first stages may stream in while the kernel ahead finishes (launched
+  // early: device_util.cuh), as a group of their own ahead of the first stages' rows of a.
+  if (prefetch_w) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < k_tiles) load_w(s, s);
+    }
+    cp_async_commit();
+  }
+  wait_for_prerequisites();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load(s, s);
+    if (s < k_tiles) {
+      load_a(s, s);
+      if (!prefetch_w) load_w(s, s);
+    }
     cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // stage kt landed for all; stage kt - 1 is read by no warp any more
     const int next = kt + kStages - 1;
-    if (next < k_tiles) load(next % kStages, next);
+    if (next < k_tiles) {
+      load_a(next % kStages, next);
+      load_w(next % kStages, next);
+    }
     cp_async_commit();
     const uint32_t sa = base + (kt % kStages) * kStageBytes, sb = sa + kABytes;
 #pragma unroll
@@ -179,6 +200,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  allow_dependents();  // a GEMM after this one may start streaming its weights
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the partial tile
 
@@ -233,25 +255,27 @@ bool aligned(const void* p, uintptr_t bytes) {
 
 template <class T, int BM, bool KN>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
-                  const void* a, const void* w, void* y, const SkinnyPostOps& post) {
+                  const void* a, const void* w, void* y, const SkinnyPostOps& post, bool early) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
                         static_cast<unsigned>((rows + BM - 1) / BM));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem_bytes<BM>();
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(splits);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = early ? 2 : 1;
   KILN_CUDA_CHECK(cudaLaunchKernelEx(
       &config, skinny_gemm_kernel<T, BM, KN>, static_cast<const T*>(a), static_cast<const T*>(w),
       static_cast<T*>(y), static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
       static_cast<int>(k / splits), static_cast<const T*>(post.bias), post.act, post.alpha,
-      post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2));
+      post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2, early));
 }
 
 }  // namespace
@@ -294,14 +318,15 @@ int64_t skinny_gemm_launches() {
 
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
                         int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
-                        void* y, const SkinnyPostOps& post) {
+                        void* y, const SkinnyPostOps& post, bool early) {
   KILN_CHECK(skinny_gemm_split_valid(k, splits), InvalidArgument, "layer `", layer, "`: ", splits,
              " K splits do not divide K = ", k, " in tiles of 32 (at most 8)");
   const auto launch = [&](auto type, auto kn) {
     using T = decltype(type);
     rows <= 64
-        ? launch_typed<T, 64, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post)
-        : launch_typed<T, 128, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post);
+        ? launch_typed<T, 64, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post, early)
+        : launch_typed<T, 128, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post,
+                                                    early);
   };
   const auto by_layout = [&](auto type) {
     w_kn ? launch(type, std::true_type{}) : launch(type, std::false_type{});
