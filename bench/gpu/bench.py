@@ -195,7 +195,8 @@ def relative_error(out, ref):
 
 
 def write_rows(out, peak, rows):
-    """bench_gpu.json in `out`: the device, its measured peak and the rows."""
+    """bench_gpu.json in `out` (made if missing): the device, its measured peak and the rows."""
+    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "bench_gpu.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "peak_tflops": peak, "rows": rows}, f,
                   indent=1)
@@ -209,8 +210,10 @@ def main():
     p.add_argument("--via", choices=["package", "export", "kilnc"], default="package",
                    help="compile through the Python package (default), torch.export's program "
                         "through the package's ATen frontend (export), or the kilnc program")
-    p.add_argument("--package-dir", default="build/python",
-                   help="where the kiln package was assembled (--via package)")
+    p.add_argument("--package-dir", default=None,
+                   help="where the kiln package was assembled (--via package; default: "
+                        "build-gpu/python where it exists, the device scripts' build, else "
+                        "build/python)")
     p.add_argument("--switches", default="",
                    help="builder switches for every kiln backend, comma-separated "
                         "(--via package), e.g. gemm_timing=off")
@@ -232,6 +235,9 @@ def main():
                    help=f"sequence length of the models of token ids (default {SEQ}; rows of "
                         "another are named model@seq)")
     args = p.parse_args()
+    if args.package_dir is None:
+        args.package_dir = next((d for d in ("build-gpu/python", "build/python")
+                                 if os.path.isdir(d)), "build/python")
     if args.via in ("package", "export"):
         sys.path.insert(0, os.path.abspath(args.package_dir))
         import kiln  # noqa: F401 (loads its own copy of the runtime library)
