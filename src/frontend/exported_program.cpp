@@ -468,17 +468,7 @@ class GraphBuilder {
     KILN_CHECK(outs.is_array() && outs.size() == results.size(), CorruptInput, where, ": ",
                outs.is_array() ? outs.size() : 0, " outputs named for the subgraph's ",
                results.size());
-    for (size_t i = 0; i < outs.size(); ++i) {
-      auto [otag, v] = union_member(outs[i], where);
-      if (otag == "as_tensor") {
-        bind(field(*v, "name", where).get<std::string>(), results[i]);
-      } else if (otag == "as_sym_int" || otag == "as_sym_bool" || otag == "as_sym_float") {
-        auto [stag, sv] = union_member(*v, where);
-        if (stag == "as_name") bind(sv->get<std::string>(), results[i]);
-      } else if (otag != "as_none") {
-        KILN_THROW(Unsupported, where, ": an output given as `", otag, "`");
-      }
-    }
+    for (size_t i = 0; i < outs.size(); ++i) bind_output(outs[i], results[i], where);
   }
 
   void aten_node(const json& n, const std::string& op, const std::string& where) {
@@ -709,18 +699,22 @@ class GraphBuilder {
     }
     KILN_CHECK(outs.size() == node->outputs().size(), CorruptInput, where, ": ", outs.size(),
                " outputs named for ", node->outputs().size(), " results");
-    for (size_t i = 0; i < outs.size(); ++i) {
-      auto [tag, v] = union_member(outs[i], where);
-      if (tag == "as_tensor") {
-        const std::string name = field(*v, "name", where).get<std::string>();
-        bind(name, node->output(i));
-        record_sizes(name, node, i, where);
-      } else if (tag == "as_sym_int" || tag == "as_sym_bool" || tag == "as_sym_float") {
-        auto [stag, sv] = union_member(*v, where);
-        if (stag == "as_name") bind(sv->get<std::string>(), node->output(i));
-      } else if (tag != "as_none") {
-        KILN_THROW(Unsupported, where, ": an output given as `", tag, "`");
-      }
+    for (size_t i = 0; i < outs.size(); ++i) bind_output(outs[i], node->output(i), where);
+  }
+
+  // Binds the name a node's output `out` gives to `v` (a tensor's with what the program says of
+  // its sizes, a SymInt's); an unused output (as_none) names nothing.
+  void bind_output(const json& out, Value* v, const std::string& where) {
+    auto [tag, o] = union_member(out, where);
+    if (tag == "as_tensor") {
+      const std::string name = field(*o, "name", where).get<std::string>();
+      bind(name, v);
+      record_sizes(name, v->node(), v->offset(), where);
+    } else if (tag == "as_sym_int" || tag == "as_sym_bool" || tag == "as_sym_float") {
+      auto [stag, sv] = union_member(*o, where);
+      if (stag == "as_name") bind(sv->get<std::string>(), v);
+    } else if (tag != "as_none") {
+      KILN_THROW(Unsupported, where, ": an output given as `", tag, "`");
     }
   }
 

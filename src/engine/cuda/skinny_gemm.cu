@@ -21,15 +21,16 @@
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/device_util.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/mma.cuh"
 
 namespace kiln::engine::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;  // 8 warps
-constexpr int kTileN = 64;     // output columns a block
-constexpr int kTileK = 32;     // K a pipeline stage: 64-byte rows of 4 16-byte chunks
+constexpr int kBlockThreads = 256;  // 8 warps
+constexpr int kTileN = 64;          // output columns a block
+constexpr int kTileK = 32;          // K a pipeline stage: 64-byte rows of 4 16-byte chunks
 constexpr int kStages = 4;
 constexpr int kMaxSplits = 8;  // a portable cluster
 
@@ -41,57 +42,13 @@ constexpr int smem_bytes() {
 // Byte offset of 16-byte chunk `c` (0-3) of row `r` in a stage's operand of 64-byte rows: the
 // chunks of rows 2j and 2j+1 are permuted by j, so that ldmatrix's 8 rows of one chunk fall in
 // distinct banks.
-__device__ __forceinline__ uint32_t swizzled(int r, int c) {
-  return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+__device__ __forceinline__ int swizzled(int r, int c) {
+  return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
 // The same for 128-byte rows (8 chunks: a [k, n] weight's 64 columns), permuted by the row.
-__device__ __forceinline__ uint32_t swizzled128(int r, int c) {
-  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+__device__ __forceinline__ int swizzled128(int r, int c) {
+  return r * 128 + ((c ^ (r & 7)) << 4);
 }
 
 // Grid (splits, n / 64, ceil(rows / BM)), clusters of (splits, 1, 1): block `split` of a cluster
@@ -99,13 +56,13 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 // [n0, n0 + 64). Warps: BM / 16 along the rows (16 rows each), the rest along the columns.
 // KN: w is [k, n] (a stage holds its 32 x 64 block as 128-byte rows, read transposed).
 template <class T, int BM, bool KN>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockThreads)
     skinny_gemm_kernel(const T* __restrict__ a, const T* __restrict__ w, T* __restrict__ y,
                        int rows, int n, int k, int k_split, const T* __restrict__ bias,
                        ActivationKind act, float alpha, float beta, const T* __restrict__ res,
                        ActivationKind act2, float alpha2, float beta2, bool prefetch_w) {
   constexpr int kWarpsM = BM / 16;
-  constexpr int kWarpsN = (kThreads / 32) / kWarpsM;
+  constexpr int kWarpsN = (kBlockThreads / 32) / kWarpsM;
   constexpr int kWarpCols = kTileN / kWarpsN;
   constexpr int kTilesN = kWarpCols / 8;
   constexpr int kABytes = BM * kTileK * 2, kStageBytes = (BM + kTileN) * kTileK * 2;
@@ -119,30 +76,29 @@ __global__ void __launch_bounds__(kThreads)
   const int n0 = blockIdx.y * kTileN, m0 = blockIdx.z * BM, k0 = split * k_split;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   const auto load_a = [&](int stage, int kt) {
     const int kb = k0 + kt * kTileK;
-    const uint32_t sa = base + stage * kStageBytes;
+    uint8_t* const sa = smem + stage * kStageBytes;
 #pragma unroll
-    for (int i = tid; i < BM * 4; i += kThreads) {
+    for (int i = tid; i < BM * 4; i += kBlockThreads) {
       const int r = i >> 2, c = i & 3;
       const bool ok = m0 + r < rows;
-      cp_async16(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
-                 ok);
+      copy16_async(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
+                   ok ? 16 : 0);
     }
   };
   const auto load_w = [&](int stage, int kt) {
     const int kb = k0 + kt * kTileK;
-    const uint32_t sb = base + stage * kStageBytes + kABytes;
+    uint8_t* const sb = smem + stage * kStageBytes + kABytes;
 #pragma unroll
-    for (int i = tid; i < kTileN * 4; i += kThreads) {
+    for (int i = tid; i < kTileN * 4; i += kBlockThreads) {
       if constexpr (KN) {
         const int r = i >> 3, c = i & 7;  // 32 rows of k, 8 chunks of columns
-        cp_async16(sb + swizzled128(r, c), w + static_cast<size_t>(kb + r) * n + n0 + c * 8, true);
+        copy16_async(sb + swizzled128(r, c), w + static_cast<size_t>(kb + r) * n + n0 + c * 8);
       } else {
         const int r = i >> 2, c = i & 3;  // 64 rows of n, 4 chunks of k
-        cp_async16(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8, true);
+        copy16_async(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8);
       }
     }
   };
@@ -158,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < k_tiles) load_w(s, s);
     }
-    cp_async_commit();
+    commit_async();
   }
   wait_for_prerequisites();
 #pragma unroll
@@ -167,18 +123,19 @@ __global__ void __launch_bounds__(kThreads)
       load_a(s, s);
       if (!prefetch_w) load_w(s, s);
     }
-    cp_async_commit();
+    commit_async();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<kStages - 2>();
+    wait_async<kStages - 2>();
     __syncthreads();  // stage kt landed for all; stage kt - 1 is read by no warp any more
     const int next = kt + kStages - 1;
     if (next < k_tiles) {
       load_a(next % kStages, next);
       load_w(next % kStages, next);
     }
-    cp_async_commit();
-    const uint32_t sa = base + (kt % kStages) * kStageBytes, sb = sa + kABytes;
+    commit_async();
+    const uint8_t* const sa = smem + (kt % kStages) * kStageBytes;
+    const uint8_t* const sb = sa + kABytes;
 #pragma unroll
     for (int kk = 0; kk < kTileK / 16; ++kk) {
       uint32_t af[4];
@@ -195,13 +152,13 @@ __global__ void __launch_bounds__(kThreads)
           const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
           ldmatrix_x4(bf, sb + swizzled(r, kk * 2 + ((lane >> 3) & 1)));
         }
-        mma16816<T>(acc[2 * p], af, bf[0], bf[1]);
-        mma16816<T>(acc[2 * p + 1], af, bf[2], bf[3]);
+        mma_step<T>(acc[2 * p], af, bf[0], bf[1]);
+        mma_step<T>(acc[2 * p + 1], af, bf[2], bf[3]);
       }
     }
   }
   allow_dependents();  // a GEMM after this one may start streaming its weights
-  cp_async_wait<0>();
+  wait_async<0>();
   __syncthreads();  // the pipeline's shared memory becomes the partial tile
 
   float* part = reinterpret_cast<float*>(smem);
@@ -220,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
   // order, then the post-ops, 4 columns a thread.
   const int per = (BM + splits - 1) / splits;
   const int r_begin = split * per, r_end = min(BM, r_begin + per);
-  for (int i = tid; i < (r_end - r_begin) * (kTileN / 4); i += kThreads) {
+  for (int i = tid; i < (r_end - r_begin) * (kTileN / 4); i += kBlockThreads) {
     const int r = r_begin + i / (kTileN / 4), c = (i % (kTileN / 4)) * 4;
     const int gm = m0 + r;
     if (gm >= rows) continue;
@@ -249,17 +206,13 @@ __global__ void __launch_bounds__(kThreads)
 
 std::atomic<int64_t> launches{0};
 
-bool aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 template <class T, int BM, bool KN>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
                   const void* a, const void* w, void* y, const SkinnyPostOps& post, bool early) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
                         static_cast<unsigned>((rows + BM - 1) / BM));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(kBlockThreads);
   config.dynamicSmemBytes = smem_bytes<BM>();
   config.stream = stream;
   cudaLaunchAttribute attributes[2]{};
@@ -284,8 +237,7 @@ bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const voi
                        const void* y, const SkinnyPostOps& post) {
   return (t == DataType::kF16 || t == DataType::kBF16) && rows >= 1 && rows <= kSkinnyMaxRows &&
          n >= kTileN && n % kTileN == 0 && n / kTileN <= 65535 && k >= kTileK && k % kTileK == 0 &&
-         rows * std::max(n, k) < (int64_t{1} << 31) && aligned(a, 16) && aligned(w, 16) &&
-         aligned(y, 16);
+         rows * std::max(n, k) < (int64_t{1} << 31) && aligned16(a) && aligned16(w) && aligned16(y);
 }
 
 bool skinny_gemm_split_valid(int64_t k, int splits) {
