@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -200,8 +201,15 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   }
   constexpr float kKeep = 1.15f;
   const float one = 1.f, zero = 0.f;
+  // KILN_CUDA_TUNING_LOG=1: each timing's host milliseconds by phase and every candidate's
+  // median replay on stderr (what a repeated shape's choosing costs, NOTES.md G68); no candidate
+  // drops out early then, so each has its time.
+  static const bool log = [] {
+    const char* env = std::getenv("KILN_CUDA_TUNING_LOG");
+    return env != nullptr && std::string(env) == "1";
+  }();
   ReplayTiming how;
-  how.keep = kKeep;
+  how.keep = log ? std::numeric_limits<float>::infinity() : kKeep;
   ReplayPhases phases;
   std::vector<float> ms;
   try {
@@ -227,12 +235,6 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
       if (ms[i] < best_time && ms[i] < 0.95f * ms[0]) best = i, best_time = ms[i];
     }
   }
-  // KILN_CUDA_TUNING_LOG=1: each timing's host milliseconds by phase on stderr (what a repeated
-  // shape's choosing costs, NOTES.md G68).
-  static const bool log = [] {
-    const char* env = std::getenv("KILN_CUDA_TUNING_LOG");
-    return env != nullptr && std::string(env) == "1";
-  }();
   if (log) {
     std::ostringstream line;
     line << "[kiln] gemm timing: " << count << " candidates (" << extra.size() << " skinny), "
@@ -244,7 +246,9 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
                 .count()
          << " (key";
     for (int64_t v : state.key) line << ' ' << v;
-    line << ")\n";
+    line << "); us";
+    for (int i = 0; i < count; ++i) line << (i == found ? " | " : " ") << ms[i] * 1000.f;
+    line << "\n";
     std::cerr << line.str();
   }
   std::lock_guard<std::mutex> lock(mutex);

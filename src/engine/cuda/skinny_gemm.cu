@@ -80,9 +80,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   const auto load_a = [&](int stage, int kt) {
     const int kb = k0 + kt * kTileK;
     uint8_t* const sa = smem + stage * kStageBytes;
+    static_assert(BM * 4 % kBlockThreads == 0, "whole chunks a thread");
 #pragma unroll
-    for (int i = tid; i < BM * 4; i += kBlockThreads) {
-      const int r = i >> 2, c = i & 3;
+    for (int j = 0; j < BM * 4 / kBlockThreads; ++j) {
+      const int i = tid + j * kBlockThreads, r = i >> 2, c = i & 3;
       const bool ok = m0 + r < rows;
       copy16_async(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
                    ok ? 16 : 0);
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   const auto load_w = [&](int stage, int kt) {
     const int kb = k0 + kt * kTileK;
     uint8_t* const sb = smem + stage * kStageBytes + kABytes;
-#pragma unroll
-    for (int i = tid; i < kTileN * 4; i += kBlockThreads) {
+    static_assert(kTileN * 4 == kBlockThreads, "one chunk a thread");
+    {
+      const int i = tid;
       if constexpr (KN) {
         const int r = i >> 3, c = i & 7;  // 32 rows of k, 8 chunks of columns
         copy16_async(sb + swizzled128(r, c), w + static_cast<size_t>(kb + r) * n + n0 + c * 8);
@@ -117,6 +119,27 @@ __global__ void __launch_bounds__(kBlockThreads)
     commit_async();
   }
   wait_for_prerequisites();
+  // This block finishes rows [r_begin, r_end) of the tile (the splits' partials summed in rank
+  // order, then the post-ops), 4 columns a thread: always the same 4 (the block's threads are a
+  // multiple of the tile's 16 groups of 4). Their bias and residual are read now, so that their
+  // latency passes under the main loop's instead of after the partials are summed.
+  constexpr int kGroups = kTileN / 4, kItems = BM * kGroups / kBlockThreads;
+  const int per = (BM + splits - 1) / splits;
+  const int r_begin = split * per, r_end = min(BM, r_begin + per);
+  const int c = (tid % kGroups) * 4, gn = n0 + c;
+  float bias_v[4] = {0.f, 0.f, 0.f, 0.f};
+  if (bias) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) bias_v[q] = static_cast<float>(bias[gn + q]);
+  }
+  uint2 res_v[kItems];
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int r = r_begin + (tid + it * kBlockThreads) / kGroups;
+    res_v[it] = res && r < r_end && m0 + r < rows
+                    ? *reinterpret_cast<const uint2*>(res + static_cast<size_t>(m0 + r) * n + gn)
+                    : make_uint2(0, 0);
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
@@ -173,33 +196,37 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   cluster.sync();  // every block's partial tile is written
 
-  // Block `split` finishes rows [r_begin, r_end) of the tile: the splits' partials summed in rank
-  // order, then the post-ops, 4 columns a thread.
-  const int per = (BM + splits - 1) / splits;
-  const int r_begin = split * per, r_end = min(BM, r_begin + per);
-  for (int i = tid; i < (r_end - r_begin) * (kTileN / 4); i += kBlockThreads) {
-    const int r = r_begin + i / (kTileN / 4), c = (i % (kTileN / 4)) * 4;
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int r = r_begin + (tid + it * kBlockThreads) / kGroups;
     const int gm = m0 + r;
-    if (gm >= rows) continue;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int j = 0; j < splits; ++j) {
-      const float* remote = cluster.map_shared_rank(part, j);
-      const float4 p = *reinterpret_cast<const float4*>(remote + r * kLd + c);
-      v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+    if (r >= r_end || gm >= rows) break;
+    // Every split's partial requested before the first is added: the loads' latencies overlap.
+    float4 p[kMaxSplits];
+#pragma unroll
+    for (int j = 0; j < kMaxSplits; ++j) {
+      if (j < splits) {
+        p[j] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, j) + r * kLd + c);
+      }
     }
-    const int gn = n0 + c;
-    const size_t at = static_cast<size_t>(gm) * n + gn;
+    float v[4] = {bias_v[0], bias_v[1], bias_v[2], bias_v[3]};
+#pragma unroll
+    for (int j = 0; j < kMaxSplits; ++j) {
+      if (j < splits) v[0] += p[j].x, v[1] += p[j].y, v[2] += p[j].z, v[3] += p[j].w;
+    }
+    activate_all(act, v, alpha, beta);
+    if (res) {
+      T in[4];
+      *reinterpret_cast<uint2*>(in) = res_v[it];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[q] += static_cast<float>(in[q]);
+    }
+    activate_all(act2, v, alpha2, beta2);
     T out[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float x = v[q];
-      if (bias) x += static_cast<float>(bias[gn + q]);
-      x = activate(act, x, alpha, beta);
-      if (res) x += static_cast<float>(res[at + q]);
-      x = activate(act2, x, alpha2, beta2);
-      out[q] = T(x);
-    }
-    *reinterpret_cast<uint2*>(y + at) = *reinterpret_cast<const uint2*>(out);
+    for (int q = 0; q < 4; ++q) out[q] = T(v[q]);
+    *reinterpret_cast<uint2*>(y + static_cast<size_t>(gm) * n + gn) =
+        *reinterpret_cast<const uint2*>(out);
   }
   cluster.sync();  // no block leaves while another reads its partial tile
 }
@@ -237,7 +264,9 @@ bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const voi
                        const void* y, const SkinnyPostOps& post) {
   return (t == DataType::kF16 || t == DataType::kBF16) && rows >= 1 && rows <= kSkinnyMaxRows &&
          n >= kTileN && n % kTileN == 0 && n / kTileN <= 65535 && k >= kTileK && k % kTileK == 0 &&
-         rows * std::max(n, k) < (int64_t{1} << 31) && aligned16(a) && aligned16(w) && aligned16(y);
+         rows * std::max(n, k) < (int64_t{1} << 31) && aligned16(a) && aligned16(w) &&
+         aligned16(y) &&
+         reinterpret_cast<uintptr_t>(post.residual) % 8 == 0;  // read 4 elements at a time
 }
 
 bool skinny_gemm_split_valid(int64_t k, int splits) {
