@@ -77,33 +77,53 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
 
-  const auto load_a = [&](int stage, int kt) {
-    const int kb = k0 + kt * kTileK;
-    uint8_t* const sa = smem + stage * kStageBytes;
-    static_assert(BM * 4 % kBlockThreads == 0, "whole chunks a thread");
+  // Each thread's chunks of a stage: where they come from at k tile 0 and where they go in the
+  // stage, worked out once (a stage's loads are then an add a chunk). Rows of a past `rows` read
+  // nothing (their source stays in bounds, at row 0).
+  constexpr int kAChunks = BM * 4 / kBlockThreads;
+  static_assert(BM * 4 % kBlockThreads == 0 && kTileN * 4 == kBlockThreads, "whole chunks");
+  const T* a_src[kAChunks];
+  int a_dst[kAChunks], a_bytes[kAChunks];
 #pragma unroll
-    for (int j = 0; j < BM * 4 / kBlockThreads; ++j) {
-      const int i = tid + j * kBlockThreads, r = i >> 2, c = i & 3;
-      const bool ok = m0 + r < rows;
-      copy16_async(sa + swizzled(r, c), ok ? a + static_cast<size_t>(m0 + r) * k + kb + c * 8 : a,
-                   ok ? 16 : 0);
+  for (int j = 0; j < kAChunks; ++j) {
+    const int i = tid + j * kBlockThreads, r = i >> 2, c = i & 3;
+    const bool ok = m0 + r < rows;
+    a_src[j] = a + static_cast<size_t>(ok ? m0 + r : 0) * k + k0 + c * 8;
+    a_dst[j] = swizzled(r, c);
+    a_bytes[j] = ok ? 16 : 0;
+  }
+  // w: [n, k] (64 rows of n, 4 chunks of k) or [k, n] (32 rows of k, 8 chunks of columns).
+  const T* const w_src = KN ? w + static_cast<size_t>(k0 + (tid >> 3)) * n + n0 + (tid & 7) * 8
+                            : w + static_cast<size_t>(n0 + (tid >> 2)) * k + k0 + (tid & 3) * 8;
+  const size_t w_step = KN ? static_cast<size_t>(kTileK) * n : kTileK;
+  const int w_dst = kABytes + (KN ? swizzled128(tid >> 3, tid & 7) : swizzled(tid >> 2, tid & 3));
+  const auto load_a = [&](int stage, int kt) {
+    uint8_t* const sa = smem + stage * kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kAChunks; ++j) {
+      copy16_async(sa + a_dst[j], a_src[j] + kt * kTileK, a_bytes[j]);
     }
   };
   const auto load_w = [&](int stage, int kt) {
-    const int kb = k0 + kt * kTileK;
-    uint8_t* const sb = smem + stage * kStageBytes + kABytes;
-    static_assert(kTileN * 4 == kBlockThreads, "one chunk a thread");
-    {
-      const int i = tid;
+    copy16_async(smem + stage * kStageBytes + w_dst, w_src + kt * w_step);
+  };
+  // Each warp's ldmatrix rows within a stage, per 16 of k: A's 16 rows; B's matrices (columns 0-7
+  // at k 0-7 and 8-15, then columns 8-15 at k 0-7 and 8-15) for each pair of 8-column tiles.
+  int a_frag[kTileK / 16], b_frag[kTileK / 16][kTilesN / 2];
+#pragma unroll
+  for (int kk = 0; kk < kTileK / 16; ++kk) {
+    a_frag[kk] = swizzled(warp_m * 16 + (lane & 15), kk * 2 + (lane >> 4));
+#pragma unroll
+    for (int p = 0; p < kTilesN / 2; ++p) {
       if constexpr (KN) {
-        const int r = i >> 3, c = i & 7;  // 32 rows of k, 8 chunks of columns
-        copy16_async(sb + swizzled128(r, c), w + static_cast<size_t>(kb + r) * n + n0 + c * 8);
+        const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        b_frag[kk][p] = kABytes + swizzled128(r, (warp_n * kWarpCols + p * 16) / 8 + (lane >> 4));
       } else {
-        const int r = i >> 2, c = i & 3;  // 64 rows of n, 4 chunks of k
-        copy16_async(sb + swizzled(r, c), w + static_cast<size_t>(n0 + r) * k + kb + c * 8);
+        const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+        b_frag[kk][p] = kABytes + swizzled(r, kk * 2 + ((lane >> 3) & 1));
       }
     }
-  };
+  }
 
   float acc[kTilesN][4];
 #pragma unroll
@@ -157,26 +177,27 @@ __global__ void __launch_bounds__(kBlockThreads)
       load_w(next % kStages, next);
     }
     commit_async();
-    const uint8_t* const sa = smem + (kt % kStages) * kStageBytes;
-    const uint8_t* const sb = sa + kABytes;
+    // The tile's fragments all requested before the first product, so their latencies overlap.
+    const uint8_t* const stage = smem + (kt % kStages) * kStageBytes;
+    uint32_t af[kTileK / 16][4], bf[kTileK / 16][kTilesN / 2][4];
 #pragma unroll
     for (int kk = 0; kk < kTileK / 16; ++kk) {
-      uint32_t af[4];
-      ldmatrix_x4(af, sa + swizzled(warp_m * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      ldmatrix_x4(af[kk], stage + a_frag[kk]);
 #pragma unroll
       for (int p = 0; p < kTilesN / 2; ++p) {
-        // Matrices: columns 0-7 at k 0-7 and 8-15, then columns 8-15 at k 0-7 and 8-15.
-        uint32_t bf[4];
         if constexpr (KN) {
-          const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-          ldmatrix_x4_trans(bf,
-                            sb + swizzled128(r, (warp_n * kWarpCols + p * 16) / 8 + (lane >> 4)));
+          ldmatrix_x4_trans(bf[kk][p], stage + b_frag[kk][p]);
         } else {
-          const int r = warp_n * kWarpCols + p * 16 + (lane & 7) + ((lane >> 4) << 3);
-          ldmatrix_x4(bf, sb + swizzled(r, kk * 2 + ((lane >> 3) & 1)));
+          ldmatrix_x4(bf[kk][p], stage + b_frag[kk][p]);
         }
-        mma_step<T>(acc[2 * p], af, bf[0], bf[1]);
-        mma_step<T>(acc[2 * p + 1], af, bf[2], bf[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+#pragma unroll
+      for (int p = 0; p < kTilesN / 2; ++p) {
+        mma_step<T>(acc[2 * p], af[kk], bf[kk][p][0], bf[kk][p][1]);
+        mma_step<T>(acc[2 * p + 1], af[kk], bf[kk][p][2], bf[kk][p][3]);
       }
     }
   }
@@ -228,7 +249,11 @@ __global__ void __launch_bounds__(kBlockThreads)
     *reinterpret_cast<uint2*>(y + static_cast<size_t>(gm) * n + gn) =
         *reinterpret_cast<const uint2*>(out);
   }
-  cluster.sync();  // no block leaves while another reads its partial tile
+  // No block leaves while another reads its partial tile. The partials read have been used, so
+  // this barrier orders nothing in memory: a relaxed arrival, without the GPU-wide fence that
+  // cluster.sync()'s release semantics cost (MEMBAR.ALL.GPU).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 std::atomic<int64_t> launches{0};
