@@ -217,11 +217,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   cluster.sync();  // every block's partial tile is written
 
+  // The splits' partials summed for each of this thread's rows, then every post-op over all of
+  // its rows at once (one copy of an activation's code in the kernel, not one a row).
+  float v[kItems * 4];
+  bool live[kItems];
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
     const int r = r_begin + (tid + it * kBlockThreads) / kGroups;
-    const int gm = m0 + r;
-    if (r >= r_end || gm >= rows) break;
+    live[it] = r < r_end && m0 + r < rows;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) v[it * 4 + q] = bias_v[q];
+    if (!live[it]) continue;
     // Every split's partial requested before the first is added: the loads' latencies overlap.
     float4 p[kMaxSplits];
 #pragma unroll
@@ -230,22 +236,32 @@ __global__ void __launch_bounds__(kBlockThreads)
         p[j] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, j) + r * kLd + c);
       }
     }
-    float v[4] = {bias_v[0], bias_v[1], bias_v[2], bias_v[3]};
 #pragma unroll
     for (int j = 0; j < kMaxSplits; ++j) {
-      if (j < splits) v[0] += p[j].x, v[1] += p[j].y, v[2] += p[j].z, v[3] += p[j].w;
+      if (j < splits) {
+        v[it * 4] += p[j].x, v[it * 4 + 1] += p[j].y, v[it * 4 + 2] += p[j].z;
+        v[it * 4 + 3] += p[j].w;
+      }
     }
-    activate_all(act, v, alpha, beta);
-    if (res) {
+  }
+  activate_all(act, v, alpha, beta);
+  if (res) {
+#pragma unroll
+    for (int it = 0; it < kItems; ++it) {
       T in[4];
       *reinterpret_cast<uint2*>(in) = res_v[it];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v[q] += static_cast<float>(in[q]);
+      for (int q = 0; q < 4; ++q) v[it * 4 + q] += static_cast<float>(in[q]);
     }
-    activate_all(act2, v, alpha2, beta2);
+  }
+  activate_all(act2, v, alpha2, beta2);
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    if (!live[it]) continue;
+    const int gm = m0 + r_begin + (tid + it * kBlockThreads) / kGroups;
     T out[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) out[q] = T(v[q]);
+    for (int q = 0; q < 4; ++q) out[q] = T(v[it * 4 + q]);
     *reinterpret_cast<uint2*>(y + static_cast<size_t>(gm) * n + gn) =
         *reinterpret_cast<const uint2*>(out);
   }
