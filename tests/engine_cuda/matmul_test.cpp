@@ -2,6 +2,10 @@
 // vectors, constant weights, post-ops fused by the builder (bias, activations, residual), and
 // the timed choice of large GEMMs' algorithms, projections of one input merged; integer products
 // (our kernel) bit for bit; the GEMM of few rows (skinny_gemm.cu) with every post-op.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
 #include <cstring>
 
 #include "cuda_testing.h"
@@ -15,6 +19,19 @@ namespace {
 using testing::random_tensor;
 
 constexpr double kRtol = 1e-5, kAtol = 1e-4;
+
+// Device memory for a kernel launched directly: `bytes` unset, or a host tensor's bytes.
+struct DeviceBytes {
+  explicit DeviceBytes(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  explicit DeviceBytes(const HostTensor& t) : DeviceBytes(t.nbytes()) {
+    EXPECT_EQ(cudaMemcpy(p, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  ~DeviceBytes() { cudaFree(p); }
+  void* get() const { return p; }
+  void* p = nullptr;
+};
 
 void compare_matmul(const Shape& a, const Shape& b, bool ta, bool tb, uint64_t seed) {
   SCOPED_TRACE(shape_to_string(a) + " x " + shape_to_string(b) + (ta ? " ta" : "") +
@@ -283,8 +300,9 @@ TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
 }
 
 // No GPU needed: gemm_skinny=off|on|only reaches the kernels from the plan's switches (off when not
-// given), and the K splits timed for BERT's four linear layers at 128 rows on 132 SMs: the split
-// that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster).
+// given), and the forms timed for BERT's four linear layers at 128 rows on 132 SMs: the split
+// that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster),
+// then its neighbours, then blocks of 64 rows.
 TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
   EXPECT_EQ(cuda::kernel_options({}).gemm_skinny, cuda::SkinnyGemm::kOff);
   for (const auto& [value, want] : {std::pair{"on", cuda::SkinnyGemm::kOn},
@@ -298,15 +316,23 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
   EXPECT_THROW(apply_switch(config, "gemm_skinny=auto"), InvalidArgument);
 
   using V = std::vector<int>;
-  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 768, 132), (V{8, 6}));      // 12 tiles
-  EXPECT_EQ(cuda::skinny_gemm_splits(128, 2304, 768, 132), (V{3, 2, 4}));  // 36 tiles
-  EXPECT_EQ(cuda::skinny_gemm_splits(128, 3072, 768, 132), (V{2, 1, 3}));  // 48 tiles
-  EXPECT_EQ(cuda::skinny_gemm_splits(128, 768, 3072, 132), (V{8, 6}));
-  EXPECT_EQ(cuda::skinny_gemm_splits(200, 768, 96, 132), (V{3, 1}));  // 24 tiles, K / 32 = 3
-  EXPECT_EQ(cuda::skinny_gemm_splits(16, 65536, 64, 132), (V{1}));    // 1024 tiles
-  EXPECT_TRUE(cuda::skinny_gemm_split_valid(768, 8));
-  EXPECT_FALSE(cuda::skinny_gemm_split_valid(768, 5));
-  EXPECT_FALSE(cuda::skinny_gemm_split_valid(96, 6));
+  const auto f = [](int splits, int rows = 0) { return cuda::skinny_form(splits, rows); };
+  // Above 64 rows the last form has blocks of 64 rows, at the split that fills two waves.
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132), (V{f(8), f(6), f(8, 64)}));  // 12 tiles
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 2304, 768, 132), (V{f(3), f(2), f(4), f(3, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 3072, 768, 132), (V{f(2), f(1), f(3), f(2, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 3072, 132), (V{f(8), f(6), f(8, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(200, 768, 96, 132), (V{f(3), f(1), f(3, 64)}));  // K / 32 = 3
+  EXPECT_EQ(cuda::skinny_gemm_forms(16, 65536, 64, 132), (V{f(1)}));  // 1024 tiles, 64 rows
+  EXPECT_EQ(f(8), 8);  // a plain split count is a form: plans kept them so
+  EXPECT_EQ(cuda::skinny_form_splits(f(6, 64)), 6);
+  EXPECT_EQ(cuda::skinny_form_rows(f(6, 64)), 64);
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, f(8)));
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, f(8, 128)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(5)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(96, f(6)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(0)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(2, 32)));
 
   alignas(16) static uint8_t buffer[64];
   const cuda::SkinnyPostOps none;
@@ -402,6 +428,77 @@ TEST(CudaMatMul, SkinnyGemmIsTimedAgainstCublasLt) {
     cuda_testing::expect_match(cuda_testing::run_both_layer(p, inputs, on), 1e-2, 3e-2);
   }
   EXPECT_GT(cuda::skinny_gemm_launches(), before);  // timed at least
+}
+
+// Every form of the kernel (every split of K, blocks of 64 and of 128 rows), launched directly,
+// answers as a float reference on the host: bias, GELU (erf), the residual, with partial row
+// tiles and both weight layouts.
+TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, n, k;
+    bool kn;
+  };
+  uint64_t seed = 1500;
+  for (const Case& c : {Case{128, 192, 768, false}, Case{100, 128, 384, true},
+                        Case{37, 64, 192, false}, Case{256, 64, 96, false}}) {
+    const HostTensor a = random_tensor(DataType::kF16, {c.rows, c.k}, seed++, -.5, .5);
+    const HostTensor w =
+        random_tensor(DataType::kF16, c.kn ? Shape{c.k, c.n} : Shape{c.n, c.k}, seed++, -.5, .5);
+    const HostTensor bias = random_tensor(DataType::kF16, {c.n}, seed++);
+    const HostTensor res = random_tensor(DataType::kF16, {c.rows, c.n}, seed++);
+    const auto at = [](const HostTensor& t, int64_t i) {
+      return __half2float(static_cast<const __half*>(t.data())[i]);
+    };
+    std::vector<float> want(static_cast<size_t>(c.rows * c.n));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = at(bias, j);
+        for (int64_t q = 0; q < c.k; ++q) {
+          sum += static_cast<double>(at(a, r * c.k + q)) * at(w, c.kn ? q * c.n + j : j * c.k + q);
+        }
+        sum = 0.5 * sum * (1 + std::erf(sum / std::sqrt(2.0)));
+        want[static_cast<size_t>(r * c.n + j)] = static_cast<float>(sum + at(res, r * c.n + j));
+      }
+    }
+    DeviceBytes da(a), dw(w), db(bias), dr(res), dy(res.nbytes());
+    cuda::SkinnyPostOps post;
+    post.bias = db.get();
+    post.act = ActivationKind::kGelu;
+    post.residual = dr.get();
+    std::vector<int> forms;
+    for (int s : {1, 2, 3, 4, 6, 8}) {
+      for (int block_rows : {0, 64, 128}) {
+        if (cuda::skinny_gemm_form_valid(c.k, cuda::skinny_form(s, block_rows))) {
+          forms.push_back(cuda::skinny_form(s, block_rows));
+        }
+      }
+    }
+    for (int form : forms) {
+      SCOPED_TRACE(std::to_string(c.rows) + " x " + std::to_string(c.n) + " x " +
+                   std::to_string(c.k) + (c.kn ? " [k, n]" : "") + ", " +
+                   std::to_string(cuda::skinny_form_splits(form)) + " splits, block rows " +
+                   std::to_string(cuda::skinny_form_rows(form)));
+      ASSERT_EQ(cudaMemset(dy.get(), 0xff, res.nbytes()), cudaSuccess);  // NaNs where unwritten
+      cuda::launch_skinny_gemm(nullptr, "skinny", DataType::kF16, c.rows, c.n, c.k, form, da.get(),
+                               dw.get(), c.kn, dy.get(), post);
+      std::vector<__half> got(static_cast<size_t>(c.rows * c.n));
+      ASSERT_EQ(cudaMemcpy(got.data(), dy.get(), res.nbytes(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      int bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const float g = __half2float(got[i]);
+        if (!(std::abs(g - want[i]) <= 3e-2 + 1e-2 * std::abs(want[i])) && bad++ < 3) {
+          ADD_FAILURE() << "element " << i << ": " << g << ", want " << want[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+  EXPECT_THROW(
+      cuda::launch_skinny_gemm(nullptr, "skinny", DataType::kF16, 1, 64, 96, cuda::skinny_form(2),
+                               nullptr, nullptr, false, nullptr, cuda::SkinnyPostOps{}),
+      InvalidArgument);
 }
 
 // programmatic_launch=on with gemm_skinny=only: BERT's chain at 128 rows (layer norm, projection

@@ -321,18 +321,30 @@ constexpr int64_t kSkinnyMaxRows = 256;
 // operands and y 16-byte aligned (the residual 8).
 bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a, const void* w,
                        const void* y, const SkinnyPostOps& post);
-// Whether `splits` (1-8) divide K in tiles of 32.
-bool skinny_gemm_split_valid(int64_t k, int splits);
-// The K splits worth timing for a GEMM the kernel takes on `sms` SMs (one to three): the one
-// that fills the SMs best in one wave first, then the next fewer and more.
-std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms);
+// A form of the kernel: the blocks of a cluster that K is split across (1-8) and the rows a block
+// takes (64 or 128; 0: 64 up to 64 rows, else 128), kept in a plan as one int32.
+constexpr int skinny_form(int splits, int block_rows = 0) {
+  return splits | block_rows << 8;
+}
+constexpr int skinny_form_splits(int form) {
+  return form & 0xff;
+}
+constexpr int skinny_form_rows(int form) {
+  return form >> 8;
+}
+// Whether `form` is one: its splits (1-8) divide K in tiles of 32, its rows 0, 64 or 128.
+bool skinny_gemm_form_valid(int64_t k, int form);
+// The forms worth timing for a GEMM the kernel takes on `sms` SMs (one to four): the split that
+// fills the SMs best in one wave first, then the next fewer and more; above 64 rows also blocks
+// of 64 rows at the split that fills two waves.
+std::vector<int> skinny_gemm_forms(int64_t rows, int64_t n, int64_t k, int sms);
 // Launches so far in the process (tests).
 int64_t skinny_gemm_launches();
 // w_kn: w is [k, n] (n contiguous) rather than [n, k]. early: launched programmatically dependent
 // on the kernel ahead (programmatic_launch, device_util.cuh), streaming the first stages of w
 // before that one has finished: only for a w no kernel writes (an engine constant).
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
-                        int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
+                        int64_t n, int64_t k, int form, const void* a, const void* w, bool w_kn,
                         void* y, const SkinnyPostOps& post, bool early = false);
 // matmul_integer.cu: an i64 or i32 matmul layer (bias and residual post-ops, no activations),
 // wrapping around as torch's integer products do.

@@ -51,7 +51,7 @@ struct MatMulState : KernelState {
   bool tuned = false;  // the algorithm was chosen for this shape (not kept from another's)
   bool fused_bias = false, fused_activation = false, fused_residual = false,
        fused_activation2 = false;
-  int skinny_splits = 0;  // > 0: skinny_gemm.cu with this many K splits runs it, not cuBLASLt
+  int skinny_form = 0;  // > 0: skinny_gemm.cu runs it in this form (kernels.h), not cuBLASLt
   ~MatMulState() override {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -256,22 +256,24 @@ int fastest_candidate(const MatMulState& state, const cublasLtMatmulHeuristicRes
   return best;
 }
 
-// A kept choice of skinny_gemm.cu: a tag no cuBLASLt algorithm (64 bytes) has, then the splits.
+// A kept choice of skinny_gemm.cu: a tag no cuBLASLt algorithm (64 bytes) has, then the form
+// (kernels.h: a plain split count, as plans before 64-row blocks kept it, is that split in the
+// kernel's default blocks).
 constexpr char kSkinnyTag[4] = {'k', 's', 'g', '1'};
 
-std::vector<uint8_t> skinny_choice_bytes(int32_t splits) {
-  std::vector<uint8_t> bytes(sizeof(kSkinnyTag) + sizeof(splits));
+std::vector<uint8_t> skinny_choice_bytes(int32_t form) {
+  std::vector<uint8_t> bytes(sizeof(kSkinnyTag) + sizeof(form));
   std::memcpy(bytes.data(), kSkinnyTag, sizeof(kSkinnyTag));
-  std::memcpy(bytes.data() + sizeof(kSkinnyTag), &splits, sizeof(splits));
+  std::memcpy(bytes.data() + sizeof(kSkinnyTag), &form, sizeof(form));
   return bytes;
 }
 
-bool skinny_choice(const std::vector<uint8_t>& bytes, int32_t* splits) {
-  if (bytes.size() != sizeof(kSkinnyTag) + sizeof(*splits) ||
+bool skinny_choice(const std::vector<uint8_t>& bytes, int32_t* form) {
+  if (bytes.size() != sizeof(kSkinnyTag) + sizeof(*form) ||
       std::memcmp(bytes.data(), kSkinnyTag, sizeof(kSkinnyTag)) != 0) {
     return false;
   }
-  std::memcpy(splits, bytes.data() + sizeof(kSkinnyTag), sizeof(*splits));
+  std::memcpy(form, bytes.data() + sizeof(kSkinnyTag), sizeof(*form));
   return true;
 }
 
@@ -493,14 +495,14 @@ void matmul_kernel(KernelArgs& args) {
       // another context) and cuBLASLt (or skinny_gemm.cu) takes it for these descriptors: no
       // heuristic query, no timing, whether or not this call may choose.
       bool adopted = false;
-      int skinny_splits = 0;
+      int skinny_form = 0;
       {
         const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);
         cublasLtMatmulAlgo_t algo{};
-        int32_t splits = 0;
-        if (choice && skinny_choice(*choice, &splits)) {
-          if (skinny && skinny_gemm_split_valid(k, splits)) {
-            skinny_splits = splits;
+        int32_t form = 0;
+        if (choice && skinny_choice(*choice, &form)) {
+          if (skinny && skinny_gemm_form_valid(k, form)) {
+            skinny_form = form;
             adopted = true;
           }
         } else if (choice && choice->size() == sizeof(algo)) {
@@ -517,22 +519,22 @@ void matmul_kernel(KernelArgs& args) {
       }
       // gemm_skinny=only: the kernel wherever it takes the GEMM, at the split that fills the SMs.
       if (!adopted && skinny && skinny_mode == SkinnyGemm::kOnly) {
-        skinny_splits = skinny_gemm_splits(rows, n, k, sms).at(0);
+        skinny_form = skinny_gemm_forms(rows, n, k, sms).at(0);
       }
       // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that
       // was (same operation, dtypes and epilogue: only sizes, strides and alignments differ; the
       // nearest in multiply-adds), where it takes this one.
       MatMulState* kept =
-          !adopted && skinny_splits == 0 && !tune && args.res.options().reuse_algorithms
+          !adopted && skinny_form == 0 && !tune && args.res.options().reuse_algorithms
               ? states.nearest(
                     [&](const MatMulState& s) { return s.tuned && same_operation(s.key, key); },
                     [&](const MatMulState& s) {
                       return std::abs(std::log(gemm_size(s.key) / gemm_size(key)));
                     })
               : nullptr;
-      if (kept && kept->skinny_splits > 0) {
-        if (skinny && skinny_gemm_split_valid(k, kept->skinny_splits)) {
-          skinny_splits = kept->skinny_splits;
+      if (kept && kept->skinny_form > 0) {
+        if (skinny && skinny_gemm_form_valid(k, kept->skinny_form)) {
+          skinny_form = kept->skinny_form;
         }
       } else if (kept &&
                  cublasLtMatmulAlgoCheck(lt, fresh->desc, fresh->b, fresh->a, fresh->d, fresh->d,
@@ -542,7 +544,7 @@ void matmul_kernel(KernelArgs& args) {
         found = 1;
         status = CUBLAS_STATUS_SUCCESS;
       }
-      if (skinny_splits > 0) {
+      if (skinny_form > 0) {
         // Chosen without cuBLASLt: kept (adopted), forced (only) or the nearest shape's.
         fresh->tuned = adopted || (skinny_mode == SkinnyGemm::kOnly && (tune || !worth));
         cublasLtMatmulPreferenceDestroy(pref);
@@ -567,11 +569,11 @@ void matmul_kernel(KernelArgs& args) {
         std::vector<int> skinny_forms;
         std::vector<std::function<bool(cudaStream_t, void*)>> extra;
         if (timed && fresh->tuned && !adopted && skinny && skinny_mode == SkinnyGemm::kOn) {
-          skinny_forms = skinny_gemm_splits(rows, n, k, sms);
-          for (int splits : skinny_forms) {
-            extra.push_back([&, splits](cudaStream_t on, void* to) {
+          skinny_forms = skinny_gemm_forms(rows, n, k, sms);
+          for (int form : skinny_forms) {
+            extra.push_back([&, form](cudaStream_t on, void* to) {
               try {  // a form that cannot launch here drops out of the timing
-                launch_skinny_gemm(on, name, out.dtype, rows, n, k, splits, a_ptr, b_ptr, !tb, to,
+                launch_skinny_gemm(on, name, out.dtype, rows, n, k, form, a_ptr, b_ptr, !tb, to,
                                    skinny_post);
                 return true;
               } catch (const DeviceError&) {
@@ -598,19 +600,19 @@ void matmul_kernel(KernelArgs& args) {
           chosen = fastest_candidate(*fresh, results, found, run, args.res.device(), extra);
         }
         if (chosen >= found) {
-          skinny_splits = skinny_forms.at(chosen - found);
+          skinny_form = skinny_forms.at(chosen - found);
         } else {
           fresh->algo = results[chosen].algo;
           fresh->algo_workspace = results[chosen].workspaceSize;
         }
       }
-      fresh->skinny_splits = skinny_splits;
+      fresh->skinny_form = skinny_form;
       // A choice made for this shape is the engine's for every context (and the plan's when
       // building).
       if (fresh->tuned && !adopted) {
         std::vector<uint8_t> bytes;
-        if (skinny_splits > 0) {
-          bytes = skinny_choice_bytes(skinny_splits);
+        if (skinny_form > 0) {
+          bytes = skinny_choice_bytes(skinny_form);
         } else {
           bytes.resize(sizeof(fresh->algo));
           std::memcpy(bytes.data(), &fresh->algo, sizeof(fresh->algo));
@@ -618,19 +620,19 @@ void matmul_kernel(KernelArgs& args) {
         args.res.keep_choice(key, std::move(bytes));
       }
       // skinny_gemm.cu applies every post-op itself.
-      fresh->fused_bias = skinny_splits > 0 ? bias != nullptr : bias_epilogue;
-      fresh->fused_activation = skinny_splits > 0 || act_epilogue;
-      fresh->fused_residual = skinny_splits > 0 ? residual != nullptr : residual_c;
-      fresh->fused_activation2 = skinny_splits > 0 || act2_epilogue;
+      fresh->fused_bias = skinny_form > 0 ? bias != nullptr : bias_epilogue;
+      fresh->fused_activation = skinny_form > 0 || act_epilogue;
+      fresh->fused_residual = skinny_form > 0 ? residual != nullptr : residual_c;
+      fresh->fused_activation2 = skinny_form > 0 || act2_epilogue;
       state = states.add(std::move(fresh));
     }
-    if (state->skinny_splits > 0) {
+    if (state->skinny_form > 0) {
       KILN_CHECK(skinny, InternalError, "layer `", name,
                  "` (matmul): the skinny GEMM chosen for this key does not take the operands");
       // programmatic_launch: a constant weight streams in while the kernel ahead finishes.
       const bool early = args.res.options().programmatic_launch && b.constant && !expand_b;
-      launch_skinny_gemm(stream, name, out.dtype, rows, n, k, state->skinny_splits, a_ptr, b_ptr,
-                         !tb, y, skinny_post, early);
+      launch_skinny_gemm(stream, name, out.dtype, rows, n, k, state->skinny_form, a_ptr, b_ptr, !tb,
+                         y, skinny_post, early);
     } else {
       if (state->fused_bias) {
         const void* bias_ptr = bias->data;

@@ -310,26 +310,40 @@ bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const voi
          reinterpret_cast<uintptr_t>(post.residual) % 8 == 0;  // read 4 elements at a time
 }
 
-bool skinny_gemm_split_valid(int64_t k, int splits) {
-  return splits >= 1 && splits <= kMaxSplits && k % kTileK == 0 && (k / kTileK) % splits == 0;
+bool skinny_gemm_form_valid(int64_t k, int form) {
+  const int splits = skinny_form_splits(form), block_rows = skinny_form_rows(form);
+  return splits >= 1 && splits <= kMaxSplits && k % kTileK == 0 && (k / kTileK) % splits == 0 &&
+         (block_rows == 0 || block_rows == 64 || block_rows == 128);
 }
 
-std::vector<int> skinny_gemm_splits(int64_t rows, int64_t n, int64_t k, int sms) {
-  const int64_t tiles = (n / kTileN) * ((rows + 63) / 64 > 1 ? (rows + 127) / 128 : 1);
-  std::vector<int> valid;
-  for (int s : {1, 2, 3, 4, 6, 8}) {
-    if ((k / kTileK) % s == 0 && (s == 1 || tiles * s <= 2 * static_cast<int64_t>(sms))) {
-      valid.push_back(s);
+std::vector<int> skinny_gemm_forms(int64_t rows, int64_t n, int64_t k, int sms) {
+  // The valid splits, fewest first, and among them the largest whose blocks (`tiles` of them a
+  // split) fit `wave` blocks.
+  const auto splits_for = [&](int64_t tiles, int64_t cap, int64_t wave) {
+    std::vector<int> valid;
+    for (int s : {1, 2, 3, 4, 6, 8}) {
+      if ((k / kTileK) % s == 0 && (s == 1 || tiles * s <= cap)) valid.push_back(s);
     }
-  }
+    int fill = 0;
+    for (size_t i = 0; i < valid.size(); ++i) {
+      if (tiles * valid[i] <= wave) fill = static_cast<int>(i);
+    }
+    return std::make_pair(valid, fill);
+  };
+  const int64_t sm = sms;
+  const int64_t tiles = (n / kTileN) * (rows <= 64 ? 1 : (rows + 127) / 128);
+  const auto [valid, fill] = splits_for(tiles, 2 * sm, sm);
   // The split that fills the SMs best in one wave first, then its neighbours among the valid.
-  int fill = 0;
-  for (size_t i = 0; i < valid.size(); ++i) {
-    if (tiles * valid[i] <= sms) fill = static_cast<int>(i);
-  }
   std::vector<int> out;
   for (int i : {fill, fill - 1, fill + 1}) {
-    if (i >= 0 && i < static_cast<int>(valid.size())) out.push_back(valid[i]);
+    if (i >= 0 && i < static_cast<int>(valid.size())) out.push_back(skinny_form(valid[i]));
+  }
+  // Above 64 rows, blocks of 64 rows too: twice the blocks, two an SM, and so twice the warps a
+  // scheduler to hide their latencies behind each other's.
+  if (rows > 64) {
+    const int64_t tiles64 = (n / kTileN) * ((rows + 63) / 64);
+    const auto [valid64, fill64] = splits_for(tiles64, 2 * sm, 2 * sm);
+    out.push_back(skinny_form(valid64[fill64], 64));
   }
   return out;
 }
@@ -339,13 +353,19 @@ int64_t skinny_gemm_launches() {
 }
 
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
-                        int64_t n, int64_t k, int splits, const void* a, const void* w, bool w_kn,
+                        int64_t n, int64_t k, int form, const void* a, const void* w, bool w_kn,
                         void* y, const SkinnyPostOps& post, bool early) {
-  KILN_CHECK(skinny_gemm_split_valid(k, splits), InvalidArgument, "layer `", layer, "`: ", splits,
-             " K splits do not divide K = ", k, " in tiles of 32 (at most 8)");
+  KILN_CHECK(skinny_gemm_form_valid(k, form), InvalidArgument, "layer `", layer,
+             "`: ", skinny_form_splits(form), " K splits of K = ", k,
+             " in tiles of 32 (at most 8) in ", skinny_form_rows(form),
+             "-row blocks: not a form of the kernel");
+  const int splits = skinny_form_splits(form);
+  const int block_rows = skinny_form_rows(form) > 0 ? skinny_form_rows(form)
+                         : rows <= 64               ? 64
+                                                    : 128;
   const auto launch = [&](auto type, auto kn) {
     using T = decltype(type);
-    rows <= 64
+    block_rows == 64
         ? launch_typed<T, 64, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post, early)
         : launch_typed<T, 128, decltype(kn)::value>(stream, rows, n, k, splits, a, w, y, post,
                                                     early);
