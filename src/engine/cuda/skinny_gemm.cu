@@ -356,9 +356,9 @@ void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType 
                         int64_t n, int64_t k, int form, const void* a, const void* w, bool w_kn,
                         void* y, const SkinnyPostOps& post, bool early) {
   KILN_CHECK(skinny_gemm_form_valid(k, form), InvalidArgument, "layer `", layer,
-             "`: ", skinny_form_splits(form), " K splits of K = ", k,
-             " in tiles of 32 (at most 8) in ", skinny_form_rows(form),
-             "-row blocks: not a form of the kernel");
+             "`: ", skinny_form_splits(form), " K splits (1 to 8, dividing K / 32 = ", k / kTileK,
+             ") in blocks of ", skinny_form_rows(form),
+             " rows (0: by the rows, 64 or 128) is not a form of the GEMM of few rows");
   const int splits = skinny_form_splits(form);
   const int block_rows = skinny_form_rows(form) > 0 ? skinny_form_rows(form)
                          : rows <= 64               ? 64
