@@ -303,7 +303,7 @@ TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
 // given), and the forms timed for BERT's four linear layers at 128 rows on 132 SMs: the split
 // that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster),
 // then its neighbours, then blocks of 64 rows.
-TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsSplits) {
+TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
   EXPECT_EQ(cuda::kernel_options({}).gemm_skinny, cuda::SkinnyGemm::kOff);
   for (const auto& [value, want] : {std::pair{"on", cuda::SkinnyGemm::kOn},
                                     {"only", cuda::SkinnyGemm::kOnly},
