@@ -548,5 +548,41 @@ TEST(CudaMatMul, SkinnyGemmsLaunchedEarlyMatchTheCpu) {
   EXPECT_GE(cuda::skinny_gemm_launches(), before + 2);
 }
 
+// programmatic_launch=on on cuBLASLt's GEMMs (gemm_skinny off): the layer norms and the flash
+// attention between them are launched early, each waiting for the kernel ahead before it reads;
+// the chain (projection, layer norm, attention of its output with itself, layer norm, at BERT's
+// head shape) answers as the CPU does, and as the same plan built without the switch.
+TEST(CudaMatMul, LayerNormsAndAttentionLaunchedEarlyMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  const DataType t = DataType::kF16;
+  const HostTensor w = random_tensor(t, {64, 64}, 1600, -.2, .2);
+  const HostTensor g = random_tensor(t, {64}, 1601, .5, 1.5), beta = random_tensor(t, {64}, 1602);
+  const auto build = [&](Network& net, const std::vector<TensorId>& in) {
+    const auto constant = [&](const std::string& name, const HostTensor& h) {
+      std::vector<uint8_t> bytes(static_cast<const uint8_t*>(h.data()),
+                                 static_cast<const uint8_t*>(h.data()) + h.nbytes());
+      return net.add_constant(name, Weights::from_bytes(h.dtype(), h.shape(), std::move(bytes)));
+    };
+    const TensorId gamma = constant("g", g), shift = constant("beta", beta);
+    auto x = net.add("proj", MatMulParams{false, true}, {in[0], constant("w", w)});
+    x = net.add("ln1", NormalizationParams{}, {x, gamma, shift});
+    x = net.add("attn", AttentionParams{}, {x, x, x});
+    return std::vector<TensorId>{net.add("ln2", NormalizationParams{}, {x, gamma, shift})};
+  };
+  const std::vector<HostTensor> inputs = {random_tensor(t, {2, 12, 128, 64}, 1603)};
+  BuilderConfig flash, early;  // the flash kernel, not cuDNN's (which is not launched early)
+  apply_switch(flash, "attention_cudnn=off");
+  apply_switch(early, "attention_cudnn=off");
+  apply_switch(early, "programmatic_launch=on");
+  const auto r = cuda_testing::run_both(inputs, build, early);
+  EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "attention"), 1);
+  cuda_testing::expect_match(r, 2e-2, 2e-2);
+  // The GEMM's algorithm is chosen once per shape in the process: both plans run the same kernels.
+  const auto plain = cuda_testing::run_both(inputs, build, flash);
+  ASSERT_EQ(plain.gpu.size(), r.gpu.size());
+  EXPECT_EQ(std::memcmp(plain.gpu[0].data(), r.gpu[0].data(), r.gpu[0].nbytes()), 0)
+      << "launched early, the chain's values differ from its values launched as usual";
+}
+
 }  // namespace
 }  // namespace kiln::engine

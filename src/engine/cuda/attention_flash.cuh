@@ -417,7 +417,8 @@ __device__ __forceinline__ void matrices_of(const FlashArgs& a, int64_t bh, cons
 // 64 query rows (16 a warp) and streams 64-row key/value tiles through two shared-memory stages.
 template <class T, int E>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashArgs a) {
-  allow_dependents();  // the projection after it may start streaming its weights
+  allow_dependents();        // the projection after it may start streaming its weights
+  wait_for_prerequisites();  // launched early (programmatic_launch): q, k, v are earlier kernels'
   using Smem = FlashSmem<T, E>;
   constexpr int kLd = Smem::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -537,7 +538,8 @@ constexpr int kResidentMaxHead2 = sizeof(T) == 4 ? 32 : 64;
 template <class T, int E>
 __global__ void __launch_bounds__(kResidentMaxThreads, E <= kResidentMaxHead2<T> ? 2 : 1)
     flash_attention_resident_kernel(FlashArgs a, int64_t block_rows, int splits) {
-  allow_dependents();  // the projection after it may start streaming its weights
+  allow_dependents();        // the projection after it may start streaming its weights
+  wait_for_prerequisites();  // launched early (programmatic_launch): q, k, v are earlier kernels'
   constexpr int kLd = FlashSmem<T, E>::kLd;
   constexpr int kChunks = E / kPiece<T>;  // 16-byte pieces per row
   extern __shared__ __align__(128) unsigned char smem[];
@@ -759,21 +761,24 @@ ResidentShape flash_shape(int64_t L, int64_t S, int64_t pairs, int device, bool 
 template <class T, int E>
 void launch_head(KernelArgs& args, const FlashArgs& a) {
   const int device = args.res.device();
+  const bool early = args.res.options().programmatic_launch;  // device_util.cuh
   const unsigned pairs = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
   const ResidentShape shape =
       flash_shape<T, E>(a.L, a.S, pairs, device, args.res.options().attention_key_split);
   if (shape.warps > 0) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
     const dim3 grid(static_cast<unsigned>((a.L + shape.block_rows - 1) / shape.block_rows), pairs);
-    kernel<<<grid, shape.warps * kWarp, resident_bytes<T, E>(a.S, shape.warps, shape.splits),
-             args.stream()>>>(a, shape.block_rows, shape.splits);
+    KILN_CUDA_CHECK(launch_maybe_early(kernel, grid, shape.warps * kWarp,
+                                       resident_bytes<T, E>(a.S, shape.warps, shape.splits),
+                                       args.stream(), early, a, shape.block_rows, shape.splits));
   } else {
     const auto kernel = flash_attention_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
     allow_shared_bytes(reinterpret_cast<const void*>(kernel), FlashSmem<T, E>::kBytes, device,
                        configured);
     const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile), pairs);
-    kernel<<<grid, kFlashThreads, FlashSmem<T, E>::kBytes, args.stream()>>>(a);
+    KILN_CUDA_CHECK(launch_maybe_early(kernel, grid, kFlashThreads, FlashSmem<T, E>::kBytes,
+                                       args.stream(), early, a));
   }
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }

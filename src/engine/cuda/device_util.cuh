@@ -18,10 +18,10 @@
 namespace kiln::engine::cuda {
 
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
-// (launch_skinny_gemm's `early`) may start before the kernel ahead of it in the stream has
-// finished, once every block of that one has called allow_dependents() or exited. Until its
-// wait_for_prerequisites() returns it reads nothing an earlier kernel writes and writes nothing;
-// launched as usual, wait_for_prerequisites() returns at once, and allow_dependents() does
+// (launch_skinny_gemm's `early`, launch_maybe_early) may start before the kernel ahead of it in the
+// stream has finished, once every block of that one has called allow_dependents() or exited. Until
+// its wait_for_prerequisites() returns it reads nothing an earlier kernel writes and writes
+// nothing; launched as usual, wait_for_prerequisites() returns at once, and allow_dependents() does
 // nothing where no such kernel follows.
 __device__ __forceinline__ void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -32,6 +32,26 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Launches `kernel` on `stream`, programmatically dependent on the kernel ahead where `early`
+// (the switch programmatic_launch): only for kernels whose every read of an earlier kernel's
+// output and every write come after their wait_for_prerequisites(). Their launch and the start
+// of their blocks then overlap the end of the kernel ahead instead of following it.
+template <class... Params, class... Args>
+cudaError_t launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, bool early, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = early ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
 // Kernels index shapes of at most this rank (after merging dims that need no separate index).

@@ -48,9 +48,11 @@ struct KernelOptions {
   // gemm_split_k=off: GEMMs of few output tiles time no split-K forms (matmul.cpp, G60).
   bool gemm_split_k = true;
   SkinnyGemm gemm_skinny = SkinnyGemm::kOff;
-  // programmatic_launch=on: a skinny GEMM of a constant weight starts before the kernel ahead of
-  // it finishes, streaming its weight meanwhile (sm_90 programmatic dependent launch). Off until
-  // measured on the GPU.
+  // programmatic_launch=on (sm_90 programmatic dependent launch, device_util.cuh): a skinny GEMM
+  // of a constant weight starts before the kernel ahead of it finishes, streaming its weight
+  // meanwhile; the layer norms of rows and the flash attention kernels are launched early too,
+  // their launch and block start overlapping the end of the kernel ahead. Off until measured on
+  // the GPU.
   bool programmatic_launch = false;
   // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
   // warps (attention.cu resident_shape). Off until measured (G60).

@@ -260,7 +260,8 @@ template <class T, int kV, int kChunks>
 __global__ void layer_norm_rows_kernel(const T* x, T* y, int64_t rows, int n, float eps,
                                        const void* scale, DataType st, const void* bias,
                                        DataType bt, bool typed, bool centered) {
-  allow_dependents();  // a GEMM after it may start streaming its weights (device_util.cuh)
+  allow_dependents();        // a GEMM after it may start streaming its weights (device_util.cuh)
+  wait_for_prerequisites();  // launched early (programmatic_launch): x is the kernel ahead's
   const int lane = threadIdx.x % kWarp;
   float sc[kChunks][kV], bi[kChunks][kV] = {};
   if (typed) {
@@ -329,12 +330,13 @@ struct SoftmaxRows {
 
 template <class T, int kV, int kChunks>
 struct LayerNormRows {
-  static void run(cudaStream_t stream, const void* x, void* y, int64_t rows, int n, float eps,
-                  const void* scale, DataType st, const void* bias, DataType bt, bool typed,
-                  bool centered) {
-    layer_norm_rows_kernel<T, kV, kChunks><<<row_grid(rows), kRowWarps * kWarp, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps, scale, st, bias, bt, typed,
-        centered);
+  static void run(cudaStream_t stream, bool early, const void* x, void* y, int64_t rows, int n,
+                  float eps, const void* scale, DataType st, const void* bias, DataType bt,
+                  bool typed, bool centered) {
+    KILN_CUDA_CHECK(launch_maybe_early(layer_norm_rows_kernel<T, kV, kChunks>, row_grid(rows),
+                                       kRowWarps * kWarp, 0, stream, early,
+                                       static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps,
+                                       scale, st, bias, bt, typed, centered));
   }
 };
 
@@ -560,8 +562,9 @@ void normalization_kernel(KernelArgs& args) {
                        (rms || (bd && bt == x.dtype && (!vector || aligned16(bd))));
     if (len > 0 && len <= kMaxRowItems && x.dtype == y.dtype &&
         launch_typed_rows<LayerNormRows>(
-            x.dtype, static_cast<int>(len), vector, stream, x.data, y.data, x.numel() / len,
-            static_cast<int>(len), static_cast<float>(p.epsilon), sd, st, bd, bt, typed, !rms)) {
+            x.dtype, static_cast<int>(len), vector, stream, args.res.options().programmatic_launch,
+            x.data, y.data, x.numel() / len, static_cast<int>(len), static_cast<float>(p.epsilon),
+            sd, st, bd, bt, typed, !rms)) {
       KILN_CUDA_CHECK_LAUNCH(args.layer.name);
       return;
     }
