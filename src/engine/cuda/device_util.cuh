@@ -34,13 +34,15 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #endif
 }
 
-// Launches `kernel` on `stream`, programmatically dependent on the kernel ahead where `early`
-// (the switch programmatic_launch): only for kernels whose every read of an earlier kernel's
-// output and every write come after their wait_for_prerequisites(). Their launch and the start
-// of their blocks then overlap the end of the kernel ahead instead of following it.
+// Launches `kernel` on `stream` as <<<grid, block, smem, stream>>> does, programmatically
+// dependent on the kernel ahead where `early` (the switch programmatic_launch): only for kernels
+// whose every read of an earlier kernel's output and every write come after their
+// wait_for_prerequisites(). Their launch and the start of their blocks then overlap the end of
+// the kernel ahead instead of following it. As with <<<>>>, a launch that fails leaves its error
+// to KILN_CUDA_CHECK_LAUNCH, which names the layer.
 template <class... Params, class... Args>
-cudaError_t launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t stream, bool early, Args... args) {
+void launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, bool early, Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -51,7 +53,7 @@ cudaError_t launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 block,
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = early ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
 // Kernels index shapes of at most this rank (after merging dims that need no separate index).
