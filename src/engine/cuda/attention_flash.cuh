@@ -768,17 +768,16 @@ void launch_head(KernelArgs& args, const FlashArgs& a) {
   if (shape.warps > 0) {
     const auto kernel = flash_attention_resident_kernel<T, E>;
     const dim3 grid(static_cast<unsigned>((a.L + shape.block_rows - 1) / shape.block_rows), pairs);
-    launch_maybe_early(kernel, grid, shape.warps * kWarp,
-                       resident_bytes<T, E>(a.S, shape.warps, shape.splits), args.stream(), early,
-                       a, shape.block_rows, shape.splits);
+    launch_kernel({grid, shape.warps * kWarp, resident_bytes<T, E>(a.S, shape.warps, shape.splits),
+                   args.stream(), early},
+                  kernel, a, shape.block_rows, shape.splits);
   } else {
     const auto kernel = flash_attention_kernel<T, E>;
     static std::atomic<uint64_t> configured{0};
     allow_shared_bytes(reinterpret_cast<const void*>(kernel), FlashSmem<T, E>::kBytes, device,
                        configured);
     const dim3 grid(static_cast<unsigned>((a.L + kQueryTile - 1) / kQueryTile), pairs);
-    launch_maybe_early(kernel, grid, kFlashThreads, FlashSmem<T, E>::kBytes, args.stream(), early,
-                       a);
+    launch_kernel({grid, kFlashThreads, FlashSmem<T, E>::kBytes, args.stream(), early}, kernel, a);
   }
   KILN_CUDA_CHECK_LAUNCH(args.layer.name);
 }

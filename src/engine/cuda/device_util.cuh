@@ -18,7 +18,7 @@
 namespace kiln::engine::cuda {
 
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
-// (launch_skinny_gemm's `early`, launch_maybe_early) may start before the kernel ahead of it in the
+// (launch_kernel's `early`) may start before the kernel ahead of it in the
 // stream has finished, once every block of that one has called allow_dependents() or exited. Until
 // its wait_for_prerequisites() returns it reads nothing an earlier kernel writes and writes
 // nothing; launched as usual, wait_for_prerequisites() returns at once, and allow_dependents() does
@@ -34,25 +34,40 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #endif
 }
 
-// Launches `kernel` on `stream` as <<<grid, block, smem, stream>>> does, programmatically
-// dependent on the kernel ahead where `early` (the switch programmatic_launch): only for kernels
-// whose every read of an earlier kernel's output and every write come after their
-// wait_for_prerequisites(). Their launch and the start of their blocks then overlap the end of
-// the kernel ahead instead of following it. As with <<<>>>, a launch that fails leaves its error
-// to KILN_CUDA_CHECK_LAUNCH, which names the layer.
+// How launch_kernel launches: <<<grid, block, smem, stream>>>, plus `early`: programmatically
+// dependent on the kernel ahead (the switch programmatic_launch; only for kernels whose every read
+// of an earlier kernel's output and every write come after their wait_for_prerequisites(): their
+// launch and the start of their blocks then overlap the end of the kernel ahead), and `cluster`:
+// blocks a thread-block cluster along x (sm_90; 0: launched without clusters).
+struct KernelLaunch {
+  dim3 grid, block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+  bool early = false;
+  unsigned cluster = 0;
+};
+
+// Launches `kernel` as `how` says. As with <<<>>>, a launch that fails leaves its error to
+// KILN_CUDA_CHECK_LAUNCH, which names the layer.
 template <class... Params, class... Args>
-void launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                        cudaStream_t stream, bool early, Args... args) {
+void launch_kernel(const KernelLaunch& how, void (*kernel)(Params...), Args... args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = early ? 1 : 0;
+  config.gridDim = how.grid;
+  config.blockDim = how.block;
+  config.dynamicSmemBytes = how.smem;
+  config.stream = how.stream;
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (how.cluster > 0) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {how.cluster, 1, 1};
+  }
+  if (how.early) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 

@@ -333,9 +333,9 @@ struct LayerNormRows {
   static void run(cudaStream_t stream, bool early, const void* x, void* y, int64_t rows, int n,
                   float eps, const void* scale, DataType st, const void* bias, DataType bt,
                   bool typed, bool centered) {
-    launch_maybe_early(layer_norm_rows_kernel<T, kV, kChunks>, row_grid(rows), kRowWarps * kWarp, 0,
-                       stream, early, static_cast<const T*>(x), static_cast<T*>(y), rows, n, eps,
-                       scale, st, bias, bt, typed, centered);
+    launch_kernel({row_grid(rows), kRowWarps * kWarp, 0, stream, early},
+                  layer_norm_rows_kernel<T, kV, kChunks>, static_cast<const T*>(x),
+                  static_cast<T*>(y), rows, n, eps, scale, st, bias, bt, typed, centered);
   }
 };
 

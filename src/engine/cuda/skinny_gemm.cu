@@ -277,26 +277,18 @@ std::atomic<int64_t> launches{0};
 template <class T, int BM, bool KN>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
                   const void* a, const void* w, void* y, const SkinnyPostOps& post, bool early) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
-                        static_cast<unsigned>((rows + BM - 1) / BM));
-  config.blockDim = dim3(kBlockThreads);
-  config.dynamicSmemBytes = smem_bytes<BM>();
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attributes;
-  config.numAttrs = early ? 2 : 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, skinny_gemm_kernel<T, BM, KN>, static_cast<const T*>(a), static_cast<const T*>(w),
-      static_cast<T*>(y), static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
-      static_cast<int>(k / splits), static_cast<const T*>(post.bias), post.act, post.alpha,
-      post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2, early));
+  const KernelLaunch how{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
+                              static_cast<unsigned>((rows + BM - 1) / BM)),
+                         kBlockThreads,
+                         static_cast<size_t>(smem_bytes<BM>()),
+                         stream,
+                         early,
+                         static_cast<unsigned>(splits)};
+  launch_kernel(how, skinny_gemm_kernel<T, BM, KN>, static_cast<const T*>(a),
+                static_cast<const T*>(w), static_cast<T*>(y), static_cast<int>(rows),
+                static_cast<int>(n), static_cast<int>(k), static_cast<int>(k / splits),
+                static_cast<const T*>(post.bias), post.act, post.alpha, post.beta,
+                static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2, early);
 }
 
 }  // namespace
