@@ -431,34 +431,31 @@ class GraphBuilder {
     const json* outer_sym_ints = sym_ints_;
     const std::string outer_where = where_;
     std::vector<Value*> results;
-    {
-      if (body.contains("tensor_values") && body.at("tensor_values").is_object()) {
-        metas_ = &body.at("tensor_values");
-      }
-      if (body.contains("sym_int_values") && body.at("sym_int_values").is_object()) {
-        sym_ints_ = &body.at("sym_int_values");
-      }
-      where_ = inner;
-      for (size_t i = 0; i < params.size(); ++i) {
-        auto [ptag, param] = union_member(params[i], inner);
-        std::string name;
-        if (ptag == "as_tensor") {
-          name = field(*param, "name", inner).get<std::string>();
-        } else if (ptag == "as_sym_int" || ptag == "as_sym_bool" || ptag == "as_sym_float") {
-          auto [stag, sv] = union_member(*param, inner);
-          KILN_CHECK(stag == "as_name", CorruptInput, inner, ": input ", i, " given as `", stag,
-                     "`");
-          name = sv->get<std::string>();
-        } else {
-          KILN_THROW(Unsupported, inner, ": an input given as `", ptag, "`");
-        }
-        values_[name] = operands[i];
-      }
-      ++depth_;
-      for (const json& m : field(body, "nodes", inner)) node(m);
-      --depth_;
-      for (const json& o : field(body, "outputs", inner)) results.push_back(argument(o, inner));
+    if (body.contains("tensor_values") && body.at("tensor_values").is_object()) {
+      metas_ = &body.at("tensor_values");
     }
+    if (body.contains("sym_int_values") && body.at("sym_int_values").is_object()) {
+      sym_ints_ = &body.at("sym_int_values");
+    }
+    where_ = inner;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto [ptag, param] = union_member(params[i], inner);
+      std::string name;
+      if (ptag == "as_tensor") {
+        name = field(*param, "name", inner).get<std::string>();
+      } else if (ptag == "as_sym_int" || ptag == "as_sym_bool" || ptag == "as_sym_float") {
+        auto [stag, sv] = union_member(*param, inner);
+        KILN_CHECK(stag == "as_name", CorruptInput, inner, ": input ", i, " given as `", stag, "`");
+        name = sv->get<std::string>();
+      } else {
+        KILN_THROW(Unsupported, inner, ": an input given as `", ptag, "`");
+      }
+      values_[name] = operands[i];
+    }
+    ++depth_;
+    for (const json& m : field(body, "nodes", inner)) node(m);
+    --depth_;
+    for (const json& o : field(body, "outputs", inner)) results.push_back(argument(o, inner));
     values_ = std::move(outer_values);
     metas_ = outer_metas;
     sym_ints_ = outer_sym_ints;
