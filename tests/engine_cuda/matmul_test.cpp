@@ -302,7 +302,7 @@ TEST(CudaMatMul, GemmsOfFewTilesTimeSplitK) {
 // No GPU needed: gemm_skinny=off|on|only reaches the kernels from the plan's switches (off when not
 // given), and the forms timed for BERT's four linear layers at 128 rows on 132 SMs: the split
 // that fills the SMs in one wave first (K / 32 divisible by it, at most 8: a portable cluster),
-// then its neighbours, then blocks of 64 rows.
+// then its neighbours, then blocks of 64 rows; where wgmma runs, the wgmma form of each first.
 TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
   EXPECT_EQ(cuda::kernel_options({}).gemm_skinny, cuda::SkinnyGemm::kOff);
   for (const auto& [value, want] : {std::pair{"on", cuda::SkinnyGemm::kOn},
@@ -317,22 +317,33 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
 
   using V = std::vector<int>;
   const auto f = [](int splits, int rows = 0) { return cuda::skinny_form(splits, rows); };
+  const auto g = [](int splits, int rows = 0) { return cuda::skinny_form(splits, rows, true); };
   // Above 64 rows the last form has blocks of 64 rows, at the split that fills two waves.
-  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132), (V{f(8), f(6), f(8, 64)}));  // 12 tiles
-  EXPECT_EQ(cuda::skinny_gemm_forms(128, 2304, 768, 132), (V{f(3), f(2), f(4), f(3, 64)}));
-  EXPECT_EQ(cuda::skinny_gemm_forms(128, 3072, 768, 132), (V{f(2), f(1), f(3), f(2, 64)}));
-  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 3072, 132), (V{f(8), f(6), f(8, 64)}));
-  EXPECT_EQ(cuda::skinny_gemm_forms(200, 768, 96, 132), (V{f(3), f(1), f(3, 64)}));  // K / 32 = 3
-  EXPECT_EQ(cuda::skinny_gemm_forms(16, 65536, 64, 132), (V{f(1)}));  // 1024 tiles, 64 rows
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132, false), (V{f(8), f(6), f(8, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 2304, 768, 132, false), (V{f(3), f(2), f(4), f(3, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 3072, 768, 132, false), (V{f(2), f(1), f(3), f(2, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 3072, 132, false), (V{f(8), f(6), f(8, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(200, 768, 96, 132, false), (V{f(3), f(1), f(3, 64)}));
+  EXPECT_EQ(cuda::skinny_gemm_forms(16, 65536, 64, 132, false), (V{f(1)}));  // 1024 tiles
+  EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132, true),
+            (V{g(8), g(6), g(8, 64), f(8), f(6), f(8, 64)}));
   EXPECT_EQ(f(8), 8);  // a plain split count is a form: plans kept them so
   EXPECT_EQ(cuda::skinny_form_splits(f(6, 64)), 6);
   EXPECT_EQ(cuda::skinny_form_rows(f(6, 64)), 64);
-  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, f(8)));
-  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, f(8, 128)));
-  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(5)));
-  EXPECT_FALSE(cuda::skinny_gemm_form_valid(96, f(6)));
-  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(0)));
-  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, f(2, 32)));
+  EXPECT_FALSE(cuda::skinny_form_wgmma(f(6, 64)));
+  EXPECT_EQ(cuda::skinny_form_splits(g(6, 64)), 6);
+  EXPECT_EQ(cuda::skinny_form_rows(g(6, 64)), 64);
+  EXPECT_TRUE(cuda::skinny_form_wgmma(g(6, 64)));
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, f(8)));
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, f(8, 128)));
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, true, f(8, 128)));
+  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, g(8, 128)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, true, g(8, 128)));  // wgmma reads [n, k] only
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, false, f(5)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(96, false, f(6)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, false, f(0)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, false, f(2, 32)));
+  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, false, f(2) | 1 << 20));  // an unknown bit
   // A form that is none is refused before anything launches: K = 96 is 3 tiles, not 2 splits.
   try {
     cuda::launch_skinny_gemm(nullptr, "fc", DataType::kF16, 1, 64, 96, f(2), nullptr, nullptr,
@@ -440,9 +451,9 @@ TEST(CudaMatMul, SkinnyGemmIsTimedAgainstCublasLt) {
   EXPECT_GT(cuda::skinny_gemm_launches(), before);  // timed at least
 }
 
-// Every form of the kernel (every split of K, blocks of 64 and of 128 rows), launched directly,
-// answers as a float reference on the host: bias, GELU (erf), the residual, with partial row
-// tiles and both weight layouts.
+// Every form of the kernel (every split of K, blocks of 64 and of 128 rows, mma.sync and, where
+// the GPU runs it, wgmma), launched directly, answers as a float reference on the host: bias,
+// GELU (erf), the residual, with partial row tiles and both weight layouts.
 TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
   KILN_REQUIRE_GPU();
   struct Case {
@@ -477,10 +488,16 @@ TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
     post.act = ActivationKind::kGelu;
     post.residual = dr.get();
     std::vector<int> forms;
-    for (int s : {1, 2, 3, 4, 6, 8}) {
-      for (int block_rows : {0, 64, 128}) {
-        if (cuda::skinny_gemm_form_valid(c.k, cuda::skinny_form(s, block_rows))) {
-          forms.push_back(cuda::skinny_form(s, block_rows));
+    int device = 0;
+    ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+    for (bool wgmma : {false, true}) {
+      for (int s : {1, 2, 3, 4, 6, 8}) {
+        for (int block_rows : {0, 64, 128}) {
+          const int form = cuda::skinny_form(s, block_rows, wgmma);
+          if (cuda::skinny_gemm_form_valid(c.k, c.kn, form) &&
+              (!wgmma || cuda::skinny_wgmma_available(device))) {
+            forms.push_back(form);
+          }
         }
       }
     }
@@ -488,7 +505,8 @@ TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
       SCOPED_TRACE(std::to_string(c.rows) + " x " + std::to_string(c.n) + " x " +
                    std::to_string(c.k) + (c.kn ? " [k, n]" : "") + ", " +
                    std::to_string(cuda::skinny_form_splits(form)) + " splits, block rows " +
-                   std::to_string(cuda::skinny_form_rows(form)));
+                   std::to_string(cuda::skinny_form_rows(form)) +
+                   (cuda::skinny_form_wgmma(form) ? ", wgmma" : ", mma.sync"));
       ASSERT_EQ(cudaMemset(dy.get(), 0xff, res.nbytes()), cudaSuccess);  // NaNs where unwritten
       cuda::launch_skinny_gemm(nullptr, "skinny", DataType::kF16, c.rows, c.n, c.k, form, da.get(),
                                dw.get(), c.kn, dy.get(), post);

@@ -496,12 +496,18 @@ void matmul_kernel(KernelArgs& args) {
       // heuristic query, no timing, whether or not this call may choose.
       bool adopted = false;
       int skinny_form = 0;
+      // A form of the GEMM of few rows this weight and this GPU run (a plan's choice made on an
+      // H100 names a wgmma form, which a later architecture does not run).
+      const bool wgmma = skinny && tb && skinny_wgmma_available(args.res.device());
+      const auto runs_here = [&](int form) {
+        return skinny && skinny_gemm_form_valid(k, !tb, form) && (wgmma || !skinny_form_wgmma(form));
+      };
       {
         const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);
         cublasLtMatmulAlgo_t algo{};
         int32_t form = 0;
         if (choice && skinny_choice(*choice, &form)) {
-          if (skinny && skinny_gemm_form_valid(k, form)) {
+          if (runs_here(form)) {
             skinny_form = form;
             adopted = true;
           }
@@ -519,7 +525,7 @@ void matmul_kernel(KernelArgs& args) {
       }
       // gemm_skinny=only: the kernel wherever it takes the GEMM, at the split that fills the SMs.
       if (!adopted && skinny && skinny_mode == SkinnyGemm::kOnly) {
-        skinny_form = skinny_gemm_forms(rows, n, k, sms).at(0);
+        skinny_form = skinny_gemm_forms(rows, n, k, sms, wgmma).at(0);
       }
       // Where this shape is not to be tuned now, the algorithm chosen at the nearest shape that
       // was (same operation, dtypes and epilogue: only sizes, strides and alignments differ; the
@@ -533,7 +539,7 @@ void matmul_kernel(KernelArgs& args) {
                     })
               : nullptr;
       if (kept && kept->skinny_form > 0) {
-        if (skinny && skinny_gemm_form_valid(k, kept->skinny_form)) {
+        if (runs_here(kept->skinny_form)) {
           skinny_form = kept->skinny_form;
         }
       } else if (kept &&
@@ -569,7 +575,7 @@ void matmul_kernel(KernelArgs& args) {
         std::vector<int> skinny_forms;
         std::vector<std::function<bool(cudaStream_t, void*)>> extra;
         if (timed && fresh->tuned && !adopted && skinny && skinny_mode == SkinnyGemm::kOn) {
-          skinny_forms = skinny_gemm_forms(rows, n, k, sms);
+          skinny_forms = skinny_gemm_forms(rows, n, k, sms, wgmma);
           for (int form : skinny_forms) {
             extra.push_back([&, form](cudaStream_t on, void* to) {
               try {  // a form that cannot launch here drops out of the timing
