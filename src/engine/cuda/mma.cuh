@@ -1,6 +1,6 @@
 // Tensor-core primitives (PTX mma.sync and ldmatrix, sm_80+) shared by the kernels that run their
 // own matrix products: the flash attention kernels (attention_flash.cuh) and the GEMM of few rows
-// (skinny_gemm.cu).
+// (skinny_gemm.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
