@@ -42,7 +42,7 @@ namespace cg = cooperative_groups;
 constexpr int kBlockThreads = 256;  // 8 warps
 constexpr int kTileN = 64;          // output columns a block
 constexpr int kTileK = 32;          // K a pipeline stage: 64-byte rows of 4 16-byte chunks
-constexpr int kStages = 4;
+constexpr int kStages = 8;  // a block's whole K range in flight at BERT's splits (G73)
 constexpr int kMaxSplits = 8;  // a portable cluster
 // The stages start on a 512-byte boundary (the period of wgmma's 64-byte swizzle), so a block
 // asks for that much more shared memory than they take.
