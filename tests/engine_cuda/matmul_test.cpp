@@ -318,9 +318,6 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
   using V = std::vector<int>;
   const auto f = [](int splits, int rows = 0) { return cuda::skinny_form(splits, rows); };
   const auto g = [](int splits, int rows = 0) { return cuda::skinny_form(splits, rows, true); };
-  const auto gp = [](int splits, int rows = 0) {
-    return cuda::skinny_form(splits, rows, true, true);
-  };
   // Above 64 rows the last form has blocks of 64 rows, at the split that fills two waves.
   EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132, false), (V{f(8), f(6), f(8, 64)}));
   EXPECT_EQ(cuda::skinny_gemm_forms(128, 2304, 768, 132, false), (V{f(3), f(2), f(4), f(3, 64)}));
@@ -329,7 +326,7 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
   EXPECT_EQ(cuda::skinny_gemm_forms(200, 768, 96, 132, false), (V{f(3), f(1), f(3, 64)}));
   EXPECT_EQ(cuda::skinny_gemm_forms(16, 65536, 64, 132, false), (V{f(1)}));  // 1024 tiles
   EXPECT_EQ(cuda::skinny_gemm_forms(128, 768, 768, 132, true),
-            (V{g(8), g(6), g(8, 64), gp(8), gp(6), gp(8, 64), f(8), f(6), f(8, 64)}));
+            (V{g(8), g(6), g(8, 64), f(8), f(6), f(8, 64)}));
   EXPECT_EQ(f(8), 8);  // a plain split count is a form: plans kept them so
   EXPECT_EQ(cuda::skinny_form_splits(f(6, 64)), 6);
   EXPECT_EQ(cuda::skinny_form_rows(f(6, 64)), 64);
@@ -337,10 +334,6 @@ TEST(CudaKernelOptions, SkinnyGemmIsASwitchAndItsForms) {
   EXPECT_EQ(cuda::skinny_form_splits(g(6, 64)), 6);
   EXPECT_EQ(cuda::skinny_form_rows(g(6, 64)), 64);
   EXPECT_TRUE(cuda::skinny_form_wgmma(g(6, 64)));
-  EXPECT_FALSE(cuda::skinny_form_push(g(6, 64)));
-  EXPECT_TRUE(cuda::skinny_form_push(gp(6, 64)));
-  EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, gp(8)));
-  EXPECT_FALSE(cuda::skinny_gemm_form_valid(768, false, cuda::skinny_form(8, 0, false, true)));
   EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, f(8)));
   EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, false, f(8, 128)));
   EXPECT_TRUE(cuda::skinny_gemm_form_valid(768, true, f(8, 128)));
@@ -497,12 +490,12 @@ TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
     std::vector<int> forms;
     int device = 0;
     ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-    for (int products : {0, 1, 2}) {  // mma.sync, wgmma, wgmma with pushed partials
+    for (bool wgmma : {false, true}) {
       for (int s : {1, 2, 3, 4, 6, 8}) {
         for (int block_rows : {0, 64, 128}) {
-          const int form = cuda::skinny_form(s, block_rows, products > 0, products == 2);
+          const int form = cuda::skinny_form(s, block_rows, wgmma);
           if (cuda::skinny_gemm_form_valid(c.k, c.kn, form) &&
-              (products == 0 || cuda::skinny_wgmma_available(device))) {
+              (!wgmma || cuda::skinny_wgmma_available(device))) {
             forms.push_back(form);
           }
         }
@@ -513,8 +506,7 @@ TEST(CudaMatMul, EverySkinnyGemmFormMatchesAReference) {
                    std::to_string(c.k) + (c.kn ? " [k, n]" : "") + ", " +
                    std::to_string(cuda::skinny_form_splits(form)) + " splits, block rows " +
                    std::to_string(cuda::skinny_form_rows(form)) +
-                   (cuda::skinny_form_wgmma(form) ? ", wgmma" : ", mma.sync") +
-                   (cuda::skinny_form_push(form) ? ", pushed" : ""));
+                   (cuda::skinny_form_wgmma(form) ? ", wgmma" : ", mma.sync"));
       ASSERT_EQ(cudaMemset(dy.get(), 0xff, res.nbytes()), cudaSuccess);  // NaNs where unwritten
       cuda::launch_skinny_gemm(nullptr, "skinny", DataType::kF16, c.rows, c.n, c.k, form, da.get(),
                                dw.get(), c.kn, dy.get(), post);

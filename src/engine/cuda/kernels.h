@@ -324,12 +324,10 @@ constexpr int64_t kSkinnyMaxRows = 256;
 bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const void* a, const void* w,
                        const void* y, const SkinnyPostOps& post);
 // A form of the kernel: the blocks of a cluster that K is split across (1-8), the rows a block
-// takes (64 or 128; 0: 64 up to 64 rows, else 128), its products (mma.sync, or wgmma: sm_90a,
-// [n, k] weights only) and, with wgmma, how the partials meet (push: stored into the block that
-// adds them, counted on its mbarrier; otherwise read from each block after a cluster barrier),
-// kept in a plan as one int32.
-constexpr int skinny_form(int splits, int block_rows = 0, bool wgmma = false, bool push = false) {
-  return splits | block_rows << 8 | static_cast<int>(wgmma) << 16 | static_cast<int>(push) << 17;
+// takes (64 or 128; 0: 64 up to 64 rows, else 128) and its products (mma.sync, or wgmma: sm_90a,
+// [n, k] weights only), kept in a plan as one int32.
+constexpr int skinny_form(int splits, int block_rows = 0, bool wgmma = false) {
+  return splits | block_rows << 8 | static_cast<int>(wgmma) << 16;
 }
 constexpr int skinny_form_splits(int form) {
   return form & 0xff;
@@ -340,19 +338,15 @@ constexpr int skinny_form_rows(int form) {
 constexpr bool skinny_form_wgmma(int form) {
   return (form >> 16) & 1;
 }
-constexpr bool skinny_form_push(int form) {
-  return (form >> 17) & 1;
-}
 // Whether `form` is one for a K and a weight layout (w_kn: [k, n]): its splits (1-8) divide K in
-// tiles of 32, its rows 0, 64 or 128, wgmma only for a [n, k] weight, push only with wgmma, no
-// other bits.
+// tiles of 32, its rows 0, 64 or 128, wgmma only for a [n, k] weight, no other bits.
 bool skinny_gemm_form_valid(int64_t k, bool w_kn, int form);
 // Whether `device` runs the wgmma forms (compute capability 9.0).
 bool skinny_wgmma_available(int device);
 // The forms worth timing for a GEMM the kernel takes on `sms` SMs (one to four): the split that
 // fills the SMs best in one wave first, then the next fewer and more; above 64 rows also blocks
 // of 64 rows at the split that fills two waves. With `wgmma` (a [n, k] weight on a device that
-// runs it) each of these first with wgmma, then with wgmma and pushed partials, then mma.sync.
+// runs it) the wgmma form of each of these first, then the same in mma.sync.
 std::vector<int> skinny_gemm_forms(int64_t rows, int64_t n, int64_t k, int sms, bool wgmma);
 // Launches so far in the process (tests).
 int64_t skinny_gemm_launches();

@@ -26,11 +26,10 @@ bool skinny_gemm_takes(DataType t, int64_t rows, int64_t n, int64_t k, const voi
 
 bool skinny_gemm_form_valid(int64_t k, bool w_kn, int form) {
   const int splits = skinny_form_splits(form), block_rows = skinny_form_rows(form);
-  return form == skinny_form(splits, block_rows, skinny_form_wgmma(form), skinny_form_push(form)) &&
-         splits >= 1 &&
+  return form == skinny_form(splits, block_rows, skinny_form_wgmma(form)) && splits >= 1 &&
          splits <= kMaxSplits && k % kTileK == 0 && (k / kTileK) % splits == 0 &&
          (block_rows == 0 || block_rows == 64 || block_rows == 128) &&
-         !(skinny_form_wgmma(form) && w_kn) && (skinny_form_wgmma(form) || !skinny_form_push(form));
+         !(skinny_form_wgmma(form) && w_kn);
 }
 
 bool skinny_wgmma_available(int device) {
@@ -79,16 +78,12 @@ std::vector<int> skinny_gemm_forms(int64_t rows, int64_t n, int64_t k, int sms, 
     const auto [valid64, fill64] = splits_for(tiles64, 2 * sm, 2 * sm);
     out.push_back(skinny_form(valid64[fill64], 64));
   }
-  // Where wgmma runs, its forms of each first: the same blocks, an eighth of the instructions.
+  // Where wgmma runs, its form of each first: the same blocks, an eighth of the instructions.
   if (wgmma) {
-    std::vector<int> all;
-    for (bool push : {false, true}) {
-      for (int f : out) {
-        all.push_back(skinny_form(skinny_form_splits(f), skinny_form_rows(f), true, push));
-      }
-    }
-    all.insert(all.end(), out.begin(), out.end());
-    return all;
+    std::vector<int> both;
+    for (int f : out) both.push_back(skinny_form(skinny_form_splits(f), skinny_form_rows(f), true));
+    both.insert(both.end(), out.begin(), out.end());
+    return both;
   }
   return out;
 }
@@ -114,17 +109,15 @@ void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType 
     KILN_CHECK(cudaGetDevice(&device) == cudaSuccess && skinny_wgmma_available(device),
                Unsupported, "layer `", layer, "`: the GEMM of few rows with wgmma runs only on a GPU of ",
                "compute capability 9.0 (device ", device, ")");
-    launch_wgmma(stream, t, rows, n, k, splits, block_rows, skinny_form_push(form), a, w, y, post,
-                 early);
+    launch_wgmma(stream, t, rows, n, k, splits, block_rows, a, w, y, post, early);
   } else {
     const auto launch = [&](auto type, auto kn) {
       using T = decltype(type);
       constexpr bool KN = decltype(kn)::value;
-      block_rows == 64
-          ? launch_typed<T, 64, KN, Products::kMmaSync, false>(stream, rows, n, k, splits, a, w,
-                                                               y, post, early)
-          : launch_typed<T, 128, KN, Products::kMmaSync, false>(stream, rows, n, k, splits, a, w,
-                                                                y, post, early);
+      block_rows == 64 ? launch_typed<T, 64, KN, Products::kMmaSync>(stream, rows, n, k, splits, a,
+                                                                    w, y, post, early)
+                       : launch_typed<T, 128, KN, Products::kMmaSync>(stream, rows, n, k, splits,
+                                                                     a, w, y, post, early);
     };
     const auto by_layout = [&](auto type) {
       w_kn ? launch(type, std::true_type{}) : launch(type, std::false_type{});

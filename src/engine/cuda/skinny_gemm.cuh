@@ -42,7 +42,7 @@ namespace cg = cooperative_groups;
 constexpr int kBlockThreads = 256;  // 8 warps
 constexpr int kTileN = 64;          // output columns a block
 constexpr int kTileK = 32;          // K a pipeline stage: 64-byte rows of 4 16-byte chunks
-constexpr int kStages = 8;  // a block's whole K range in flight at BERT's splits (G73)
+constexpr int kStages = 4;
 constexpr int kMaxSplits = 8;  // a portable cluster
 // The stages start on a 512-byte boundary (the period of wgmma's 64-byte swizzle), so a block
 // asks for that much more shared memory than they take.
@@ -50,66 +50,9 @@ constexpr int kSmemAlign = 512;
 
 enum class Products { kMmaSync, kWgmma };
 
-constexpr int kLd = kTileN + 8;  // floats a row of a partial tile (2-way bank conflicts)
 template <int BM>
-constexpr int stage_bytes() {
-  return kStages * (BM + kTileN) * kTileK * 2;
-}
-// Push: the partials received, [split][row of this block's share][kLd] floats after the stages,
-// then the barrier that counts their bytes.
-template <int BM>
-constexpr int received_bytes() {
-  return (BM + kMaxSplits) * kLd * 4;
-}
-template <int BM, bool Push>
 constexpr int smem_bytes() {
-  return stage_bytes<BM>() + (Push ? received_bytes<BM>() + 16 : 0) + kSmemAlign;
-}
-
-// Distributed shared memory pushes (sm_90): a block's partial rows stored straight into the
-// block that finishes them (st.async), which counts their bytes on an mbarrier of its own and
-// waits for the phase to complete: no cluster-wide barrier between the products and the sums,
-// and no GPU-wide fence (a cluster barrier's release semantics cost MEMBAR.ALL.GPU, G72).
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// The barrier's initialization released to the cluster's later (acquiring) barrier wait.
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// Arrives (the barrier's one expected arrival) and adds `bytes` to the transfers the phase waits
-// for.
-__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile(
-      "{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
-          bar),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ bool mbarrier_phase_done(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// The address of this block's shared `local` in block `rank` of the cluster.
-__device__ __forceinline__ uint32_t cluster_address(uint32_t local, unsigned rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-// Stores two floats at `remote` (a cluster address) and counts their 8 bytes on the mbarrier at
-// `remote_bar` (in the same block).
-__device__ __forceinline__ void push_pair(uint32_t remote, float x, float y, uint32_t remote_bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(
-          remote),
-      "f"(x), "f"(y), "r"(remote_bar)
-      : "memory");
+  return kStages * (BM + kTileN) * kTileK * 2 + kSmemAlign;
 }
 
 // wgmma (sm_90a): a warpgroup's 64 x N product of a and w's k-major tiles in shared memory, both
@@ -213,10 +156,7 @@ __device__ __forceinline__ int swizzled128(int r, int c) {
 // only). kWgmma: warpgroup g multiplies rows [64 g, 64 g + 64) of 128 (all 64 columns), or all 64
 // rows for columns [32 g, 32 g + 32): each warp's accumulators are then those of warp
 // (warp_m, warp_n) of the mma.sync form.
-// Push: the partials are pushed to the block that finishes their rows (above); otherwise each
-// block writes its whole partial tile to its own shared memory and the finishing blocks read
-// them after a cluster barrier.
-template <class T, int BM, bool KN, Products P, bool Push>
+template <class T, int BM, bool KN, Products P>
 __global__ void __launch_bounds__(kBlockThreads)
     skinny_gemm_kernel(const T* __restrict__ a, const T* __restrict__ w, T* __restrict__ y,
                        int rows, int n, int k, int k_split, const T* __restrict__ bias,
@@ -227,29 +167,19 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int kWarpCols = kTileN / kWarpsN;
   constexpr int kTilesN = kWarpCols / 8;
   constexpr int kABytes = BM * kTileK * 2, kStageBytes = (BM + kTileN) * kTileK * 2;
-  static_assert(BM * kLd * 4 <= stage_bytes<BM>(), "the partial tile reuses the pipeline");
+  constexpr int kLd = kTileN + 8;  // floats a row of the partial tile (2-way bank conflicts)
+  static_assert(BM * kLd * 4 <= smem_bytes<BM>() - kSmemAlign, "the partial tile reuses the pipeline");
   static_assert(P == Products::kMmaSync || !KN, "wgmma reads k-major weights only");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t smem_raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint8_t* const smem = smem_raw + ((kSmemAlign - smem_raw_address % kSmemAlign) % kSmemAlign);
   const uint32_t smem_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t received = smem_address + stage_bytes<BM>();
-  const uint32_t received_bar = received + received_bytes<BM>();
 
   cg::cluster_group cluster = cg::this_cluster();
   const int split = static_cast<int>(cluster.block_rank());
   const int splits = static_cast<int>(cluster.num_blocks());
   const int n0 = blockIdx.y * kTileN, m0 = blockIdx.z * BM, k0 = split * k_split;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if constexpr (Push) {
-    // The barrier that counts the partials pushed here, ready before any block pushes (the
-    // cluster barrier's wait comes after the products).
-    if (tid == 0) {
-      mbarrier_init(received_bar, 1);
-      fence_mbarrier_init();
-    }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-  }
   const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
 
   // Each thread's chunks of a stage: where they come from at k tile 0 and where they go in the
@@ -399,39 +329,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   allow_dependents();  // a GEMM after this one may start streaming its weights
   if constexpr (P == Products::kWgmma) wgmma_wait<0>();
   wait_async<0>();
-  if constexpr (Push) {
-    if (tid == 0) {
-      mbarrier_expect_bytes(received_bar,
-                            static_cast<uint32_t>(splits * max(0, r_end - r_begin) * kTileN * 4));
-    }
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block's barrier is ready
-    // Each of this thread's rows (all BM of the tile, so every block counts the same bytes)
-    // to the block that finishes it, at [this split][the row in its share].
-    const int row0 = warp_m * 16 + (lane >> 2);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 8 * h, owner = r / per;
-      const uint32_t bar = cluster_address(received_bar, owner);
-      const uint32_t base = cluster_address(
-          received + static_cast<uint32_t>(((split * per + r - owner * per) * kLd) * 4), owner);
-#pragma unroll
-      for (int t = 0; t < kTilesN; ++t) {
-        const int col = warp_n * kWarpCols + t * 8 + 2 * (lane & 3);
-        push_pair(base + col * 4, acc[t][2 * h], acc[t][2 * h + 1], bar);
-      }
-    }
-    // A count that never completes is a bug, not a wait: trap (an error the layer reports)
-    // after about a second rather than hang the stream.
-    const long long started = clock64();
-    while (!mbarrier_phase_done(received_bar, 0)) {
-      if (clock64() - started > (1ll << 31)) __trap();
-    }
-  } else {
-    __syncthreads();  // the pipeline's shared memory becomes the partial tile
-  }
+  __syncthreads();  // the pipeline's shared memory becomes the partial tile
+
   float* part = reinterpret_cast<float*>(smem);
-  const float* const got = reinterpret_cast<const float*>(smem + stage_bytes<BM>());
-  if constexpr (!Push) {
+  {
     const int row = warp_m * 16 + (lane >> 2);
 #pragma unroll
     for (int t = 0; t < kTilesN; ++t) {
@@ -440,7 +341,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       *reinterpret_cast<float2*>(part + (row + 8) * kLd + col) = make_float2(acc[t][2], acc[t][3]);
     }
   }
-  if constexpr (!Push) cluster.sync();  // every block's partial tile is written
+  cluster.sync();  // every block's partial tile is written
 
   // The splits' partials summed for each of this thread's rows, then every post-op over all of
   // its rows at once (one copy of an activation's code in the kernel, not one a row).
@@ -458,9 +359,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int j = 0; j < kMaxSplits; ++j) {
       if (j < splits) {
-        p[j] = Push ? *reinterpret_cast<const float4*>(got + (j * per + r - r_begin) * kLd + c)
-                    : *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, j) +
-                                                       r * kLd + c);
+        p[j] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, j) + r * kLd + c);
       }
     }
 #pragma unroll
@@ -494,31 +393,22 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   // No block leaves while another reads its partial tile. The partials read have been used, so
   // this barrier orders nothing in memory: a relaxed arrival, without the GPU-wide fence that
-  // cluster.sync()'s release semantics cost (MEMBAR.ALL.GPU). Pushed partials need none: every
-  // store into a block has landed before that block reads them.
-  if constexpr (!Push) {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-  }
+  // cluster.sync()'s release semantics cost (MEMBAR.ALL.GPU).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-template <class T, int BM, bool KN, Products P, bool Push>
+template <class T, int BM, bool KN, Products P>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
                   const void* a, const void* w, void* y, const SkinnyPostOps& post, bool early) {
-  const auto kernel = skinny_gemm_kernel<T, BM, KN, P, Push>;
-  constexpr int smem = smem_bytes<BM, Push>();
-  static std::atomic<uint64_t> configured{0};
-  int device = -1;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  allow_shared_bytes(reinterpret_cast<const void*>(kernel), smem, device, configured);
   const KernelLaunch how{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
                               static_cast<unsigned>((rows + BM - 1) / BM)),
                          kBlockThreads,
-                         static_cast<size_t>(smem),
+                         static_cast<size_t>(smem_bytes<BM>()),
                          stream,
                          early,
                          static_cast<unsigned>(splits)};
-  launch_kernel(how, kernel, static_cast<const T*>(a),
+  launch_kernel(how, skinny_gemm_kernel<T, BM, KN, P>, static_cast<const T*>(a),
                 static_cast<const T*>(w), static_cast<T*>(y), static_cast<int>(rows),
                 static_cast<int>(n), static_cast<int>(k), static_cast<int>(k / splits),
                 static_cast<const T*>(post.bias), post.act, post.alpha, post.beta,
@@ -527,8 +417,8 @@ void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int s
 
 // skinny_gemm_sm90a.cu: the wgmma form of a [n, k] weight's GEMM.
 void launch_wgmma(cudaStream_t stream, DataType t, int64_t rows, int64_t n, int64_t k, int splits,
-                  int block_rows, bool push, const void* a, const void* w, void* y,
-                  const SkinnyPostOps& post, bool early);
+                  int block_rows, const void* a, const void* w, void* y, const SkinnyPostOps& post,
+                  bool early);
 
 }  // namespace skinny
 }  // namespace kiln::engine::cuda

@@ -6,22 +6,16 @@
 namespace kiln::engine::cuda::skinny {
 
 void launch_wgmma(cudaStream_t stream, DataType t, int64_t rows, int64_t n, int64_t k, int splits,
-                  int block_rows, bool push, const void* a, const void* w, void* y,
-                  const SkinnyPostOps& post, bool early) {
-  const auto launch = [&](auto type, auto pushed) {
+                  int block_rows, const void* a, const void* w, void* y, const SkinnyPostOps& post,
+                  bool early) {
+  const auto launch = [&](auto type) {
     using T = decltype(type);
-    constexpr bool Push = decltype(pushed)::value;
-    block_rows == 64 ? launch_typed<T, 64, false, Products::kWgmma, Push>(stream, rows, n, k,
-                                                                          splits, a, w, y, post,
-                                                                          early)
-                     : launch_typed<T, 128, false, Products::kWgmma, Push>(stream, rows, n, k,
-                                                                           splits, a, w, y, post,
-                                                                           early);
+    block_rows == 64 ? launch_typed<T, 64, false, Products::kWgmma>(stream, rows, n, k, splits, a,
+                                                                    w, y, post, early)
+                     : launch_typed<T, 128, false, Products::kWgmma>(stream, rows, n, k, splits, a,
+                                                                     w, y, post, early);
   };
-  const auto by_reduction = [&](auto type) {
-    push ? launch(type, std::true_type{}) : launch(type, std::false_type{});
-  };
-  t == DataType::kF16 ? by_reduction(__half{}) : by_reduction(__nv_bfloat16{});
+  t == DataType::kF16 ? launch(__half{}) : launch(__nv_bfloat16{});
 }
 
 }  // namespace kiln::engine::cuda::skinny
