@@ -43,9 +43,18 @@ __device__ __forceinline__ void activate_all(ActivationKind k, float (&v)[N], fl
       return activate_each<static_cast<int>(K::kSilu)>(v, alpha, beta);
     case K::kClamp:
       return activate_each<static_cast<int>(K::kClamp)>(v, alpha, beta);
-    default:  // one copy of the full switch, not N
+    default: {
+      // One copy of the full switch, not N: a loop over a copy, so that only the copy is indexed
+      // at run time and sits in local memory (an array indexed so anywhere in a kernel lives in
+      // local memory throughout it, and every read and write of `v` would go there: G73).
+      float t[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) t[i] = v[i];
 #pragma unroll 1
-      for (int i = 0; i < N; ++i) v[i] = activate(k, v[i], alpha, beta);
+      for (int i = 0; i < N; ++i) t[i] = activate(k, t[i], alpha, beta);
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = t[i];
+    }
   }
 }
 

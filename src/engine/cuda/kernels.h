@@ -51,8 +51,8 @@ struct KernelOptions {
   // programmatic_launch=on (sm_90 programmatic dependent launch, device_util.cuh): a skinny GEMM
   // of a constant weight starts before the kernel ahead of it finishes, streaming its weight
   // meanwhile; the layer norms of rows and the flash attention kernels are launched early too,
-  // their launch and block start overlapping the end of the kernel ahead. Off until measured on
-  // the GPU.
+  // their launch and block start overlapping the end of the kernel ahead. Off: 1-6% slower on
+  // BERT, GPT-2 and ViT at batch 1 on an H100 (bench/NOTES.md G73).
   bool programmatic_launch = false;
   // attention_key_split=on: at few matrices the flash kernel may split a row tile's keys among
   // warps (attention.cu resident_shape). Off until measured (G60).

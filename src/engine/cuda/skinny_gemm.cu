@@ -78,7 +78,7 @@ std::vector<int> skinny_gemm_forms(int64_t rows, int64_t n, int64_t k, int sms, 
     const auto [valid64, fill64] = splits_for(tiles64, 2 * sm, 2 * sm);
     out.push_back(skinny_form(valid64[fill64], 64));
   }
-  // Where wgmma runs, its form of each first: the same blocks, an eighth of the instructions.
+  // Where wgmma runs, its form of each first: the same blocks, fewer instructions (G73).
   if (wgmma) {
     std::vector<int> both;
     for (int f : out) both.push_back(skinny_form(skinny_form_splits(f), skinny_form_rows(f), true));

@@ -16,9 +16,10 @@
 //
 // A block's products run one of two ways (Products): warp by warp with mma.sync m16n8k16 from
 // ldmatrix fragments, or as two warpgroups issuing wgmma straight from the shared-memory stages
-// (sm_90a, [n, k] weights): the same stages, the same accumulator layout, an eighth of the
-// instructions a k tile (G72: the mma.sync form is latency-bound, 7-10 cycles an instruction).
-#pragma once
+// (sm_90a, [n, k] weights): the same stages, the same accumulator layout, about two thirds of the
+// instructions a k tile. On an H100 the wgmma form is 5-10% ahead of mma.sync, and both trail
+// cuBLASLt 1.6-2.1x on BERT's GEMMs at 128 rows: a fixed ~6 us a launch inside the blocks, not
+// the products, decides (NOTES.md G73).
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -401,14 +402,20 @@ __global__ void __launch_bounds__(kBlockThreads)
 template <class T, int BM, bool KN, Products P>
 void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int splits,
                   const void* a, const void* w, void* y, const SkinnyPostOps& post, bool early) {
+  const auto kernel = skinny_gemm_kernel<T, BM, KN, P>;
+  constexpr int smem = smem_bytes<BM>();  // above 48 KiB at 128 rows: opted into
+  static std::atomic<uint64_t> configured{0};
+  int device = -1;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  allow_shared_bytes(reinterpret_cast<const void*>(kernel), smem, device, configured);
   const KernelLaunch how{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(n / kTileN),
                               static_cast<unsigned>((rows + BM - 1) / BM)),
                          kBlockThreads,
-                         static_cast<size_t>(smem_bytes<BM>()),
+                         static_cast<size_t>(smem),
                          stream,
                          early,
                          static_cast<unsigned>(splits)};
-  launch_kernel(how, skinny_gemm_kernel<T, BM, KN, P>, static_cast<const T*>(a),
+  launch_kernel(how, kernel, static_cast<const T*>(a),
                 static_cast<const T*>(w), static_cast<T*>(y), static_cast<int>(rows),
                 static_cast<int>(n), static_cast<int>(k), static_cast<int>(k / splits),
                 static_cast<const T*>(post.bias), post.act, post.alpha, post.beta,
