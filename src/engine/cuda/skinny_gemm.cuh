@@ -88,55 +88,51 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
-#define KILN_WGMMA_ACC8(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 // D (64 x 8 * NT, fp32, a warp's 16 rows at its lanes as mma.sync's m16n8 fragments, one per 8
 // columns) += A (64 x 16) B (16 x 8 * NT), both k-major in shared memory.
+#define KILN_WGMMA(N, TYPE, REGS, A, B)                                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE \
+  "." TYPE " {" REGS "}, %" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"
+#define KILN_WGMMA_REGS16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define KILN_WGMMA_REGS32 \
+  KILN_WGMMA_REGS16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define KILN_WGMMA_ACC8(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define KILN_WGMMA_ACC32 \
+  KILN_WGMMA_ACC8(0), KILN_WGMMA_ACC8(1), KILN_WGMMA_ACC8(2), KILN_WGMMA_ACC8(3)
+#define KILN_WGMMA_ACC64 \
+  KILN_WGMMA_ACC32, KILN_WGMMA_ACC8(4), KILN_WGMMA_ACC8(5), KILN_WGMMA_ACC8(6), KILN_WGMMA_ACC8(7)
 template <class T, int NT>
 __device__ __forceinline__ void wgmma_step(float (&d)[NT][4], uint64_t a, uint64_t b) {
   static_assert(NT == 4 || NT == 8, "warpgroup products of 32 or 64 columns");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (NT == 8) {
-    if constexpr (std::is_same_v<T, __half>) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
-          "%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-          : KILN_WGMMA_ACC8(0), KILN_WGMMA_ACC8(1), KILN_WGMMA_ACC8(2), KILN_WGMMA_ACC8(3),
-            KILN_WGMMA_ACC8(4), KILN_WGMMA_ACC8(5), KILN_WGMMA_ACC8(6), KILN_WGMMA_ACC8(7)
-          : "l"(a), "l"(b));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
-          "%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-          : KILN_WGMMA_ACC8(0), KILN_WGMMA_ACC8(1), KILN_WGMMA_ACC8(2), KILN_WGMMA_ACC8(3),
-            KILN_WGMMA_ACC8(4), KILN_WGMMA_ACC8(5), KILN_WGMMA_ACC8(6), KILN_WGMMA_ACC8(7)
-          : "l"(a), "l"(b));
-    }
+  constexpr bool f16 = std::is_same_v<T, __half>;
+  if constexpr (NT == 8 && f16) {
+    asm volatile(KILN_WGMMA(64, "f16", KILN_WGMMA_REGS32, 32, 33)
+                 : KILN_WGMMA_ACC64
+                 : "l"(a), "l"(b));
+  } else if constexpr (NT == 8) {
+    asm volatile(KILN_WGMMA(64, "bf16", KILN_WGMMA_REGS32, 32, 33)
+                 : KILN_WGMMA_ACC64
+                 : "l"(a), "l"(b));
+  } else if constexpr (f16) {
+    asm volatile(KILN_WGMMA(32, "f16", KILN_WGMMA_REGS16, 16, 17)
+                 : KILN_WGMMA_ACC32
+                 : "l"(a), "l"(b));
   } else {
-    if constexpr (std::is_same_v<T, __half>) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-          : KILN_WGMMA_ACC8(0), KILN_WGMMA_ACC8(1), KILN_WGMMA_ACC8(2), KILN_WGMMA_ACC8(3)
-          : "l"(a), "l"(b));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-          : KILN_WGMMA_ACC8(0), KILN_WGMMA_ACC8(1), KILN_WGMMA_ACC8(2), KILN_WGMMA_ACC8(3)
-          : "l"(a), "l"(b));
-    }
+    asm volatile(KILN_WGMMA(32, "bf16", KILN_WGMMA_REGS16, 16, 17)
+                 : KILN_WGMMA_ACC32
+                 : "l"(a), "l"(b));
   }
 #else
   __trap();  // instantiated only in skinny_gemm_sm90a.cu
 #endif
 }
+#undef KILN_WGMMA
+#undef KILN_WGMMA_REGS16
+#undef KILN_WGMMA_REGS32
 #undef KILN_WGMMA_ACC8
+#undef KILN_WGMMA_ACC32
+#undef KILN_WGMMA_ACC64
 
 // Byte offset of 16-byte chunk `c` (0-3) of row `r` in a stage's operand of 64-byte rows: the
 // chunks of rows 2j and 2j+1 are permuted by j, so that ldmatrix's 8 rows of one chunk fall in
@@ -169,7 +165,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int kTilesN = kWarpCols / 8;
   constexpr int kABytes = BM * kTileK * 2, kStageBytes = (BM + kTileN) * kTileK * 2;
   constexpr int kLd = kTileN + 8;  // floats a row of the partial tile (2-way bank conflicts)
-  static_assert(BM * kLd * 4 <= smem_bytes<BM>() - kSmemAlign, "the partial tile reuses the pipeline");
+  static_assert(BM * kLd * 4 <= smem_bytes<BM>() - kSmemAlign,
+                "the partial tile reuses the pipeline");
   static_assert(P == Products::kMmaSync || !KN, "wgmma reads k-major weights only");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t smem_raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -415,11 +412,11 @@ void launch_typed(cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int s
                          stream,
                          early,
                          static_cast<unsigned>(splits)};
-  launch_kernel(how, kernel, static_cast<const T*>(a),
-                static_cast<const T*>(w), static_cast<T*>(y), static_cast<int>(rows),
-                static_cast<int>(n), static_cast<int>(k), static_cast<int>(k / splits),
-                static_cast<const T*>(post.bias), post.act, post.alpha, post.beta,
-                static_cast<const T*>(post.residual), post.act2, post.alpha2, post.beta2, early);
+  launch_kernel(how, kernel, static_cast<const T*>(a), static_cast<const T*>(w), static_cast<T*>(y),
+                static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
+                static_cast<int>(k / splits), static_cast<const T*>(post.bias), post.act,
+                post.alpha, post.beta, static_cast<const T*>(post.residual), post.act2, post.alpha2,
+                post.beta2, early);
 }
 
 // skinny_gemm_sm90a.cu: the wgmma form of a [n, k] weight's GEMM.
