@@ -4,7 +4,8 @@
 // and 108 blocks of 256 threads, without clusters and in clusters of 1, 2, 3 and 8 blocks, with
 // no dynamic shared memory and with 96 KiB (opted into). The skinny GEMM's forms (clusters of
 // 2-8, 96-108 blocks) took 7.6-12 us a launch in BERT's replay where the work is ~1 us.
-// Build and run on the device: nvcc -O3 -arch=sm_90 cluster_probe.cu -o cluster_probe && ./cluster_probe
+// Build and run on the device: nvcc -O3 -arch=sm_90 cluster_probe.cu -o cluster_probe &&
+// ./cluster_probe
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -99,8 +100,7 @@ int main() {
             std::printf(" - |");
             continue;
           }
-          std::printf(" %.2f |",
-                      time_chain(blocks, cluster, smem, kb * 1024 / 16, in, out, s));
+          std::printf(" %.2f |", time_chain(blocks, cluster, smem, kb * 1024 / 16, in, out, s));
         }
         std::printf("\n");
       }

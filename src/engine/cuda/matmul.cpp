@@ -500,7 +500,8 @@ void matmul_kernel(KernelArgs& args) {
       // H100 names a wgmma form, which a later architecture does not run).
       const bool wgmma = skinny && tb && skinny_wgmma_available(args.res.device());
       const auto runs_here = [&](int form) {
-        return skinny && skinny_gemm_form_valid(k, !tb, form) && (wgmma || !skinny_form_wgmma(form));
+        return skinny && skinny_gemm_form_valid(k, !tb, form) &&
+               (wgmma || !skinny_form_wgmma(form));
       };
       {
         const std::optional<std::vector<uint8_t>> choice = args.res.kept_choice(key);

@@ -95,8 +95,8 @@ int64_t skinny_gemm_launches() {
 void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType t, int64_t rows,
                         int64_t n, int64_t k, int form, const void* a, const void* w, bool w_kn,
                         void* y, const SkinnyPostOps& post, bool early) {
-  KILN_CHECK(skinny_gemm_form_valid(k, w_kn, form), InvalidArgument, "layer `", layer, "`: ",
-             skinny_form_splits(form), " K splits (1 to 8, dividing K / 32 = ", k / kTileK,
+  KILN_CHECK(skinny_gemm_form_valid(k, w_kn, form), InvalidArgument, "layer `", layer,
+             "`: ", skinny_form_splits(form), " K splits (1 to 8, dividing K / 32 = ", k / kTileK,
              ") in blocks of ", skinny_form_rows(form), " rows (0: by the rows, 64 or 128)",
              skinny_form_wgmma(form) ? " with wgmma" : "", w_kn ? " of a [k, n] weight" : "",
              " is not a form of the GEMM of few rows (form ", form, ")");
@@ -106,8 +106,8 @@ void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType 
                                                     : 128;
   if (skinny_form_wgmma(form)) {
     int device = -1;
-    KILN_CHECK(cudaGetDevice(&device) == cudaSuccess && skinny_wgmma_available(device),
-               Unsupported, "layer `", layer, "`: the GEMM of few rows with wgmma runs only on a GPU of ",
+    KILN_CHECK(cudaGetDevice(&device) == cudaSuccess && skinny_wgmma_available(device), Unsupported,
+               "layer `", layer, "`: the GEMM of few rows with wgmma runs only on a GPU of ",
                "compute capability 9.0 (device ", device, ")");
     launch_wgmma(stream, t, rows, n, k, splits, block_rows, a, w, y, post, early);
   } else {
@@ -115,9 +115,9 @@ void launch_skinny_gemm(cudaStream_t stream, const std::string& layer, DataType 
       using T = decltype(type);
       constexpr bool KN = decltype(kn)::value;
       block_rows == 64 ? launch_typed<T, 64, KN, Products::kMmaSync>(stream, rows, n, k, splits, a,
-                                                                    w, y, post, early)
-                       : launch_typed<T, 128, KN, Products::kMmaSync>(stream, rows, n, k, splits,
-                                                                     a, w, y, post, early);
+                                                                     w, y, post, early)
+                       : launch_typed<T, 128, KN, Products::kMmaSync>(stream, rows, n, k, splits, a,
+                                                                      w, y, post, early);
     };
     const auto by_layout = [&](auto type) {
       w_kn ? launch(type, std::true_type{}) : launch(type, std::false_type{});

@@ -20,6 +20,7 @@
 // instructions a k tile. On an H100 the wgmma form is 5-10% ahead of mma.sync, and both trail
 // cuBLASLt 1.6-2.1x on BERT's GEMMs at 128 rows: a fixed ~6 us a launch inside the blocks, not
 // the products, decides (NOTES.md G73).
+#pragma once
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -90,7 +91,7 @@ __device__ __forceinline__ void fence_async_shared() {
 
 // D (64 x 8 * NT, fp32, a warp's 16 rows at its lanes as mma.sync's m16n8 fragments, one per 8
 // columns) += A (64 x 16) B (16 x 8 * NT), both k-major in shared memory.
-#define KILN_WGMMA(N, TYPE, REGS, A, B)                                                  \
+#define KILN_WGMMA(N, TYPE, REGS, A, B)                                                          \
   "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE \
   "." TYPE " {" REGS "}, %" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"
 #define KILN_WGMMA_REGS16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
