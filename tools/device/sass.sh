@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # What a CUDA source's kernels compile to, without a GPU (this machine has nvcc and ptxas but no
-# cuobjdump): compiles FILE.cu for sm_90 as the engine's build does (-O3, src/ on the include
-# path), then prints per kernel whose name matches REGEX (all by default) its registers, stack
-# and spills (ptxas -v), its SASS instructions, and how many of them are of the kinds a kernel's
-# latency hangs on: tensor-core products (HMMA, HGMMA), shared-memory matrix loads (LDSM), async
-# copies (LDGSTS), barriers (BAR, the cluster's UCGABAR), GPU-wide fences (MEMBAR), local memory
-# (LDL, STL) and calls. cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump and
+# cuobjdump): compiles FILE.cu for sm_90 (a *_sm90a.cu for sm_90a) as the engine's build does
+# (-O3, src/ on the include path), then prints per kernel whose name matches REGEX (all by
+# default) its registers, stack and spills (ptxas -v), its SASS instructions, and how many of
+# them are of the kinds a kernel's latency hangs on: tensor-core products (HMMA, HGMMA),
+# shared-memory matrix loads (LDSM), async copies (LDGSTS), barriers (BAR, the cluster's
+# UCGABAR), GPU-wide fences (MEMBAR), local memory (LDL, STL) and calls. cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump and
 # nvidia-cuda-nvdisasm, ~5 MB, installed into .venv on first use) where the machine lacks them.
 # Example: tools/device/sass.sh src/engine/cuda/skinny_gemm.cu '__half, 128' (G72: it showed
 # cluster.sync()'s MEMBAR.ALL.GPU).
@@ -29,8 +29,11 @@ if ! command -v cuobjdump >/dev/null || ! command -v nvdisasm >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# An architecture-specific file (*_sm90a.cu: wgmma) is built for its architecture, as the build does.
+arch=90
+case "$src" in *_sm90a.cu) arch=90a ;; esac
 "$nvcc" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr --expt-extended-lambda -Isrc \
-  -gencode arch=compute_90,code=sm_90 -Xptxas -v -c "$src" -o "$tmp/k.o" 2>"$tmp/ptxas.txt" ||
+  -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -c "$src" -o "$tmp/k.o" 2>"$tmp/ptxas.txt" ||
   { cat "$tmp/ptxas.txt" >&2; exit 1; }
 cuobjdump -sass "$tmp/k.o" >"$tmp/k.sass"
 python3 - "$tmp/ptxas.txt" "$tmp/k.sass" "$pattern" <<'PY'
