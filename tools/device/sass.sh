@@ -5,8 +5,9 @@
 # default) its registers, stack and spills (ptxas -v), its SASS instructions, and how many of
 # them are of the kinds a kernel's latency hangs on: tensor-core products (HMMA, HGMMA),
 # shared-memory matrix loads (LDSM), async copies (LDGSTS), barriers (BAR, the cluster's
-# UCGABAR), GPU-wide fences (MEMBAR), local memory (LDL, STL) and calls. cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump and
-# nvidia-cuda-nvdisasm, ~5 MB, installed into .venv on first use) where the machine lacks them.
+# UCGABAR), GPU-wide fences (MEMBAR), local memory (LDL, STL) and calls. cuobjdump and nvdisasm
+# come from PyPI (nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, ~5 MB, installed into .venv on
+# first use) where the machine lacks them.
 # Example: tools/device/sass.sh src/engine/cuda/skinny_gemm.cu '__half, 128' (G72: it showed
 # cluster.sync()'s MEMBAR.ALL.GPU).
 set -euo pipefail
