@@ -30,11 +30,13 @@ if ! command -v cuobjdump >/dev/null || ! command -v nvdisasm >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# An architecture-specific file (*_sm90a.cu: wgmma) is built for its architecture, as the build does.
+# An architecture-specific file (*_sm90a.cu: wgmma) is built for its architecture, as the build
+# does.
 arch=90
 case "$src" in *_sm90a.cu) arch=90a ;; esac
 "$nvcc" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr --expt-extended-lambda -Isrc \
-  -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -c "$src" -o "$tmp/k.o" 2>"$tmp/ptxas.txt" ||
+  -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -c "$src" -o "$tmp/k.o" \
+  2>"$tmp/ptxas.txt" ||
   { cat "$tmp/ptxas.txt" >&2; exit 1; }
 cuobjdump -sass "$tmp/k.o" >"$tmp/k.sass"
 python3 - "$tmp/ptxas.txt" "$tmp/k.sass" "$pattern" <<'PY'
