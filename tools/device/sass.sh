@@ -44,12 +44,16 @@ import re, subprocess, sys
 ptxas, sass, pattern = open(sys.argv[1]).read(), open(sys.argv[2]).read(), re.compile(sys.argv[3])
 resources = {}  # mangled name -> "R registers, S stack, spills L/S"
 current = None
+properties_of = None  # the function whose properties the next lines give (callees have theirs)
 for line in ptxas.splitlines():
     m = re.search(r"Compiling entry function '(\w+)'", line)
     if m:
         current = m.group(1)
+    m = re.search(r"Function properties for (\w+)", line)
+    if m:
+        properties_of = m.group(1)
     m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-    if m and current:
+    if m and current and properties_of == current:
         resources[current] = [f"stack {m.group(1)} B, spills {m.group(2)}/{m.group(3)} B"]
     m = re.search(r"Used (\d+) registers", line)
     if m and current:
