@@ -18,11 +18,11 @@
 namespace kiln::engine::cuda {
 
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
-// (launch_kernel's `early`) may start before the kernel ahead of it in the
-// stream has finished, once every block of that one has called allow_dependents() or exited. Until
-// its wait_for_prerequisites() returns it reads nothing an earlier kernel writes and writes
-// nothing; launched as usual, wait_for_prerequisites() returns at once, and allow_dependents() does
-// nothing where no such kernel follows.
+// (launch_kernel's `early`) may start before the kernel ahead of it in the stream has finished,
+// once every block of that one has called allow_dependents() or exited. Until its
+// wait_for_prerequisites() returns it reads nothing an earlier kernel writes and writes nothing;
+// launched as usual, wait_for_prerequisites() returns at once, and allow_dependents() does nothing
+// where no such kernel follows.
 __device__ __forceinline__ void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
