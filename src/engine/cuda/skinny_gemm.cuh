@@ -36,6 +36,13 @@
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/mma.cuh"
 
+// A probe's hook (tools/device/skinny_phases.cu): the kernel calls it at the start and end of
+// each phase of a block (entry, prologue issued, main loop done, partials visible, rows stored,
+// exit); nothing in the engine's build.
+#ifndef KILN_SKINNY_MARK
+#define KILN_SKINNY_MARK(phase)
+#endif
+
 namespace kiln::engine::cuda {
 namespace skinny {
 
@@ -174,6 +181,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   uint8_t* const smem = smem_raw + ((kSmemAlign - smem_raw_address % kSmemAlign) % kSmemAlign);
   const uint32_t smem_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
+  KILN_SKINNY_MARK(0);
   cg::cluster_group cluster = cg::this_cluster();
   const int split = static_cast<int>(cluster.block_rank());
   const int splits = static_cast<int>(cluster.num_blocks());
@@ -272,6 +280,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     commit_async();
   }
+  KILN_SKINNY_MARK(1);
   for (int kt = 0; kt < k_tiles; ++kt) {
     wait_async<kStages - 2>();
     if constexpr (P == Products::kWgmma) {
@@ -329,6 +338,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   if constexpr (P == Products::kWgmma) wgmma_wait<0>();
   wait_async<0>();
   __syncthreads();  // the pipeline's shared memory becomes the partial tile
+  KILN_SKINNY_MARK(2);
 
   float* part = reinterpret_cast<float*>(smem);
   {
@@ -341,6 +351,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
   }
   cluster.sync();  // every block's partial tile is written
+  KILN_SKINNY_MARK(3);
 
   // The splits' partials summed for each of this thread's rows, then every post-op over all of
   // its rows at once (one copy of an activation's code in the kernel, not one a row).
@@ -390,11 +401,13 @@ __global__ void __launch_bounds__(kBlockThreads)
     *reinterpret_cast<uint2*>(y + static_cast<size_t>(gm) * n + gn) =
         *reinterpret_cast<const uint2*>(out);
   }
+  KILN_SKINNY_MARK(4);
   // No block leaves while another reads its partial tile. The partials read have been used, so
   // this barrier orders nothing in memory: a relaxed arrival, without the GPU-wide fence that
   // cluster.sync()'s release semantics cost (MEMBAR.ALL.GPU).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  KILN_SKINNY_MARK(5);
 }
 
 template <class T, int BM, bool KN, Products P>
