@@ -18,8 +18,10 @@
 // ldmatrix fragments, or as two warpgroups issuing wgmma straight from the shared-memory stages
 // (sm_90a, [n, k] weights): the same stages, the same accumulator layout, about two thirds of the
 // instructions a k tile. On an H100 the wgmma form is 5-10% ahead of mma.sync, and both trail
-// cuBLASLt 1.6-2.1x on BERT's GEMMs at 128 rows: a fixed ~6 us a launch inside the blocks, not
-// the products, decides (NOTES.md G73).
+// cuBLASLt 1.6-2.1x on BERT's GEMMs at 128 rows (NOTES.md G73). The products do not decide it:
+// a launch pays ~4.5 us before any of them count (tools/device/skinny_phases.cu, G74). That is
+// 1.28 us of gap after the kernel ahead (a cluster launch), ~1 us for the cluster barrier's
+// release fence, ~1.7 us to sum the partials and ~0.6 us for the last barrier.
 #pragma once
 
 #include <cooperative_groups.h>
