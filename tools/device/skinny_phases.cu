@@ -49,15 +49,7 @@ __device__ __forceinline__ void skinny_probe_mark(const T* y, int phase) {
 #define KILN_SKINNY_MARK(phase) skinny_probe_mark(y, phase)
 
 #include "engine/cuda/skinny_gemm.cuh"
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "probe_check.h"
 
 using kiln::engine::ActivationKind;
 namespace sk = kiln::engine::cuda::skinny;
@@ -121,24 +113,16 @@ void run(const std::vector<Gemm>& gemms) {
   for (int l = 0; l < kLayers; ++l) {
     for (size_t i = 0; i < gemms.size(); ++i) {
       const Gemm& g = gemms[i];
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(g.splits, g.n / sk::kTileN, 1);
-      cfg.blockDim = sk::kBlockThreads;
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = s;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = g.splits;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
       __half* out = reinterpret_cast<__half*>(y + (l * gemms.size() + i) * y_stride);
-      CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<const __half*>(a),
-                               static_cast<const __half*>(w + w_off), out, kRows, g.n, g.k,
-                               g.k / g.splits, static_cast<const __half*>(bias), g.act, 0.f, 0.f,
-                               static_cast<const __half*>(g.residual ? res : nullptr),
-                               ActivationKind::kNone, 0.f, 0.f, false));
+      const kiln::engine::cuda::KernelLaunch how{
+          dim3(g.splits, g.n / sk::kTileN, 1), sk::kBlockThreads, smem, s, false,
+          static_cast<unsigned>(g.splits)};
+      kiln::engine::cuda::launch_kernel(
+          how, kernel, static_cast<const __half*>(a), static_cast<const __half*>(w + w_off), out,
+          kRows, g.n, g.k, g.k / g.splits, static_cast<const __half*>(bias), g.act, 0.f, 0.f,
+          static_cast<const __half*>(g.residual ? res : nullptr), ActivationKind::kNone, 0.f, 0.f,
+          false);
+      CHECK(cudaGetLastError());
       w_off += static_cast<size_t>(g.n) * g.k;
     }
   }
