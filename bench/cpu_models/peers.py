@@ -192,6 +192,7 @@ def main():
                         row["error"] = text.splitlines()[-1][:200] if text else repr(e)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump({"cpu": cpu, "torch": torch.__version__, "rows": rows}, f, indent=1)
     text = table(rows, peers)
