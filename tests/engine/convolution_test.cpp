@@ -2,7 +2,9 @@
 // padding, dilation, groups/depthwise, transposed with output_padding, post-ops, f16/bf16.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "engine/scalar_ops.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -167,6 +169,78 @@ TEST(Convolution, PostOpsBiasReluResidual) {
     auto got = run_one_layer(p, {x, w, bias, res});
     ASSERT_EQ(got[0].shape(), out);
     EXPECT_TRUE(near(got[0], reference(x, w, p, out, &bias, &res), kRtol, kAtol)) << transposed;
+  }
+}
+
+// The activations oneDNN runs inside the convolution (onednn::eltwise_for) against the same
+// convolution without one, activated afterwards by activate() (scalar_ops.h), the definition
+// every backend follows, with NaN and infinities among the inputs: the same values, bit for bit
+// where the activation is exact, and NaN where it gives NaN, but for ReLU and clamps with a lower
+// bound, which give that bound for NaN (onednn.h says why). Shapes that take each of oneDNN's
+// kinds of kernel here (1x1, 3x3, depthwise), in both data layouts; activations that stay in
+// finish() (hard sigmoid, mish, a clamp with no lower bound) are here too.
+TEST(Convolution, FusedActivationsMatchActivate) {
+  constexpr double kInf = std::numeric_limits<double>::infinity(), kKeep = std::nan("");
+  struct Act {
+    ActivationKind kind;
+    double alpha = 0, beta = 0;
+    double nan_to = kKeep;  // what NaN gives
+    double tol = 2e-6;      // relative, and 1e-6 absolute: oneDNN's exp and erf approximations
+  };
+  using K = ActivationKind;
+  const Act acts[] = {{K::kRelu, 0, 0, 0, 0},
+                      {K::kLeakyRelu, 0.1, 0, kKeep, 0},
+                      {K::kClamp, 0, 6, 0, 0},
+                      {K::kClamp, -1.5, 2.5, -1.5, 0},
+                      {K::kClamp, 0, kInf, 0, 0},
+                      {K::kClamp, -kInf, 2.5, kKeep, 0},
+                      {K::kHardSwish},
+                      {K::kHardSigmoid},
+                      {K::kSilu},
+                      {K::kSigmoid},
+                      {K::kTanh},
+                      {K::kGelu},
+                      {K::kGeluTanh},
+                      {K::kElu, 1.0},
+                      {K::kMish}};
+  struct Form {
+    Shape x, w;  // channels first
+    int64_t groups, pad;
+  };
+  const Form forms[] = {{{1, 16, 9, 9}, {24, 16, 1, 1}, 1, 0},
+                        {{1, 8, 9, 9}, {16, 8, 3, 3}, 1, 1},
+                        {{1, 16, 9, 9}, {16, 1, 3, 3}, 16, 1}};
+  const auto last = [](const Shape& s) { return Shape{s[0], s[2], s[3], s[1]}; };
+  for (const Form& f : forms) {
+    for (bool cl : {false, true}) {
+      auto x = random_tensor(DataType::kF32, cl ? last(f.x) : f.x, 11, -3, 3);
+      auto w = random_tensor(DataType::kF32, cl ? last(f.w) : f.w, 12);
+      auto bias = random_tensor(DataType::kF32, {f.w[0]}, 13);
+      float* xv = x.as<float>();
+      xv[5] = std::nanf("");
+      xv[x.numel() / 2] = std::numeric_limits<float>::infinity();
+      xv[x.numel() - 7] = -std::numeric_limits<float>::infinity();
+      ConvolutionParams p = conv({1, 1}, {f.pad, f.pad}, {f.pad, f.pad}, {1, 1}, f.groups);
+      p.channels_last = cl;
+      p.post.has_bias = true;
+      const auto plain = run_one_layer(p, {x, w, bias});
+      for (const Act& a : acts) {
+        p.post.activation = a.kind;
+        p.post.alpha = a.alpha, p.post.beta = a.beta;
+        const auto got = run_one_layer(p, {x, w, bias});
+        std::vector<double> want;
+        const float* y = plain[0].as<float>();
+        for (int64_t i = 0; i < plain[0].numel(); ++i) {
+          want.push_back(std::isnan(y[i]) && !std::isnan(a.nan_to)
+                             ? a.nan_to
+                             : activate(a.kind, y[i], static_cast<float>(a.alpha),
+                                        static_cast<float>(a.beta)));
+        }
+        EXPECT_TRUE(near(got[0], want, a.tol, a.tol / 2))
+            << activation_name(a.kind) << " " << a.alpha << " " << a.beta << ", "
+            << shape_to_string(f.w) << (cl ? " channels last" : "");
+      }
+    }
   }
 }
 

@@ -2,11 +2,13 @@
 // broadcast batch dims, zero-size dims, post-ops, f16/bf16, and bad input; integer products
 // against an exact wrapping reference, alone and through the builder's passes.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "engine/builder.h"
 #include "engine/plan.h"
+#include "engine/scalar_ops.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -174,6 +176,48 @@ TEST(MatMul, PostOpsBiasReluResidual) {
     auto x = random_tensor(DataType::kF32, ka, 7), w = random_tensor(DataType::kF32, kb, 8);
     const auto e2 = reference(x, w, q, &bias, nullptr, &shape);
     EXPECT_TRUE(near(run_one_layer(q, {x, w, bias})[0], e2, kRtol, kAtol));
+  }
+}
+
+// The activations oneDNN runs inside the matmul (onednn::eltwise_for, as the convolution's:
+// Convolution.FusedActivationsMatchActivate) against the matmul without one activated by
+// activate(), with a NaN, infinities and values past the clamps' bounds among the products:
+// ReLU and clamp give their lower bound for NaN, the others what activate() gives.
+TEST(MatMul, FusedActivationsMatchActivate) {
+  constexpr double kKeep = std::nan("");
+  struct Act {
+    ActivationKind kind;
+    double alpha = 0, beta = 0, nan_to = kKeep, tol = 2e-6;
+  };
+  using K = ActivationKind;
+  const Act acts[] = {{K::kRelu, 0, 0, 0, 0},
+                      {K::kClamp, 0, 6, 0, 0},
+                      {K::kClamp, -1, 1, -1, 0},
+                      {K::kHardSwish},
+                      {K::kGelu},
+                      {K::kSilu},
+                      {K::kHardSigmoid}};
+  auto a = random_tensor(DataType::kF32, {6, 40}, 21, -3, 3),
+       b = random_tensor(DataType::kF32, {40, 24}, 22);
+  auto bias = random_tensor(DataType::kF32, {24}, 23);
+  a.as<float>()[3] = std::nanf("");
+  a.as<float>()[50] = std::numeric_limits<float>::infinity();
+  MatMulParams p;
+  p.post.has_bias = true;
+  const auto plain = run_one_layer(p, {a, b, bias});
+  for (const Act& act : acts) {
+    p.post.activation = act.kind;
+    p.post.alpha = act.alpha, p.post.beta = act.beta;
+    const auto got = run_one_layer(p, {a, b, bias});
+    std::vector<double> want;
+    const float* y = plain[0].as<float>();
+    for (int64_t i = 0; i < plain[0].numel(); ++i) {
+      want.push_back(std::isnan(y[i]) && !std::isnan(act.nan_to)
+                         ? act.nan_to
+                         : activate(act.kind, y[i], static_cast<float>(act.alpha),
+                                    static_cast<float>(act.beta)));
+    }
+    EXPECT_TRUE(near(got[0], want, act.tol, act.tol / 2)) << activation_name(act.kind);
   }
 }
 

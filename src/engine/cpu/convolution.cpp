@@ -107,16 +107,10 @@ void describe(ConvState& s, const ConvolutionParams& p, const Shape& x_layer, co
   const Shape w = cl ? to_channels_first(w_layer) : w_layer;
   const Shape out = cl ? to_channels_first(out_layer) : out_layer;
   dnnl::primitive_attr attr;
-  dnnl::algorithm act_alg;
-  float act_a, act_b;
   s.fused_bias = p.post.has_bias;
-  s.fused_activation =
-      onednn::eltwise_for(p.post.activation, p.post.alpha, &act_alg, &act_a, &act_b);
-  if (s.fused_activation) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.f, act_alg, act_a, act_b);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  s.fused_activation = onednn::eltwise_for(p.post.activation, p.post.alpha, p.post.beta, &ops);
+  if (s.fused_activation) attr.set_post_ops(ops);
   const size_t nd = x.size() - 2;
   const int64_t g = p.groups;
   const auto strides = or_default(p.strides, nd, 1);

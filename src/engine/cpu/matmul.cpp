@@ -208,17 +208,12 @@ void matmul_kernel(KernelArgs& args) {
                                         memory::dims(contiguous_strides(bias_dims)));
         }
         dnnl::primitive_attr attr;
-        dnnl::algorithm act_alg;
-        float act_a, act_b;
         // The activation follows the bias, so it is fused only with the bias (or without one).
+        dnnl::post_ops ops;
         fresh->fused_activation =
             (fresh->fused_bias || !post.bias) &&
-            onednn::eltwise_for(p.post.activation, p.post.alpha, &act_alg, &act_a, &act_b);
-        if (fresh->fused_activation) {
-          dnnl::post_ops ops;
-          ops.append_eltwise(1.f, act_alg, act_a, act_b);
-          attr.set_post_ops(ops);
-        }
+            onednn::eltwise_for(p.post.activation, p.post.alpha, p.post.beta, &ops);
+        if (fresh->fused_activation) attr.set_post_ops(ops);
         // Constant weights in whatever layout the implementation prefers (packed once).
         const memory::desc wei_any =
             pack_b ? memory::desc(fresh->wei_md.dims(), memory::data_type::f32,

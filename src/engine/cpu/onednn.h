@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <dnnl.hpp>
 #include <string>
 #include <vector>
@@ -127,29 +128,53 @@ inline void finish(const PostOps& post, const TensorView* bias, const TensorView
   }
 }
 
-// The oneDNN eltwise post-op computing `k` exactly as activate() defines it (same formula and
-// NaN handling), if there is one; others stay in finish().
-inline bool eltwise_for(ActivationKind k, double alpha, dnnl::algorithm* alg, float* a, float* b) {
+// Appends to `ops` the oneDNN eltwise post-op computing activation `k` as activate() defines it
+// (scalar_ops.h), if there is one; false (nothing appended) for the others, which stay in finish()
+// (a pass of its own over the output). One exception, NaN through ReLU and clamp: oneDNN takes max
+// and min with the bounds, so a NaN comes out as the lower bound (0 for ReLU), as PyTorch's own
+// frozen oneDNN convolution + ReLU gives it; activate(), eager PyTorch and ONNX Runtime keep NaN.
+// Keeping it would cost: the one NaN-keeping form oneDNN has, ELU with alpha 0, evaluates an exp
+// (ResNet-50 4% slower on 2 cores than with max), and a clamp built from it is slower than the
+// separate pass (MobileNet-v2 2.9 ms against 2.3; fused as here 1.75: bench/NOTES.md G75). A clamp
+// with no lower bound stays in finish(): max with -inf would give -inf for NaN.
+inline bool eltwise_for(ActivationKind k, double alpha, double beta, dnnl::post_ops* ops) {
   using A = ActivationKind;
   using dnnl::algorithm;
-  *a = 0.f, *b = 0.f;
+  const auto add = [&](algorithm alg, double a = 0, double b = 0) {
+    ops->append_eltwise(1.f, alg, static_cast<float>(a), static_cast<float>(b));
+  };
   switch (k) {
     case A::kRelu:
-      return *alg = algorithm::eltwise_relu, true;
-    case A::kLeakyRelu:
-      return *a = static_cast<float>(alpha), *alg = algorithm::eltwise_relu, true;
+      add(algorithm::eltwise_relu);
+      return true;
+    case A::kLeakyRelu:  // x > 0 ? x : alpha * x
+      add(algorithm::eltwise_relu, alpha);
+      return true;
+    case A::kClamp:  // alpha the lower bound (-inf: none), beta the upper (+inf: none)
+      if (!std::isfinite(alpha) || std::isnan(beta)) return false;
+      add(algorithm::eltwise_clip_v2, alpha, beta);
+      return true;
+    case A::kHardSwish:  // x * relu6(x + 3) / 6: NaN gives NaN through the product
+      add(algorithm::eltwise_hardswish);
+      return true;
     case A::kGelu:
-      return *alg = algorithm::eltwise_gelu_erf, true;
+      add(algorithm::eltwise_gelu_erf);
+      return true;
     case A::kGeluTanh:
-      return *alg = algorithm::eltwise_gelu_tanh, true;
+      add(algorithm::eltwise_gelu_tanh);
+      return true;
     case A::kSigmoid:
-      return *alg = algorithm::eltwise_logistic, true;
+      add(algorithm::eltwise_logistic);
+      return true;
     case A::kTanh:
-      return *alg = algorithm::eltwise_tanh, true;
+      add(algorithm::eltwise_tanh);
+      return true;
     case A::kSilu:
-      return *a = 1.f, *alg = algorithm::eltwise_swish, true;
+      add(algorithm::eltwise_swish, 1.0);
+      return true;
     case A::kElu:
-      return *a = static_cast<float>(alpha), *alg = algorithm::eltwise_elu, true;
+      add(algorithm::eltwise_elu, alpha);
+      return true;
     default:
       return false;
   }
