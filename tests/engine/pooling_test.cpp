@@ -177,6 +177,41 @@ TEST(Pooling, MaxPropagatesNaNThroughEveryPass) {
   }
 }
 
+// Channels-last 2-d max pooling (its own kernel: one pass over each output pixel's window, vectors
+// over the channels) against the reference on the channels-first data: NaN in whole vectors and in
+// the channel tail (19 channels), padding, dilation, ceil mode, and a window of one tap.
+TEST(Pooling, ChannelsLastMaxMatchesTheReferenceNaNIncluded) {
+  const int64_t n = 2, c = 19, h = 10, w = 9;
+  auto values = testing::to_doubles(random_tensor(DataType::kF32, {n, c, h, w}, 17));
+  for (size_t i : {0ul, 93ul, 200ul, 1333ul, values.size() - 1}) values[i] = NAN;
+  const auto x = testing::tensor_from(DataType::kF32, {n, c, h, w}, values);
+  std::vector<double> nhwc(values.size());
+  for (int64_t i = 0; i < n * c * h * w; ++i) {
+    const int64_t b = i / (c * h * w), ch = i / (h * w) % c, y = i / w % h, xx = i % w;
+    nhwc[static_cast<size_t>(((b * h + y) * w + xx) * c + ch)] = values[static_cast<size_t>(i)];
+  }
+  const auto x_cl = testing::tensor_from(DataType::kF32, {n, h, w, c}, nhwc);
+  for (PoolingParams p :
+       {pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true),
+        pool(kMax, {2, 3}, {1, 2}, {0, 1}, {0, 1}, {2, 1}), pool(kMax, {1, 1}, {2, 2}),
+        pool(kMax, {4, 4}, {4, 4}, {}, {}, {}, true)}) {
+    const auto ref = run_one_layer(p, {x})[0];
+    const Shape& o = ref.shape();
+    const auto rv = reference(x, p, o);
+    std::vector<double> want(rv.size());
+    for (size_t i = 0; i < rv.size(); ++i) {
+      const int64_t k = static_cast<int64_t>(i);
+      const int64_t b = k / (o[1] * o[2] * o[3]), ch = k / (o[2] * o[3]) % o[1],
+                    y = k / o[3] % o[2], xx = k % o[3];
+      want[static_cast<size_t>(((b * o[2] + y) * o[3] + xx) * o[1] + ch)] = rv[i];
+    }
+    p.channels_last = true;
+    const auto out = run_one_layer(p, {x_cl})[0];
+    ASSERT_EQ(out.shape(), (Shape{o[0], o[2], o[3], o[1]}));
+    EXPECT_TRUE(near(out, want, 0, 0));
+  }
+}
+
 // Channels-last pooling ([N, H, W, C]) gives the channels-first result, transposed.
 TEST(Pooling, ChannelsLastMatchesChannelsFirst) {
   const int64_t n = 2, c = 5, h = 9, w = 7;

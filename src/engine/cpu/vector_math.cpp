@@ -18,6 +18,9 @@ void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, floa
 void softmax(float* d, const float* a, int64_t n, bool log);
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc);
+void max_nan_into(float* acc, const float* v, int64_t n);
+void add_into(float* acc, const float* v, int64_t n);
+void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);
 }  // namespace avx2
 
 namespace {
@@ -72,6 +75,18 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
           float* c, int64_t ldc) {
   if (has_avx2()) return avx2::gemm(m, n, k, a, lda, b, ldb, c, ldc);
   gemm_loop<vf4>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+void max_nan_into(float* acc, const float* v, int64_t n) {
+  if (has_avx2()) return avx2::max_nan_into(acc, v, n);
+  max_nan_loop<vf4>(acc, v, n);
+}
+void add_into(float* acc, const float* v, int64_t n) {
+  if (has_avx2()) return avx2::add_into(acc, v, n);
+  add_loop<vf4>(acc, v, n);
+}
+void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
+  if (has_avx2()) return avx2::max_nan_taps(dst, taps, ntaps, n);
+  max_nan_taps_loop<vf4>(dst, taps, ntaps, n);
 }
 
 }  // namespace kiln::engine::cpu::vmath

@@ -379,6 +379,72 @@ KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64
   for (; i < m; ++i) gemm_rows<V, 1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
 }
 
+// acc[i] = max(acc[i], v[i]) with NaN winning (either's, as torch's max pooling), or
+// acc[i] += v[i], for i < n: the loops of pooling.
+template <class V>
+KILN_VMATH void max_nan_loop(float* acc, const float* v, int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V a, x;
+    std::memcpy(&a, acc + i, sizeof(a));
+    std::memcpy(&x, v + i, sizeof(x));
+    a = select((x > a) | (x != x), x, a);
+    std::memcpy(acc + i, &a, sizeof(a));
+  }
+  for (; i < n; ++i) acc[i] = (v[i] > acc[i] || v[i] != v[i]) ? v[i] : acc[i];
+}
+// dst[i] = the max over taps t < ntaps of taps[t][i], NaN winning (as max_nan_loop, tap by tap),
+// for i < n: a pooling window's taps reduced in registers, two vectors at a time.
+template <class V>
+KILN_VMATH void max_nan_taps_loop(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  const V lowest = splat<V>(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    V a0 = lowest, a1 = lowest;
+    for (int64_t t = 0; t < ntaps; ++t) {
+      V x0, x1;
+      std::memcpy(&x0, taps[t] + i, sizeof(x0));
+      std::memcpy(&x1, taps[t] + i + kLanes, sizeof(x1));
+      a0 = select((x0 > a0) | (x0 != x0), x0, a0);
+      a1 = select((x1 > a1) | (x1 != x1), x1, a1);
+    }
+    std::memcpy(dst + i, &a0, sizeof(a0));
+    std::memcpy(dst + i + kLanes, &a1, sizeof(a1));
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    V a = lowest;
+    for (int64_t t = 0; t < ntaps; ++t) {
+      V x;
+      std::memcpy(&x, taps[t] + i, sizeof(x));
+      a = select((x > a) | (x != x), x, a);
+    }
+    std::memcpy(dst + i, &a, sizeof(a));
+  }
+  for (; i < n; ++i) {
+    float a = -__builtin_inff();
+    for (int64_t t = 0; t < ntaps; ++t) {
+      const float x = taps[t][i];
+      if (x > a || x != x) a = x;
+    }
+    dst[i] = a;
+  }
+}
+template <class V>
+KILN_VMATH void add_loop(float* acc, const float* v, int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V a, x;
+    std::memcpy(&a, acc + i, sizeof(a));
+    std::memcpy(&x, v + i, sizeof(x));
+    a += x;
+    std::memcpy(acc + i, &a, sizeof(a));
+  }
+  for (; i < n; ++i) acc[i] += v[i];
+}
+
 // The loops above on the widest vectors this CPU has.
 void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered = true);
 void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const float* scale,
@@ -387,5 +453,8 @@ void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, floa
 void softmax(float* d, const float* a, int64_t n, bool log);
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc);
+void max_nan_into(float* acc, const float* v, int64_t n);
+void add_into(float* acc, const float* v, int64_t n);
+void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);
 
 }  // namespace kiln::engine::cpu::vmath

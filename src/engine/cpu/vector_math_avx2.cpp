@@ -46,6 +46,15 @@ void tanh(float* d, const float* a, int64_t n) {
 void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
 }
+void max_nan_into(float* acc, const float* v, int64_t n) {
+  max_nan_loop<vf8>(acc, v, n);
+}
+void add_into(float* acc, const float* v, int64_t n) {
+  add_loop<vf8>(acc, v, n);
+}
+void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
+  max_nan_taps_loop<vf8>(dst, taps, ntaps, n);
+}
 void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered) {
   moments_loop<vf8>(a, n, eps, mean, rstd, centered);
 }
