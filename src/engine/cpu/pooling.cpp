@@ -139,7 +139,10 @@ void pool_dim(const float* src, float* dst, int64_t outer, int64_t len, int64_t 
 // Max pooling of channels-last 2-D data [batch, H, W, C] straight into `dst`, each output
 // pixel's C channels the max over its window's pixels (vectorized over C). For small windows: it
 // reads each tap once per output pixel, where pool_dim's separable passes write and read back an
-// intermediate of the whole height (squeezenet's first pooling: 12.5 MB at batch 8).
+// intermediate of the whole height (squeezenet's first pooling: 12.5 MB at batch 8). Kernels of
+// at most kMaxDirectTaps taps (a window has at most the kernel's).
+constexpr int64_t kMaxDirectTaps = 16;
+
 void max_pool_2d_channels_last(const float* src, float* dst, int64_t batch, int64_t h, int64_t w,
                                int64_t c, const std::vector<Window>& wh,
                                const std::vector<Window>& ww) {
@@ -149,7 +152,7 @@ void max_pool_2d_channels_last(const float* src, float* dst, int64_t batch, int6
     const int64_t n = row / oh;
     const Window& vert = wh[static_cast<size_t>(row % oh)];
     float* y = dst + row * ow * c;
-    const float* taps[16];
+    const float* taps[kMaxDirectTaps];
     for (int64_t j = 0; j < ow; ++j) {
       const Window& horiz = ww[static_cast<size_t>(j)];
       int64_t ntaps = 0;
@@ -189,11 +192,12 @@ void pooling_kernel(KernelArgs& args) {
     }
     src = staged.data();
   }
-  if (is_max && cl && nd == 2 && !p.adaptive && p.kernel[0] * p.kernel[1] <= 16) {
+  if (is_max && cl && nd == 2 && !p.adaptive && p.kernel[0] * p.kernel[1] <= kMaxDirectTaps) {
     std::unique_ptr<float[]> staged_out;
-    float* dst = out.dtype == DataType::kF32
-                     ? out.as<float>()
-                     : (staged_out.reset(new float[out.numel()]), staged_out.get());
+    float* dst =
+        out.dtype == DataType::kF32
+            ? out.as<float>()
+            : (staged_out.reset(new float[static_cast<size_t>(out.numel())]), staged_out.get());
     max_pool_2d_channels_last(src, dst, batch, in[0], in[1], ch, windows(p, 0, in[0], os[0]),
                               windows(p, 1, in[1], os[1]));
     if (staged_out) {
