@@ -179,7 +179,7 @@ TEST(Pooling, MaxPropagatesNaNThroughEveryPass) {
 
 // Channels-last 2-d max pooling (its own kernel: one pass over each output pixel's window, vectors
 // over the channels) against the reference on the channels-first data: NaN in whole vectors and in
-// the channel tail (19 channels), padding, dilation, ceil mode, and a window of one tap.
+// the channel tail (19 channels), padding, dilation, ceil mode, and a window of one tap; f16 too.
 TEST(Pooling, ChannelsLastMaxMatchesTheReferenceNaNIncluded) {
   const int64_t n = 2, c = 19, h = 10, w = 9;
   auto values = testing::to_doubles(random_tensor(DataType::kF32, {n, c, h, w}, 17));
@@ -209,6 +209,13 @@ TEST(Pooling, ChannelsLastMaxMatchesTheReferenceNaNIncluded) {
     const auto out = run_one_layer(p, {x_cl})[0];
     ASSERT_EQ(out.shape(), (Shape{o[0], o[2], o[3], o[1]}));
     EXPECT_TRUE(near(out, want, 0, 0));
+    // f16 data (staged through f32 and back): the f32 result of the same values, exactly.
+    const auto x16 = testing::tensor_from(DataType::kF16, x_cl.shape(), nhwc);
+    const auto out16 = run_one_layer(p, {x16})[0];
+    EXPECT_EQ(out16.dtype(), DataType::kF16);
+    const auto same32 = run_one_layer(
+        p, {testing::tensor_from(DataType::kF32, x16.shape(), testing::to_doubles(x16))})[0];
+    EXPECT_TRUE(near(out16, testing::to_doubles(same32), 0, 0));
   }
 }
 
