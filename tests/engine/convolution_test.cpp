@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/scalar_ops.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -228,14 +227,7 @@ TEST(Convolution, FusedActivationsMatchActivate) {
         p.post.activation = a.kind;
         p.post.alpha = a.alpha, p.post.beta = a.beta;
         const auto got = run_one_layer(p, {x, w, bias});
-        std::vector<double> want;
-        const float* y = plain[0].as<float>();
-        for (int64_t i = 0; i < plain[0].numel(); ++i) {
-          want.push_back(std::isnan(y[i]) && !std::isnan(a.nan_to)
-                             ? a.nan_to
-                             : activate(a.kind, y[i], static_cast<float>(a.alpha),
-                                        static_cast<float>(a.beta)));
-        }
+        const auto want = testing::activated(plain[0], a.kind, a.alpha, a.beta, a.nan_to);
         EXPECT_TRUE(near(got[0], want, a.tol, a.tol / 2))
             << activation_name(a.kind) << " " << a.alpha << " " << a.beta << ", "
             << shape_to_string(f.w) << (cl ? " channels last" : "");

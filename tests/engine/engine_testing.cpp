@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/cpu/convert.h"
+#include "engine/scalar_ops.h"
 
 namespace kiln::engine::testing {
 
@@ -80,6 +81,18 @@ std::vector<HostTensor> run_one_layer(const LayerParams& params,
   return run_network(inputs, [&](Network& net, const std::vector<TensorId>& ids) {
     return net.add_layer("layer", params, ids);
   });
+}
+
+std::vector<double> activated(const HostTensor& y, ActivationKind k, double alpha, double beta,
+                              double nan_to) {
+  std::vector<double> r;
+  const float* v = y.as<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    r.push_back(std::isnan(v[i]) && !std::isnan(nan_to)
+                    ? nan_to
+                    : activate(k, v[i], static_cast<float>(alpha), static_cast<float>(beta)));
+  }
+  return r;
 }
 
 ::testing::AssertionResult near(const HostTensor& actual, const std::vector<double>& expected,

@@ -24,6 +24,10 @@ TensorId random_constant(Network& net, const std::string& name, const Shape& sha
 HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values);
 // Every element as double (f16/bf16 widened, integers exact up to 2^53).
 std::vector<double> to_doubles(const HostTensor& t);
+// activate(k, y, alpha, beta) (scalar_ops.h) of every element of an f32 tensor, but `nan_to` for
+// a NaN element unless `nan_to` is NaN itself: the expected output of a fused activation.
+std::vector<double> activated(const HostTensor& y, ActivationKind k, double alpha, double beta,
+                              double nan_to);
 
 // Runs `net` (built or not) once on a CPU engine.
 std::vector<HostTensor> run_engine(const Network& net, const std::vector<HostTensor>& inputs);

@@ -8,7 +8,6 @@
 
 #include "engine/builder.h"
 #include "engine/plan.h"
-#include "engine/scalar_ops.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -209,14 +208,7 @@ TEST(MatMul, FusedActivationsMatchActivate) {
     p.post.activation = act.kind;
     p.post.alpha = act.alpha, p.post.beta = act.beta;
     const auto got = run_one_layer(p, {a, b, bias});
-    std::vector<double> want;
-    const float* y = plain[0].as<float>();
-    for (int64_t i = 0; i < plain[0].numel(); ++i) {
-      want.push_back(std::isnan(y[i]) && !std::isnan(act.nan_to)
-                         ? act.nan_to
-                         : activate(act.kind, y[i], static_cast<float>(act.alpha),
-                                    static_cast<float>(act.beta)));
-    }
+    const auto want = testing::activated(plain[0], act.kind, act.alpha, act.beta, act.nan_to);
     EXPECT_TRUE(near(got[0], want, act.tol, act.tol / 2)) << activation_name(act.kind);
   }
 }

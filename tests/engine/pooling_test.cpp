@@ -177,6 +177,17 @@ TEST(Pooling, MaxPropagatesNaNThroughEveryPass) {
   }
 }
 
+// Values of an [N, C, H, W] tensor laid out as [N, H, W, C].
+std::vector<double> to_nhwc(const std::vector<double>& v, const Shape& nchw) {
+  const int64_t c = nchw[1], h = nchw[2], w = nchw[3];
+  std::vector<double> r(v.size());
+  for (int64_t i = 0; i < volume(nchw); ++i) {
+    const int64_t b = i / (c * h * w), ch = i / (h * w) % c, y = i / w % h, xx = i % w;
+    r[static_cast<size_t>(((b * h + y) * w + xx) * c + ch)] = v[static_cast<size_t>(i)];
+  }
+  return r;
+}
+
 // Channels-last 2-d max pooling (its own kernel: one pass over each output pixel's window, vectors
 // over the channels) against the reference on the channels-first data: NaN in whole vectors and in
 // the channel tail (19 channels), padding, dilation, ceil mode, and a window of one tap; f16 too.
@@ -185,26 +196,17 @@ TEST(Pooling, ChannelsLastMaxMatchesTheReferenceNaNIncluded) {
   auto values = testing::to_doubles(random_tensor(DataType::kF32, {n, c, h, w}, 17));
   for (size_t i : {0ul, 93ul, 200ul, 1333ul, values.size() - 1}) values[i] = NAN;
   const auto x = testing::tensor_from(DataType::kF32, {n, c, h, w}, values);
-  std::vector<double> nhwc(values.size());
-  for (int64_t i = 0; i < n * c * h * w; ++i) {
-    const int64_t b = i / (c * h * w), ch = i / (h * w) % c, y = i / w % h, xx = i % w;
-    nhwc[static_cast<size_t>(((b * h + y) * w + xx) * c + ch)] = values[static_cast<size_t>(i)];
-  }
+  const auto nhwc = to_nhwc(values, {n, c, h, w});
   const auto x_cl = testing::tensor_from(DataType::kF32, {n, h, w, c}, nhwc);
   for (PoolingParams p :
        {pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true),
         pool(kMax, {2, 3}, {1, 2}, {0, 1}, {0, 1}, {2, 1}), pool(kMax, {1, 1}, {2, 2}),
         pool(kMax, {4, 4}, {4, 4}, {}, {}, {}, true)}) {
-    const auto ref = run_one_layer(p, {x})[0];
+    const auto ref = run_one_layer(p, {x})[0];  // the separable passes, channels first
     const Shape& o = ref.shape();
-    const auto rv = reference(x, p, o);
-    std::vector<double> want(rv.size());
-    for (size_t i = 0; i < rv.size(); ++i) {
-      const int64_t k = static_cast<int64_t>(i);
-      const int64_t b = k / (o[1] * o[2] * o[3]), ch = k / (o[2] * o[3]) % o[1],
-                    y = k / o[3] % o[2], xx = k % o[3];
-      want[static_cast<size_t>(((b * o[2] + y) * o[3] + xx) * o[1] + ch)] = rv[i];
-    }
+    const auto expected = reference(x, p, o);
+    EXPECT_TRUE(near(ref, expected, 0, 0));
+    const auto want = to_nhwc(expected, o);
     p.channels_last = true;
     const auto out = run_one_layer(p, {x_cl})[0];
     ASSERT_EQ(out.shape(), (Shape{o[0], o[2], o[3], o[1]}));
@@ -224,25 +226,14 @@ TEST(Pooling, ChannelsLastMatchesChannelsFirst) {
   const int64_t n = 2, c = 5, h = 9, w = 7;
   const auto x = random_tensor(DataType::kF32, {n, c, h, w}, 11);
   const auto xv = testing::to_doubles(x);
-  std::vector<double> nhwc(xv.size());
-  for (int64_t i = 0; i < n * c * h * w; ++i) {
-    const int64_t b = i / (c * h * w), ch = i / (h * w) % c, y = i / w % h, xx = i % w;
-    nhwc[static_cast<size_t>(((b * h + y) * w + xx) * c + ch)] = xv[static_cast<size_t>(i)];
-  }
+  const auto nhwc = to_nhwc(xv, {n, c, h, w});
   const auto x_cl = testing::tensor_from(DataType::kF32, {n, h, w, c}, nhwc);
   for (PoolingParams p :
        {pool(kMax, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {}, true),
         pool(kAvg, {3, 2}, {1, 2}, {1, 0}, {1, 0}, {}, false, false), adaptive(kAvg, {3, 2})}) {
     const auto ref = run_one_layer(p, {x})[0];
     const Shape& o = ref.shape();
-    const auto rv = testing::to_doubles(ref);
-    std::vector<double> want(rv.size());
-    for (size_t i = 0; i < rv.size(); ++i) {
-      const int64_t k = static_cast<int64_t>(i);
-      const int64_t b = k / (o[1] * o[2] * o[3]), ch = k / (o[2] * o[3]) % o[1],
-                    y = k / o[3] % o[2], xx = k % o[3];
-      want[static_cast<size_t>(((b * o[2] + y) * o[3] + xx) * o[1] + ch)] = rv[i];
-    }
+    const auto want = to_nhwc(testing::to_doubles(ref), o);
     p.channels_last = true;
     const auto out = run_one_layer(p, {x_cl})[0];
     EXPECT_EQ(out.shape(), (Shape{o[0], o[2], o[3], o[1]}));

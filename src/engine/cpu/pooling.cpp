@@ -53,10 +53,6 @@ std::vector<Window> windows(const PoolingParams& p, size_t d, int64_t in, int64_
   return w;
 }
 
-inline float max_nan(float acc, float v) {
-  return (v > acc || v != v) ? v : acc;  // NaN wins, as in torch; a select, so loops vectorize
-}
-
 // One pooled dim of data viewed as [outer, len, inner]: dst[o, j, i] = the window `win[j]` of
 // src[o, :, i] reduced (max, or sum divided by `divisor[j]`). Max and average pooling are
 // separable, so a pooled plane is one such pass per dim. The outputs whose windows are whole
@@ -111,7 +107,7 @@ void pool_dim(const float* src, float* dst, int64_t outer, int64_t len, int64_t 
         } else if (s == 1) {
           vmath::add_into(acc, tap, n);
         } else if (inner == 1 && is_max) {
-          for (int64_t j = 0; j < hi - lo; ++j) acc[j] = max_nan(acc[j], tap[j * s]);
+          for (int64_t j = 0; j < hi - lo; ++j) acc[j] = vmath::MaxNan{}(acc[j], tap[j * s]);
         } else if (inner == 1) {
           for (int64_t j = 0; j < hi - lo; ++j) acc[j] += tap[j * s];
         } else {

@@ -78,11 +78,11 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
 }
 void max_nan_into(float* acc, const float* v, int64_t n) {
   if (has_avx2()) return avx2::max_nan_into(acc, v, n);
-  max_nan_loop<vf4>(acc, v, n);
+  combine_loop<vf4>(acc, v, n, MaxNan{});
 }
 void add_into(float* acc, const float* v, int64_t n) {
   if (has_avx2()) return avx2::add_into(acc, v, n);
-  add_loop<vf4>(acc, v, n);
+  combine_loop<vf4>(acc, v, n, Add{});
 }
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
   if (has_avx2()) return avx2::max_nan_taps(dst, taps, ntaps, n);

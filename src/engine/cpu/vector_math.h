@@ -379,22 +379,36 @@ KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64
   for (; i < m; ++i) gemm_rows<V, 1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
 }
 
-// acc[i] = max(acc[i], v[i]) with NaN winning (either's, as torch's max pooling), or
-// acc[i] += v[i], for i < n: the loops of pooling.
-template <class V>
-KILN_VMATH void max_nan_loop(float* acc, const float* v, int64_t n) {
+// acc[i] = f(acc[i], v[i]) for i < n, vectors then the tail lane by lane (f takes V and float).
+template <class V, class F>
+KILN_VMATH void combine_loop(float* acc, const float* v, int64_t n, F f) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     V a, x;
     std::memcpy(&a, acc + i, sizeof(a));
     std::memcpy(&x, v + i, sizeof(x));
-    a = select((x > a) | (x != x), x, a);
+    a = f(a, x);
     std::memcpy(acc + i, &a, sizeof(a));
   }
-  for (; i < n; ++i) acc[i] = (v[i] > acc[i] || v[i] != v[i]) ? v[i] : acc[i];
+  for (; i < n; ++i) acc[i] = f(acc[i], v[i]);
 }
-// dst[i] = the max over taps t < ntaps of taps[t][i], NaN winning (as max_nan_loop, tap by tap),
+// max(a, x) with NaN winning (either's, as torch's max pooling; a NaN in a stays), and a + x: the
+// combinations of pooling's loops.
+struct MaxNan {
+  template <class T>
+  KILN_VMATH T operator()(T a, T x) const {
+    return select((x > a) | (x != x), x, a);
+  }
+  KILN_VMATH float operator()(float a, float x) const { return (x > a || x != x) ? x : a; }
+};
+struct Add {
+  template <class T>
+  KILN_VMATH T operator()(T a, T x) const {
+    return a + x;
+  }
+};
+// dst[i] = the max over taps t < ntaps of taps[t][i], NaN winning (MaxNan, tap by tap),
 // for i < n: a pooling window's taps reduced in registers, two vectors at a time.
 template <class V>
 KILN_VMATH void max_nan_taps_loop(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
@@ -407,8 +421,8 @@ KILN_VMATH void max_nan_taps_loop(float* dst, const float* const* taps, int64_t 
       V x0, x1;
       std::memcpy(&x0, taps[t] + i, sizeof(x0));
       std::memcpy(&x1, taps[t] + i + kLanes, sizeof(x1));
-      a0 = select((x0 > a0) | (x0 != x0), x0, a0);
-      a1 = select((x1 > a1) | (x1 != x1), x1, a1);
+      a0 = MaxNan{}(a0, x0);
+      a1 = MaxNan{}(a1, x1);
     }
     std::memcpy(dst + i, &a0, sizeof(a0));
     std::memcpy(dst + i + kLanes, &a1, sizeof(a1));
@@ -418,31 +432,17 @@ KILN_VMATH void max_nan_taps_loop(float* dst, const float* const* taps, int64_t 
     for (int64_t t = 0; t < ntaps; ++t) {
       V x;
       std::memcpy(&x, taps[t] + i, sizeof(x));
-      a = select((x > a) | (x != x), x, a);
+      a = MaxNan{}(a, x);
     }
     std::memcpy(dst + i, &a, sizeof(a));
   }
   for (; i < n; ++i) {
     float a = -__builtin_inff();
     for (int64_t t = 0; t < ntaps; ++t) {
-      const float x = taps[t][i];
-      if (x > a || x != x) a = x;
+      a = MaxNan{}(a, taps[t][i]);
     }
     dst[i] = a;
   }
-}
-template <class V>
-KILN_VMATH void add_loop(float* acc, const float* v, int64_t n) {
-  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    V a, x;
-    std::memcpy(&a, acc + i, sizeof(a));
-    std::memcpy(&x, v + i, sizeof(x));
-    a += x;
-    std::memcpy(acc + i, &a, sizeof(a));
-  }
-  for (; i < n; ++i) acc[i] += v[i];
 }
 
 // The loops above on the widest vectors this CPU has.

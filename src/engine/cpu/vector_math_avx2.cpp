@@ -47,10 +47,10 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_loop<vf8>(a, x, y, n);
 }
 void max_nan_into(float* acc, const float* v, int64_t n) {
-  max_nan_loop<vf8>(acc, v, n);
+  combine_loop<vf8>(acc, v, n, MaxNan{});
 }
 void add_into(float* acc, const float* v, int64_t n) {
-  add_loop<vf8>(acc, v, n);
+  combine_loop<vf8>(acc, v, n, Add{});
 }
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
   max_nan_taps_loop<vf8>(dst, taps, ntaps, n);
