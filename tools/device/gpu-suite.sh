@@ -42,10 +42,11 @@ start_suite() {
   local models=${1:-suite}
   shift || true
   [ "${1:-}" = "--" ] && shift
+  # Cleared first, so that a start that fails leaves no earlier queue for `wait` to wait on.
+  rm -rf "$work" && mkdir -p "$work"
   source tools/device/common.sh
   local t0
   t0=$(date +%s)
-  rm -rf "$work" && mkdir -p "$work"
   configure_gpu_build "$build" "$work/configure.log" || exit 1
   cmake --build "$build" -j "$(nproc)" --target kilnc kiln_runtime kiln_python_package \
     >"$work/build.log" 2>&1 || { grep -B5 -A20 "error" "$work/build.log" | head -80; exit 1; }
@@ -107,6 +108,9 @@ worker() {
 wait_suite() {
   local limit=${1:-540} t0 gpus
   t0=$(date +%s)
+  # A failed start (build error, no .deps) queued nothing: say so at once instead of waiting out
+  # the limit on device time.
+  [ -s "$work/queue" ] || { echo "gpu-suite: nothing queued (did start fail?)" >&2; exit 1; }
   gpus=$(nvidia-smi -L | wc -l)
   while (($(date +%s) - t0 < limit)); do
     [ "$(ls "$work"/done* 2>/dev/null | wc -l)" -ge "$gpus" ] && break
