@@ -141,6 +141,40 @@ TEST(Attention, BatchBroadcastLargeAndHalf) {
                    std::vector<double>(12, 0.0), 0, 0));
 }
 
+TEST(Attention, LongRowsRunInBlocksAndEmptyDotProductsWeighEvenly) {
+  // 200 query rows: blocks of query rows with a tail, causal past the 150 keys, and a float mask
+  // with -inf, one row of it everywhere (that row's output: zeros).
+  auto q = random_tensor(DataType::kF32, {2, 200, 16}, 58);
+  auto k = random_tensor(DataType::kF32, {2, 150, 16}, 59);
+  auto v = random_tensor(DataType::kF32, {2, 150, 8}, 60);
+  auto mask = random_tensor(DataType::kF32, {200, 150}, 61, -2, 1);
+  for (int64_t j = 0; j < 150; j += 3) mask.as<float>()[5 * 150 + j] = -INFINITY;
+  for (int64_t j = 0; j < 150; ++j) mask.as<float>()[7 * 150 + j] = -INFINITY;
+  for (bool causal : {false, true}) {
+    auto out = testing::run_one_layer(attn(causal, true), {q, k, v, mask})[0];
+    EXPECT_TRUE(near(out, reference_attention(q, k, v, &mask, causal, 0, {2}))) << causal;
+    for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(out.as<float>()[7 * 8 + e], 0.f);
+  }
+  // Heads of size 0: every score is 0 (not 0 times the default scale's infinity), so each row is
+  // the mean of v's rows, as in torch.
+  HostTensor q0(DataType::kF32, {2, 3, 0}), k0(DataType::kF32, {2, 5, 0});
+  auto v5 = random_tensor(DataType::kF32, {2, 5, 2}, 62);
+  std::vector<double> mean;
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t e = 0; e < 2; ++e) {
+        double sum = 0;
+        for (int64_t j = 0; j < 5; ++j) sum += v5.as<float>()[(b * 5 + j) * 2 + e];
+        mean.push_back(sum / 5);
+      }
+    }
+  }
+  for (double scale : {0.0, 0.5}) {
+    EXPECT_TRUE(near(testing::run_one_layer(attn(false, false, scale), {q0, k0, v5})[0], mean))
+        << scale;
+  }
+}
+
 template <class E>
 void expect_error_naming(const std::function<void()>& f, const std::string& name) {
   try {

@@ -1,14 +1,15 @@
 // CPU kernel of scaled dot-product attention: softmax(q k^T * scale + mask) v in blocks of query
-// rows, in float on the CPU's widest vectors (vector_math.h); packed heads are read and written in
-// place as strided matrices. Rows whose every position is masked out produce zeros, as torch's math
-// path (safe softmax) does, rather than NaN.
+// rows, in float: the two products through oneDNN's sgemm, the softmax on the CPU's widest vectors
+// (vector_math.h); packed heads are read and written in place as strided matrices. Rows whose every
+// position is masked out produce zeros, as torch's math path (safe softmax) does, rather than NaN.
+#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <unordered_map>
 
 #include "engine/cpu/convert.h"
 #include "engine/cpu/vector_math.h"
@@ -59,87 +60,93 @@ struct Problem {
   std::unique_ptr<BroadcastMap> mask_map;
 };
 
-// softmax(q k^T * scale + mask) v, in blocks of query rows: the block's scores are one small GEMM
-// against k transposed, masked and soft-maxed row by row, and the block's output one GEMM of the
-// weights with v (vmath::gemm, on the CPU's widest vectors). Fully masked rows come out zero.
-void attend(const AttentionParams& p, const Problem& pr) {
+// C = alpha op(A) B (row-major; op(A) = A or, with `trans_b`, B read as its transpose) through
+// oneDNN's sgemm, which runs its own AVX-512/AVX2 kernels and, called inside a parallel region,
+// stays on the calling thread. Returns false where oneDNN refused the arguments.
+bool sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  return dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc) ==
+         dnnl_success;
+}
+
+// Query rows a task takes: as many as keep the threads busy (4 tasks a thread) and the task's
+// scores within 1 MiB, between 16 and 128.
+int64_t row_block(int64_t nb, int64_t L, int64_t S) {
+  const int64_t threads = omp_get_max_threads();
+  int64_t rows = 128;
+  while (rows > 16 && (nb * ((L + rows - 1) / rows) < 4 * threads || rows * S > (1 << 18)))
+    rows /= 2;
+  return rows;
+}
+
+// softmax(q k^T * scale + mask) v, in blocks of query rows: the block's scores are one GEMM
+// against k read transposed, masked and soft-maxed row by row, and the block's output one GEMM
+// of the weights with v. Fully masked rows come out zero.
+void attend(const AttentionParams& p, const Problem& pr, const std::string& layer) {
   const int64_t nb = pr.nb, L = pr.L, S = pr.S, E = pr.E, Ev = pr.Ev;
   const float scale =
       static_cast<float>(p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E)));
-  // k transposed, [E, S] per distinct k matrix, so that the scores' GEMM reads rows of keys.
-  std::vector<int64_t> kt_of(static_cast<size_t>(nb)), k_offsets;
-  std::unordered_map<int64_t, int64_t> kt_at;  // k offset -> its transposed copy
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = pr.k.offset[static_cast<size_t>(b)];
-    const auto [it, added] = kt_at.emplace(off, static_cast<int64_t>(k_offsets.size()));
-    if (added) k_offsets.push_back(off);
-    kt_of[static_cast<size_t>(b)] = it->second;
-  }
-  const int64_t nk = static_cast<int64_t>(k_offsets.size());
-  std::vector<float> kt(static_cast<size_t>(nk * E * S));
-#pragma omp parallel for if (nk * S * E > kParallelWork)
-  for (int64_t t = 0; t < nk; ++t) {
-    const float* src = pr.k.data + k_offsets[static_cast<size_t>(t)];
-    float* dst = kt.data() + t * E * S;
-    for (int64_t j = 0; j < S; ++j) {
-      for (int64_t e = 0; e < E; ++e) dst[e * S + j] = src[j * pr.k.ld + e];
-    }
-  }
-  constexpr int64_t kRowBlock = 16;
-  const int64_t blocks = (L + kRowBlock - 1) / kRowBlock, tasks = nb * blocks;
+  const int64_t block = row_block(nb, L, S);
+  const int64_t blocks = (L + block - 1) / block, tasks = nb * blocks;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const TensorView* mask = pr.mask;
+  if (S == 0) {  // no keys: every row's weights are empty, so its output is zeros
+    for (int64_t b = 0; b < nb; ++b) {
+      float* o = pr.out + pr.out_offset[static_cast<size_t>(b)];
+      for (int64_t i = 0; i < L; ++i) std::fill(o + i * pr.ld_out, o + i * pr.ld_out + Ev, 0.f);
+    }
+    return;
+  }
+  std::atomic<bool> failed{false};
 #pragma omp parallel if (tasks > 1 && nb * L * S * (E + Ev) > kParallelWork)
   {
-    std::vector<float> score(static_cast<size_t>(kRowBlock * S));
-    std::vector<int64_t> moff(static_cast<size_t>(S));
+    std::vector<float> score(static_cast<size_t>(block * S));
+    std::vector<int64_t> moff(static_cast<size_t>(mask ? S : 0));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t b = t / blocks, i0 = t % blocks * kRowBlock;
-      const int64_t rows = std::min(kRowBlock, L - i0);
-      vmath::gemm(rows, S, E, pr.q.at(b) + i0 * pr.q.ld, pr.q.ld,
-                  kt.data() + kt_of[static_cast<size_t>(b)] * E * S, S, score.data(), S);
+      const int64_t b = t / blocks, i0 = t % blocks * block;
+      const int64_t rows = std::min(block, L - i0);
+      if (E == 0) {  // empty dot products: every score 0
+        std::fill(score.begin(), score.end(), 0.f);
+      } else if (!sgemm(true, rows, S, E, scale, pr.q.at(b) + i0 * pr.q.ld, pr.q.ld, pr.k.at(b),
+                        pr.k.ld, score.data(), S)) {
+        failed = true;
+        continue;
+      }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         float* s = score.data() + r * S;
-        if (mask) pr.mask_map->offsets((b * L + i) * S, S, moff.data());
-        float mx = neg_inf;
-        for (int64_t j = 0; j < S; ++j) {
-          const bool kept =
-              !(p.causal && j > i) &&
-              !(mask && mask->dtype == DataType::kBool &&
-                !load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]));
-          if (!kept) {
-            s[j] = neg_inf;
-            continue;
+        // Causal: keys after the query's position weigh nothing, so the row ends at i + 1.
+        const int64_t n = p.causal ? std::min(S, i + 1) : S;
+        if (mask) {
+          pr.mask_map->offsets((b * L + i) * S, n, moff.data());
+          if (mask->dtype == DataType::kBool) {
+            for (int64_t j = 0; j < n; ++j) {
+              if (!load_as<int64_t>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]))
+                s[j] = neg_inf;
+            }
+          } else {
+            for (int64_t j = 0; j < n; ++j)
+              s[j] += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
           }
-          s[j] *= scale;
-          if (mask && mask->dtype != DataType::kBool) {
-            s[j] += load_as<float>(mask->dtype, mask->data, moff[static_cast<size_t>(j)]);
-          }
-          mx = std::max(mx, s[j]);
         }
-        if (mx == neg_inf) {  // every position masked: zero weights, so a zero output row
-          std::fill(s, s + S, 0.f);
-          continue;
-        }
-        for (int64_t j = 0; j < S; ++j) s[j] -= mx;
-        vmath::exp(s, s, S);  // exp(-inf) is 0: masked keys weigh nothing
-        double sum = 0;
-        for (int64_t j = 0; j < S; ++j) sum += s[j];
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < S; ++j) s[j] *= inv;
+        // A row with no key left (every position masked) gets zero weights, so a zero output.
+        if (!vmath::softmax_or_zero(s, n)) std::fill(s, s + n, 0.f);
+        std::fill(s + n, s + S, 0.f);
       }
-      vmath::gemm(rows, Ev, S, score.data(), S, pr.v.at(b), pr.v.ld,
-                  pr.out + pr.out_offset[static_cast<size_t>(b)] + i0 * pr.ld_out, pr.ld_out);
+      if (!sgemm(false, rows, Ev, S, 1.f, score.data(), S, pr.v.at(b), pr.v.ld,
+                 pr.out + pr.out_offset[static_cast<size_t>(b)] + i0 * pr.ld_out, pr.ld_out))
+        failed = true;
     }
   }
+  KILN_CHECK(!failed, Unsupported, "layer `", layer, "`: oneDNN's sgemm refused the attention's ",
+             L, "x", S, "x", E, " products");
 }
 
-// Attention over [batch..., rows, E] operands (mask may be null), into `out` (f32).
-void attend_plain(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                  const TensorView& v, const TensorView* mask, const float* qd, const float* kd,
-                  const float* vd, float* out, const Shape& out_shape) {
+// The problem of attention over [batch..., rows, E] operands (mask may be null), into `out` (f32).
+Problem plain_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView* mask, const float* qd, const float* kd, const float* vd,
+                      float* out, const Shape& out_shape) {
   const Shape batch(out_shape.begin(), out_shape.end() - 2);
   Problem pr;
   pr.nb = volume(batch);
@@ -165,14 +172,14 @@ void attend_plain(const AttentionParams& p, const TensorView& q, const TensorVie
     pr.mask = mask;
     pr.mask_map = std::make_unique<BroadcastMap>(mask->shape, weights);
   }
-  attend(p, pr);
+  return pr;
 }
 
 // Packed heads: columns [col + h * E, + E) of a [B, rows, width] operand are head h (of k and v:
 // h / (heads / kv_heads) with grouped-query attention), and the result is [B, L, heads * E]: the
 // heads are read and written in place, as strided matrices; a mask broadcasts to [B, heads, L, S].
-void attend_packed(const AttentionParams& p, const float* const data[3],
-                   const std::vector<TensorView>& in, float* out, const Shape& out_shape) {
+Problem packed_problem(const AttentionParams& p, const float* const data[3],
+                       const std::vector<TensorView>& in, float* out, const Shape& out_shape) {
   const int64_t B = out_shape[0], L = out_shape[1], H = p.heads, E = p.head_size;
   Problem pr;
   pr.nb = B * H;
@@ -202,7 +209,7 @@ void attend_packed(const AttentionParams& p, const float* const data[3],
     pr.mask = &in[3];
     pr.mask_map = std::make_unique<BroadcastMap>(in[3].shape, Shape{B, H, L, pr.S});
   }
-  attend(p, pr);
+  return pr;
 }
 
 void attention_kernel(KernelArgs& args) {
@@ -219,12 +226,11 @@ void attention_kernel(KernelArgs& args) {
     result.resize(static_cast<size_t>(out.numel()));
     o = result.data();
   }
-  if (p.heads > 0) {
-    attend_packed(p, data, in, o, out.shape);
-  } else {
-    attend_plain(p, in[0], in[1], in[2], p.has_mask ? &in[3] : nullptr, data[0], data[1], data[2],
-                 o, out.shape);
-  }
+  attend(p,
+         p.heads > 0 ? packed_problem(p, data, in, o, out.shape)
+                     : plain_problem(in[0], in[1], in[2], p.has_mask ? &in[3] : nullptr, data[0],
+                                     data[1], data[2], o, out.shape),
+         args.layer.name);
   for (size_t i = 0; i < result.size(); ++i)
     store_as<float>(out.dtype, out.data, static_cast<int64_t>(i), result[i]);
 }

@@ -16,8 +16,7 @@ void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const
                const float* bias);
 void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);
 void softmax(float* d, const float* a, int64_t n, bool log);
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc);
+bool softmax_or_zero(float* d, int64_t n);
 void max_nan_into(float* acc, const float* v, int64_t n);
 void add_into(float* acc, const float* v, int64_t n);
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);
@@ -71,10 +70,9 @@ void softmax(float* d, const float* a, int64_t n, bool log) {
   if (has_avx2()) return avx2::softmax(d, a, n, log);
   softmax_loop<vf4>(d, a, n, log);
 }
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc) {
-  if (has_avx2()) return avx2::gemm(m, n, k, a, lda, b, ldb, c, ldc);
-  gemm_loop<vf4>(m, n, k, a, lda, b, ldb, c, ldc);
+bool softmax_or_zero(float* d, int64_t n) {
+  if (has_avx2()) return avx2::softmax_or_zero(d, n);
+  return softmax_or_zero_loop<vf4>(d, n);
 }
 void max_nan_into(float* acc, const float* v, int64_t n) {
   if (has_avx2()) return avx2::max_nan_into(acc, v, n);

@@ -290,11 +290,9 @@ struct Scaled {
   KILN_VMATH V operator()(V x) const { return x * factor; }
 };
 
-// Softmax (or log-softmax) of a[0..n) into d (d may be a): the max subtracted first, so exp stays
-// in range; a row of -inf gives NaN, as torch does, and so does a row with a NaN (through exp and
-// the sum, since the max skips it).
+// The largest of a[0..n), NaN skipped; -inf for a row of -inf (or n == 0).
 template <class V>
-KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
+KILN_VMATH float max_loop(const float* a, int64_t n) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float);
   float mx = -__builtin_inff();
   int64_t i = 0;
@@ -308,6 +306,23 @@ KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
     for (int64_t l = 0; l < kLanes; ++l) mx = vmx[l] > mx ? vmx[l] : mx;
   }
   for (; i < n; ++i) mx = a[i] > mx ? a[i] : mx;
+  return mx;
+}
+
+// d = exp(a - mx) / sum(exp(a - mx)) over n elements (d may be a).
+template <class V>
+KILN_VMATH void exp_normalized(float* d, const float* a, int64_t n, float mx) {
+  map<V>(d, a, n, ExpShifted<V>{mx});
+  const float inv = static_cast<float>(1.0 / sum_loop<V>(d, n, 0.f, false));
+  map<V>(d, d, n, Scaled<V>{inv});
+}
+
+// Softmax (or log-softmax) of a[0..n) into d (d may be a): the max subtracted first, so exp stays
+// in range; a row of -inf gives NaN, as torch does, and so does a row with a NaN (through exp and
+// the sum, since the max skips it).
+template <class V>
+KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
+  const float mx = max_loop<V>(a, n);
   if (log) {
     // log_softmax = x - max - log(sum(exp(x - max))).
     // The exps go to a scratch row: d may be a, which the result reads again.
@@ -317,66 +332,17 @@ KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
     map<V>(d, a, n, Shifted<V>{lse});
     return;
   }
-  map<V>(d, a, n, ExpShifted<V>{mx});
-  const float inv = static_cast<float>(1.0 / sum_loop<V>(d, n, 0.f, false));
-  map<V>(d, d, n, Scaled<V>{inv});
+  exp_normalized<V>(d, a, n, mx);
 }
 
-// C = A B for a small m x k by k x n product (row strides lda, ldb, ldc), as attention's blocks
-// need: tiles of R rows by NV vectors of columns kept in registers over all of k, each element a
-// plain sum of products in p order (a multiply, then an add), so every tile shape and lane width
-// gives the same bits.
-template <class V, int R, int NV>
-KILN_VMATH void gemm_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                          float* c, int64_t ldc) {
-  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  V acc[R][NV];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = splat<V>(0.f);
-  }
-  for (int64_t p = 0; p < k; ++p) {
-    V bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * ldb + v * kLanes, sizeof(V));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const V av = splat<V>(a[r * lda + p]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * kLanes, &acc[r][v], sizeof(V));
-  }
-}
-
-template <class V, int R>
-KILN_VMATH void gemm_rows(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                          int64_t ldb, float* c, int64_t ldc) {
-  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  int64_t j = 0;
-  for (; j + 2 * kLanes <= n; j += 2 * kLanes)
-    gemm_tile<V, R, 2>(k, a, lda, b + j, ldb, c + j, ldc);
-  for (; j + kLanes <= n; j += kLanes) gemm_tile<V, R, 1>(k, a, lda, b + j, ldb, c + j, ldc);
-  for (; j < n; ++j) {
-    for (int r = 0; r < R; ++r) {
-      float sum = 0;
-      for (int64_t p = 0; p < k; ++p) sum += a[r * lda + p] * b[p * ldb + j];
-      c[r * ldc + j] = sum;
-    }
-  }
-}
-
+// Softmax of d[0..n) in place, as attention's rows take it: false, d untouched, for a row of -inf
+// (every key masked out; softmax_loop would give NaN there) or n == 0.
 template <class V>
-KILN_VMATH void gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                          const float* b, int64_t ldb, float* c, int64_t ldc) {
-  int64_t i = 0;
-  for (; i + 4 <= m; i += 4) gemm_rows<V, 4>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-  for (; i < m; ++i) gemm_rows<V, 1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+KILN_VMATH bool softmax_or_zero_loop(float* d, int64_t n) {
+  const float mx = max_loop<V>(d, n);
+  if (mx == -__builtin_inff()) return false;
+  exp_normalized<V>(d, d, n, mx);
+  return true;
 }
 
 // acc[i] = f(acc[i], v[i]) for i < n, vectors then the tail lane by lane (f takes V and float).
@@ -451,8 +417,7 @@ void normalize(float* d, const float* a, int64_t n, Mean mean, float rstd, const
                const float* bias);
 void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, float add);
 void softmax(float* d, const float* a, int64_t n, bool log);
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc);
+bool softmax_or_zero(float* d, int64_t n);
 void max_nan_into(float* acc, const float* v, int64_t n);
 void add_into(float* acc, const float* v, int64_t n);
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);

@@ -68,9 +68,6 @@ void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, floa
 void softmax(float* d, const float* a, int64_t n, bool log) {
   softmax_loop<vf8>(d, a, n, log);
 }
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc) {
-  gemm_loop<vf8>(m, n, k, a, lda, b, ldb, c, ldc);
-}
+bool softmax_or_zero(float* d, int64_t n) { return softmax_or_zero_loop<vf8>(d, n); }
 
 }  // namespace kiln::engine::cpu::vmath::avx2
