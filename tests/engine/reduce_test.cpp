@@ -105,6 +105,23 @@ TEST(Reduce, LargeSumIsAccurateAndParallel) {
   }
 }
 
+TEST(Reduce, MiddleDimsSumRowsInTheReferenceOrder) {
+  // [N, H, W, C] over H and W (channels-last global pooling): rows of C added into double
+  // accumulators, C past one task's 256 (a second, partial chunk); the same bits as summing each
+  // output's elements in order in double.
+  auto x = random_tensor(DataType::kF32, {2, 5, 3, 300}, 13, -1e3, 1e3);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+    for (bool keep : {false, true}) {
+      Shape shape;
+      const auto ref = reference_reduce(op, x, {1, 2}, &shape, keep);
+      auto out = run_one_layer(ReduceParams{op, {1, 2}, keep}, {x})[0];
+      ASSERT_EQ(out.shape(), shape);
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_EQ(out.as<float>()[i], static_cast<float>(ref[i])) << static_cast<int>(op) << i;
+    }
+  }
+}
+
 TEST(Reduce, IntegerIsExactInt64) {
   auto x = tensor_from(DataType::kI32, {2, 3}, {2000000000, 2000000000, 3, -7, 1, 5});
   auto sum = run_one_layer(ReduceParams{ReduceOp::kSum, {1}, false}, {x})[0];

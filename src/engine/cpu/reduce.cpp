@@ -89,6 +89,44 @@ void reduce_one(ReduceOp op, const TensorView& in, int64_t base, const std::vect
   }
 }
 
+// Sum or mean of f32 over one run of adjacent dims followed by kept ones, [outer, R, inner] with
+// the R dims reduced: channels-last global pooling and squeeze-excitation. The generic loop below
+// gathers each output's R elements one at a time; here each of the R rows of `inner` elements is
+// added into a row of double accumulators (vectorized), in the generic loop's order, so the
+// results are the same bits. False where the layer is not of that form.
+bool reduce_middle_dims(ReduceOp op, const TensorView& in, const TensorView& out,
+                        const std::vector<bool>& reduced) {
+  if (in.dtype != DataType::kF32 || (op != ReduceOp::kSum && op != ReduceOp::kMean)) return false;
+  const Shape& x = in.shape;
+  const auto first = std::find(reduced.begin(), reduced.end(), true) - reduced.begin();
+  const auto end = std::find(reduced.begin() + first, reduced.end(), false) - reduced.begin();
+  if (end == static_cast<int64_t>(x.size()) ||
+      std::find(reduced.begin() + end, reduced.end(), true) != reduced.end())
+    return false;  // no kept inner dims, or reduced dims apart
+  int64_t outer = 1, R = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
+    (d < first ? outer : d < end ? R : inner) *= x[static_cast<size_t>(d)];
+  }
+  if (R == 0 || inner < 8) return false;
+  constexpr int64_t kChunk = 256;  // accumulators a task keeps: one L1-sized row piece
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  const float* src = in.as<const float>();
+#pragma omp parallel for if (outer * chunks > 1 && outer * R * inner > kParallelWork)
+  for (int64_t t = 0; t < outer * chunks; ++t) {
+    const int64_t o = t / chunks, c0 = t % chunks * kChunk, n = std::min(kChunk, inner - c0);
+    double acc[kChunk] = {};
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = src + (o * R + r) * inner + c0;
+      for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      const double v = op == ReduceOp::kMean ? acc[c] / static_cast<double>(R) : acc[c];
+      store_as<double>(out.dtype, out.data, o * inner + c0 + c, v);
+    }
+  }
+  return true;
+}
+
 void reduce_kernel(KernelArgs& args) {
   const auto& p = std::get<ReduceParams>(args.layer.params);
   const TensorView& in = args.inputs[0];
@@ -97,6 +135,7 @@ void reduce_kernel(KernelArgs& args) {
   std::vector<bool> reduced(x.size(), p.axes.empty());
   for (int64_t a : p.axes)
     reduced[static_cast<size_t>(normalize_axis(a, x.size(), "reduce"))] = true;
+  if (reduce_middle_dims(p.op, in, out, reduced)) return;
   const auto strides = contiguous_strides(x);
   // Offsets of every reduced position, and the kept dims (with strides) that address outputs.
   std::vector<int64_t> offs{0};
