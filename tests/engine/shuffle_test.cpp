@@ -106,10 +106,12 @@ TEST(Shuffle, TransposeReshapeTransposeEveryDtype) {
 
 // Transposes whose source is contiguous along an outer output dim run in tiles: each dtype size,
 // shapes that are not multiples of the tile, size-1 dims that the copy drops, dims it merges
-// (NCHW -> NHWC is [H*W, C] <- [C, H*W]), and the tiled dim with dims on both of its sides.
+// (NCHW -> NHWC is [H*W, C] <- [C, H*W]), the tiled dim with dims on both of its sides, and tiles
+// stretched along one side where the other is short.
 TEST(Shuffle, TiledTransposesOfEveryShape) {
   const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-      {{1, 3, 37, 41}, {0, 2, 3, 1}},  // NCHW -> NHWC, C = 3
+      {{1, 3, 37, 41}, {0, 2, 3, 1}},  // NCHW -> NHWC, C = 3: tiles of 341 x 3, one partial
+      {{2, 700, 3}, {0, 2, 1}},        // 3 rows of 700: tiles of 3 x 341, one partial
       {{2, 70, 9, 5}, {0, 2, 3, 1}},   // C larger than a tile
       {{2, 9, 5, 70}, {0, 3, 1, 2}},   // NHWC -> NCHW
       {{3, 1, 33, 34}, {3, 1, 0, 2}},  // a size-1 dim; the tiled dim is the output's last-but-one

@@ -76,16 +76,21 @@ void strided_copy_t(const void* src, const std::vector<int64_t>& src_strides,
     return;
   }
   // out[.., i, .., j] = src[base + i + j * inner_stride] for i < shape[tdim], j < inner: tiles of
-  // kTile x kTile, over every index of the other dims.
+  // kTile x kTile elements, over every index of the other dims; a side shorter than kTile gives
+  // the other side its share (an NCHW -> NHWC input of 3 channels: tiles of 341 pixels x 3, not
+  // 32 x 3, whose set-up cost more than their copying).
   constexpr int64_t kTile = 32;
-  const int64_t rows = shape[tdim], ti = (rows + kTile - 1) / kTile;
-  const int64_t tj = (inner + kTile - 1) / kTile, others = n / (rows * inner);
+  const int64_t rows = shape[tdim];
+  const int64_t tile_i = kTile * kTile / std::min(inner, kTile);
+  const int64_t tile_j = kTile * kTile / std::min(rows, kTile);
+  const int64_t ti = (rows + tile_i - 1) / tile_i;
+  const int64_t tj = (inner + tile_j - 1) / tile_j, others = n / (rows * inner);
   int64_t out_tstride = inner;  // the output's stride of dim tdim
   for (size_t d = tdim + 1; d + 1 < r; ++d) out_tstride *= shape[d];
   const int64_t tiles = others * ti * tj;
 #pragma omp parallel for if (n > kParallelElements)
   for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t other = t / (ti * tj), i0 = (t / tj) % ti * kTile, j0 = t % tj * kTile;
+    const int64_t other = t / (ti * tj), i0 = (t / tj) % ti * tile_i, j0 = t % tj * tile_j;
     // `other` counts the output rows without dim tdim; its output offset puts tdim back at 0.
     int64_t out_base = 0, rem = other, mul = inner;
     for (size_t d = r - 1; d-- > 0;) {
@@ -99,7 +104,7 @@ void strided_copy_t(const void* src, const std::vector<int64_t>& src_strides,
     }
     const T* from = s + row_offset(other, tdim);
     T* to = o + out_base;
-    const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(inner, j0 + kTile);
+    const int64_t i1 = std::min(rows, i0 + tile_i), j1 = std::min(inner, j0 + tile_j);
     for (int64_t i = i0; i < i1; ++i) {
       for (int64_t j = j0; j < j1; ++j) to[i * out_tstride + j] = from[i + j * inner_stride];
     }
