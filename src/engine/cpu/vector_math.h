@@ -290,7 +290,7 @@ struct Scaled {
   KILN_VMATH V operator()(V x) const { return x * factor; }
 };
 
-// The largest of a[0..n), NaN skipped; -inf for a row of -inf (or n == 0).
+// The largest of a[0..n), NaN skipped: -inf where no element is above -inf (or n == 0).
 template <class V>
 KILN_VMATH float max_loop(const float* a, int64_t n) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float);
@@ -335,8 +335,8 @@ KILN_VMATH void softmax_loop(float* d, const float* a, int64_t n, bool log) {
   exp_normalized<V>(d, a, n, mx);
 }
 
-// Softmax of d[0..n) in place, as attention's rows take it: false, d untouched, for a row of -inf
-// (every key masked out; softmax_loop would give NaN there) or n == 0.
+// Softmax of d[0..n) in place, as attention's rows take it: false, d untouched, where no element
+// is above -inf (every key masked out, or only NaN left; softmax_loop would give NaN there).
 template <class V>
 KILN_VMATH bool softmax_or_zero_loop(float* d, int64_t n) {
   const float mx = max_loop<V>(d, n);
