@@ -92,7 +92,7 @@ void reduce_one(ReduceOp op, const TensorView& in, int64_t base, const std::vect
 // Sum or mean of f32 over one run of adjacent dims followed by kept ones, [outer, R, inner] with
 // the R dims reduced: channels-last global pooling and squeeze-excitation. The generic loop below
 // gathers each output's R elements one at a time; here each of the R rows of `inner` elements is
-// added into a row of double accumulators (vectorized), in the generic loop's order, so the
+// added into a row of double accumulators, in the generic loop's order, so the
 // results are the same bits. False where the layer is not of that form.
 bool reduce_middle_dims(ReduceOp op, const TensorView& in, const TensorView& out,
                         const std::vector<bool>& reduced) {
