@@ -63,8 +63,8 @@ struct Problem {
 // C = alpha op(A) B (row-major; op(A) = A or, with `trans_b`, B read as its transpose) through
 // oneDNN's sgemm, on its own AVX-512/AVX2 kernels; inside the kernel's parallel region its own
 // (nested) parallel region runs on the calling thread. False where oneDNN refused the arguments.
-bool sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+bool sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float* c, int64_t ldc) {
   return dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc) ==
          dnnl_success;
 }

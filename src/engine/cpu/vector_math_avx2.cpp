@@ -68,6 +68,8 @@ void shift_scale(float* d, const float* a, int64_t n, Mean mean, float mul, floa
 void softmax(float* d, const float* a, int64_t n, bool log) {
   softmax_loop<vf8>(d, a, n, log);
 }
-bool softmax_or_zero(float* d, int64_t n) { return softmax_or_zero_loop<vf8>(d, n); }
+bool softmax_or_zero(float* d, int64_t n) {
+  return softmax_or_zero_loop<vf8>(d, n);
+}
 
 }  // namespace kiln::engine::cpu::vmath::avx2
