@@ -180,28 +180,23 @@ TEST(Convolution, PostOpsBiasReluResidual) {
 // finish() (hard sigmoid, mish, a clamp with no lower bound) are here too.
 TEST(Convolution, FusedActivationsMatchActivate) {
   constexpr double kInf = std::numeric_limits<double>::infinity(), kKeep = std::nan("");
-  struct Act {
-    ActivationKind kind;
-    double alpha = 0, beta = 0;
-    double nan_to = kKeep;  // what NaN gives
-    double tol = 2e-6;      // relative, and 1e-6 absolute: oneDNN's exp and erf approximations
-  };
   using K = ActivationKind;
-  const Act acts[] = {{K::kRelu, 0, 0, 0, 0},
-                      {K::kLeakyRelu, 0.1, 0, kKeep, 0},
-                      {K::kClamp, 0, 6, 0, 0},
-                      {K::kClamp, -1.5, 2.5, -1.5, 0},
-                      {K::kClamp, 0, kInf, 0, 0},
-                      {K::kClamp, -kInf, 2.5, kKeep, 0},
-                      {K::kHardSwish},
-                      {K::kHardSigmoid},
-                      {K::kSilu},
-                      {K::kSigmoid},
-                      {K::kTanh},
-                      {K::kGelu},
-                      {K::kGeluTanh},
-                      {K::kElu, 1.0},
-                      {K::kMish}};
+  // Tolerances 2e-6 relative, 1e-6 absolute: oneDNN's exp and erf approximations.
+  const std::vector<testing::FusedActivation> acts = {{K::kRelu, 0, 0, 0, 0},
+                                                      {K::kLeakyRelu, 0.1, 0, kKeep, 0},
+                                                      {K::kClamp, 0, 6, 0, 0},
+                                                      {K::kClamp, -1.5, 2.5, -1.5, 0},
+                                                      {K::kClamp, 0, kInf, 0, 0},
+                                                      {K::kClamp, -kInf, 2.5, kKeep, 0},
+                                                      {K::kHardSwish},
+                                                      {K::kHardSigmoid},
+                                                      {K::kSilu},
+                                                      {K::kSigmoid},
+                                                      {K::kTanh},
+                                                      {K::kGelu},
+                                                      {K::kGeluTanh},
+                                                      {K::kElu, 1.0},
+                                                      {K::kMish}};
   struct Form {
     Shape x, w;  // channels first
     int64_t groups, pad;
@@ -222,16 +217,8 @@ TEST(Convolution, FusedActivationsMatchActivate) {
       ConvolutionParams p = conv({1, 1}, {f.pad, f.pad}, {f.pad, f.pad}, {1, 1}, f.groups);
       p.channels_last = cl;
       p.post.has_bias = true;
-      const auto plain = run_one_layer(p, {x, w, bias});
-      for (const Act& a : acts) {
-        p.post.activation = a.kind;
-        p.post.alpha = a.alpha, p.post.beta = a.beta;
-        const auto got = run_one_layer(p, {x, w, bias});
-        const auto want = testing::activated(plain[0], a.kind, a.alpha, a.beta, a.nan_to);
-        EXPECT_TRUE(near(got[0], want, a.tol, a.tol / 2))
-            << activation_name(a.kind) << " " << a.alpha << " " << a.beta << ", "
-            << shape_to_string(f.w) << (cl ? " channels last" : "");
-      }
+      testing::expect_fused_activations(p, {x, w, bias}, acts,
+                                        shape_to_string(f.w) + (cl ? " channels last" : ""));
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -45,6 +46,32 @@ std::vector<HostTensor> run_one_layer(const LayerParams& params,
 // |a - b| <= atol + rtol * |b| elementwise (NaN equals NaN); reports the first mismatch.
 ::testing::AssertionResult near(const HostTensor& actual, const std::vector<double>& expected,
                                 double rtol = 1e-5, double atol = 1e-6);
+
+// An activation to fuse into a layer's epilogue, and what the fused result must give for NaN
+// (`nan_to`; NaN: what activate() gives), within `tol` relative and tol / 2 absolute.
+struct FusedActivation {
+  ActivationKind kind;
+  double alpha = 0, beta = 0;
+  double nan_to = std::nan("");
+  double tol = 2e-6;
+};
+
+// Runs the layer of `p` (params with a `post` epilogue and no activation in it) on `inputs`, then
+// with each of `acts` fused, and expects each result to be the plain one activated(); `what`
+// names the case in failures.
+template <class P>
+void expect_fused_activations(P p, const std::vector<HostTensor>& inputs,
+                              const std::vector<FusedActivation>& acts, const std::string& what) {
+  const auto plain = run_one_layer(p, inputs);
+  for (const FusedActivation& a : acts) {
+    p.post.activation = a.kind;
+    p.post.alpha = a.alpha, p.post.beta = a.beta;
+    const auto got = run_one_layer(p, inputs);
+    const auto want = activated(plain[0], a.kind, a.alpha, a.beta, a.nan_to);
+    EXPECT_TRUE(near(got[0], want, a.tol, a.tol / 2))
+        << activation_name(a.kind) << " " << a.alpha << " " << a.beta << ", " << what;
+  }
+}
 
 // Row-major index helpers for references written as loops.
 int64_t flat_index(const Shape& shape, const std::vector<int64_t>& index);

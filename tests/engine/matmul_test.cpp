@@ -183,19 +183,14 @@ TEST(MatMul, PostOpsBiasReluResidual) {
 // activate(), with a NaN, infinities and values past the clamps' bounds among the products:
 // ReLU and clamp give their lower bound for NaN, the others what activate() gives.
 TEST(MatMul, FusedActivationsMatchActivate) {
-  constexpr double kKeep = std::nan("");
-  struct Act {
-    ActivationKind kind;
-    double alpha = 0, beta = 0, nan_to = kKeep, tol = 2e-6;
-  };
   using K = ActivationKind;
-  const Act acts[] = {{K::kRelu, 0, 0, 0, 0},
-                      {K::kClamp, 0, 6, 0, 0},
-                      {K::kClamp, -1, 1, -1, 0},
-                      {K::kHardSwish},
-                      {K::kGelu},
-                      {K::kSilu},
-                      {K::kHardSigmoid}};
+  const std::vector<testing::FusedActivation> acts = {{K::kRelu, 0, 0, 0, 0},
+                                                      {K::kClamp, 0, 6, 0, 0},
+                                                      {K::kClamp, -1, 1, -1, 0},
+                                                      {K::kHardSwish},
+                                                      {K::kGelu},
+                                                      {K::kSilu},
+                                                      {K::kHardSigmoid}};
   auto a = random_tensor(DataType::kF32, {6, 40}, 21, -3, 3),
        b = random_tensor(DataType::kF32, {40, 24}, 22);
   auto bias = random_tensor(DataType::kF32, {24}, 23);
@@ -203,14 +198,7 @@ TEST(MatMul, FusedActivationsMatchActivate) {
   a.as<float>()[50] = std::numeric_limits<float>::infinity();
   MatMulParams p;
   p.post.has_bias = true;
-  const auto plain = run_one_layer(p, {a, b, bias});
-  for (const Act& act : acts) {
-    p.post.activation = act.kind;
-    p.post.alpha = act.alpha, p.post.beta = act.beta;
-    const auto got = run_one_layer(p, {a, b, bias});
-    const auto want = testing::activated(plain[0], act.kind, act.alpha, act.beta, act.nan_to);
-    EXPECT_TRUE(near(got[0], want, act.tol, act.tol / 2)) << activation_name(act.kind);
-  }
+  testing::expect_fused_activations(p, {a, b, bias}, acts, "matmul");
 }
 
 TEST(MatMul, HalfAndBfloat16ComputeInF32) {
