@@ -11,6 +11,9 @@ kernels. Nsight Compute (kernel-times.sh) runs kernels one at a time and cannot 
 Usage (device, after a build with kilnc and the runtime library, e.g. gpu-iterate.sh):
   python3 tools/device/graph_timeline.py hf_bert 1 [--precision fp16] [-- kilnc flags...]
 e.g. `... hf_bert 1 -- --switch attention_cudnn=on` against the default.
+--peer MODE profiles torch.compile instead (MODE as bench.py's backends: reduce-overhead,
+max-autotune-tf32, ...; the model cast to the precision on the GPU, as bench.py runs it), so the
+two timelines of one row can be set side by side.
 """
 import argparse
 import collections
@@ -71,17 +74,34 @@ def main():
     p.add_argument("--no-mask", action="store_true",
                    help="text transformers called with token ids only (default: ids and the "
                         "attention mask of a padded batch, as bench.py calls them)")
+    p.add_argument("--peer", metavar="MODE",
+                   help="profile torch.compile(mode=MODE) instead of kiln; a -tf32 suffix runs "
+                        "fp32 matmuls on TF32, as bench.py's -tf32 backends")
     p.add_argument("kilnc_flags", nargs="*", help="after --: more kilnc flags")
     args = p.parse_args()
-    torch.ops.load_library(args.runtime)
+    modes = ("default", "reduce-overhead", "max-autotune")
+    if args.peer and args.peer.removesuffix("-tf32") not in modes:
+        p.error(f"--peer {args.peer}: not a torch.compile mode ({', '.join(modes)}, each with an "
+                "optional -tf32 suffix)")
+    if args.peer and args.kilnc_flags:
+        p.error("kilnc flags are for kiln's timeline, not --peer's")
+    if not args.peer:
+        torch.ops.load_library(args.runtime)
     torch.manual_seed(0)
     model, make_input = make_model(args.model, mask=not args.no_mask)
     model.eval()
     x = make_input(args.batch)
     x = tuple(x) if isinstance(x, (tuple, list)) else (x,)
     with tempfile.TemporaryDirectory(prefix="kiln_timeline_") as tmp:
-        fn = compile_plan(args, model, x, tmp)
-        inp = tuple(t.cuda() for t in x)  # the traced module takes f32; the engine casts
+        if args.peer:
+            dtype = PRECISIONS[args.precision][1]
+            torch.backends.cuda.matmul.allow_tf32 = args.peer.endswith("-tf32")
+            gpu_model = model.cuda().to(dtype)
+            inp = tuple(t.cuda().to(dtype) if t.is_floating_point() else t.cuda() for t in x)
+            fn = torch.compile(gpu_model, mode=args.peer.removesuffix("-tf32"))
+        else:
+            fn = compile_plan(args, model, x, tmp)
+            inp = tuple(t.cuda() for t in x)  # the traced module takes f32; the engine casts
         with torch.no_grad():
             for _ in range(20):  # chosen, captured, replayed
                 fn(*inp)
@@ -108,7 +128,7 @@ def main():
     busy = sum(r[2] for r in rows)
     gaps = sum(r[3] for r in rows)
     print(f"# {torch.cuda.get_device_name()}: {args.model} b{args.batch} {args.precision} "
-          f"{' '.join(args.kilnc_flags)}")
+          f"{'torch.compile ' + args.peer if args.peer else 'kiln ' + ' '.join(args.kilnc_flags)}")
     print(f"{len(rows)} kernels, span {last - first:.1f} us: kernels {busy:.1f} us, gaps "
           f"{gaps:.1f} us ({gaps / max(len(rows) - 1, 1):.2f} us a boundary)\n")
     print("| # | kernel | start us | us | gap before us |\n|---|---|---|---|---|")

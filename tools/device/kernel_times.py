@@ -14,7 +14,7 @@ UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
 
 def short(name):
     """A kernel's name without its template arguments and parameter list."""
-    name = re.sub(r"\(.*$", "", name)
+    name = re.sub(r"\(.*$", "", name.replace("(anonymous namespace)::", ""))
     depth, out = 0, []
     for c in name:
         depth += c == "<"
