@@ -2,8 +2,10 @@
 # Both sides of suite rows, one device call: builds kilnc and the runtime library, then for each
 # ROW (model:batch:precision:peer-mode) writes the replayed inference's kernel timeline of kiln
 # (default flags) and of torch.compile in that mode (tools/device/graph_timeline.py) to
-# $OUT/MODEL_bBATCH_PRECISION.md, with each timeline's first lines echoed.
-# Usage: row-timelines.sh shufflenet_v2_x1_0:32:fp32:reduce-overhead-tf32 resnet50:1:fp16:reduce-overhead
+# $OUT/MODEL_bBATCH_PRECISION.md, with each timeline's first lines echoed. A row's peer mode
+# "none" profiles kiln alone (no torch.compile: a short call). GTEST_FILTER=... also builds
+# kiln_engine_cuda_tests and runs the tests it selects first.
+# Usage: row-timelines.sh shufflenet_v2_x1_0:32:fp32:reduce-overhead-tf32 resnet50:1:fp16:none
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
@@ -17,15 +19,25 @@ done
 source tools/device/common.sh
 start=$(date +%s)
 configure_gpu_build "$build" "$out/timelines_configure.log" || exit 1
-cmake --build "$build" -j "$(nproc)" --target kilnc kiln_runtime >"$out/timelines_build.log" 2>&1 ||
+targets=(kilnc kiln_runtime)
+[ -n "${GTEST_FILTER:-}" ] && targets+=(kiln_engine_cuda_tests)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/timelines_build.log" 2>&1 ||
   { grep -B5 -A20 "error" "$out/timelines_build.log" | head -80; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 status=0
+if [ -n "${GTEST_FILTER:-}" ]; then
+  "$build/bin/kiln_engine_cuda_tests" --gtest_filter="$GTEST_FILTER" >"$out/cuda_tests.log" 2>&1 ||
+    status=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/cuda_tests.log"
+  grep -B2 -A8 "Failure" "$out/cuda_tests.log" | head -40
+fi
 for row in "$@"; do
   IFS=: read -r model batch prec peer <<<"$row"
   f="$out/${model}_b${batch}_${prec}.md"
   : >"$f"
-  for side in kiln "$peer"; do
+  sides=(kiln)
+  [ "$peer" = none ] || sides+=("$peer")
+  for side in "${sides[@]}"; do
     args=("$model" "$batch" --precision "$prec" --kilnc "$build/bin/kilnc"
           --runtime "$build/lib/libkiln_runtime.so")
     [ "$side" = kiln ] || args+=(--peer "$side")
