@@ -2,6 +2,7 @@
 // rules: nearest (any dtype), linear/bilinear/trilinear with align_corners both ways, bicubic.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine_testing.h"
 #include "util/errors.h"
@@ -125,6 +126,26 @@ TEST(Resize, Bicubic) {
     auto x = random_tensor(DataType::kF32, {1, 2, 5, 6}, 8);
     check(x, {ResizeMode::kCubic, {9, 4}, {}, align}, {1, 2, 9, 4});
     check(x, {ResizeMode::kCubic, {}, {2.5, 1.5}, align}, {1, 2, 12, 9});
+  }
+}
+
+// 2-d resizes take a row-wise kernel, the others the generic one. A 2-d resize equals the 3-d
+// resize of the same data with a leading spatial dim of 1 (whose one tap weighs 1, and 0 for
+// cubic's other three), and the row kernel sums the taps in the generic kernel's order, so the
+// two agree bit for bit.
+TEST(Resize, TwoDimsRowKernelMatchesTheGenericOneExactly) {
+  const HostTensor x = random_tensor(DataType::kF32, {2, 3, 9, 7}, 9);
+  HostTensor x3(DataType::kF32, {2, 3, 1, 9, 7});
+  std::memcpy(x3.data(), x.data(), x.nbytes());
+  for (ResizeMode mode : {ResizeMode::kLinear, ResizeMode::kCubic, ResizeMode::kNearest}) {
+    for (bool align : {false, true}) {
+      if (mode == ResizeMode::kNearest && align) continue;
+      SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + (align ? " align" : ""));
+      const auto two = run_one_layer(ResizeParams{mode, {20, 15}, {}, align}, {x})[0];
+      const auto three = run_one_layer(ResizeParams{mode, {1, 20, 15}, {}, align}, {x3})[0];
+      ASSERT_EQ(two.numel(), three.numel());
+      EXPECT_EQ(std::memcmp(two.data(), three.data(), two.nbytes()), 0);
+    }
   }
 }
 
