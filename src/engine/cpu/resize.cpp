@@ -82,8 +82,8 @@ bool resize2d(const ResizeParams& p, const TensorView& in, const TensorView& out
         const float ww = tw.weight[k];
         for (int i = 0; i < th.taps; ++i) {
           const int64_t at = row[i] + col;
-          const float x = f32 ? reinterpret_cast<const float*>(src)[at]
-                              : load_as<float>(in.dtype, in.data, at);
+          const float x =
+              f32 ? reinterpret_cast<const float*>(src)[at] : load_as<float>(in.dtype, in.data, at);
           acc += wh[i] * ww * x;
         }
       }
