@@ -301,8 +301,9 @@ TEST(Layout, UnmovableLayersReadChannelsFirstData) {
 
 // shufflenet's unit: a channel shuffle (reshape to groups, swap, reshape back) and a split along
 // the channels, one half through a convolution, concatenated with the other. The shuffle and the
-// slices follow the channels-last data: the only transposes are the input's and the output's, and
-// the channel shuffle is one copy of the channels-last tensor.
+// slices follow the channels-last data: the only transposes are the input's and the output's. The
+// channel shuffle, one transpose of the channels-last tensor, and the slices of it are then two
+// gathers of channels on the CPU (gather_chains' element gathers), one per half.
 TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   Network net;
   const TensorId x = net.add_input("x", DataType::kF32, {2, 4, 6, 6});
@@ -322,8 +323,16 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   const BuildReport report = expect_channels_last_matches(
       net, random_tensor(DataType::kF32, {2, 4, 6, 6}, 42), 1e-6, &plan);
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
-  // into channels-last, the channel shuffle, back
-  EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 3);
+  // into channels-last and back; the shuffle and the two slices as two gathers
+  EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 2);
+  int gathers = 0, slices = 0;
+  for (const Layer& l : plan.network.layers()) {
+    gathers += std::holds_alternative<GatherParams>(l.params);
+    slices += std::holds_alternative<SliceParams>(l.params);
+  }
+  EXPECT_EQ(gathers, 2);
+  EXPECT_EQ(slices, 0);
+  EXPECT_EQ(report.changes("gather_chains"), 2) << report.to_string();
 }
 
 // Tokens [N, H * W, C] made an image [N, C, H, W] (a transpose and a reshape, as maxvit's window

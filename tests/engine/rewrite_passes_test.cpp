@@ -1,10 +1,11 @@
 // The builder's structural rewrites: of written-out forms, RMS norm (rms_norms), a concat of
 // slices of one tensor (concat_slices) and of strided slices (strided_concats); a constant bias
 // before a softmax as its mask (softmax_biases); chains of gathers and shuffles as one gather of
-// rows (gather_chains); projections of one elementwise group as one matmul
-// (elementwise_projections); attention as two matmuls and a (masked) softmax (decompose_attention)
-// and written-out attention as one layer (written_attention). Each is checked for what it takes,
-// what it leaves and the values it computes.
+// rows (gather_chains; with a channel shuffle's slices, gathers of channels); projections of one
+// elementwise group as one matmul (elementwise_projections); attention as two matmuls and a
+// (masked) softmax (decompose_attention) and written-out attention as one layer
+// (written_attention). Each is checked for what it takes, what it leaves and the values it
+// computes.
 #include "engine/builder.h"
 
 #include <limits>
@@ -369,6 +370,51 @@ TEST(Builder, GatherAndShuffleChainsAreOneRowGather) {
     EXPECT_EQ(per_image, c.per_image);
     EXPECT_EQ(count_moving_shuffles(plan.network.layers()), c.moving);
     const HostTensor in = testing::random_tensor(DataType::kF32, {2, 14, 14, 8}, 71);
+    const auto built = run_engine(plan.network, {in});
+    const auto layers = run_engine(net, {in});
+    ASSERT_EQ(built.size(), layers.size());
+    for (size_t o = 0; o < built.size(); ++o) {
+      EXPECT_TRUE(testing::near(built[o], testing::to_doubles(layers[o]), 0, 0)) << o;
+    }
+  }
+}
+
+// shufflenet_v2's channel shuffle as the layout pass leaves it ([N H W, 2, C / 2] transposed, a
+// view back to [N, H, W, C], two channel slices): on the CPU (element gathers) each slice and the
+// links before it become one gather of single channels from the shuffle's input, the shuffle and
+// the view then read by nothing. Where the view is also a network output they stay for it. A
+// slice that runs as a view (one range of its input) before a transpose is no second copy: kept.
+// The CUDA backend's rules (no element gathers) leave the chains alone. Values exactly as the
+// layers gave.
+TEST(Builder, ChannelShuffleSlicesAreGathersOfChannels) {
+  for (bool view_out : {false, true}) {
+    SCOPED_TRACE(view_out);
+    Network net;
+    auto x = net.add_input("x", DataType::kF32, {2, 5, 5, 12});
+    auto t = net.add("shuffle", ShuffleParams{{}, true, {50, 2, 6}, {0, 2, 1}}, {x});
+    auto v = net.add("view", ShuffleParams{{}, true, {2, 5, 5, 12}, {}}, {t});
+    if (view_out) net.mark_output(v, "shuffled");
+    auto first = net.add("first", SliceParams{{3}, {0}, {6}, {1}}, {v});
+    auto second = net.add("second", SliceParams{{3}, {6}, {12}, {1}}, {v});
+    net.mark_output(net.add("relu", ActivationParams{ActivationKind::kRelu}, {first}), "a");
+    net.mark_output(net.add("neg", UnaryParams{UnaryOp::kNeg}, {second}), "b");
+    // One image, a range of x that runs as a view, then transposed: one copy already, kept.
+    auto image = net.add("image", SliceParams{{0}, {1}, {2}, {1}}, {x});
+    net.mark_output(net.add("flip", ShuffleParams{{0, 3, 1, 2}, false, {}, {}}, {image}), "c");
+    Network cuda_like = net;
+    EXPECT_EQ(fold_gather_chains(cuda_like, {}, false), 0);
+    BuildReport report;
+    Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("gather_chains"), 2) << report.to_string();
+    int gathers = 0, slices = 0;
+    for (const Layer& l : plan.network.layers()) {
+      gathers += std::holds_alternative<GatherParams>(l.params);
+      slices += std::holds_alternative<SliceParams>(l.params);
+    }
+    EXPECT_EQ(gathers, 2);
+    EXPECT_EQ(slices, 1);
+    EXPECT_EQ(count_moving_shuffles(plan.network.layers()), view_out ? 2 : 1);
+    const HostTensor in = testing::random_tensor(DataType::kF32, {2, 5, 5, 12}, 75);
     const auto built = run_engine(plan.network, {in});
     const auto layers = run_engine(net, {in});
     ASSERT_EQ(built.size(), layers.size());

@@ -305,6 +305,31 @@ TEST(Gather, DefaultModeWithNegativeIndices) {
   EXPECT_TRUE(near(out, {dv[3], dv[7], dv[11]}, 0, 0));
 }
 
+// Rows of one element (gathers along the last axis) copy typed words: 1-, 2-, 4- and 8-byte
+// elements, indices past the 256-element runs the threads share, negative ones, and enough outer
+// rows to run in parallel.
+TEST(Gather, SingleElementRowsOfEverySize) {
+  for (DataType t : {DataType::kU8, DataType::kF16, DataType::kF32, DataType::kI64}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto data = random_tensor(t, {40, 30, 700}, 16, 0, 100);
+    std::vector<double> picks;
+    for (int64_t j = 0; j < 600; ++j) picks.push_back(static_cast<double>((j * 37) % 700 - 350));
+    auto idx = testing::tensor_from(DataType::kI64, {600}, picks);
+    auto out = run_one_layer(GatherParams{GatherMode::kDefault, -1}, {data, idx})[0];
+    ASSERT_EQ(out.shape(), (Shape{40, 30, 600}));
+    const auto dv = to_doubles(data);
+    std::vector<double> ref;
+    for (int64_t o = 0; o < 40 * 30; ++o) {
+      for (double p : picks) {
+        const int64_t k =
+            static_cast<int64_t>(p) < 0 ? static_cast<int64_t>(p) + 700 : static_cast<int64_t>(p);
+        ref.push_back(dv[static_cast<size_t>(o * 700 + k)]);
+      }
+    }
+    EXPECT_TRUE(near(out, ref, 0, 0));
+  }
+}
+
 TEST(Gather, ElementsModeLikeTorchGather) {
   auto data = random_tensor(DataType::kBF16, {3, 4, 5}, 14);
   auto idx = random_tensor(DataType::kI64, {2, 4, 6}, 15, -5, 4);

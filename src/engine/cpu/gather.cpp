@@ -1,6 +1,9 @@
 // CPU kernels of gather (index_select/embedding and torch.gather) and scatter (torch.scatter,
 // scatter_add and scatter_reduce's prod/amax/amin). Indices are validated before any data moves, so
 // bad indices throw, never crash.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/cpu/convert.h"
@@ -37,6 +40,31 @@ int64_t offset_of(const Shape& shape, int64_t flat, const std::vector<int64_t>& 
   return off;
 }
 
+// A gather of single elements (rows of 1, 2, 4 or 8 bytes) as typed words, in tasks of an outer
+// block's run of kWordRun outputs: the memcpy per row below costs a call and a division per
+// element, several times the copy (gather_chains' element gathers: shufflenet's channel shuffle).
+constexpr int64_t kWordRun = 256;
+
+template <class U>
+void gather_words(const void* data, void* out, int64_t outer, int64_t dim,
+                  const std::vector<int64_t>& k) {
+  const U* __restrict src = static_cast<const U*>(data);
+  U* __restrict dst = static_cast<U*>(out);
+  const int64_t n = static_cast<int64_t>(k.size());
+  const std::vector<int32_t> k32(k.begin(), k.end());  // (indices below dim, which is an int)
+  const int32_t* __restrict idx = k32.data();
+  const int64_t runs = (n + kWordRun - 1) / kWordRun;
+#pragma omp parallel for collapse(2) if (outer * n > kParallelElements)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t r = 0; r < runs; ++r) {
+      const U* from = src + o * dim;
+      U* to = dst + o * n;
+      const int64_t end = std::min(n, (r + 1) * kWordRun);
+      for (int64_t j = r * kWordRun; j < end; ++j) to[j] = from[idx[j]];
+    }
+  }
+}
+
 void gather_kernel(KernelArgs& args) {
   const auto& p = std::get<GatherParams>(args.layer.params);
   const TensorView &data = args.inputs[0], &idx = args.inputs[1], &out = args.outputs[0];
@@ -53,6 +81,21 @@ void gather_kernel(KernelArgs& args) {
     for (size_t d = a + 1; d < data.shape.size(); ++d) inner *= data.shape[d];
     const int64_t n = static_cast<int64_t>(k.size()), dim = data.shape[a];
     const size_t row = static_cast<size_t>(inner) * es;
+    // Typed words where rows are single elements (indices fit 32 bits).
+    if (dim <= INT32_MAX) {
+      switch (row) {
+        case 1:
+          return gather_words<uint8_t>(data.data, out.data, outer, dim, k);
+        case 2:
+          return gather_words<uint16_t>(data.data, out.data, outer, dim, k);
+        case 4:
+          return gather_words<uint32_t>(data.data, out.data, outer, dim, k);
+        case 8:
+          return gather_words<uint64_t>(data.data, out.data, outer, dim, k);
+        default:
+          break;
+      }
+    }
 #pragma omp parallel for if (out.numel() > kParallelElements)
     for (int64_t t = 0; t < outer * n; ++t) {
       const int64_t o = t / n, j = t % n;

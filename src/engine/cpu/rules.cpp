@@ -20,6 +20,7 @@ BackendRules cpu_backend_rules() {
   // Only when asked: its separate layers run faster than the fused loop (builder.h).
   r.squeeze_excitation = [](int64_t, int64_t, bool) { return true; };
   r.squeeze_excitation_by_default = false;
+  r.element_gathers = true;
   return r;
 }
 

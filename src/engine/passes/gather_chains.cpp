@@ -11,12 +11,19 @@
 // into a [O, Q, row] view of the result alike for each o, the chain becomes that view, one gather
 // of Q rows by constant indices and a view to the result's shape. A chain, even one gather, that
 // leaves every element in place is a view.
+//
+// Where the backend's gather copies single elements as fast as a copy moves them
+// (BackendRules::element_gathers: the CPU's), slices are links too, and a chain may end in each
+// of several slices of one link's result, each chain then its own gather (the shared links stay
+// while anything else reads them): shufflenet_v2's channel shuffle, a transpose of [N H W, 2, C /
+// 2] and two channel slices of it (three copies), becomes two gathers of channels, one per half.
 #include <algorithm>
 #include <numeric>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "engine/layers/setup.h"
 #include "engine/passes/network_index.h"
 #include "engine/passes/passes.h"
 #include "engine/passes/positions.h"
@@ -43,26 +50,38 @@ Positions gathered(const Positions& p, size_t axis, const std::vector<int64_t>& 
   return out;
 }
 
-// A link of a chain: a shuffle without a cast, or a gather by constant indices (values wrapped
-// into range), reading and writing static shapes.
+// A link of a chain: a shuffle without a cast, a gather by constant indices (values wrapped into
+// range), or (with element gathers) a slice, reading and writing static shapes.
 struct Link {
   size_t layer;
   const ShuffleParams* shuffle = nullptr;
   size_t axis = 0;               // a gather's
   std::vector<int64_t> indices;  // a gather's, in range, flattened
+  std::optional<SliceView> slice;
+  bool moves = true;  // a slice that keeps one contiguous range runs as a view: it moves nothing
 };
 
 // Gathers whose indices are one of `keep` (a refittable plan's weights, which a refit may change)
 // are no links.
 std::optional<Link> link_at(const Network& net, const std::vector<Layer>& layers,
                             const NetworkIndex& index, const std::set<std::string>& keep,
-                            size_t i) {
+                            bool slices, size_t i) {
   const Layer& l = layers[i];
   if (l.outputs.size() != 1 || l.inputs.empty()) return std::nullopt;
   const Shape& in = net.tensor(l.inputs[0]).shape;
   const Shape& out = net.tensor(l.outputs[0]).shape;
   if (!is_static(in) || !is_static(out) || in.empty()) return std::nullopt;
   Link link{i};
+  if (const auto* sl = std::get_if<SliceParams>(&l.params)) {
+    if (!slices || l.inputs.size() != 1 || out.size() != in.size()) return std::nullopt;
+    link.slice = slice_view(l.name, *sl, in);
+    const auto dense = contiguous_strides(out);
+    link.moves = false;
+    for (size_t d = 0; d < out.size(); ++d) {
+      link.moves = link.moves || (out[d] > 1 && link.slice->strides[d] != dense[d]);
+    }
+    return link;
+  }
   if (const auto* s = std::get_if<ShuffleParams>(&l.params)) {
     if (l.inputs.size() != 1 || (s->cast && s->to != net.tensor(l.inputs[0]).dtype)) {
       return std::nullopt;
@@ -121,6 +140,10 @@ bool carries_last_dim(const Network& net, const std::vector<Layer>& layers,
     const Shape& in = net.tensor(l.inputs[0]).shape;
     const Shape& out = net.tensor(l.outputs[0]).shape;
     if (in.size() < 2 || out.size() < 2 || in.back() != row || out.back() != row) return false;
+    if (k.slice) {
+      if (k.slice->strides.back() != 1) return false;  // (the whole last dim, in order)
+      continue;
+    }
     if (!k.shuffle) {
       if (k.axis + 1 == in.size()) return false;
       continue;
@@ -147,6 +170,34 @@ Positions trace(const Network& net, const std::vector<Layer>& layers,
   for (const Link& k : chain) {
     const Layer& l = layers[k.layer];
     const Shape out = rows_of(net.tensor(l.outputs[0]).shape);
+    if (k.slice) {
+      // Output position e reads input position offset + sum of its coordinates times strides
+      // (in rows where the chain carries them: the last dim, whole, is not in the positions).
+      std::vector<int64_t> strides = k.slice->strides;
+      int64_t from = k.slice->offset;
+      if (row > 1) {
+        strides.pop_back();
+        for (int64_t& v : strides) v /= row;
+        from /= row;
+      }
+      Positions q;
+      q.shape = out;
+      q.at.resize(static_cast<size_t>(volume(out)));
+      std::vector<int64_t> c(out.size(), 0);
+      for (size_t e = 0; e < q.at.size(); ++e) {
+        q.at[e] = p.at[static_cast<size_t>(from)];
+        for (size_t d = out.size(); d-- > 0;) {  // the next coordinate, row-major
+          if (++c[d] < out[d]) {
+            from += strides[d];
+            break;
+          }
+          from -= strides[d] * (out[d] - 1);
+          c[d] = 0;
+        }
+      }
+      p = std::move(q);
+      continue;
+    }
     if (!k.shuffle) {
       p = gathered(p, k.axis, k.indices);
       p.shape = out;  // the indices' dims
@@ -225,11 +276,23 @@ constexpr int64_t kMinRowBytes = 16;
 
 }  // namespace
 
-int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
+int fold_gather_chains(Network& net, const std::set<std::string>& keep, bool element_gathers) {
   const std::vector<Layer> layers = net.layers();
   const NetworkIndex index(net, layers);
   std::vector<std::optional<Link>> links(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) links[i] = link_at(net, layers, index, keep, i);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    links[i] = link_at(net, layers, index, keep, element_gathers, i);
+  }
+  // Whether every reader of layer i's result is a link reading it as its data (so that each
+  // reader's chain may take the layer in: the shared links of a channel shuffle's slices).
+  const auto read_by_links_only = [&](size_t i) {
+    const auto readers = index.consumers(layers[i].outputs[0]);
+    if (readers.empty()) return false;
+    for (size_t r : readers) {
+      if (!links[r] || layers[r].inputs[0] != layers[i].outputs[0]) return false;
+    }
+    return true;
+  };
   std::vector<bool> gone(layers.size(), false);
   std::vector<std::vector<Layer>> instead(layers.size());
   int rewritten = 0;
@@ -240,20 +303,30 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
         next && links[*next] && layers[*next].inputs[0] == layers[i].outputs[0]) {
       continue;
     }
-    // Back from its end while a link's data input is the previous link's result alone.
-    std::vector<Link> chain = {*links[i]};
+    // Back from its end while a link's data input is the previous link's result alone, or (with
+    // element gathers, for a chain that ends in a slice) read by links alone: such a shared link
+    // and the links before it stay for the other readers (until none is left).
+    std::vector<Link> back = {*links[i]};  // from the end
+    size_t exclusive = 1;                  // the last links, read by this chain alone
+    bool through_shared = false;
     for (size_t head = i;;) {
       const auto prev = index.producer(layers[head].inputs[0]);
-      if (!prev || !links[*prev] || index.single_consumer(layers[*prev].outputs[0]) != head) {
-        break;
-      }
-      chain.insert(chain.begin(), *links[*prev]);
+      if (!prev || !links[*prev]) break;
+      const bool alone = index.single_consumer(layers[*prev].outputs[0]) == head;
+      if (!alone && !(element_gathers && links[i]->slice && read_by_links_only(*prev))) break;
+      through_shared = through_shared || !alone;
+      back.push_back(*links[*prev]);
+      if (!through_shared) exclusive = back.size();
       head = *prev;
     }
+    const std::vector<Link> chain(back.rbegin(), back.rend());
+    const size_t shared = chain.size() - exclusive;  // the first links, which stay
     int gathers = 0, moving = 0;
+    bool sliced = false;
     for (const Link& k : chain) {
       gathers += !k.shuffle;
-      moving += !k.shuffle || shuffle_moves_data(*k.shuffle);
+      moving += k.shuffle ? shuffle_moves_data(*k.shuffle) : k.moves;
+      sliced = sliced || (k.slice && k.moves);
     }
     if (gathers == 0) continue;
     const TensorId source = layers[chain.front().layer].inputs[0];
@@ -277,7 +350,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
     // indexed with [:, None, None, :] as traced) is a view of its source, even alone.
     if (volume(src.shape) == volume(res.shape) && is_identity(f.at)) {
       view(source, res.shape, name, result);
-      for (const Link& k : chain) gone[k.layer] = true;
+      for (size_t n = shared; n < chain.size(); ++n) gone[chain[n].layer] = true;
       ++rewritten;
       continue;
     }
@@ -288,7 +361,10 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
       if (!s.empty()) s.pop_back();
     }
     const auto g = as_row_gather(f.at, volume(src.shape) / unit, leading, unit);
-    if (!g || g->row * static_cast<int64_t>(dtype_size(src.dtype)) < kMinRowBytes) continue;
+    // Rows of single elements only where the backend gathers them fast and the chain had a slice
+    // that copies (not one range of its input, which runs as a view).
+    const bool small = g && g->row * static_cast<int64_t>(dtype_size(src.dtype)) < kMinRowBytes;
+    if (!g || (small && !(element_gathers && sliced))) continue;
     // source -> [outer, rows, row] -> gather of the rows -> [outer, Q, row] -> the result's shape.
     const int64_t q = static_cast<int64_t>(g->indices.size());
     const Shape rows_shape = {g->outer, g->rows, g->row}, gathered_shape = {g->outer, q, g->row};
@@ -304,7 +380,7 @@ int fold_gather_chains(Network& net, const std::set<std::string>& keep) {
     gp.axis = 1;
     now.push_back(Layer{name + ":gather", gp, {rows, idx}, {picked}});
     view(picked, res.shape, name, result);
-    for (const Link& k : chain) gone[k.layer] = true;
+    for (size_t n = shared; n < chain.size(); ++n) gone[chain[n].layer] = true;
     ++rewritten;
   }
   if (rewritten == 0) return 0;

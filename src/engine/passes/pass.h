@@ -53,6 +53,10 @@ struct BackendRules {
   // Fused elementwise layers read gathers by constant indices themselves (gathered inputs); the
   // CPU's fused loop would gather into a copy, as the gather layer does.
   bool gathered_inputs = false;
+  // Chains of shuffles and slices ending in slices fold into one gather by constant indices even
+  // where the gathered rows are single elements (gather_chains.cpp): its gather kernel copies
+  // small rows as typed words. The CUDA backend's is not measured on them yet.
+  bool element_gathers = false;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
   // Generates and compiles kernels for the built network into the target (cuda/codegen.h);

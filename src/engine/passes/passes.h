@@ -40,8 +40,12 @@ int gather_concat_slices(Network& net);
 // moves whole rows alike in each of a few outer blocks is one gather of rows by constant indices
 // between two views: swin's roll and window partition, and its window merge and roll back
 // (gather_chains.cpp); one that leaves every element in place (a gather by 0, 1, ..., n - 1) is a
-// view. Gathers by one of `keep` (a refittable plan's weights) stay as they are.
-int fold_gather_chains(Network& net, const std::set<std::string>& keep = {});
+// view. Gathers by one of `keep` (a refittable plan's weights) stay as they are. With
+// `element_gathers`, slices are links too, a chain may end in each of several slices of one
+// shuffle's result (each then a gather of its own), and single elements are rows: shufflenet's
+// channel shuffle (transpose, then two channel slices) as two gathers of channels.
+int fold_gather_chains(Network& net, const std::set<std::string>& keep = {},
+                       bool element_gathers = false);
 // Constants of finite values added to a matmul's result on its way to a softmax over the last
 // axis (through views that keep it) become the softmax's additive mask, their sum
 // (softmax_biases.cpp): swin's relative position bias and shifted-window mask.

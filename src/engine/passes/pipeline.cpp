@@ -210,7 +210,7 @@ std::vector<Pass> make_pipeline() {
   // Right after concat_slices, whose rolls are gathers that meet the shuffle chains (composed
   // above) here.
   p.push_back({"gather_chains", nullptr, [](Network& n, const PassContext& c) {
-                 return fold_gather_chains(n, c.refit_weights);
+                 return fold_gather_chains(n, c.refit_weights, c.backend.element_gathers);
                }});
   // After folding and the shuffle chains (a layer scale after a permute back meets its GEMM by
   // then), before the post-ops (the residual add after the scale then joins the GEMM) and the
