@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/network.h"
@@ -23,6 +24,13 @@ HostTensor random_tensor(DataType dtype, const Shape& shape, uint64_t seed, doub
 // A constant of the network holding random_tensor(f32, shape, seed, -0.5, 0.5) (weights).
 TensorId random_constant(Network& net, const std::string& name, const Shape& shape, uint64_t seed);
 HostTensor tensor_from(DataType dtype, const Shape& shape, const std::vector<double>& values);
+// How many layers of `net` have params P (GatherParams, SliceParams, ...).
+template <class P>
+int count_layers(const Network& net) {
+  int n = 0;
+  for (const Layer& l : net.layers()) n += std::holds_alternative<P>(l.params);
+  return n;
+}
 // Every element as double (f16/bf16 widened, integers exact up to 2^53).
 std::vector<double> to_doubles(const HostTensor& t);
 // activate(k, y, alpha, beta) (scalar_ops.h) of every element of an f32 tensor, but `nan_to` for

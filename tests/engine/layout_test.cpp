@@ -325,13 +325,8 @@ TEST(Layout, ChannelShufflesAndSlicesFollowTheData) {
   EXPECT_EQ(report.layout.transposes, 2) << report.to_string();
   // into channels-last and back; the shuffle and the two slices as two gathers
   EXPECT_EQ(count_moving_shuffles(plan.network.layers()), 2);
-  int gathers = 0, slices = 0;
-  for (const Layer& l : plan.network.layers()) {
-    gathers += std::holds_alternative<GatherParams>(l.params);
-    slices += std::holds_alternative<SliceParams>(l.params);
-  }
-  EXPECT_EQ(gathers, 2);
-  EXPECT_EQ(slices, 0);
+  EXPECT_EQ(testing::count_layers<GatherParams>(plan.network), 2);
+  EXPECT_EQ(testing::count_layers<SliceParams>(plan.network), 0);
   EXPECT_EQ(report.changes("gather_chains"), 2) << report.to_string();
 }
 

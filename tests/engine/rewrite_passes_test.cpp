@@ -106,11 +106,8 @@ TEST(Builder, ConcatOfSlicesOfOneTensorIsAGather) {
     BuildReport report;
     Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.changes("concat_slices"), c.gathers) << report.to_string();
-    int gathers = 0, concats = 0;
-    for (const Layer& l : plan.network.layers()) {
-      gathers += std::holds_alternative<GatherParams>(l.params);
-      concats += std::holds_alternative<ConcatParams>(l.params);
-    }
+    const int gathers = testing::count_layers<GatherParams>(plan.network);
+    const int concats = testing::count_layers<ConcatParams>(plan.network);
     EXPECT_EQ(gathers, c.gathers);
     EXPECT_EQ(concats, 1 - c.gathers);
     const std::vector<HostTensor> in = {testing::random_tensor(DataType::kF32, {2, 3, 5, 8}, 61),
@@ -196,11 +193,8 @@ TEST(Builder, ConcatOfStridedSlicesIsOneShuffle) {
     BuildReport report;
     Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.changes("strided_concats"), c.rewrites) << report.to_string();
-    int slices = 0, concats = 0;
-    for (const Layer& l : plan.network.layers()) {
-      slices += std::holds_alternative<SliceParams>(l.params);
-      concats += std::holds_alternative<ConcatParams>(l.params);
-    }
+    const int slices = testing::count_layers<SliceParams>(plan.network);
+    const int concats = testing::count_layers<ConcatParams>(plan.network);
     EXPECT_EQ(concats, 1 - c.rewrites);
     if (c.rewrites == 1) {
       EXPECT_EQ(slices, 0);
@@ -299,11 +293,7 @@ TEST(Builder, GathersThatKeepEveryElementInPlaceAreViews) {
     auto y = net.add("pick", GatherParams{GatherMode::kDefault, axis}, {data, idx});
     net.mark_output(net.add("double", ElementwiseParams{BinaryOp::kAdd}, {y, y}), "y");
     Plan plan = build(net, BuilderConfig{});
-    int gathers = 0;
-    for (const Layer& l : plan.network.layers()) {
-      gathers += std::holds_alternative<GatherParams>(l.params);
-    }
-    EXPECT_EQ(gathers, c.gathers);
+    EXPECT_EQ(testing::count_layers<GatherParams>(plan.network), c.gathers);
     const Shape in_shape = c.flatten ? Shape{1, 6} : Shape{2, 5, 3};
     const HostTensor in = testing::random_tensor(DataType::kF32, in_shape, 73);
     const auto built = run_engine(plan.network, {in});
@@ -406,13 +396,8 @@ TEST(Builder, ChannelShuffleSlicesAreGathersOfChannels) {
     BuildReport report;
     Plan plan = build(net, BuilderConfig{}, &report);
     EXPECT_EQ(report.changes("gather_chains"), 2) << report.to_string();
-    int gathers = 0, slices = 0;
-    for (const Layer& l : plan.network.layers()) {
-      gathers += std::holds_alternative<GatherParams>(l.params);
-      slices += std::holds_alternative<SliceParams>(l.params);
-    }
-    EXPECT_EQ(gathers, 2);
-    EXPECT_EQ(slices, 1);
+    EXPECT_EQ(testing::count_layers<GatherParams>(plan.network), 2);
+    EXPECT_EQ(testing::count_layers<SliceParams>(plan.network), 1);
     EXPECT_EQ(count_moving_shuffles(plan.network.layers()), view_out ? 2 : 1);
     const HostTensor in = testing::random_tensor(DataType::kF32, {2, 5, 5, 12}, 75);
     const auto built = run_engine(plan.network, {in});
