@@ -48,6 +48,19 @@ TEST(CudaResize, ModesAndDims) {
                 {random_tensor(DataType::kF32, {1, 2, 3, 4, 5}, 3)}, 1e-5, 1e-5);
   compare_layer(ResizeParams{ResizeMode::kNearest, {6, 6}, {}, false},
                 {random_tensor(DataType::kI64, {1, 2, 3, 3}, 4, -9, 9)});
+  // 2-d resizes take resize.cu's 32-bit kernels: bilinear upsampling as segmentation heads do it,
+  // in f16 and bf16 too, and nearest of 1-, 2- and 4-byte elements.
+  const HostTensor head = random_tensor(DataType::kF32, {2, 5, 9, 7}, 5);
+  compare_layer(ResizeParams{ResizeMode::kLinear, {72, 56}, {}, false}, {head}, 1e-5, 1e-5);
+  compare_layer(ResizeParams{ResizeMode::kCubic, {}, {3.0, 2.0}, true}, {head}, 1e-5, 1e-5);
+  for (DataType t : {DataType::kF16, DataType::kBF16}) {
+    compare_layer(ResizeParams{ResizeMode::kLinear, {36, 28}, {}, false},
+                  {random_tensor(t, {2, 5, 9, 7}, 7)}, 1e-2, 1e-2);
+  }
+  for (DataType t : {DataType::kU8, DataType::kF16, DataType::kI32}) {
+    compare_layer(ResizeParams{ResizeMode::kNearest, {}, {2.0, 3.0}, false},
+                  {random_tensor(t, {1, 3, 4, 5}, 6, 0, 9)});
+  }
 }
 
 TEST(CudaAttention, MasksAndBatches) {

@@ -115,9 +115,10 @@ TEST(CudaLayout, ChannelsLastCnnMatchesCpuInF32AndF16) {
 }
 
 // The depthwise kernels: 16-byte channel groups (C = 40 in f16, C = 36 in f32; C = 264 takes
-// several channel tiles) and the per-element fallback (C = 36 in f16, C = 6), 3x3 and 5x5, rows
-// whose width is no multiple of the strip, maps of several spatial tiles, strided, with bias,
-// clamp + residual or SiLU.
+// several channel tiles), strips of 4-channel words where 16-byte ones do not fit (C = 36 in f16)
+// and of 2-channel words (C = 58 as shufflenet_v2's, C = 6), the per-element fallback (C = 7),
+// 3x3, 5x5 and 7x7, rows whose width is no multiple of the strip, maps of several spatial tiles,
+// strided, with bias, clamp + residual or SiLU.
 TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   KILN_REQUIRE_GPU();
   // 15x13 outputs take the strip kernel (tiles want 14 columns or more); 37x35 and 29x30 the
@@ -125,8 +126,9 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   struct Map {
     int64_t c, h, w;
   };
-  for (const Map& m : {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{264, 15, 13},
-                       Map{40, 37, 35}, Map{264, 29, 30}}) {
+  for (const Map& m : {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{58, 15, 13},
+                       Map{7, 15, 13}, Map{264, 15, 13}, Map{40, 37, 35}, Map{264, 29, 30},
+                       Map{58, 29, 30}}) {
     const int64_t c = m.c, hw[2] = {m.h, m.w};
     for (int64_t k : {3, 5, 7}) {
       for (int64_t stride : {1, 2}) {

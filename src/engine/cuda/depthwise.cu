@@ -1,11 +1,13 @@
 // CUDA depthwise 2-d convolution on channels-last data (x [N, H, W, C], weights [C, kh, kw, 1],
 // one filter per channel), fp32 accumulation, bias, activation, residual and the second
 // activation in the same pass. Where channels come in 16-byte groups, each thread computes one
-// group of a strip of output pixels (3x3 and 5x5 filters, stride 1 or 2) or of one pixel (other
-// filters) with the block's filter taps in shared memory; otherwise one thread per output
-// element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
+// group of a strip of output pixels (3x3, 5x5 and 7x7 filters, stride 1 or 2) or of one pixel
+// (other filters) with the block's filter taps in shared memory; square filters over channels
+// that come only in 4 or 2 (shufflenet's 58 and 116) take the strips with words of 4 or 2
+// channels; otherwise one thread per output element with the channel innermost. cuDNN's NHWC grouped convolutions are slow for this
 // shape (bench/NOTES.md G4).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -173,13 +175,15 @@ __device__ __forceinline__ void store_strip(const DepthwiseArgs& a, const float 
 // Blocks are (strip chunk, channel tile) as in depthwise_nhwc_vec. V is 4 channels (8-byte words
 // in f16): with 8, the accumulators and the filter row took 100 registers, 2 blocks of 256
 // threads per multiprocessor; now at most 64 (4 blocks) in f16 and 85 (3 blocks) in f32, which
-// spilled at 64 (bench/NOTES.md G25).
+// spilled at 64 (bench/NOTES.md G25). Channel counts that are no multiple of 4 but of 2 take
+// words of V = 2 channels (at least 4 bytes: the loads go as 32-bit words).
 constexpr int kStrip = 4, kStripV = 4;
 
-template <class T, int K, int S>
+template <class T, int K, int S, int V>
 __global__ void __launch_bounds__(kVecThreads, sizeof(T) == 2 ? 4 : 3)
     depthwise_nhwc_strip(DepthwiseArgs a, int tile, int nstrips) {
-  constexpr int V = kStripV, IW = (kStrip - 1) * S + K;
+  constexpr int IW = (kStrip - 1) * S + K;
+  static_assert(sizeof(T) * V >= 4, "strip words are loaded as 32-bit words");
   using W = Pack<T, V>;
   using Raw = Pack<unsigned, sizeof(W) / 4>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -357,24 +361,43 @@ int channel_tile(int groups) {
   return (groups + tiles - 1) / tiles;
 }
 
+// The strip kernel over words of V channels; false where its channel tiles exceed the grid.
+template <class T, int V>
+bool launch_strip(cudaStream_t stream, const DepthwiseArgs& a) {
+  const int k = a.kh, s = a.sh;
+  const int strip_groups = static_cast<int>(a.c / V);
+  const int strip_tile = channel_tile(strip_groups);
+  const int strip_tiles = (strip_groups + strip_tile - 1) / strip_tile;
+  if (strip_tiles > 65535) return false;
+  const int strip_per_block = kVecThreads / strip_tile;
+  const int64_t nstrips = a.total / a.c / a.ow * ((a.ow + kStrip - 1) / kStrip);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(
+                      (nstrips + strip_per_block - 1) / strip_per_block, 65535)),
+                  static_cast<unsigned>(strip_tiles));
+  const size_t strip_smem = static_cast<size_t>(strip_tile) * V * k * k * sizeof(T);
+  const auto kernel =
+      k == 3   ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1, V> : depthwise_nhwc_strip<T, 3, 2, V>)
+      : k == 5 ? (s == 1 ? depthwise_nhwc_strip<T, 5, 1, V> : depthwise_nhwc_strip<T, 5, 2, V>)
+               : (s == 1 ? depthwise_nhwc_strip<T, 7, 1, V> : depthwise_nhwc_strip<T, 7, 2, V>);
+  kernel<<<grid, kVecThreads, strip_smem, stream>>>(a, strip_tile, static_cast<int>(nstrips));
+  return true;
+}
+
+// Whether x, y and the residual are aligned to `bytes`.
+bool aligned_to(const DepthwiseArgs& a, size_t bytes) {
+  const auto ok = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  return ok(a.x) && ok(a.y) && (!a.residual || ok(a.residual));
+}
+
 // Launches the vectorized kernels when channels, pointers and sizes allow; false otherwise.
 template <class T>
 bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   constexpr int V = Vec<T>::kN;
-  if (a.c % V != 0 || !aligned16(a.x) || !aligned16(a.y) ||
-      (a.residual && !aligned16(a.residual))) {
-    return false;
-  }
   const int64_t npix = a.total / a.c;
   const int64_t in_elems = a.total / a.oh / a.ow * a.h * a.w_in;
   if (a.total >= (int64_t{1} << 31) || in_elems >= (int64_t{1} << 31)) return false;
-  const int groups = static_cast<int>(a.c / V);
-  const int tile = channel_tile(groups);
-  const size_t smem = static_cast<size_t>(tile) * V * a.kh * a.kw * sizeof(T);
-  if (smem > kVecSmemBytes) return false;
-  const int per_block = kVecThreads / tile;
-  const unsigned tiles = static_cast<unsigned>((groups + tile - 1) / tile);
-  if (tiles > 65535) return false;
+  // Channels in 16-byte words.
+  const bool words16 = a.c % V == 0 && aligned_to(a, 16);
   const bool square = a.kh == a.kw && a.sh == a.sw && a.dh == 1 && a.dw == 1;
   const int k = a.kh, s = a.sh;
   const int64_t n = npix / (a.oh * a.ow);
@@ -384,8 +407,9 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
   // be idle (7x7x1152 5x5: 0.022 vs 0.029 ms; bench/NOTES.md G25).
   // 7x7 stride 1 (convnext's) too: its tile (14 x 22 words of 16 bytes per channel word, 46 KB
   // with the taps) fits the default shared memory; strided 7x7 would not.
-  if (square && (k == 5 || (k == 3 && s == 2) || (k == 7 && s == 1)) && (s == 1 || s == 2) &&
-      a.ow >= 14 && a.tiled && n <= 65535 && groups / TileShape<1>::G < 65535) {
+  if (words16 && square && (k == 5 || (k == 3 && s == 2) || (k == 7 && s == 1)) &&
+      (s == 1 || s == 2) && a.ow >= 14 && a.tiled && n <= 65535 &&
+      a.c / V / TileShape<1>::G < 65535) {
     const auto kernel = k == 7   ? launch_tiled<T, 7, 1>
                         : k == 3 ? (s == 1 ? launch_tiled<T, 3, 1> : launch_tiled<T, 3, 2>)
                                  : (s == 1 ? launch_tiled<T, 5, 1> : launch_tiled<T, 5, 2>);
@@ -393,23 +417,23 @@ bool launch_vec(cudaStream_t stream, const DepthwiseArgs& a) {
     return true;
   }
   static_assert(kStripV <= V && V % kStripV == 0, "strip words divide 16-byte words");
-  const int strip_groups = static_cast<int>(a.c / kStripV);
-  const int strip_tile = channel_tile(strip_groups);
-  const int strip_tiles = (strip_groups + strip_tile - 1) / strip_tile;
-  if (square && (k == 3 || k == 5 || k == 7) && (s == 1 || s == 2) && strip_tiles <= 65535) {
-    const int strip_per_block = kVecThreads / strip_tile;
-    const int64_t nstrips = npix / a.ow * ((a.ow + kStrip - 1) / kStrip);
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(
-                        (nstrips + strip_per_block - 1) / strip_per_block, 65535)),
-                    static_cast<unsigned>(strip_tiles));
-    const size_t strip_smem = static_cast<size_t>(strip_tile) * kStripV * k * k * sizeof(T);
-    const auto kernel =
-        k == 3   ? (s == 1 ? depthwise_nhwc_strip<T, 3, 1> : depthwise_nhwc_strip<T, 3, 2>)
-        : k == 5 ? (s == 1 ? depthwise_nhwc_strip<T, 5, 1> : depthwise_nhwc_strip<T, 5, 2>)
-                 : (s == 1 ? depthwise_nhwc_strip<T, 7, 1> : depthwise_nhwc_strip<T, 7, 2>);
-    kernel<<<grid, kVecThreads, strip_smem, stream>>>(a, strip_tile, static_cast<int>(nstrips));
-    return true;
+  // Strips of kStripV-channel words, or of 2-channel ones where the channels (shufflenet's 58)
+  // or the pointers allow only those.
+  if (square && (k == 3 || k == 5 || k == 7) && (s == 1 || s == 2)) {
+    if (a.c % kStripV == 0 && aligned_to(a, kStripV * sizeof(T))) {
+      if (launch_strip<T, kStripV>(stream, a)) return true;
+    } else if (a.c % 2 == 0 && aligned_to(a, 2 * sizeof(T))) {
+      if (launch_strip<T, 2>(stream, a)) return true;
+    }
   }
+  if (!words16) return false;
+  const int groups = static_cast<int>(a.c / V);
+  const int tile = channel_tile(groups);
+  const size_t smem = static_cast<size_t>(tile) * V * a.kh * a.kw * sizeof(T);
+  if (smem > kVecSmemBytes) return false;
+  const int per_block = kVecThreads / tile;
+  const unsigned tiles = static_cast<unsigned>((groups + tile - 1) / tile);
+  if (tiles > 65535) return false;
   const int64_t chunks = (npix + per_block - 1) / per_block;
   dim3 grid(static_cast<unsigned>(std::min<int64_t>(chunks, 2048)), tiles);
   depthwise_nhwc_vec<T><<<grid, kVecThreads, smem, stream>>>(a, tile, static_cast<int>(npix));

@@ -3,6 +3,7 @@
 // same taps), uploaded once per shape, and each thread sums its output's taps.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -87,6 +88,152 @@ __global__ void resize_kernel_t(const void* x, DataType xt, void* y, DataType yt
   }
 }
 
+// 2-d resizes (the trailing two dims) with 32-bit index math and the taps a dim known to the
+// compiler: bilinear and bicubic over float types, converted on the way out, and nearest as a
+// copy of the element's bytes. The generic kernel above divides 64-bit indices for every output
+// and every tap and converts through a runtime type switch: fcn_resnet50's head upsampling
+// ([32, 21, 28, 28] -> 224 x 224 in f16) took 1.26 ms there, 27 outputs a ns (bench/NOTES.md
+// G78). Taps are summed in the generic kernel's order (the first dim's fastest) and weighed by
+// the same products, so both give the same values.
+struct Resize2d {
+  int32_t out_h, out_w, in_w, in_plane, first_h, first_w;
+};
+
+template <class TI, class TO, int TAPS>
+__global__ void resize2d_kernel(const TI* x, TO* y, Resize2d d, const int64_t* index,
+                                const float* weight, int32_t total) {
+  for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    const int32_t ox = e % d.out_w, t = e / d.out_w;
+    const int32_t oy = t % d.out_h, plane = t / d.out_h;
+    const TI* src = x + plane * d.in_plane;
+    const int32_t th = d.first_h + oy * TAPS, tw = d.first_w + ox * TAPS;
+    int32_t row[TAPS];
+    float wh[TAPS];
+#pragma unroll
+    for (int i = 0; i < TAPS; ++i) {
+      row[i] = static_cast<int32_t>(index[th + i]) * d.in_w;
+      wh[i] = weight[th + i];
+    }
+    float acc = 0;
+#pragma unroll
+    for (int j = 0; j < TAPS; ++j) {
+      const int32_t col = static_cast<int32_t>(index[tw + j]);
+      const float ww = weight[tw + j];
+#pragma unroll
+      for (int i = 0; i < TAPS; ++i) acc += wh[i] * ww * static_cast<float>(src[row[i] + col]);
+    }
+    y[e] = static_cast<TO>(acc);
+  }
+}
+
+// Nearest: U is an unsigned word of the element's size.
+template <class U>
+__global__ void resize2d_nearest_kernel(const U* x, U* y, Resize2d d, const int64_t* index,
+                                        int32_t total) {
+  for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    const int32_t ox = e % d.out_w, t = e / d.out_w;
+    const int32_t oy = t % d.out_h, plane = t / d.out_h;
+    y[e] = x[plane * d.in_plane + static_cast<int32_t>(index[d.first_h + oy]) * d.in_w +
+             static_cast<int32_t>(index[d.first_w + ox])];
+  }
+}
+
+template <class TI, class TO>
+void launch_resize2d_typed(cudaStream_t stream, const void* x, void* y, const Resize2d& d,
+                           int taps, const int64_t* index, const float* weight, int32_t total) {
+  const unsigned grid = grid_for(total);
+  const auto* in = static_cast<const TI*>(x);
+  auto* out = static_cast<TO*>(y);
+  if (taps == 2) {
+    resize2d_kernel<TI, TO, 2><<<grid, kThreads, 0, stream>>>(in, out, d, index, weight, total);
+  } else {
+    resize2d_kernel<TI, TO, 4><<<grid, kThreads, 0, stream>>>(in, out, d, index, weight, total);
+  }
+}
+
+template <class TI>
+void launch_resize2d_from(DataType to, cudaStream_t stream, const void* x, void* y,
+                          const Resize2d& d, int taps, const int64_t* index, const float* weight,
+                          int32_t total) {
+  switch (to) {
+    case DataType::kF32:
+      return launch_resize2d_typed<TI, float>(stream, x, y, d, taps, index, weight, total);
+    case DataType::kF16:
+      return launch_resize2d_typed<TI, __half>(stream, x, y, d, taps, index, weight, total);
+    default:
+      return launch_resize2d_typed<TI, __nv_bfloat16>(stream, x, y, d, taps, index, weight,
+                                                      total);
+  }
+}
+
+bool is_floating_pair(DataType a, DataType b) {
+  const auto floating = [](DataType t) {
+    return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
+  };
+  return floating(a) && floating(b);
+}
+
+// Runs a 2-d resize on the kernels above where it is one; false otherwise (other ranks, more
+// than 2^31 elements, linear or cubic of non-float types, nearest that converts).
+bool try_resize2d(cudaStream_t stream, const ResizeParams& p, const TensorView& in,
+                  const TensorView& out, const ResizeDims& dims, const int64_t* index,
+                  const float* weight) {
+  const int64_t limit = int64_t{1} << 31;
+  if (dims.spatial != 2 || out.numel() >= limit || in.numel() >= limit) return false;
+  const bool nearest = p.mode == ResizeMode::kNearest;
+  if (nearest ? in.dtype != out.dtype : !is_floating_pair(in.dtype, out.dtype)) return false;
+  if (!nearest && dims.taps[0] != dims.taps[1]) return false;
+  if (!nearest && dims.taps[0] != 2 && dims.taps[0] != 4) return false;
+  Resize2d d{};
+  d.out_h = static_cast<int32_t>(dims.out[0]), d.out_w = static_cast<int32_t>(dims.out[1]);
+  d.in_w = static_cast<int32_t>(dims.in_stride[0]);
+  d.in_plane = static_cast<int32_t>(dims.in_plane);
+  d.first_h = static_cast<int32_t>(dims.first[0]), d.first_w = static_cast<int32_t>(dims.first[1]);
+  const auto total = static_cast<int32_t>(out.numel());
+  const unsigned grid = grid_for(total);
+  if (nearest) {
+    switch (dtype_size(in.dtype)) {
+      case 1:
+        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
+            static_cast<const uint8_t*>(in.data), static_cast<uint8_t*>(out.data), d, index, total);
+        return true;
+      case 2:
+        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
+            static_cast<const uint16_t*>(in.data), static_cast<uint16_t*>(out.data), d, index,
+            total);
+        return true;
+      case 4:
+        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
+            static_cast<const uint32_t*>(in.data), static_cast<uint32_t*>(out.data), d, index,
+            total);
+        return true;
+      case 8:
+        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
+            static_cast<const uint64_t*>(in.data), static_cast<uint64_t*>(out.data), d, index,
+            total);
+        return true;
+      default:
+        return false;
+    }
+  }
+  const int taps = dims.taps[0];
+  switch (in.dtype) {
+    case DataType::kF32:
+      launch_resize2d_from<float>(out.dtype, stream, in.data, out.data, d, taps, index, weight,
+                                  total);
+      break;
+    case DataType::kF16:
+      launch_resize2d_from<__half>(out.dtype, stream, in.data, out.data, d, taps, index, weight,
+                                   total);
+      break;
+    default:
+      launch_resize2d_from<__nv_bfloat16>(out.dtype, stream, in.data, out.data, d, taps, index,
+                                          weight, total);
+      break;
+  }
+  return true;
+}
+
 void resize_kernel(KernelArgs& args) {
   const auto& p = std::get<ResizeParams>(args.layer.params);
   const TensorView &in = args.inputs[0], &out = args.outputs[0];
@@ -139,6 +286,10 @@ void resize_kernel(KernelArgs& args) {
     tables = fresh.get();
     state->tables[key] = std::move(fresh);
     state->order.push_back(key);
+  }
+  if (try_resize2d(args.stream(), p, in, out, tables->dims, tables->index, tables->weight)) {
+    KILN_CUDA_CHECK_LAUNCH(args.layer.name);
+    return;
   }
   const int64_t total = out.numel();
   resize_kernel_t<<<grid_for(total), kThreads, 0, args.stream()>>>(
