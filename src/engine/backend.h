@@ -28,8 +28,11 @@ struct KernelChoice {
   std::vector<uint8_t> data;
 };
 
-// A dense row-major tensor where a backend keeps it: host memory for the CPU, device memory of
-// the engine's device for CUDA.
+// A row-major tensor where a backend keeps it: host memory for the CPU, device memory of the
+// engine's device for CUDA. Dense, unless it sits in a wider tensor (an input of an in-place
+// concat, ConcatParams::in_place): then its elements come in rows of `row` elements (the dims from
+// the concat's axis on), row r starting `pitch` elements after row r - 1. Only the layers
+// reads_placed / writes_placed name (layers.h) are given such tensors.
 struct TensorRef {
   DataType dtype = DataType::kF32;
   Shape shape;
@@ -37,7 +40,11 @@ struct TensorRef {
   // The runtime's promise that these bytes never change while the engine lives (an engine
   // weight), so a kernel may cache what it derives from them keyed by `data` alone.
   bool constant = false;
+  int64_t row = 0, pitch = 0;  // 0: dense
   int64_t numel() const { return volume(shape); }
+  bool dense() const { return pitch == 0; }
+  // Each dim's stride in elements (contiguous_strides when dense).
+  std::vector<int64_t> strides() const { return placed_strides(shape, row, pitch); }
   template <class T>
   T* as() const {
     return static_cast<T*>(data);

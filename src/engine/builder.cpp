@@ -75,6 +75,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
     on_off(&config.excitation_projection);
   } else if (name == "cast_into_shuffle") {
     on_off(&config.cast_into_shuffle);
+  } else if (name == "concat_in_place") {
+    on_off(&config.concat_in_place);
   } else if (name == "decompose_attention") {
     on_off(&config.decompose_attention);
   } else if (name == "attention_mask_biases") {
@@ -111,7 +113,8 @@ void apply_switch(BuilderConfig& config, const std::string& name_value) {
   } else {
     KILN_THROW(InvalidArgument, "unknown switch `", name_value,
                "` (switches: conv_layout, squeeze_excitation, excitation_projection, "
-               "cast_into_shuffle, decompose_attention, attention_mask_biases, cuda_pointwise, "
+               "cast_into_shuffle, concat_in_place, decompose_attention, attention_mask_biases, "
+               "cuda_pointwise, "
                "cuda_depthwise, cuda_grouped, gemm_fold, gemm_timing, gemm_split_k, gemm_skinny, "
                "attention_key_split, attention_cudnn, cuda_codegen, reuse_algorithms, "
                "first_call_gemm, repeat_tuning, programmatic_launch, choose_at_build, cuda_arch)");

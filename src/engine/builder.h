@@ -50,6 +50,8 @@ struct BuilderConfig {
   // (off: the general attention kernel; G51).
   bool excitation_projection = true;
   bool cast_into_shuffle = true;
+  // Concats whose inputs are written in place (concat_in_place.cpp; bench/NOTES.md G79).
+  bool concat_in_place = true;
   bool decompose_attention = true;
   // cuda f16/bf16 attention with a bool mask reads it as an additive bias made once for all the
   // layers reading it (attention_mask_biases.cpp), as cuDNN's fused attention needs it. Off until
@@ -97,7 +99,8 @@ struct BuildReport {
 
 // Sets a measurement switch given as "name=value" (kilnc --switch) and records it in
 // config.switches: conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off,
-// excitation_projection=on|off, cast_into_shuffle=on|off, decompose_attention=on|off,
+// excitation_projection=on|off, cast_into_shuffle=on|off, concat_in_place=on|off,
+// decompose_attention=on|off,
 // attention_mask_biases=on|off, choose_at_build=on|off set the fields above; the CUDA kernels'
 // cuda_pointwise=auto|cudnn, cuda_depthwise=auto|strip, cuda_grouped=auto|cudnn|kernel,
 // gemm_fold=on|off, gemm_timing=on|off, gemm_split_k=on|off, gemm_skinny=off|on|only,

@@ -200,10 +200,16 @@ struct NormalizationParams {
 struct ConcatParams {
   int64_t axis = 0;
   bool stack = false;  // torch.stack: inserts a new axis
+  // Set by the builder's concat_in_place pass: the inputs are written where they sit in the
+  // output (each a strided view of it, TensorRef::row and pitch), or in the output of the
+  // in-place concat whose inputs include all of these in order (a dense block's growing concats
+  // share the bytes of its last one), so the layer moves nothing.
+  bool in_place = false;
   template <class V>
   void fields(V& v) {
     v("axis", axis);
     v("stack", stack);
+    v("in_place", in_place);
   }
 };
 

@@ -10,6 +10,19 @@
 
 namespace kiln::engine {
 
+bool reads_placed(const Layer& layer) {
+  const LayerParams& p = layer.params;
+  if (const auto* c = std::get_if<ConcatParams>(&p)) return !c->stack;
+  if (const auto* f = std::get_if<FusedElementwiseParams>(&p)) return f->gathers.empty();
+  return std::holds_alternative<ElementwiseParams>(p) || std::holds_alternative<UnaryParams>(p) ||
+         std::holds_alternative<ActivationParams>(p);
+}
+
+bool writes_placed(const Layer& layer) {
+  const auto* c = std::get_if<ConcatParams>(&layer.params);
+  return c != nullptr && !c->stack;
+}
+
 int count_moving_shuffles(const std::vector<Layer>& layers) {
   int n = 0;
   for (const Layer& l : layers) {

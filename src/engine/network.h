@@ -69,6 +69,12 @@ struct Layer {
   std::vector<TensorId> outputs;
 };
 
+// The layers every backend runs on tensors placed in wider ones (TensorRef::row and pitch; the
+// concat_in_place pass): reading them, concats and the elementwise family (binary, unary,
+// activation, fused chains without gathered inputs); writing one, concats.
+bool reads_placed(const Layer& layer);
+bool writes_placed(const Layer& layer);
+
 // The layers of `layers` that are shuffles moving elements (shuffle_moves_data): the transposes
 // and layout changes a plan still runs.
 int count_moving_shuffles(const std::vector<Layer>& layers);

@@ -20,9 +20,9 @@ constexpr char kPlanMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'A', 'N'};
 // with an op: sum, prod, max, min, logsumexp), multiply/max/min scatter reductions. 11: packed
 // attention's key/value heads (grouped-query attention). 12: RMS normalization. 13: masked and
 // causal softmax. 14: gathered inputs of fused elementwise layers. 15: the nonzero layer. 16:
-// tf32 in attention parameters. 17: the kernels' choices made while building. Plans of older
-// versions are refused (rebuilding them is the supported upgrade path).
-constexpr uint32_t kPlanFormatVersion = 17;
+// tf32 in attention parameters. 17: the kernels' choices made while building. 18: in-place concats.
+// Plans of older versions are refused (rebuilding them is the supported upgrade path).
+constexpr uint32_t kPlanFormatVersion = 18;
 
 // A weight of the network a plan was built from: its name there, dtype and shape.
 struct SourceWeight {

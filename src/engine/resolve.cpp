@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <tuple>
 
 #include "engine/layer_kinds.h"
+#include "engine/layers/setup.h"
 #include "engine/runtime.h"
 #include "util/errors.h"
 
@@ -99,6 +101,95 @@ std::optional<int64_t> contiguous_gather_offset(const GatherParams& p, const Ten
 }
 
 }  // namespace
+
+// In-place concats, from the last: each places its inputs in its output, which may itself sit in
+// a later one's (a concat of concats along the same axis), or, where a later one has placed all
+// its inputs already, in order and along the same rows, it is a view of those bytes (the growing
+// concats of a dense block). Either way it never runs. Where neither holds (shapes only known
+// while running, a network output, inputs placed by different concats), it runs as a concat
+// (which reads and writes placed tensors), so what the runtime places is always a choice of
+// speed: the builder's concat_in_place pass has seen to it that everything reading a tensor that
+// may be placed takes one.
+void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
+  const auto& layers = engine_->network().layers();
+  std::vector<int64_t> writer(res_.descs.size(), -1);
+  for (size_t li = 0; li < layers.size(); ++li) {
+    for (TensorId id : layers[li].outputs)
+      writer[static_cast<size_t>(id)] = static_cast<int64_t>(li);
+  }
+  const auto root = [&](size_t t) {
+    return res_.alias_of[t] >= 0 ? static_cast<size_t>(res_.alias_of[t]) : t;
+  };
+  for (size_t li = layers.size(); li-- > 0;) {
+    const Layer& layer = layers[li];
+    const auto* c = std::get_if<ConcatParams>(&layer.params);
+    if (!c || !c->in_place || c->stack || layer.outputs.size() != 1 || layer.inputs.empty()) {
+      continue;
+    }
+    const size_t out = static_cast<size_t>(layer.outputs[0]);
+    const TensorDesc& od = res_.descs[out];
+    bool ok = !is_output[out] && !res_.data_dependent[out] && !od.values.has_value();
+    std::vector<TensorRef> refs;
+    std::vector<size_t> ins;
+    size_t placed = 0;
+    for (TensorId id : layer.inputs) {
+      const size_t t = static_cast<size_t>(id);
+      const TensorDesc& d = res_.descs[t];
+      ok = ok && !is_output[t] && !res_.data_dependent[t] && !d.values.has_value() &&
+           d.dtype == od.dtype && std::find(ins.begin(), ins.end(), t) == ins.end();
+      refs.push_back({d.dtype, d.shape});
+      ins.push_back(t);
+      placed += res_.alias_of[t] >= 0 ? 1 : 0;
+    }
+    if (!ok) continue;
+    const ConcatRows r = concat_rows(layer.name, *c, refs);
+    const int64_t es = static_cast<int64_t>(dtype_size(od.dtype));
+    const int64_t row = static_cast<int64_t>(r.row) / es;
+    // A single row is dense wherever it sits.
+    const auto rows_of = [&](int64_t width, int64_t pitch) {
+      return r.outer == 1 ? std::pair<int64_t, int64_t>{0, 0} : std::pair{width, pitch};
+    };
+    if (placed == 0) {
+      // Its inputs go into its output (itself dense, or rows of `row` elements of a wider one),
+      // each written there by the concat (or copy) that computes it, or by any layer where it is
+      // one contiguous range.
+      const bool fits = res_.pitch[out] == 0 || res_.row[out] == row;
+      for (size_t t : ins) {
+        const int64_t w = writer[t];
+        ok = ok && w >= 0 && !std::holds_alternative<ConstantParams>(layers[w].params) &&
+             (r.outer == 1 || writes_placed(layers[static_cast<size_t>(w)]));
+      }
+      if (!ok || !fits) continue;
+      const int64_t pitch = res_.pitch[out] != 0 ? res_.pitch[out] : row;
+      for (size_t k = 0; k < ins.size(); ++k) {
+        const size_t t = ins[k];
+        res_.alias_of[t] = static_cast<int64_t>(root(out));
+        res_.alias_offset[t] = res_.alias_offset[out] + static_cast<int64_t>(r.at[k]);
+        std::tie(res_.row[t], res_.pitch[t]) =
+            rows_of(static_cast<int64_t>(r.chunk[k]) / es, pitch);
+      }
+      res_.view_layer[li] = true;
+      continue;
+    }
+    if (placed != ins.size() || res_.alias_of[out] >= 0) continue;
+    // A view of the bytes its inputs were placed in, if they lie there in order along rows.
+    const size_t t0 = ins[0];
+    const int64_t pitch = res_.pitch[t0];
+    bool view = true;
+    for (size_t k = 0; view && k < ins.size(); ++k) {
+      const size_t t = ins[k];
+      const int64_t width = static_cast<int64_t>(r.chunk[k]) / es;
+      view = res_.alias_of[t] == res_.alias_of[t0] &&
+             res_.alias_offset[t] == res_.alias_offset[t0] + static_cast<int64_t>(r.at[k]) &&
+             res_.pitch[t] == pitch && (pitch == 0 ? r.outer == 1 : res_.row[t] == width);
+    }
+    if (!view) continue;
+    res_.alias_of[out] = res_.alias_of[t0];
+    res_.alias_offset[out] = res_.alias_offset[t0];
+    std::tie(res_.row[out], res_.pitch[out]) = rows_of(row, pitch);
+    res_.view_layer[li] = true;
+  }
+}
 
 void ExecutionContext::resolve_shapes() {
   if (resolved_) return;
@@ -194,8 +285,12 @@ void ExecutionContext::resolve_shapes() {
     const int64_t a = res_.alias_of[static_cast<size_t>(id)];
     return a >= 0 ? static_cast<size_t>(a) : static_cast<size_t>(id);
   };
+  res_.row.assign(net.num_tensors(), 0);
+  res_.pitch.assign(net.num_tensors(), 0);
+  place_concats(is_output);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
+    if (res_.view_layer[li]) continue;  // an in-place concat
     std::optional<int64_t> offset;
     size_t source = 0, arity = 1;  // the input the view shares bytes with; the layer's inputs
     if (const auto* sh = std::get_if<ShuffleParams>(&layer.params)) {
@@ -224,7 +319,8 @@ void ExecutionContext::resolve_shapes() {
     const size_t out = static_cast<size_t>(layer.outputs[0]);
     const size_t in = static_cast<size_t>(layer.inputs[source]);
     if (is_output[out] || (!computed && res_.descs[out].values.has_value()) ||
-        res_.data_dependent[out] || res_.data_dependent[in]) {
+        res_.data_dependent[out] || res_.data_dependent[in] || res_.pitch[in] != 0 ||
+        res_.alias_of[out] >= 0) {
       continue;
     }
     res_.view_source[li] = source;
@@ -246,7 +342,11 @@ void ExecutionContext::resolve_shapes() {
     if (std::holds_alternative<ConstantParams>(layer.params)) continue;
     if (res_.view_layer[li]) {
       if (device_read[static_cast<size_t>(layer.outputs[0])]) {
-        device_read[static_cast<size_t>(layer.inputs[res_.view_source[li]])] = true;
+        if (std::holds_alternative<ConcatParams>(layer.params)) {  // in place: all its inputs
+          for (TensorId id : layer.inputs) device_read[static_cast<size_t>(id)] = true;
+        } else {
+          device_read[static_cast<size_t>(layer.inputs[res_.view_source[li]])] = true;
+        }
       }
       continue;
     }
@@ -274,12 +374,14 @@ void ExecutionContext::resolve_shapes() {
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];
     if (res_.host_layer[li]) continue;
-    // A view's readers keep the bytes it shares alive.
+    // A view's readers keep the bytes it shares alive; the first layer writing a tensor placed
+    // in an in-place concat's output makes the bytes of that output live.
     for (TensorId id : layer.inputs) last[root(id)] = static_cast<int>(li);
     if (std::holds_alternative<ConstantParams>(layer.params) || res_.view_layer[li]) continue;
     for (TensorId id : layer.outputs) {
-      first[static_cast<size_t>(id)] = static_cast<int>(li);
-      last[static_cast<size_t>(id)] = std::max(last[static_cast<size_t>(id)], static_cast<int>(li));
+      const size_t r = root(id);
+      if (first[r] < 0) first[r] = static_cast<int>(li);
+      last[r] = std::max(last[r], static_cast<int>(li));
     }
   }
   std::vector<BufferLifetime> lifetimes;

@@ -334,15 +334,23 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
     ins.clear();
     outs.clear();
     bool values_known = true;  // shape tensors: computed on the host while shapes resolved
+    bool placed_in = false, placed_out = false;
     for (TensorId id : layer.inputs) {
       const size_t t = static_cast<size_t>(id);
-      ins.push_back({res_.descs[t].dtype, res_.descs[t].shape, where[t], res_.constant[t]});
+      ins.push_back({res_.descs[t].dtype, res_.descs[t].shape, where[t], res_.constant[t],
+                     res_.row[t], res_.pitch[t]});
+      placed_in = placed_in || res_.pitch[t] != 0;
     }
     for (TensorId id : layer.outputs) {
       const size_t t = static_cast<size_t>(id);
-      outs.push_back({res_.descs[t].dtype, res_.descs[t].shape, where[t]});
+      outs.push_back(
+          {res_.descs[t].dtype, res_.descs[t].shape, where[t], false, res_.row[t], res_.pitch[t]});
       values_known = values_known && res_.descs[t].values.has_value();
+      placed_out = placed_out || res_.pitch[t] != 0;
     }
+    KILN_CHECK((!placed_in || reads_placed(layer)) && (!placed_out || writes_placed(layer)),
+               InternalError, "layer `", layer.name, "` (", layer_kind_name(layer.params),
+               ") was given a tensor placed in a concat's output, which it cannot take");
     if (values_known) {
       for (size_t k = 0; k < outs.size(); ++k) {
         backend_->write_values(outs[k], *res_.descs[static_cast<size_t>(layer.outputs[k])].values);

@@ -176,6 +176,9 @@ class ExecutionContext {
 
  private:
   void resolve_shapes();
+  // resolve_shapes' placement of in-place concats' inputs in their outputs (alias_of, row, pitch,
+  // view_layer).
+  void place_concats(const std::vector<bool>& is_output);
   // Every layer once, reading `inputs` and writing `outputs` (on the stream for cuda engines).
   void enqueue(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
   void execute_layers(const std::vector<void*>& where);
@@ -202,6 +205,10 @@ class ExecutionContext {
     std::vector<int64_t> alias_offset;
     std::vector<bool> view_layer;
     std::vector<size_t> view_source;  // the input a view layer shares bytes with
+    // Per tensor: placed in an in-place concat's output (ConcatParams::in_place) as rows of `row`
+    // elements `pitch` elements apart (TensorRef), or 0 and 0 where dense. Such a concat is a
+    // view layer of all its inputs.
+    std::vector<int64_t> row, pitch;
     // Per layer: whether its outputs are values known on the host (shape arithmetic) that
     // nothing reads on the device (they only size other tensors), so it never runs.
     std::vector<bool> host_layer;

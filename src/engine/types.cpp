@@ -95,6 +95,20 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   return strides;
 }
 
+std::vector<int64_t> placed_strides(const Shape& s, int64_t row, int64_t pitch) {
+  std::vector<int64_t> strides(s.size());
+  int64_t stride = 1;
+  bool outer = pitch == 0;
+  for (size_t i = s.size(); i-- > 0;) {
+    if (!outer && stride == row) stride = pitch, outer = true;
+    strides[i] = stride;
+    stride *= std::max<int64_t>(s[i], 1);
+  }
+  KILN_CHECK(outer || stride == row, InternalError, "a tensor of shape ", shape_to_string(s),
+             " has no rows of ", row, " elements");
+  return strides;
+}
+
 int normalize_axis(int64_t axis, size_t rank, const std::string& what) {
   const int64_t r = static_cast<int64_t>(rank);
   const int64_t a = axis < 0 ? axis + r : axis;

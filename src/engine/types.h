@@ -26,6 +26,10 @@ int64_t volume(const Shape& s);               // product of dims; requires a sta
 std::string shape_to_string(const Shape& s);  // "[1, 3, ?, 224]"
 // Row-major strides, in elements.
 std::vector<int64_t> contiguous_strides(const Shape& s);
+// The strides of a tensor of shape `s` whose elements come in rows of `row` elements (a suffix of
+// its dims), each `pitch` elements after the one before: a tensor placed in a wider one along an
+// axis (TensorRef). contiguous_strides(s) where pitch is 0.
+std::vector<int64_t> placed_strides(const Shape& s, int64_t row, int64_t pitch);
 // The channels-last order of a [N, C, spatial...] shape, [N, spatial..., C], and back. Shapes of
 // rank < 3 are returned unchanged.
 Shape to_channels_last(const Shape& channels_first);

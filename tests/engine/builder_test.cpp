@@ -206,7 +206,7 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
   for (const Pass& p : builder_pipeline()) names.push_back(p.name);
   ASSERT_GE(names.size(), 10u);
   EXPECT_EQ(names.front(), "scale_shift");
-  EXPECT_EQ(names.back(), "gathered_inputs");
+  EXPECT_EQ(names.back(), "concat_in_place");
   Network net;
   auto x = net.add_input("x", DataType::kF32, {2, 3});
   net.mark_output(net.add("r", ActivationParams{ActivationKind::kRelu}, {x}), "y");
@@ -219,8 +219,9 @@ TEST(Builder, CpuBuildsRunTheCpuPasses) {
         "cast_into_shuffle", "gelu_tanh", "gathered_inputs"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), cuda_only), 0) << cuda_only;
   }
-  for (const char* both : {"scale_shift", "layout", "fold_constants", "dead_layers",
-                           "attention_projections", "post_ops", "fuse_elementwise"}) {
+  for (const char* both :
+       {"scale_shift", "layout", "fold_constants", "dead_layers", "attention_projections",
+        "post_ops", "fuse_elementwise", "concat_in_place"}) {
     EXPECT_EQ(std::count(ran.begin(), ran.end(), both), 1) << both;
   }
 }
@@ -242,14 +243,20 @@ TEST(Builder, SwitchesSetTheConfigAndAreRecordedInThePlan) {
   }
   apply_switch(config, "choose_at_build=off");
   EXPECT_FALSE(config.choose_at_build);
+  {
+    BuilderConfig copies;
+    EXPECT_TRUE(copies.concat_in_place);
+    apply_switch(copies, "concat_in_place=off");
+    EXPECT_FALSE(copies.concat_in_place);
+  }
   EXPECT_FALSE(config.cast_into_shuffle);
   EXPECT_EQ(config.conv_layout, ConvLayout::kChannelsFirst);
   EXPECT_EQ(config.squeeze_excitation, std::optional<bool>(true));
   for (const char* bad :
        {"cast_into_shuffle=maybe", "conv_layout=nhwc", "no_such_switch=on", "excitation_projection",
         "gemm_fold=maybe", "cuda_pointwise=strip", "cuda_depthwise=cudnn", "cuda_grouped=strip",
-        "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000",
-        "cuda_arch=", "choose_at_build=later", "attention_mask_biases=maybe"}) {
+        "cuda_arch=9", "cuda_arch=090", "cuda_arch=sm90", "cuda_arch=1000", "cuda_arch=",
+        "choose_at_build=later", "attention_mask_biases=maybe", "concat_in_place=yes"}) {
     try {
       BuilderConfig c;
       apply_switch(c, bad);

@@ -126,9 +126,9 @@ TEST(CudaLayout, DepthwiseKernelsMatchCpu) {
   struct Map {
     int64_t c, h, w;
   };
-  for (const Map& m : {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{58, 15, 13},
-                       Map{7, 15, 13}, Map{264, 15, 13}, Map{40, 37, 35}, Map{264, 29, 30},
-                       Map{58, 29, 30}}) {
+  for (const Map& m :
+       {Map{40, 15, 13}, Map{36, 15, 13}, Map{6, 15, 13}, Map{58, 15, 13}, Map{7, 15, 13},
+        Map{264, 15, 13}, Map{40, 37, 35}, Map{264, 29, 30}, Map{58, 29, 30}}) {
     const int64_t c = m.c, hw[2] = {m.h, m.w};
     for (int64_t k : {3, 5, 7}) {
       for (int64_t stride : {1, 2}) {
@@ -640,6 +640,56 @@ TEST(CudaLayout, ChannelShufflesOfChannelsLastDataMatchCpu) {
     EXPECT_EQ(count_moving_shuffles(r.gpu_plan.network.layers()), 3);
     const double tol = low == DataType::kF32 ? 1e-4 : 2e-2;
     cuda_testing::expect_match(r, tol, tol);
+  }
+}
+
+// A dense block on channels-last data (issue #28's concat elision): every concat in place, each
+// map copied once into the block's buffer, the inner concats strided views read by the generated
+// batch norm + ReLU kernels (16-byte vectors where the growth keeps rows and pitch in whole
+// vectors, one element a thread where it does not: 4 channels of f16). Matches the CPU, which
+// builds it in place too, in f32 and f16.
+TEST(CudaLayout, DenseBlockConcatsInPlaceMatchCpu) {
+  KILN_REQUIRE_GPU();
+  for (DataType low : {DataType::kF32, DataType::kF16}) {
+    for (int64_t growth : {8, 4}) {
+      SCOPED_TRACE(std::string(dtype_name(low)) + ", growth " + std::to_string(growth));
+      uint64_t seed = 60;
+      auto r = cuda_testing::run_both(
+          {random_tensor(DataType::kF32, {3, 16, 10, 9}, 59)},
+          [&](Network& net, const std::vector<TensorId>& in) {
+            std::vector<TensorId> maps = {
+                net.add("stem", conv(0),
+                        {in[0], constant(net, "w", {16, 16, 1, 1}, seed++),
+                         constant(net, "b", {16}, seed++)})};
+            int64_t c = 16;
+            for (int k = 0; k < 3; ++k) {
+              const std::string n = std::to_string(k);
+              const TensorId cat =
+                  maps.size() == 1 ? maps[0] : net.add("cat" + n, ConcatParams{1, false}, maps);
+              TensorId t = net.add("scale" + n, ElementwiseParams{BinaryOp::kMul},
+                                   {cat, constant(net, "s" + n, {c, 1, 1}, seed++)});
+              t = net.add("shift" + n, ElementwiseParams{BinaryOp::kAdd},
+                          {t, constant(net, "t" + n, {c, 1, 1}, seed++)});
+              t = net.add("relu" + n, ActivationParams{ActivationKind::kRelu}, {t});
+              maps.push_back(net.add("conv" + n, conv(1, 1, 1, false),
+                                     {t, constant(net, "w" + n, {growth, c, 3, 3}, seed++)}));
+              c += growth;
+            }
+            const TensorId out = net.add("out", ConcatParams{1, false}, maps);
+            return std::vector<TensorId>{net.add("head", conv(0, 1, 1, false),
+                                                 {out, constant(net, "wh", {8, c, 1, 1}, seed++)})};
+          },
+          computing_in(low));
+      int in_place = 0;
+      for (const Layer& l : r.gpu_plan.network.layers()) {
+        const auto* c = std::get_if<ConcatParams>(&l.params);
+        in_place += c && c->in_place;
+      }
+      EXPECT_EQ(in_place, 3);
+      EXPECT_EQ(cuda_testing::count_layers(r.gpu_plan, "concat"), 3 + 4);  // 4 copies
+      const double tol = low == DataType::kF32 ? 1e-4 : 2e-2;
+      cuda_testing::expect_match(r, tol, tol);
+    }
   }
 }
 

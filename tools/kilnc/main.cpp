@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   app.add_option("--switch", switches,
                  "measurement switch NAME=VALUE (repeatable; for A/B timings): the builder's "
                  "conv_layout=auto|channels_first|channels_last, squeeze_excitation=on|off, "
-                 "excitation_projection=on|off, cast_into_shuffle=on|off, "
+                 "excitation_projection=on|off, cast_into_shuffle=on|off, concat_in_place=on|off, "
                  "decompose_attention=on|off, attention_mask_biases=on|off, "
                  "choose_at_build=on|off; the CUDA kernels' "
                  "cuda_pointwise=auto|cudnn, "

@@ -19,7 +19,9 @@ constexpr size_t kSmallRank = 16;
 // becomes [N*C, H*W] with inner stride 0: runs of one value instead of per-element index math.
 class BroadcastMap {
  public:
-  BroadcastMap(const Shape& in, const Shape& out);
+  BroadcastMap(const Shape& in, const Shape& out) : BroadcastMap(in, contiguous_strides(in), out) {}
+  // An input laid out with `in_strides` (a tensor placed in a wider one: TensorRef::strides).
+  BroadcastMap(const Shape& in, const std::vector<int64_t>& in_strides, const Shape& out);
   bool contiguous() const { return identity_; }
   bool scalar() const { return scalar_; }
   // Offsets of output elements [start, start + n) in the input.

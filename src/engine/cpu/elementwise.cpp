@@ -14,10 +14,10 @@
 
 namespace kiln::engine::cpu {
 
-BroadcastMap::BroadcastMap(const Shape& in, const Shape& out) {
-  identity_ = in == out;
+BroadcastMap::BroadcastMap(const Shape& in, const std::vector<int64_t>& in_strides,
+                           const Shape& out) {
+  identity_ = in == out && in_strides == contiguous_strides(in);
   scalar_ = volume(in) == 1;
-  const auto in_strides = contiguous_strides(in);
   const size_t offset = out.size() - in.size();
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == 1) continue;  // contributes nothing to any offset
@@ -65,7 +65,7 @@ void run_program(const std::string& layer, const std::vector<FusedOp>& ops,
                  const std::vector<TensorView>& inputs, const TensorView& out) {
   const int64_t total = out.numel();
   std::vector<BroadcastMap> maps;
-  for (const auto& in : inputs) maps.emplace_back(in.shape, out.shape);
+  for (const auto& in : inputs) maps.emplace_back(in.shape, in.strides(), out.shape);
   const size_t num_regs = inputs.size() + ops.size();
   const int64_t blocks = (total + kBlock - 1) / kBlock;
   int error = 0;
@@ -136,7 +136,7 @@ void run_float_program(const std::vector<FusedOp>& ops, const std::vector<Tensor
                        const TensorView& out) {
   const int64_t total = out.numel();
   std::vector<BroadcastMap> maps;
-  for (const auto& in : inputs) maps.emplace_back(in.shape, out.shape);
+  for (const auto& in : inputs) maps.emplace_back(in.shape, in.strides(), out.shape);
   const size_t num_in = inputs.size(), num_regs = num_in + ops.size();
   const bool direct_out = out.dtype == DataType::kF32 && !ops.empty();
   const int64_t blocks = (total + kBlock - 1) / kBlock;

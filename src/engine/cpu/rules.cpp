@@ -21,6 +21,7 @@ BackendRules cpu_backend_rules() {
   r.squeeze_excitation = [](int64_t, int64_t, bool) { return true; };
   r.squeeze_excitation_by_default = false;
   r.element_gathers = true;
+  r.placed_concats = true;
   return r;
 }
 

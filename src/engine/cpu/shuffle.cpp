@@ -193,14 +193,15 @@ void concat_kernel(KernelArgs& args) {
   const TensorView& out = args.outputs[0];
   const ConcatRows r = concat_rows(args.layer.name, p, args.inputs);
   if (r.row == 0) return;
+  const ConcatPitches pitches = concat_pitches(args.layer.name, r, args.inputs, out);
   uint8_t* dst = static_cast<uint8_t*>(out.data);
 #pragma omp parallel for if (out.numel() > kParallelElements)
   for (int64_t o = 0; o < r.outer; ++o) {
     for (size_t k = 0; k < args.inputs.size(); ++k) {
       if (r.chunk[k] == 0) continue;
       std::memcpy(
-          dst + static_cast<size_t>(o) * r.row + r.at[k],
-          static_cast<const uint8_t*>(args.inputs[k].data) + static_cast<size_t>(o) * r.chunk[k],
+          dst + static_cast<size_t>(o) * pitches.out + r.at[k],
+          static_cast<const uint8_t*>(args.inputs[k].data) + static_cast<size_t>(o) * pitches.in[k],
           r.chunk[k]);
     }
   }

@@ -211,6 +211,9 @@ bool try_vec_op(KernelArgs& args, const std::vector<Dims>& dims, const Op& op) {
     p.contiguous[j] = inner == 1;
     p.in[j] = args.inputs[static_cast<size_t>(j)].data;
     if (p.contiguous[j] && !aligned16(p.in[j])) return false;
+    for (int k = 0; p.contiguous[j] && k + 1 < d.rank; ++k) {
+      if (d.stride[k] % V != 0) return false;  // (a placed input's pitch)
+    }
     for (int k = 0; k < d.rank; ++k) {
       // A contiguous input's outer strides are whole vectors (they are multiples of the
       // innermost size); offsets of the innermost dim are scaled by V in the kernel.
@@ -296,15 +299,20 @@ ProgramDims program_dims(const KernelArgs& args, size_t regs,
   r.gsize.assign(regs, 0);
   r.run.assign(regs, 1);
   std::vector<Shape> shapes;
-  for (size_t j = 0; j < regs; ++j) shapes.push_back(args.inputs[j].shape);
-  if (gathers.empty()) {
+  bool dense = true;
+  for (size_t j = 0; j < regs; ++j) {
+    shapes.push_back(args.inputs[j].shape);
+    dense = dense && args.inputs[j].dense();
+  }
+  if (gathers.empty() && dense) {
     r.dims = broadcast_dims(layer, out, shapes);
     return r;
   }
+  // Gathered inputs, or inputs placed in wider tensors (in-place concats): strides per input.
   std::vector<std::vector<int64_t>> rows = {contiguous_strides(out)};
   for (size_t j = 0; j < regs; ++j) {
     const Shape& real = shapes[j];
-    const auto cs = contiguous_strides(real);
+    const auto cs = args.inputs[j].strides();
     const size_t offset = out.size() - real.size();
     Shape seen = real;  // the shape broadcasting sees: gathered dims as long as their lists
     for (const FusedGather& g : gathers) {
@@ -380,6 +388,9 @@ bool run_generated(KernelArgs& args, const ProgramDims& pd) {
     const int64_t inner = rank > 0 ? d.stride[rank - 1] : 0;
     p.contiguous[j] = inner == 1;
     vec = vec && (inner == 0 || (inner == 1 && aligned_to(in.data, V * dtype_size(in.dtype))));
+    // Vectors start at whole vectors of a contiguous input: its outer strides must be multiples
+    // of V (they are for dense ones, whose innermost size is; a placed one's pitch may not be).
+    for (int k = 0; vec && inner == 1 && k + 1 < rank; ++k) vec = d.stride[k] % V == 0;
   }
   const void* fn = g->nd64;
   int64_t work = p.n;

@@ -54,6 +54,7 @@ BackendRules cuda_backend_rules(const EngineTarget& target) {
   r.max_fused_inputs = cuda::kFusedMaxInputs;
   r.max_fused_ops = cuda::kFusedMaxOps;
   r.gathered_inputs = true;
+  r.placed_concats = true;
   if (std::find(target.switches.begin(), target.switches.end(), "cuda_codegen=off") ==
       target.switches.end()) {
     r.generate_kernels = cuda::generate_kernels;

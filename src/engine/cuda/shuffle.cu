@@ -299,13 +299,16 @@ void shuffle_kernel(KernelArgs& args) {
 }
 
 // Up to kConcatInputs inputs of a concat per launch, copied in units U (16, 8, 4, 2 or 1 bytes:
-// the largest that divides every chunk, offset and row and aligns every pointer). blockIdx.y
+// the largest that divides every chunk, offset and pitch and aligns every pointer). blockIdx.y
 // picks the input; its `outer` rows of chunk_units units go to their place in each output row.
+// Rows follow each other `pitch_units` apart in the output and `in_pitch_units` in input k: the
+// rows themselves where dense, wider where a tensor is placed in another (an in-place concat).
 constexpr int kConcatInputs = 64;
 struct ConcatArgs {
-  int64_t outer = 0, row_units = 0;
+  int64_t outer = 0, pitch_units = 0;
   const void* in[kConcatInputs] = {};
   int64_t chunk_units[kConcatInputs] = {};
+  int64_t in_pitch_units[kConcatInputs] = {};
   int64_t at_units[kConcatInputs] = {};
   void* out = nullptr;
 };
@@ -317,9 +320,10 @@ __global__ void concat_units(const ConcatArgs a) {
   const I n = static_cast<I>(a.outer) * chunk;
   const U* src = static_cast<const U*>(a.in[k]);
   U* dst = static_cast<U*>(a.out) + a.at_units[k];
+  const I in_pitch = static_cast<I>(a.in_pitch_units[k]);
   for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const I row = i / chunk;
-    dst[row * static_cast<I>(a.row_units) + (i - row * chunk)] = src[i];
+    const I row = i / chunk, col = i - row * chunk;
+    dst[row * static_cast<I>(a.pitch_units) + col] = src[row * in_pitch + col];
   }
 }
 
@@ -341,21 +345,24 @@ void concat_kernel(KernelArgs& args) {
   const TensorView& out = args.outputs[0];
   const ConcatRows r = concat_rows(args.layer.name, p, args.inputs);
   if (r.outer == 0 || r.row == 0) return;
+  const ConcatPitches pitches = concat_pitches(args.layer.name, r, args.inputs, out);
   size_t unit = 16;
   auto fits = [&](size_t v) { return v % unit == 0; };
   for (; unit > 1; unit /= 2) {
-    bool ok = fits(r.row) && fits(reinterpret_cast<uintptr_t>(out.data));
+    bool ok = fits(pitches.out) && fits(reinterpret_cast<uintptr_t>(out.data));
     for (size_t k = 0; ok && k < args.inputs.size(); ++k) {
-      ok = fits(r.chunk[k]) && fits(r.at[k]) &&
+      ok = fits(r.chunk[k]) && fits(r.at[k]) && fits(pitches.in[k]) &&
            fits(reinterpret_cast<uintptr_t>(args.inputs[k].data));
     }
     if (ok) break;
   }
-  const bool small = static_cast<uint64_t>(r.outer) * (r.row / unit) < (uint64_t{1} << 31);
+  size_t widest = pitches.out;
+  for (size_t k = 0; k < args.inputs.size(); ++k) widest = std::max(widest, pitches.in[k]);
+  const bool small = static_cast<uint64_t>(r.outer) * (widest / unit) < (uint64_t{1} << 31);
   for (size_t k = 0; k < args.inputs.size();) {
     ConcatArgs a;
     a.outer = r.outer;
-    a.row_units = static_cast<int64_t>(r.row / unit);
+    a.pitch_units = static_cast<int64_t>(pitches.out / unit);
     a.out = out.data;
     int n = 0;
     int64_t max_units = 0;
@@ -363,6 +370,7 @@ void concat_kernel(KernelArgs& args) {
       if (r.chunk[k] == 0) continue;
       a.in[n] = args.inputs[k].data;
       a.chunk_units[n] = static_cast<int64_t>(r.chunk[k] / unit);
+      a.in_pitch_units[n] = static_cast<int64_t>(pitches.in[k] / unit);
       a.at_units[n] = static_cast<int64_t>(r.at[k] / unit);
       max_units = std::max(max_units, r.outer * a.chunk_units[n]);
       ++n;

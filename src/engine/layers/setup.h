@@ -37,6 +37,15 @@ struct ConcatRows {
 };
 ConcatRows concat_rows(const std::string& layer, const ConcatParams& p,
                        const std::vector<TensorRef>& inputs);
+// The bytes from one row of a concat's output to the next, and from one of each input's rows
+// to its next: the rows themselves where dense, the pitch of those placed in wider tensors
+// (TensorRef), whose rows must be the concat's (InternalError otherwise).
+struct ConcatPitches {
+  size_t out = 0;
+  std::vector<size_t> in;
+};
+ConcatPitches concat_pitches(const std::string& layer, const ConcatRows& r,
+                             const std::vector<TensorRef>& inputs, const TensorRef& out);
 
 // A shape seen as [outer, n, inner] around `axis` (reductions and scans along one axis).
 struct AxisSplit {

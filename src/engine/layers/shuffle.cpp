@@ -298,4 +298,22 @@ ConcatRows concat_rows(const std::string& layer, const ConcatParams& p,
   return r;
 }
 
+ConcatPitches concat_pitches(const std::string& layer, const ConcatRows& r,
+                             const std::vector<TensorRef>& inputs, const TensorRef& out) {
+  const auto pitch_of = [&](const TensorRef& t, size_t row, const char* what) {
+    if (t.dense() || r.outer <= 1) return row;
+    const size_t es = dtype_size(t.dtype);
+    KILN_CHECK(static_cast<size_t>(t.row) * es == row, InternalError, "concat `", layer,
+               "`: ", what, " placed in rows of ", t.row, " elements, where the concat's have ",
+               row / es);
+    return static_cast<size_t>(t.pitch) * es;
+  };
+  ConcatPitches p;
+  p.out = pitch_of(out, r.row, "its output");
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    p.in.push_back(pitch_of(inputs[k], r.chunk[k], "an input"));
+  }
+  return p;
+}
+
 }  // namespace kiln::engine

@@ -57,6 +57,9 @@ struct BackendRules {
   // where the gathered rows are single elements (gather_chains.cpp): its gather kernel copies
   // small rows as typed words. The CUDA backend's is not measured on them yet.
   bool element_gathers = false;
+  // Concats may be in place (concat_in_place.cpp): its concat and elementwise kernels read
+  // tensors placed in wider ones, and its concat writes them.
+  bool placed_concats = false;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
   // Generates and compiles kernels for the built network into the target (cuda/codegen.h);

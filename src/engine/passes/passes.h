@@ -116,6 +116,11 @@ int fold_excitation_into_projection(
 // of twice the columns where there were two. For backends whose fused kernels read gathered
 // inputs.
 int merge_elementwise_projections(Network& net, std::vector<std::string>& fusions);
+// Groups of concats along one axis whose inputs are runs of one concat's inputs (a dense block's)
+// become in place (ConcatParams::in_place): each input is written once into that concat's output,
+// by its own concat or by a copy, and the others' outputs are views of those bytes, where that
+// moves fewer bytes (concat_in_place.cpp).
+int place_concat_inputs(Network& net, std::vector<std::string>& lines);
 // A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
 int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
 // Layer `l` (fusible_elementwise) as an operation of a fused layer's program: its kind, op and

@@ -274,6 +274,13 @@ std::vector<Pass> make_pipeline() {
                [](Network& n, const PassContext& c) {
                  return fold_gathers_into_elementwise(n, c.backend.max_fused_inputs);
                }});
+  // Last: which layers read a concat's output and write its inputs is known only now.
+  p.push_back(
+      {"concat_in_place",
+       [](const PassContext& c) { return c.backend.placed_concats && c.config.concat_in_place; },
+       [](Network& n, const PassContext& c) {
+         return fusion(c, [&](auto& lines) { return place_concat_inputs(n, lines); });
+       }});
   return p;
 }
 

@@ -1,0 +1,178 @@
+// Concats in place (passes/concat_in_place.cpp, ConcatParams::in_place, the runtime's placement):
+// built networks against the unbuilt layers, on the CPU backend, at every batch of a dynamic
+// profile, and which concats still run.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/builder.h"
+#include "engine/plan.h"
+#include "engine_testing.h"
+#include "util/errors.h"
+
+namespace kiln::engine {
+namespace {
+
+// A dense block of a dynamic batch (1 to 3) along `axis`: 1 in [N, C, 8], 2 in [N, 6, C]. Two
+// maps of 8 channels, then three layers each reading the concat of every map so far (a
+// per-channel product and a ReLU, which read placed tensors, then a matmul growing 4 channels),
+// and the block's output, the concat of all five, under a ReLU. With `read_whole`, the second
+// layer's concat is also read by a transpose (which takes no placed tensor) and is a network
+// output through it.
+Network dense_block(int axis, bool read_whole) {
+  Network net;
+  const bool last = axis == 2;
+  const int64_t c0 = 8, growth = 4;
+  const Shape shape = last ? Shape{kDynamic, 6, c0} : Shape{kDynamic, c0, 8};
+  Profile profile{shape, shape, shape};
+  profile.min[0] = 1, profile.opt[0] = 2, profile.max[0] = 3;
+  const auto x = net.add_input("x", DataType::kF32, shape, profile);
+  std::vector<TensorId> maps = {net.add("x0", ActivationParams{ActivationKind::kRelu}, {x}),
+                                net.add("g", UnaryParams{UnaryOp::kNeg}, {x})};
+  int64_t c = 2 * c0;
+  uint64_t seed = 90;
+  for (int k = 0; k < 3; ++k) {
+    const std::string n = std::to_string(k);
+    const auto cat = net.add("cat" + n, ConcatParams{axis}, maps);
+    const auto scale =
+        testing::random_constant(net, "s" + n, last ? Shape{c} : Shape{c, 1}, seed++);
+    const auto scaled = net.add("m" + n, ElementwiseParams{BinaryOp::kMul}, {cat, scale});
+    const auto h = net.add("h" + n, ActivationParams{ActivationKind::kRelu}, {scaled});
+    const auto w =
+        testing::random_constant(net, "w" + n, last ? Shape{c, growth} : Shape{growth, c}, seed++);
+    maps.push_back(net.add("f" + n, MatMulParams{}, last ? std::vector{h, w} : std::vector{w, h}));
+    if (read_whole && k == 1) {
+      net.mark_output(net.add("whole", ShuffleParams{{0, 2, 1}, false, {}, {}}, {cat}), "whole");
+    }
+    c += growth;
+  }
+  const auto out = net.add("out", ConcatParams{axis}, maps);
+  net.mark_output(net.add("y", ActivationParams{ActivationKind::kRelu}, {out}), "y");
+  return net;
+}
+
+int in_place_concats(const Network& net) {
+  int n = 0;
+  for (const Layer& l : net.layers()) {
+    const auto* c = std::get_if<ConcatParams>(&l.params);
+    n += c && c->in_place;
+  }
+  return n;
+}
+
+// Runs `net` on one context at each batch, returning the outputs per batch, and (profiled) how
+// many times each layer ran.
+std::vector<std::vector<HostTensor>> run_batches(const Network& net, std::vector<int>* runs) {
+  auto engine = std::make_shared<const Engine>(net);
+  ExecutionContext ctx(engine);
+  ctx.enable_profiling(runs != nullptr);
+  std::vector<std::vector<HostTensor>> outs;
+  for (int64_t n : {1, 3, 2}) {
+    Shape s = net.tensor(net.inputs()[0]).shape;
+    s[0] = n;
+    outs.push_back(ctx.run({testing::random_tensor(DataType::kF32, s, 100 + n)}));
+  }
+  if (runs) {
+    for (const LayerTiming& t : ctx.profile()) runs->push_back(t.runs);
+  }
+  return outs;
+}
+
+void expect_same(const std::vector<std::vector<HostTensor>>& built,
+                 const std::vector<std::vector<HostTensor>>& layers) {
+  ASSERT_EQ(built.size(), layers.size());
+  for (size_t b = 0; b < built.size(); ++b) {
+    ASSERT_EQ(built[b].size(), layers[b].size());
+    for (size_t o = 0; o < built[b].size(); ++o) {
+      EXPECT_EQ(built[b][o].shape(), layers[b][o].shape()) << b << " " << o;
+      EXPECT_TRUE(testing::near(built[b][o], testing::to_doubles(layers[b][o]), 0, 0))
+          << "batch run " << b << ", output " << o;
+    }
+  }
+}
+
+// Each input of the block's concat is copied once into its output (its own layers write dense
+// tensors), and all four concats are in place and never run: the three inner ones are views of
+// the last one's bytes, read strided by the products. Values exactly as the layers gave, at
+// batches 1, 3 and 2 of one context, along the middle and the last axis, also after a plan's
+// round trip. A concat also read by a transpose stays a concat (it runs, reading the copies in
+// place); the rest of its block is still in place.
+TEST(ConcatInPlace, DenseBlockConcatsAreViewsOfOneBuffer) {
+  for (int axis : {1, 2}) {
+    for (bool read_whole : {false, true}) {
+      SCOPED_TRACE("axis " + std::to_string(axis) + (read_whole ? ", read whole" : ""));
+      const Network net = dense_block(axis, read_whole);
+      BuildReport report;
+      const Plan plan = build(net, BuilderConfig{}, &report);
+      const int in_place = read_whole ? 3 : 4;
+      EXPECT_EQ(report.changes("concat_in_place"), in_place) << report.to_string();
+      EXPECT_EQ(in_place_concats(plan.network), in_place);
+      EXPECT_EQ(testing::count_layers<ConcatParams>(plan.network), 4 + 5);  // 5 copies
+      std::vector<int> runs;
+      const auto built = run_batches(plan.network, &runs);
+      for (size_t li = 0; li < plan.network.layers().size(); ++li) {
+        const Layer& l = plan.network.layers()[li];
+        const auto* c = std::get_if<ConcatParams>(&l.params);
+        if (!c) continue;
+        EXPECT_EQ(runs[li], c->in_place ? 0 : 3) << l.name;
+      }
+      const auto layers = run_batches(net, nullptr);
+      expect_same(built, layers);
+      const auto bytes = serialize_plan(plan);
+      const Plan loaded = deserialize_plan(bytes.data(), bytes.size());
+      EXPECT_EQ(in_place_concats(loaded.network), in_place);
+      expect_same(run_batches(loaded.network, nullptr), layers);
+      // Off: no concat in place, the same values.
+      BuilderConfig off;
+      apply_switch(off, "concat_in_place=off");
+      const Plan copies = build(net, off);
+      EXPECT_EQ(in_place_concats(copies.network), 0);
+      EXPECT_EQ(testing::count_layers<ConcatParams>(copies.network), 4);
+      expect_same(run_batches(copies.network, nullptr), layers);
+    }
+  }
+}
+
+// A concat of a concat along the same axis: the inner one writes its result where it sits in the
+// outer one's output, which takes the other input as a copy: one concat runs where two did. A
+// lone concat of two maps would move as many bytes in more launches: left alone.
+TEST(ConcatInPlace, InnerConcatWritesIntoTheOuterOne) {
+  Network net;
+  const Shape shape = {kDynamic, 5, 6};
+  const auto x =
+      net.add_input("x", DataType::kF32, shape, Profile{{1, 5, 6}, {2, 5, 6}, {3, 5, 6}});
+  const auto p = net.add("p", ActivationParams{ActivationKind::kRelu}, {x});
+  const auto q = net.add("q", UnaryParams{UnaryOp::kNeg}, {x});
+  const auto r = net.add("r", UnaryParams{UnaryOp::kAbs}, {x});
+  const auto inner = net.add("inner", ConcatParams{2}, {p, q});
+  const auto outer = net.add("outer", ConcatParams{2}, {r, inner});
+  net.mark_output(net.add("y", ActivationParams{ActivationKind::kRelu}, {outer}), "y");
+  const auto lone = net.add("lone", ConcatParams{1}, {p, q});
+  net.mark_output(net.add("z", UnaryParams{UnaryOp::kNeg}, {lone}), "z");
+  BuildReport report;
+  const Plan plan = build(net, BuilderConfig{}, &report);
+  EXPECT_EQ(report.changes("concat_in_place"), 1) << report.to_string();
+  EXPECT_EQ(in_place_concats(plan.network), 1);
+  EXPECT_EQ(testing::count_layers<ConcatParams>(plan.network), 4);  // inner, r's copy, outer, lone
+  std::vector<int> runs;
+  const auto built = run_batches(plan.network, &runs);
+  int ran = 0;
+  for (size_t li = 0; li < plan.network.layers().size(); ++li) {
+    if (std::holds_alternative<ConcatParams>(plan.network.layers()[li].params)) ran += runs[li] > 0;
+  }
+  EXPECT_EQ(ran, 3);
+  expect_same(built, run_batches(net, nullptr));
+}
+
+// Placed tensors have strides: rows of the concat's width, a pitch apart.
+TEST(ConcatInPlace, PlacedStrides) {
+  EXPECT_EQ(placed_strides({2, 3, 4}, 12, 20), (std::vector<int64_t>{20, 4, 1}));
+  EXPECT_EQ(placed_strides({2, 3, 4}, 4, 10), (std::vector<int64_t>{30, 10, 1}));
+  EXPECT_EQ(placed_strides({2, 3, 4}, 0, 0), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(placed_strides({2, 3, 4}, 1, 7), (std::vector<int64_t>{84, 28, 7}));
+  EXPECT_THROW(placed_strides({2, 3, 4}, 5, 10), InternalError);
+}
+
+}  // namespace
+}  // namespace kiln::engine
