@@ -112,6 +112,20 @@ std::vector<Seed> seeds() {
          auto s = n.add("slice", sl, {t});
          n.mark_output(n.add("cat", ConcatParams{1, false}, {s, s}), "y");
        }},
+      {"dense_block_concats",  // in-place concats (concat_in_place): placed copies, views
+       [](Network& n) {
+         auto x = n.add_input("x", DataType::kF32, {2, 3, 4});
+         auto a = n.add("a", ActivationParams{ActivationKind::kRelu}, {x});
+         auto b = n.add("b", UnaryParams{UnaryOp::kNeg}, {x});
+         auto ab = n.add("ab", ConcatParams{2, false}, {a, b});
+         n.mark_output(n.add("p", UnaryParams{UnaryOp::kNeg}, {ab}), "p");
+         auto c = n.add("c", UnaryParams{UnaryOp::kAbs}, {x});
+         auto abc = n.add("abc", ConcatParams{2, false}, {a, b, c});
+         n.mark_output(n.add("q", ActivationParams{ActivationKind::kRelu}, {abc}), "q");
+         auto d = n.add("d", ElementwiseParams{BinaryOp::kAdd}, {a, b});
+         auto all = n.add("all", ConcatParams{2, false}, {a, b, c, d});
+         n.mark_output(n.add("y", UnaryParams{UnaryOp::kNeg}, {all}), "y");
+       }},
       {"gather_cast_cumsum",
        [](Network& n) {
          auto x = n.add_input("x", DataType::kF32, {5, 3});

@@ -112,10 +112,16 @@ std::optional<int64_t> contiguous_gather_offset(const GatherParams& p, const Ten
 // may be placed takes one.
 void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
   const auto& layers = engine_->network().layers();
+  // Who writes each tensor, and whether every layer reading it takes placed tensors (a plan from
+  // elsewhere may mark any concat in place: what its readers cannot take is not placed).
   std::vector<int64_t> writer(res_.descs.size(), -1);
+  std::vector<bool> takes(res_.descs.size(), true);
   for (size_t li = 0; li < layers.size(); ++li) {
-    for (TensorId id : layers[li].outputs)
+    for (TensorId id : layers[li].outputs) {
       writer[static_cast<size_t>(id)] = static_cast<int64_t>(li);
+    }
+    if (reads_placed(layers[li])) continue;
+    for (TensorId id : layers[li].inputs) takes[static_cast<size_t>(id)] = false;
   }
   const auto root = [&](size_t t) {
     return res_.alias_of[t] >= 0 ? static_cast<size_t>(res_.alias_of[t]) : t;
@@ -157,7 +163,7 @@ void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
       for (size_t t : ins) {
         const int64_t w = writer[t];
         ok = ok && w >= 0 && !std::holds_alternative<ConstantParams>(layers[w].params) &&
-             (r.outer == 1 || writes_placed(layers[static_cast<size_t>(w)]));
+             (r.outer == 1 || (writes_placed(layers[static_cast<size_t>(w)]) && takes[t]));
       }
       if (!ok || !fits) continue;
       const int64_t pitch = res_.pitch[out] != 0 ? res_.pitch[out] : row;
@@ -171,7 +177,9 @@ void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
       res_.view_layer[li] = true;
       continue;
     }
-    if (placed != ins.size() || res_.alias_of[out] >= 0) continue;
+    if (placed != ins.size() || res_.alias_of[out] >= 0 || (r.outer != 1 && !takes[out])) {
+      continue;
+    }
     // A view of the bytes its inputs were placed in, if they lie there in order along rows.
     const size_t t0 = ins[0];
     const int64_t pitch = res_.pitch[t0];

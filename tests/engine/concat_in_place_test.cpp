@@ -165,6 +165,44 @@ TEST(ConcatInPlace, InnerConcatWritesIntoTheOuterOne) {
   expect_same(built, run_batches(net, nullptr));
 }
 
+// A network marked in place by hand (a plan from elsewhere) where placing would be wrong: a
+// concat's result also read by a transpose as an input of an in-place concat, an in-place concat
+// (a view of a later one's bytes) read by a transpose, an input that is the network's. The
+// runtime places only what every reader takes, runs the rest as concats, and the values are the
+// unmarked network's.
+TEST(ConcatInPlace, MarkedConcatsRunWherePlacingIsWrong) {
+  const auto make = [](bool in_place) {
+    Network net;
+    const auto x = net.add_input("x", DataType::kF32, {2, 3, 4});
+    const ShuffleParams flip{{0, 2, 1}, false, {}, {}};
+    const auto copy = [&](const std::string& name, TensorId t) {
+      return net.add(name, ConcatParams{2, false}, {t});
+    };
+    const auto a = net.add("a", ActivationParams{ActivationKind::kRelu}, {x});
+    const auto b = net.add("b", UnaryParams{UnaryOp::kNeg}, {x});
+    const auto c = net.add("c", UnaryParams{UnaryOp::kAbs}, {x});
+    const auto a2 = copy("a2", a), b2 = copy("b2", b), c2 = copy("c2", c), d = copy("d", c);
+    const auto ab = net.add("ab", ConcatParams{2, false, in_place}, {a2, b2});
+    net.mark_output(net.add("flip_ab", flip, {ab}), "flip_ab");
+    const auto all = net.add("all", ConcatParams{2, false, in_place}, {a2, b2, c2});
+    net.mark_output(net.add("y", UnaryParams{UnaryOp::kAbs}, {all}), "y");
+    const auto p = net.add("p", ConcatParams{2, false}, {a, b});
+    net.mark_output(net.add("flip_p", flip, {p}), "flip_p");
+    const auto outer = net.add("outer", ConcatParams{2, false, in_place}, {p, d});
+    net.mark_output(net.add("z", UnaryParams{UnaryOp::kNeg}, {outer}), "z");
+    const auto xa = net.add("xa", ConcatParams{2, false, in_place}, {x, a});
+    net.mark_output(net.add("neg_xa", UnaryParams{UnaryOp::kNeg}, {xa}), "neg_xa");
+    return net;
+  };
+  const HostTensor in = testing::random_tensor(DataType::kF32, {2, 3, 4}, 120);
+  const auto marked = testing::run_engine(make(true), {in});
+  const auto plain = testing::run_engine(make(false), {in});
+  ASSERT_EQ(marked.size(), plain.size());
+  for (size_t o = 0; o < marked.size(); ++o) {
+    EXPECT_TRUE(testing::near(marked[o], testing::to_doubles(plain[o]), 0, 0)) << o;
+  }
+}
+
 // Placed tensors have strides: rows of the concat's width, a pitch apart.
 TEST(ConcatInPlace, PlacedStrides) {
   EXPECT_EQ(placed_strides({2, 3, 4}, 12, 20), (std::vector<int64_t>{20, 4, 1}));
