@@ -77,8 +77,12 @@ def main():
     p.add_argument("--peer", metavar="MODE",
                    help="profile torch.compile(mode=MODE) instead of kiln; a -tf32 suffix runs "
                         "fp32 matmuls on TF32, as bench.py's -tf32 backends")
-    p.add_argument("kilnc_flags", nargs="*", help="after --: more kilnc flags")
-    args = p.parse_args()
+    # More kilnc flags come after `--` (argparse would not give a trailing positional list the
+    # words after the options).
+    argv = sys.argv[1:]
+    kilnc_flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.kilnc_flags = kilnc_flags
     modes = ("default", "reduce-overhead", "max-autotune")
     if args.peer and args.peer.removesuffix("-tf32") not in modes:
         p.error(f"--peer {args.peer}: not a torch.compile mode ({', '.join(modes)}, each with an "
