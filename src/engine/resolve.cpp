@@ -157,13 +157,13 @@ void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
     };
     if (placed == 0) {
       // Its inputs go into its output (itself dense, or rows of `row` elements of a wider one),
-      // each written there by the concat (or copy) that computes it, or by any layer where it is
-      // one contiguous range.
+      // each written there by the concat (or copy) that computes it and read only by layers that
+      // take placed tensors (at any offset: even a single row need not be aligned).
       const bool fits = res_.pitch[out] == 0 || res_.row[out] == row;
       for (size_t t : ins) {
         const int64_t w = writer[t];
         ok = ok && w >= 0 && !std::holds_alternative<ConstantParams>(layers[w].params) &&
-             (r.outer == 1 || (writes_placed(layers[static_cast<size_t>(w)]) && takes[t]));
+             writes_placed(layers[static_cast<size_t>(w)]) && takes[t];
       }
       if (!ok || !fits) continue;
       const int64_t pitch = res_.pitch[out] != 0 ? res_.pitch[out] : row;
@@ -177,7 +177,7 @@ void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
       res_.view_layer[li] = true;
       continue;
     }
-    if (placed != ins.size() || res_.alias_of[out] >= 0 || (r.outer != 1 && !takes[out])) {
+    if (placed != ins.size() || res_.alias_of[out] >= 0 || !takes[out]) {
       continue;
     }
     // A view of the bytes its inputs were placed in, if they lie there in order along rows.
