@@ -139,8 +139,8 @@ __global__ void resize2d_nearest_kernel(const U* x, U* y, Resize2d d, const int6
 }
 
 template <class TI, class TO>
-void launch_resize2d_typed(cudaStream_t stream, const void* x, void* y, const Resize2d& d,
-                           int taps, const int64_t* index, const float* weight, int32_t total) {
+void launch_resize2d_typed(cudaStream_t stream, const void* x, void* y, const Resize2d& d, int taps,
+                           const int64_t* index, const float* weight, int32_t total) {
   const unsigned grid = grid_for(total);
   const auto* in = static_cast<const TI*>(x);
   auto* out = static_cast<TO*>(y);
@@ -161,8 +161,7 @@ void launch_resize2d_from(DataType to, cudaStream_t stream, const void* x, void*
     case DataType::kF16:
       return launch_resize2d_typed<TI, __half>(stream, x, y, d, taps, index, weight, total);
     default:
-      return launch_resize2d_typed<TI, __nv_bfloat16>(stream, x, y, d, taps, index, weight,
-                                                      total);
+      return launch_resize2d_typed<TI, __nv_bfloat16>(stream, x, y, d, taps, index, weight, total);
   }
 }
 
@@ -192,26 +191,22 @@ bool try_resize2d(cudaStream_t stream, const ResizeParams& p, const TensorView& 
   const auto total = static_cast<int32_t>(out.numel());
   const unsigned grid = grid_for(total);
   if (nearest) {
+    // Elements copied as unsigned words of their size.
+    const auto copy = [&](auto word) {
+      using U = decltype(word);
+      resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
+          static_cast<const U*>(in.data), static_cast<U*>(out.data), d, index, total);
+      return true;
+    };
     switch (dtype_size(in.dtype)) {
       case 1:
-        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
-            static_cast<const uint8_t*>(in.data), static_cast<uint8_t*>(out.data), d, index, total);
-        return true;
+        return copy(uint8_t{});
       case 2:
-        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
-            static_cast<const uint16_t*>(in.data), static_cast<uint16_t*>(out.data), d, index,
-            total);
-        return true;
+        return copy(uint16_t{});
       case 4:
-        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
-            static_cast<const uint32_t*>(in.data), static_cast<uint32_t*>(out.data), d, index,
-            total);
-        return true;
+        return copy(uint32_t{});
       case 8:
-        resize2d_nearest_kernel<<<grid, kThreads, 0, stream>>>(
-            static_cast<const uint64_t*>(in.data), static_cast<uint64_t*>(out.data), d, index,
-            total);
-        return true;
+        return copy(uint64_t{});
       default:
         return false;
     }
