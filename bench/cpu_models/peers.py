@@ -89,7 +89,8 @@ def compile_peer(peer, model, x, threads, tmp, tag, args):
         report = os.path.join(tmp, tag + ".json")
         torch.jit.trace(model, x, check_trace=False).save(path)
         r = subprocess.run([args.kilnc, path, out, input_spec(x), "--device", "cpu", "--report",
-                            report, "-q"], capture_output=True, text=True)
+                            report, "-q", *args.kilnc_flags.split()], capture_output=True,
+                           text=True)
         if r.returncode != 0:
             raise RuntimeError((r.stderr or r.stdout).strip()[-300:])
         with open(report) as f:
@@ -151,6 +152,8 @@ def main():
     p.add_argument("--peers", default=",".join(PEERS))
     p.add_argument("--kilnc", default="build/bin/kilnc")
     p.add_argument("--runtime", default="build/lib/libkiln_runtime.so")
+    p.add_argument("--kilnc-flags", default="",
+                   help="more kilnc flags for kiln, e.g. '--switch squeeze_excitation=on'")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--min-runs", type=int, default=5)
     p.add_argument("--budget", type=float, default=3.0, help="seconds of timed runs per cell")

@@ -39,9 +39,10 @@ struct BuilderConfig {
   // CompileSpec::exact_gelu; off here, as tf32.
   bool gelu_tanh_epilogues = false;
   // Squeeze-excitation blocks (global average pool, two 1x1 convolutions, the product with the
-  // pool's input) become one layer. Unset: cuda plans only, where it saves three launches per
-  // block; the CPU backend runs the separate layers faster (its fused loop does the two small
-  // products without oneDNN: efficientnet_b0 at batch 8 took 24 of 34 ms in them).
+  // pool's input) become one layer. Unset: on in both backends (cuda: three launches fewer per
+  // block; cpu: four passes with the two small products vectorized over the weights as they are,
+  // against four layers whose products are oneDNN 1x1 convolutions over one pixel a sample,
+  // mobilenet_v3_small b1 1.40 -> 1.21 ms on 2 threads: bench/NOTES.md G80).
   std::optional<bool> squeeze_excitation;
   // Measurement switches (each on by default; off keeps the layers apart, for A/B timings):
   // cuda squeeze-excitation layers take the 1x1 projection after them (bench/NOTES.md G29);

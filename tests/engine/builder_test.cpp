@@ -534,7 +534,8 @@ Network squeeze_excitation_net(bool channels_last, SeVariant variant) {
 // times the pool's input) becomes one layer in either layout, with or without the first bias,
 // and the built network computes what the unbuilt one does; a product with another tensor, a
 // hidden value used elsewhere, or a second weight that is not a constant (the CUDA kernel keeps a
-// transposed copy) leaves the layers as they were. CPU plans fuse only when asked.
+// transposed copy) leaves the layers as they were. CPU plans fuse by default, and not under
+// squeeze_excitation=off.
 TEST(Builder, SqueezeExcitationBecomesOneLayer) {
   struct Case {
     bool channels_last;
@@ -548,18 +549,21 @@ TEST(Builder, SqueezeExcitationBecomesOneLayer) {
                         {false, SeVariant::kOtherOperand, 0},
                         {true, SeVariant::kHiddenIsOutput, 0},
                         {true, SeVariant::kWeightIsAnInput, 0}};
-  BuildReport cpu_default;
-  build(squeeze_excitation_net(false, SeVariant::kTorch), BuilderConfig{}, &cpu_default);
-  EXPECT_EQ(cpu_default.changes("squeeze_excitation"), 0);
+  BuilderConfig channels_first;
+  channels_first.conv_layout = ConvLayout::kChannelsFirst;  // the layout the network is built in
+  BuildReport cpu_default, cpu_off;
+  build(squeeze_excitation_net(false, SeVariant::kTorch), channels_first, &cpu_default);
+  EXPECT_EQ(cpu_default.changes("squeeze_excitation"), 1);
+  BuilderConfig off = channels_first;
+  apply_switch(off, "squeeze_excitation=off");
+  build(squeeze_excitation_net(false, SeVariant::kTorch), off, &cpu_off);
+  EXPECT_EQ(cpu_off.changes("squeeze_excitation"), 0);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "channels_last " << c.channels_last << ", variant "
                                       << static_cast<int>(c.variant));
     const Network net = squeeze_excitation_net(c.channels_last, c.variant);
-    BuilderConfig config;
-    config.squeeze_excitation = true;                 // cpu plans fuse only when asked
-    config.conv_layout = ConvLayout::kChannelsFirst;  // the layout the network was built in
     BuildReport report;
-    const Plan plan = build(net, config, &report);
+    const Plan plan = build(net, channels_first, &report);
     EXPECT_EQ(report.changes("squeeze_excitation"), c.fused);
     int se = 0, pools = 0;
     for (const Layer& l : plan.network.layers()) {

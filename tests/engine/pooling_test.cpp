@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/scalar_ops.h"
 #include "engine_testing.h"
 #include "util/errors.h"
 
@@ -359,6 +360,73 @@ TEST(Pooling, SqueezeExcitationChecksItsProjection) {
     ADD_FAILURE() << "the CPU backend ran the projection form";
   } catch (const Unsupported& e) {
     EXPECT_NE(e.message().find("projection"), std::string::npos) << e.message();
+  }
+}
+
+// The squeeze-excitation layer in f32 against its definition computed here in double, in both
+// layouts, with and without biases, over several samples, at sizes that split every pass over
+// threads ([3, 20, 20, 40], 48,000 elements) and that do not (one pixel a sample, 5 channels).
+TEST(Pooling, SqueezeExcitationMatchesItsDefinition) {
+  struct Case {
+    Shape x;  // channels-first
+    int64_t squeeze;
+    bool channels_last, biases;
+    ActivationKind act1, act2;
+  };
+  using K = ActivationKind;
+  const Case cases[] = {{{3, 40, 20, 20}, 10, true, true, K::kRelu, K::kHardSigmoid},
+                        {{3, 40, 20, 20}, 10, false, false, K::kSilu, K::kSigmoid},
+                        {{2, 24, 30, 30}, 6, false, true, K::kRelu, K::kSigmoid},
+                        {{4, 5, 1, 1}, 3, true, false, K::kSilu, K::kHardSigmoid},
+                        {{1, 300, 3, 2}, 75, true, true, K::kRelu, K::kSigmoid}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(shape_to_string(k.x) + (k.channels_last ? " channels last" : ""));
+    SqueezeExcitationParams p;
+    p.activation1 = k.act1;
+    p.activation2 = k.act2;
+    p.has_bias1 = p.has_bias2 = k.biases;
+    p.channels_last = k.channels_last;
+    const int64_t n = k.x[0], c = k.x[1], plane = k.x[2] * k.x[3], s = k.squeeze;
+    const Shape x_shape = k.channels_last ? Shape{n, k.x[2], k.x[3], c} : k.x;
+    const Shape w1_shape = k.channels_last ? Shape{s, 1, 1, c} : Shape{s, c, 1, 1};
+    const Shape w2_shape = k.channels_last ? Shape{c, 1, 1, s} : Shape{c, s, 1, 1};
+    std::vector<HostTensor> in = {random_tensor(DataType::kF32, x_shape, 11, -2, 2),
+                                  random_tensor(DataType::kF32, w1_shape, 12),
+                                  random_tensor(DataType::kF32, w2_shape, 14)};
+    if (k.biases) {
+      in.insert(in.begin() + 2, random_tensor(DataType::kF32, {s}, 13));
+      in.push_back(random_tensor(DataType::kF32, {c}, 15));
+    }
+    const auto x = testing::to_doubles(in[0]), w1 = testing::to_doubles(in[1]),
+               w2 = testing::to_doubles(in[k.biases ? 3 : 2]);
+    const auto b1 = k.biases ? testing::to_doubles(in[2]) : std::vector<double>(s, 0.0);
+    const auto b2 = k.biases ? testing::to_doubles(in[4]) : std::vector<double>(c, 0.0);
+    const auto index = [&](int64_t i, int64_t ch, int64_t q) {
+      return static_cast<size_t>(k.channels_last ? (i * plane + q) * c + ch
+                                                 : (i * c + ch) * plane + q);
+    };
+    std::vector<double> want(x.size());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<double> mean(c, 0.0), hidden(s), gate(c);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        for (int64_t q = 0; q < plane; ++q) mean[ch] += x[index(i, ch, q)];
+        mean[ch] /= static_cast<double>(plane);
+      }
+      for (int64_t j = 0; j < s; ++j) {
+        double acc = b1[j];
+        for (int64_t ch = 0; ch < c; ++ch) acc += w1[j * c + ch] * mean[ch];
+        hidden[j] = activate(k.act1, static_cast<float>(acc), 0, 0);
+      }
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double acc = b2[ch];
+        for (int64_t j = 0; j < s; ++j) acc += w2[ch * s + j] * hidden[j];
+        gate[ch] = activate(k.act2, static_cast<float>(acc), 0, 0);
+        for (int64_t q = 0; q < plane; ++q) want[index(i, ch, q)] = x[index(i, ch, q)] * gate[ch];
+      }
+    }
+    const HostTensor got = run_one_layer(p, in)[0];
+    EXPECT_EQ(got.shape(), x_shape);
+    EXPECT_TRUE(near(got, want, 1e-5, 1e-6));
   }
 }
 

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <vector>
+
+#include <omp.h>
 
 #include "engine/cpu/convert.h"
 #include "engine/cpu/vector_math.h"
@@ -233,9 +236,109 @@ void pooling_kernel(KernelArgs& args) {
   }
 }
 
-// y = x * act2(w2 . act1(w1 . mean(x) + b1) + b2) per sample (SqueezeExcitationParams): the
-// means in double, the two small products in double, the scale applied in float. The builder
-// makes this layer for cuda plans (and cpu ones only when asked: oneDNN's products are faster).
+// Squeeze-excitation in f32 (x, weights, biases and y) in four passes, each over contiguous
+// memory and split over threads where it is large enough: every sample's means (float sums of at
+// most 64 terms added in double, rounded to float as the pooling layer's are), the two products
+// for all samples at once (vmath::dot, each weight row read once), and the scale. One layer for
+// the four that pool, multiply twice (oneDNN 1x1 convolutions over one pixel a sample) and scale
+// (bench/NOTES.md G80). False where an operand is not f32.
+bool squeeze_excitation_f32(const SqueezeExcitationParams& p, const TensorView& x,
+                            const TensorView& w1, const TensorView* b1, const TensorView& w2,
+                            const TensorView* b2, const TensorView& out) {
+  for (const TensorView* t : {&x, &w1, b1, &w2, b2, &out}) {
+    if (t && t->dtype != DataType::kF32) return false;
+  }
+  constexpr int64_t kParallelWork = 32 * 1024, kBlockRows = 64;
+  const int64_t n_total = x.shape[0];
+  const int64_t c_total = p.channels_last ? x.shape.back() : x.shape[1];
+  const int64_t s_total = w1.shape[0];
+  const int64_t plane = x.numel() / (n_total * c_total);
+  const float *xf = x.as<const float>(), *w1f = w1.as<const float>(), *w2f = w2.as<const float>();
+  const float* b1f = b1 ? b1->as<const float>() : nullptr;
+  const float* b2f = b2 ? b2->as<const float>() : nullptr;
+  float* yf = out.as<float>();
+  const auto at = [](int64_t row, int64_t col, int64_t cols) {
+    return static_cast<size_t>(row * cols + col);
+  };
+  std::vector<float> mean(at(n_total, 0, c_total)), hidden(at(n_total, 0, s_total)),
+      gate(at(n_total, 0, c_total));
+  const bool big = x.numel() > kParallelWork;
+  if (p.channels_last) {
+    // Each task sums a share of one sample's rows into its own row of accumulators (so any
+    // channel count keeps every thread busy); the shares' rows are then added.
+    const int64_t shares = big ? std::min<int64_t>(omp_get_max_threads(), plane) : 1;
+    std::vector<double> partial(at(n_total * shares, 0, c_total));
+    std::vector<float> block(partial.size());
+#pragma omp parallel for if (big)
+    for (int64_t task = 0; task < n_total * shares; ++task) {
+      const int64_t n = task / shares, t = task % shares, end = plane * (t + 1) / shares;
+      const float* xs = xf + n * plane * c_total;
+      double* acc = partial.data() + at(task, 0, c_total);
+      float* blk = block.data() + at(task, 0, c_total);
+      for (int64_t q0 = plane * t / shares; q0 < end; q0 += kBlockRows) {
+        std::fill(blk, blk + c_total, 0.f);
+        for (int64_t q = q0; q < std::min(q0 + kBlockRows, end); ++q) {
+          const float* row = xs + q * c_total;
+          for (int64_t c = 0; c < c_total; ++c) blk[c] += row[c];
+        }
+        for (int64_t c = 0; c < c_total; ++c) acc[c] += blk[c];
+      }
+    }
+    for (int64_t n = 0; n < n_total; ++n) {
+      for (int64_t c = 0; c < c_total; ++c) {
+        double sum = 0;
+        for (int64_t t = 0; t < shares; ++t) sum += partial[at(n * shares + t, c, c_total)];
+        mean[at(n, c, c_total)] = static_cast<float>(sum / static_cast<double>(plane));
+      }
+    }
+  } else {
+#pragma omp parallel for if (big)
+    for (int64_t nc = 0; nc < n_total * c_total; ++nc) {
+      mean[static_cast<size_t>(nc)] =
+          static_cast<float>(vmath::sum(xf + nc * plane, plane) / static_cast<double>(plane));
+    }
+  }
+  const bool big_products = n_total * s_total * c_total > kParallelWork;
+#pragma omp parallel for if (big_products)
+  for (int64_t s = 0; s < s_total; ++s) {
+    for (int64_t n = 0; n < n_total; ++n) {
+      double acc = vmath::dot(w1f + s * c_total, mean.data() + at(n, 0, c_total), c_total);
+      if (b1f) acc += b1f[s];
+      hidden[at(n, s, s_total)] =
+          activate(p.activation1, static_cast<float>(acc), p.alpha1, p.beta1);
+    }
+  }
+#pragma omp parallel for if (big_products)
+  for (int64_t c = 0; c < c_total; ++c) {
+    for (int64_t n = 0; n < n_total; ++n) {
+      double acc = vmath::dot(w2f + c * s_total, hidden.data() + at(n, 0, s_total), s_total);
+      if (b2f) acc += b2f[c];
+      gate[at(n, c, c_total)] = activate(p.activation2, static_cast<float>(acc), p.alpha2, p.beta2);
+    }
+  }
+  if (p.channels_last) {
+#pragma omp parallel for if (big)
+    for (int64_t r = 0; r < n_total * plane; ++r) {
+      const float* g = gate.data() + at(r / plane, 0, c_total);
+      const float* src = xf + r * c_total;
+      float* dst = yf + r * c_total;
+      for (int64_t c = 0; c < c_total; ++c) dst[c] = src[c] * g[c];
+    }
+  } else {
+#pragma omp parallel for if (big)
+    for (int64_t nc = 0; nc < n_total * c_total; ++nc) {
+      const float g = gate[static_cast<size_t>(nc)];
+      const float* src = xf + nc * plane;
+      float* dst = yf + nc * plane;
+      for (int64_t q = 0; q < plane; ++q) dst[q] = src[q] * g;
+    }
+  }
+  return true;
+}
+
+// y = x * act2(w2 . act1(w1 . mean(x) + b1) + b2) per sample (SqueezeExcitationParams): f32 in
+// squeeze_excitation_f32, other dtypes here with the means and the two small products in double
+// and the scale applied in float.
 void squeeze_excitation_kernel(KernelArgs& args) {
   const auto& p = std::get<SqueezeExcitationParams>(args.layer.params);
   const TensorView& x = args.inputs[0];
@@ -252,6 +355,7 @@ void squeeze_excitation_kernel(KernelArgs& args) {
   const int64_t s_total = w1.shape[0];
   const int64_t plane = n_total * c_total > 0 ? x.numel() / (n_total * c_total) : 0;
   if (out.numel() == 0) return;
+  if (squeeze_excitation_f32(p, x, w1, b1, w2, b2, out)) return;
   // Element (n, c, q) of x for spatial position q.
   const auto at = [&](int64_t n, int64_t c, int64_t q) {
     return p.channels_last ? (n * plane + q) * c_total + c : (n * c_total + c) * plane + q;

@@ -20,6 +20,8 @@ bool softmax_or_zero(float* d, int64_t n);
 void max_nan_into(float* acc, const float* v, int64_t n);
 void add_into(float* acc, const float* v, int64_t n);
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);
+double dot(const float* a, const float* b, int64_t n);
+double sum(const float* a, int64_t n);
 }  // namespace avx2
 
 namespace {
@@ -85,6 +87,14 @@ void add_into(float* acc, const float* v, int64_t n) {
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
   if (has_avx2()) return avx2::max_nan_taps(dst, taps, ntaps, n);
   max_nan_taps_loop<vf4>(dst, taps, ntaps, n);
+}
+double dot(const float* a, const float* b, int64_t n) {
+  if (has_avx2()) return avx2::dot(a, b, n);
+  return dot_loop<vf4>(a, b, n);
+}
+double sum(const float* a, int64_t n) {
+  if (has_avx2()) return avx2::sum(a, n);
+  return sum_loop<vf4>(a, n, 0.f, false);
 }
 
 }  // namespace kiln::engine::cpu::vmath

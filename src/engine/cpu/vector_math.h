@@ -203,6 +203,34 @@ KILN_VMATH double sum_loop(const float* a, int64_t n, float shift, bool square) 
   return total;
 }
 
+// The sum of a[i] * b[i] for i < n in double, as sum_loop adds: float lanes (a multiply, then an
+// add) over blocks of 256 elements, each block's total added in double.
+template <class V>
+KILN_VMATH double dot_loop(const float* a, const float* b, int64_t n) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float), kSumBlock = 256;
+  double total = 0;
+  for (int64_t s = 0; s < n; s += kSumBlock) {
+    const int64_t e = s + kSumBlock < n ? s + kSumBlock : n;
+    V acc0 = splat<V>(0.f), acc1 = splat<V>(0.f);
+    int64_t i = s;
+    for (; i + 2 * kLanes <= e; i += 2 * kLanes) {
+      V a0, a1, b0, b1;
+      std::memcpy(&a0, a + i, sizeof(a0));
+      std::memcpy(&a1, a + i + kLanes, sizeof(a1));
+      std::memcpy(&b0, b + i, sizeof(b0));
+      std::memcpy(&b1, b + i + kLanes, sizeof(b1));
+      acc0 += a0 * b0;
+      acc1 += a1 * b1;
+    }
+    acc0 += acc1;
+    float block = 0;
+    for (int64_t l = 0; l < kLanes; ++l) block += acc0[l];
+    for (; i < e; ++i) block += a[i] * b[i];
+    total += block;
+  }
+  return total;
+}
+
 // A double as two floats, hi + lo: x - hi is exact for float x near hi (Sterbenz), so
 // (x - hi) - lo centers x on a mean that far from zero with no loss from rounding the mean.
 struct Mean {
@@ -421,5 +449,7 @@ bool softmax_or_zero(float* d, int64_t n);
 void max_nan_into(float* acc, const float* v, int64_t n);
 void add_into(float* acc, const float* v, int64_t n);
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n);
+double dot(const float* a, const float* b, int64_t n);
+double sum(const float* a, int64_t n);
 
 }  // namespace kiln::engine::cpu::vmath

@@ -55,6 +55,12 @@ void add_into(float* acc, const float* v, int64_t n) {
 void max_nan_taps(float* dst, const float* const* taps, int64_t ntaps, int64_t n) {
   max_nan_taps_loop<vf8>(dst, taps, ntaps, n);
 }
+double dot(const float* a, const float* b, int64_t n) {
+  return dot_loop<vf8>(a, b, n);
+}
+double sum(const float* a, int64_t n) {
+  return sum_loop<vf8>(a, n, 0.f, false);
+}
 void moments(const float* a, int64_t n, double eps, Mean* mean, float* rstd, bool centered) {
   moments_loop<vf8>(a, n, eps, mean, rstd, centered);
 }
