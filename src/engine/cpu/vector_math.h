@@ -171,64 +171,60 @@ KILN_VMATH void axpy_loop(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// The sum of a[0..n) in double: float lanes over blocks of kSumBlock elements (so no lane adds
-// more than kSumBlock / lanes terms in float), each block's total added in double.
-template <class V>
-KILN_VMATH double sum_loop(const float* a, int64_t n, float shift, bool square) {
+// The sum over i < n of a term in double: float lanes over blocks of 256 elements (so no lane
+// adds more than 256 / lanes terms in float), each block's total added in double. `lanes(i)`
+// gives the terms i.. i + lanes - 1 as a vector, `one(i)` term i alone (the block's tail).
+template <class V, class Lanes, class One>
+KILN_VMATH double blocked_sum_loop(int64_t n, Lanes lanes, One one) {
   constexpr int64_t kLanes = sizeof(V) / sizeof(float), kSumBlock = 256;
-  const V vs = splat<V>(shift);
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
     const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
     V acc0 = splat<V>(0.f), acc1 = splat<V>(0.f);
     int64_t i = b;
     for (; i + 2 * kLanes <= e; i += 2 * kLanes) {
-      V x0, x1;
-      std::memcpy(&x0, a + i, sizeof(x0));
-      std::memcpy(&x1, a + i + kLanes, sizeof(x1));
-      x0 -= vs;
-      x1 -= vs;
-      acc0 += square ? x0 * x0 : x0;
-      acc1 += square ? x1 * x1 : x1;
+      acc0 += lanes(i);
+      acc1 += lanes(i + kLanes);
     }
     acc0 += acc1;
     float block = 0;
     for (int64_t l = 0; l < kLanes; ++l) block += acc0[l];
-    for (; i < e; ++i) {
-      const float d = a[i] - shift;
-      block += square ? d * d : d;
-    }
+    for (; i < e; ++i) block += one(i);
     total += block;
   }
   return total;
 }
 
-// The sum of a[i] * b[i] for i < n in double, as sum_loop adds: float lanes (a multiply, then an
-// add) over blocks of 256 elements, each block's total added in double.
+// The sum of a[0..n) (each shifted by `shift`, and squared if `square`) in double.
+template <class V>
+KILN_VMATH double sum_loop(const float* a, int64_t n, float shift, bool square) {
+  const V vs = splat<V>(shift);
+  return blocked_sum_loop<V>(
+      n,
+      [&](int64_t i) {
+        V x;
+        std::memcpy(&x, a + i, sizeof(x));
+        x -= vs;
+        return square ? x * x : x;
+      },
+      [&](int64_t i) {
+        const float d = a[i] - shift;
+        return square ? d * d : d;
+      });
+}
+
+// The sum of a[i] * b[i] for i < n in double (a multiply, then an add).
 template <class V>
 KILN_VMATH double dot_loop(const float* a, const float* b, int64_t n) {
-  constexpr int64_t kLanes = sizeof(V) / sizeof(float), kSumBlock = 256;
-  double total = 0;
-  for (int64_t s = 0; s < n; s += kSumBlock) {
-    const int64_t e = s + kSumBlock < n ? s + kSumBlock : n;
-    V acc0 = splat<V>(0.f), acc1 = splat<V>(0.f);
-    int64_t i = s;
-    for (; i + 2 * kLanes <= e; i += 2 * kLanes) {
-      V a0, a1, b0, b1;
-      std::memcpy(&a0, a + i, sizeof(a0));
-      std::memcpy(&a1, a + i + kLanes, sizeof(a1));
-      std::memcpy(&b0, b + i, sizeof(b0));
-      std::memcpy(&b1, b + i + kLanes, sizeof(b1));
-      acc0 += a0 * b0;
-      acc1 += a1 * b1;
-    }
-    acc0 += acc1;
-    float block = 0;
-    for (int64_t l = 0; l < kLanes; ++l) block += acc0[l];
-    for (; i < e; ++i) block += a[i] * b[i];
-    total += block;
-  }
-  return total;
+  return blocked_sum_loop<V>(
+      n,
+      [&](int64_t i) {
+        V x, y;
+        std::memcpy(&x, a + i, sizeof(x));
+        std::memcpy(&y, b + i, sizeof(y));
+        return x * y;
+      },
+      [&](int64_t i) { return a[i] * b[i]; });
 }
 
 // A double as two floats, hi + lo: x - hi is exact for float x near hi (Sterbenz), so
