@@ -214,8 +214,10 @@ TEST(CudaLayout, GroupedKernelTakesTheWidthsCudnnIsSlowAt) {
 // 40, 56, 24 -> 48; tiles of several groups (8 of 8, 4 of 16, 2 of 24; in f32 6 of 8) with a last
 // tile of fewer, 16 -> 32, 32 -> 16, 64 (cuDNN's in f32), a width the kernel does not take (12);
 // 3x3 stride 1 and 2, 5x5 dilated, 1x1, an asymmetric pad; maps whose pixel count is no multiple
-// of the kernel's 64-pixel tile; a batch of 96 (18,720 pixels: enough blocks that f32 takes 128
-// pixels a block); bias + ReLU, residual + ReLU, or nothing fused.
+// of the kernel's 64-pixel tile; batch 2 (fewer blocks than multiprocessors: three taps at a
+// time, the last step of the 5x5's 25 with one), 32 (one tap at a time) and 96 (18,720 pixels:
+// enough blocks that f32 takes 128 pixels a block); bias + ReLU, residual + ReLU, or nothing
+// fused.
 TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
   KILN_REQUIRE_GPU();
   struct Case {
@@ -225,14 +227,15 @@ TEST(CudaLayout, GroupedConvolutionsMatchCpu) {
     int64_t batch = 2;
   };
   const Case cases[] = {
-      {96, 96, 2, 3, 1, 1, false, 1},  {96, 96, 2, 3, 2, 1, false, 0},
-      {48, 48, 2, 3, 1, 1, false, 0},  {120, 120, 5, 3, 2, 1, false, 2},
-      {64, 128, 4, 3, 1, 1, false, 0}, {64, 64, 8, 5, 1, 2, false, 1},
-      {128, 128, 2, 3, 1, 1, true, 2}, {64, 64, 4, 1, 1, 1, false, 0},
-      {48, 48, 4, 3, 1, 1, false, 0},  {96, 96, 12, 3, 1, 1, false, 1},
-      {80, 80, 5, 3, 2, 1, false, 0},  {128, 64, 4, 3, 1, 1, false, 2},
-      {80, 80, 2, 3, 1, 1, false, 1},  {112, 112, 2, 3, 2, 1, false, 0},
-      {48, 96, 2, 3, 1, 1, false, 2},  {96, 96, 2, 3, 1, 1, false, 1, 96},
+      {96, 96, 2, 3, 1, 1, false, 1},     {96, 96, 2, 3, 2, 1, false, 0},
+      {48, 48, 2, 3, 1, 1, false, 0},     {120, 120, 5, 3, 2, 1, false, 2},
+      {64, 128, 4, 3, 1, 1, false, 0},    {64, 64, 8, 5, 1, 2, false, 1},
+      {128, 128, 2, 3, 1, 1, true, 2},    {64, 64, 4, 1, 1, 1, false, 0},
+      {48, 48, 4, 3, 1, 1, false, 0},     {96, 96, 12, 3, 1, 1, false, 1},
+      {80, 80, 5, 3, 2, 1, false, 0},     {128, 64, 4, 3, 1, 1, false, 2},
+      {80, 80, 2, 3, 1, 1, false, 1},     {112, 112, 2, 3, 2, 1, false, 0},
+      {48, 96, 2, 3, 1, 1, false, 2},     {96, 96, 2, 3, 1, 1, false, 1, 96},
+      {96, 96, 2, 3, 1, 1, false, 0, 32},
   };
   for (const Case& k : cases) {
     for (DataType low : {DataType::kF16, DataType::kBF16, DataType::kF32}) {

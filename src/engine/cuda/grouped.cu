@@ -73,21 +73,26 @@ __device__ inline void round_operand(Fragment& f) {
   }
 }
 
-// Shared memory of a launch: two stages of (pixels x the tile's input channels, its filters x its
-// input channels), reused by the epilogue for each warp's (MF * 16) x (NF * 16) fp32 results.
-template <class T, int NF, int MF>
+// Shared memory of a launch: two stages of KS taps' (pixels x the tile's input channels, its
+// filters x its input channels), reused by the epilogue for each warp's (MF * 16) x (NF * 16)
+// fp32 results.
+template <class T, int NF, int MF, int KS>
 constexpr size_t shared_bytes(int tile_in) {
   constexpr int kRows = kMinRows * MF;
-  const size_t stages = size_t{2} * (kRows + NF * 16) * pitch<T>(tile_in) * sizeof(T);
-  const size_t results = size_t{kRows} * (NF * 16 + 4) * sizeof(float);
+  const size_t stages = size_t{2} * KS * (kRows + NF * 16) * pitch<T>(tile_in) * sizeof(T);
+  const size_t results = size_t{KS} * kRows * (NF * 16 + 4) * sizeof(float);
   return stages > results ? stages : results;
 }
 
-// NF: 16-wide fragments of the tile's output channels; MF: 16-pixel fragments a warp multiplies.
-template <class T, int NF, int MF>
-__global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
+// NF: 16-wide fragments of the tile's output channels; MF: 16-pixel fragments a warp multiplies;
+// KS: taps multiplied at once, each by its own kWarps warps (and staged by their threads), whose
+// sums the epilogue adds: at batch 1 a block of one tap at a time is a chain of dependent
+// instructions too long for the few blocks there are (bench/NOTES.md G80).
+template <class T, int NF, int MF, int KS>
+__global__ void __launch_bounds__(kThreads* KS) grouped_nhwc(GroupedArgs a) {
   using E = Elem<T>;
   constexpr int kRows = kMinRows * MF;
+  constexpr int kBlockThreads = kThreads * KS;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int64_t row_base[kRows];  // n * h of each pixel, -1 past the last one
   __shared__ int row_y[kRows], row_x[kRows];
@@ -98,11 +103,13 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
   const int kpad = padded(tile_in), ld = pitch<T>(tile_in);
   const int words = kpad / E::kWord, in_words = tile_in / E::kWord;  // 16-byte words of a row
   const int group_words = a.cg_in / E::kWord;
-  const int stage_elems = (kRows + NF * 16) * ld;
+  const int slice_elems = (kRows + NF * 16) * ld;  // one tap's operands
+  const int stage_elems = KS * slice_elems;
   T* const stages = reinterpret_cast<T*>(smem);
-  const int tid = threadIdx.x, warp = tid / 32;
+  // A thread stages and multiplies tap `part` of each KS; `tid` and `warp` count within the part.
+  const int part = threadIdx.x / kThreads, tid = threadIdx.x % kThreads, warp = tid / 32;
   const int64_t m0 = int64_t(blockIdx.x) * kRows;
-  for (int r = tid; r < kRows; r += kThreads) {
+  for (int r = threadIdx.x; r < kRows; r += kBlockThreads) {
     const int64_t m = m0 + r;
     row_base[r] = -1, row_y[r] = 0, row_x[r] = 0;
     if (m < a.pixels) {
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
     }
   }
   // Filters past the tile's outputs read no word.
-  for (int o = tid; o < NF * 16; o += kThreads)
+  for (int o = threadIdx.x; o < NF * 16; o += kBlockThreads)
     filter_word[o] = o < tile_out ? o / a.cg_out * group_words : words;
   __syncthreads();
   // A thread copies the words row0/word0, then every kThreads-th after (the same in both
@@ -128,10 +135,16 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
   const int taps = a.kh * a.kw;
   const T* const w = static_cast<const T*>(a.w) + int64_t(g0) * a.cg_out * taps * a.cg_in;
 
-  // Stages tap `tap`'s inputs and weights; padding, channels past the tile's, filters past its
-  // outputs and weights between a filter and another group's channels are zeros.
-  const auto load = [&](int tap, int stage) {
-    T* as = stages + stage * stage_elems;
+  // Stages this part's tap of step `step` (its inputs and weights; padding, channels past the
+  // tile's, filters past its outputs and weights between a filter and another group's channels
+  // are zeros); a part past the last tap stages nothing.
+  const auto load = [&](int step, int stage) {
+    const int tap = step * KS + part;
+    if (KS > 1 && tap >= taps) {
+      commit_async();
+      return;
+    }
+    T* as = stages + stage * stage_elems + part * slice_elems;
     T* bs = as + kRows * ld;
     const int r = tap / a.kw, s = tap % a.kw;
     for (int row = row0, word = word0; row < kRows; next(row, word)) {
@@ -173,18 +186,21 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
   for (int m = 0; m < MF; ++m)
 #pragma unroll
     for (int f = 0; f < NF; ++f) wmma::fill_fragment(acc[m][f], 0.f);
+  const int steps = (taps + KS - 1) / KS;
   load(0, 0);
-  for (int tap = 0; tap < taps; ++tap) {
-    if (tap + 1 < taps) {
-      load(tap + 1, (tap + 1) & 1);  // that stage's last readers passed the barrier below
+  for (int step = 0; step < steps; ++step) {
+    if (step + 1 < steps) {
+      load(step + 1, (step + 1) & 1);  // that stage's last readers passed the barrier below
       wait_async<1>();
     } else {
       wait_async<0>();
     }
     __syncthreads();
-    const T* as = stages + (tap & 1) * stage_elems + warp * 16 * MF * ld;
-    const T* bs = stages + (tap & 1) * stage_elems + kRows * ld;
-    for (int kc = 0; kc < kpad / E::kK; ++kc) {
+    const T* slice = stages + (step & 1) * stage_elems + part * slice_elems;
+    const T* as = slice + warp * 16 * MF * ld;
+    const T* bs = slice + kRows * ld;
+    const int chunks = KS > 1 && step * KS + part >= taps ? 0 : kpad / E::kK;
+    for (int kc = 0; kc < chunks; ++kc) {
       wmma::fragment<wmma::matrix_a, 16, 16, E::kK, typename E::Mma, wmma::row_major> fa[MF];
 #pragma unroll
       for (int m = 0; m < MF; ++m) {
@@ -204,25 +220,32 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
     __syncthreads();
   }
 
-  // Epilogue: the warp's results through shared memory, then 16 bytes of channels a lane.
+  // Epilogue: the parts' results through shared memory, then 16 bytes of channels a thread, the
+  // parts' sums added.
   constexpr int ldc = NF * 16 + 4;
-  float* cs = reinterpret_cast<float*>(smem) + warp * 16 * MF * ldc;
+  constexpr int part_floats = kRows * ldc;
+  float* const results = reinterpret_cast<float*>(smem);
+  float* cs = results + part * part_floats + warp * 16 * MF * ldc;
 #pragma unroll
   for (int m = 0; m < MF; ++m)
 #pragma unroll
     for (int f = 0; f < NF; ++f)
       wmma::store_matrix_sync(cs + m * 16 * ldc + f * 16, acc[m][f], ldc, wmma::mem_row_major);
-  __syncwarp();
+  __syncthreads();
   constexpr int kW = E::kWord;
   const int out_words = tile_out / kW;
-  for (int i = tid % 32; i < 16 * MF * out_words; i += 32) {
+  for (int i = threadIdx.x; i < kRows * out_words; i += kBlockThreads) {
     const int row = i / out_words, word = i % out_words;
-    const int64_t m = m0 + warp * 16 * MF + row;
+    const int64_t m = m0 + row;
     if (m >= a.pixels) continue;
     const int ch = g0 * a.cg_out + word * kW;
     float v[kW];
 #pragma unroll
-    for (int j = 0; j < kW; ++j) v[j] = cs[row * ldc + word * kW + j];
+    for (int j = 0; j < kW; ++j) v[j] = results[row * ldc + word * kW + j];
+#pragma unroll
+    for (int k = 1; k < KS; ++k)
+#pragma unroll
+      for (int j = 0; j < kW; ++j) v[j] += results[k * part_floats + row * ldc + word * kW + j];
     if (a.bias) {
       const auto b = *reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(a.bias) + ch);
 #pragma unroll
@@ -244,39 +267,48 @@ __global__ void __launch_bounds__(kThreads) grouped_nhwc(GroupedArgs a) {
 }
 
 // Dynamic shared memory: 36 KiB at most in f16 and bf16 (64 channels a side), 72 in f32 (48
-// channels, 128 pixels), which opts in above 48 KiB.
-static_assert(shared_bytes<__half, 4, 1>(kMaxGroupChannels) + 1024 <= 48 * 1024,
+// channels, 128 pixels), which opts in above 48 KiB; taps three at a time take three times the
+// stages (108 KiB in f16, 137 in f32).
+static_assert(shared_bytes<__half, 4, 1, 1>(kMaxGroupChannels) + 1024 <= 48 * 1024,
               "shared memory of the widest f16 groups");
-static_assert(shared_bytes<float, 3, 1>(48) + 1024 <= 48 * 1024,
+static_assert(shared_bytes<float, 3, 1, 1>(48) + 1024 <= 48 * 1024,
               "shared memory of the widest f32 groups, 64 pixels a block");
-static_assert(shared_bytes<float, 3, 2>(48) <= 80 * 1024, "and 128 pixels a block");
+static_assert(shared_bytes<float, 3, 2, 1>(48) <= 80 * 1024, "and 128 pixels a block");
+static_assert(shared_bytes<__half, 4, 1, 3>(kMaxGroupChannels) + 1024 <= 200 * 1024 &&
+                  shared_bytes<float, 3, 1, 3>(48) + 1024 <= 200 * 1024,
+              "and three taps at a time");
 
-template <class T, int NF, int MF>
+template <class T, int NF, int MF, int KS>
 void launch(cudaStream_t stream, const GroupedArgs& a, int device) {
-  const size_t smem = shared_bytes<T, NF, MF>(a.tile_groups * a.cg_in);
-  const auto kernel = grouped_nhwc<T, NF, MF>;
+  const size_t smem = shared_bytes<T, NF, MF, KS>(a.tile_groups * a.cg_in);
+  const auto kernel = grouped_nhwc<T, NF, MF, KS>;
   static std::atomic<uint64_t> configured{0};
   allow_shared_bytes(reinterpret_cast<const void*>(kernel),
-                     shared_bytes<T, NF, MF>(Elem<T>::kMaxTile), device, configured);
+                     shared_bytes<T, NF, MF, KS>(Elem<T>::kMaxTile), device, configured);
   constexpr int kRows = kMinRows * MF;
   const dim3 grid(static_cast<unsigned>((a.pixels + kRows - 1) / kRows),
                   static_cast<unsigned>((a.groups + a.tile_groups - 1) / a.tile_groups));
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  kernel<<<grid, kThreads * KS, smem, stream>>>(a);
 }
 
 // f32 blocks take 128 pixels (two fragments a warp) where 64-pixel blocks would give every
 // multiprocessor four or more: regnet_x_3_2gf fp32 batch 32 4.88 ms against 5.83 with 64, while
 // at batch 1 the larger blocks leave multiprocessors idle (1.75 ms against 1.66).
+// Where 64-pixel blocks would not give every multiprocessor one, each block multiplies three taps
+// at a time (twelve warps, the epilogue adding their sums): regnet_x_3_2gf batch 1 on H100, the
+// whole graph 1490 -> 948 us in f32 and 712 -> 505 us in f16 (bench/NOTES.md G81).
 template <class T, int NF>
 void launch_rows(cudaStream_t stream, const GroupedArgs& a) {
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t blocks =
+      (a.pixels + kMinRows - 1) / kMinRows * ((a.groups + a.tile_groups - 1) / a.tile_groups);
+  const int64_t sms = multiprocessors(device);
   if constexpr (std::is_same_v<T, float>) {
-    const int64_t blocks =
-        (a.pixels + kMinRows - 1) / kMinRows * ((a.groups + a.tile_groups - 1) / a.tile_groups);
-    if (blocks >= 4 * int64_t{multiprocessors(device)}) return launch<T, NF, 2>(stream, a, device);
+    if (blocks >= 4 * sms) return launch<T, NF, 2, 1>(stream, a, device);
   }
-  launch<T, NF, 1>(stream, a, device);
+  if (a.kh * a.kw >= 3 && blocks <= sms) return launch<T, NF, 1, 3>(stream, a, device);
+  launch<T, NF, 1, 1>(stream, a, device);
 }
 
 template <class T>
