@@ -32,7 +32,8 @@ struct KernelChoice {
 // engine's device for CUDA. Dense, unless it sits in a wider tensor (an input of an in-place
 // concat, ConcatParams::in_place): then its elements come in rows of `row` elements (the dims from
 // the concat's axis on), row r starting `pitch` elements after row r - 1. Only the layers
-// reads_placed / writes_placed name (layers.h) are given such tensors.
+// reads_placed / writes_placed name (network.h) are given such tensors, and as outputs those the
+// engine backend's writes_placed takes.
 struct TensorRef {
   DataType dtype = DataType::kF32;
   Shape shape;
@@ -126,6 +127,13 @@ class EngineBackend {
   virtual std::unique_ptr<ContextBackend> create_context(size_t num_layers) const = 0;
   // The kernels' choices the engine holds (runtime.h: Engine::kernel_choices).
   virtual std::vector<KernelChoice> choices() const { return {}; }
+  // Whether its kernel of `layer` writes its output placed as `where` says (network.h:
+  // WritesPlacedFn; the concats of engine::writes_placed always do, and are not asked).
+  virtual bool writes_placed(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                             const TensorDesc& output, const Placement& where) const {
+    (void)layer, (void)inputs, (void)output, (void)where;
+    return false;
+  }
 };
 
 // The backend of `target.device` ("cpu" or "cuda"): DeviceError for a missing device or one of

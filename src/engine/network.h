@@ -2,6 +2,7 @@
 // Adding a layer validates it and infers its outputs (symbolically for dynamic dims).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -71,9 +72,24 @@ struct Layer {
 
 // The layers every backend runs on tensors placed in wider ones (TensorRef::row and pitch; the
 // concat_in_place pass): reading them, concats and the elementwise family (binary, unary,
-// activation, fused chains without gathered inputs); writing one, concats.
+// activation, fused chains without gathered inputs); writing one, concats. A backend may write
+// more (WritesPlacedFn).
 bool reads_placed(const Layer& layer);
 bool writes_placed(const Layer& layer);
+
+// Where a layer's output would be placed: its first element `offset` elements into a buffer, in
+// rows of `row` elements (its width along the concat's axis times every dim after it) each
+// `pitch` elements after the last. -1: not known (a build's dynamic dims).
+struct Placement {
+  int64_t offset = -1, row = -1, pitch = -1;
+};
+// Whether a backend runs `layer` writing its output placed so (besides writes_placed's layers),
+// its inputs and output of these descriptions (dims may be kDynamic while building): the
+// builder's concat_in_place pass asks it with the network's shapes (a layer it may place), the
+// runtime with a run's (where it does place). BackendRules::writes_placed and
+// EngineBackend::writes_placed are the backend's.
+using WritesPlacedFn = std::function<bool(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                                          const TensorDesc& output, const Placement& where)>;
 
 // The layers of `layers` that are shuffles moving elements (shuffle_moves_data): the transposes
 // and layout changes a plan still runs.

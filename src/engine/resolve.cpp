@@ -157,22 +157,32 @@ void ExecutionContext::place_concats(const std::vector<bool>& is_output) {
     };
     if (placed == 0) {
       // Its inputs go into its output (itself dense, or rows of `row` elements of a wider one),
-      // each written there by the concat (or copy) that computes it and read only by layers that
-      // take placed tensors (at any offset: even a single row need not be aligned).
+      // each written there by the layer that computes it (a concat or copy: at any offset, even a
+      // single row need not be aligned; another layer where the backend writes it so placed) and
+      // read only by layers that take placed tensors.
       const bool fits = res_.pitch[out] == 0 || res_.row[out] == row;
-      for (size_t t : ins) {
+      const int64_t pitch = res_.pitch[out] != 0 ? res_.pitch[out] : row;
+      for (size_t k = 0; ok && k < ins.size(); ++k) {
+        const size_t t = ins[k];
         const int64_t w = writer[t];
-        ok = ok && w >= 0 && !std::holds_alternative<ConstantParams>(layers[w].params) &&
-             writes_placed(layers[static_cast<size_t>(w)]) && takes[t];
+        ok = w >= 0 && !std::holds_alternative<ConstantParams>(layers[w].params) && takes[t];
+        if (!ok || writes_placed(layers[static_cast<size_t>(w)])) continue;
+        const Layer& wl = layers[static_cast<size_t>(w)];
+        std::vector<TensorDesc> wins;
+        for (TensorId id : wl.inputs) wins.push_back(res_.descs[static_cast<size_t>(id)]);
+        const Placement where{(res_.alias_offset[out] + static_cast<int64_t>(r.at[k])) / es,
+                              static_cast<int64_t>(r.chunk[k]) / es, pitch};
+        ok = wl.outputs.size() == 1 &&
+             engine_->backend().writes_placed(wl, wins, res_.descs[t], where);
       }
       if (!ok || !fits) continue;
-      const int64_t pitch = res_.pitch[out] != 0 ? res_.pitch[out] : row;
       for (size_t k = 0; k < ins.size(); ++k) {
         const size_t t = ins[k];
         res_.alias_of[t] = static_cast<int64_t>(root(out));
         res_.alias_offset[t] = res_.alias_offset[out] + static_cast<int64_t>(r.at[k]);
         std::tie(res_.row[t], res_.pitch[t]) =
             rows_of(static_cast<int64_t>(r.chunk[k]) / es, pitch);
+        res_.writes_placed[static_cast<size_t>(writer[t])] = true;
       }
       res_.view_layer[li] = true;
       continue;
@@ -295,6 +305,7 @@ void ExecutionContext::resolve_shapes() {
   };
   res_.row.assign(net.num_tensors(), 0);
   res_.pitch.assign(net.num_tensors(), 0);
+  res_.writes_placed.assign(layers.size(), false);
   place_concats(is_output);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& layer = layers[li];

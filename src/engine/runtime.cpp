@@ -348,7 +348,7 @@ void ExecutionContext::execute_layers(const std::vector<void*>& where) {
       values_known = values_known && res_.descs[t].values.has_value();
       placed_out = placed_out || res_.pitch[t] != 0;
     }
-    KILN_CHECK((!placed_in || reads_placed(layer)) && (!placed_out || writes_placed(layer)),
+    KILN_CHECK((!placed_in || reads_placed(layer)) && (!placed_out || res_.writes_placed[li]),
                InternalError, "layer `", layer.name, "` (", layer_kind_name(layer.params),
                ") was given a tensor placed in a concat's output, which it cannot take");
     if (values_known) {

@@ -209,6 +209,9 @@ class ExecutionContext {
     // elements `pitch` elements apart (TensorRef), or 0 and 0 where dense. Such a concat is a
     // view layer of all its inputs.
     std::vector<int64_t> row, pitch;
+    // Per layer: whether it writes an output so placed (a concat, or a layer the engine backend
+    // writes placed: EngineBackend::writes_placed).
+    std::vector<bool> writes_placed;
     // Per layer: whether its outputs are values known on the host (shape arithmetic) that
     // nothing reads on the device (they only size other tensors), so it never runs.
     std::vector<bool> host_layer;

@@ -92,12 +92,13 @@ void expect_same(const std::vector<std::vector<HostTensor>>& built,
   }
 }
 
-// Each input of the block's concat is copied once into its output (its own layers write dense
-// tensors), and all four concats are in place and never run: the three inner ones are views of
-// the last one's bytes, read strided by the products. Values exactly as the layers gave, at
-// batches 1, 3 and 2 of one context, along the middle and the last axis, also after a plan's
-// round trip. A concat also read by a transpose stays a concat (it runs, reading the copies in
-// place); the rest of its block is still in place.
+// Each input of the block's concat is written once into its output: the two first maps by their
+// own layers (the CPU's elementwise kernels write placed outputs), the matmuls' by copies; all
+// four concats are in place and never run: the three inner ones are views of the last one's
+// bytes, read strided by the products. Values exactly as the layers gave, at batches 1, 3 and 2
+// of one context, along the middle and the last axis, also after a plan's round trip. A concat
+// also read by a transpose stays a concat (it runs, reading the maps in place); the rest of its
+// block is still in place.
 TEST(ConcatInPlace, DenseBlockConcatsAreViewsOfOneBuffer) {
   for (int axis : {1, 2}) {
     for (bool read_whole : {false, true}) {
@@ -108,7 +109,7 @@ TEST(ConcatInPlace, DenseBlockConcatsAreViewsOfOneBuffer) {
       const int in_place = read_whole ? 3 : 4;
       EXPECT_EQ(report.changes("concat_in_place"), in_place) << report.to_string();
       EXPECT_EQ(in_place_concats(plan.network), in_place);
-      EXPECT_EQ(testing::count_layers<ConcatParams>(plan.network), 4 + 5);  // 5 copies
+      EXPECT_EQ(testing::count_layers<ConcatParams>(plan.network), 4 + 3);  // the matmuls'
       std::vector<int> runs;
       const auto built = run_batches(plan.network, &runs);
       for (size_t li = 0; li < plan.network.layers().size(); ++li) {
@@ -137,14 +138,18 @@ TEST(ConcatInPlace, DenseBlockConcatsAreViewsOfOneBuffer) {
 // A concat of a concat along the same axis: the inner one writes its result where it sits in the
 // outer one's output, which takes the other input as a copy: one concat runs where two did. A
 // lone concat of two maps would move as many bytes in more launches: left alone.
+// (Its maps come from matmuls, which write dense outputs.)
 TEST(ConcatInPlace, InnerConcatWritesIntoTheOuterOne) {
   Network net;
   const Shape shape = {kDynamic, 5, 6};
   const auto x =
       net.add_input("x", DataType::kF32, shape, Profile{{1, 5, 6}, {2, 5, 6}, {3, 5, 6}});
-  const auto p = net.add("p", ActivationParams{ActivationKind::kRelu}, {x});
-  const auto q = net.add("q", UnaryParams{UnaryOp::kNeg}, {x});
-  const auto r = net.add("r", UnaryParams{UnaryOp::kAbs}, {x});
+  uint64_t seed = 130;
+  const auto map = [&](const std::string& name) {
+    return net.add(name, MatMulParams{},
+                   {x, testing::random_constant(net, "w" + name, {6, 6}, seed++)});
+  };
+  const auto p = map("p"), q = map("q"), r = map("r");
   const auto inner = net.add("inner", ConcatParams{2}, {p, q});
   const auto outer = net.add("outer", ConcatParams{2}, {r, inner});
   net.mark_output(net.add("y", ActivationParams{ActivationKind::kRelu}, {outer}), "y");
@@ -163,6 +168,53 @@ TEST(ConcatInPlace, InnerConcatWritesIntoTheOuterOne) {
   }
   EXPECT_EQ(ran, 3);
   expect_same(built, run_batches(net, nullptr));
+}
+
+// Layers the backend writes placed (the CPU's elementwise kernels: BackendRules::writes_placed,
+// EngineBackend::writes_placed) write straight into their slice of a lone concat, which then
+// copies nothing and never runs: `ab` of two such maps; `cm` of one and a matmul's (copied); `eg`
+// of one also read by a matmul (copied: the matmul takes no placed tensor) and one written in
+// place. Along the middle and the last axis, values exactly as the layers gave at batches 1, 3
+// and 2.
+TEST(ConcatInPlace, ProducersWriteIntoTheirSlices) {
+  for (int axis : {1, 2}) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    Network net;
+    const Shape shape = {kDynamic, 4, 6};
+    const auto x =
+        net.add_input("x", DataType::kF32, shape, Profile{{1, 4, 6}, {2, 4, 6}, {3, 4, 6}});
+    const auto a = net.add("a", ActivationParams{ActivationKind::kRelu}, {x});
+    const auto b = net.add("b", UnaryParams{UnaryOp::kAbs}, {x});
+    net.mark_output(
+        net.add("y1", UnaryParams{UnaryOp::kNeg}, {net.add("ab", ConcatParams{axis}, {a, b})}),
+        "y1");
+    const auto c = net.add("c", UnaryParams{UnaryOp::kNeg}, {x});
+    const auto m =
+        net.add("m", MatMulParams{}, {x, testing::random_constant(net, "wm", {6, 6}, 140)});
+    net.mark_output(
+        net.add("y2", UnaryParams{UnaryOp::kAbs}, {net.add("cm", ConcatParams{axis}, {c, m})}),
+        "y2");
+    const auto e = net.add("e", ActivationParams{ActivationKind::kSigmoid}, {x});
+    const auto g = net.add("g", UnaryParams{UnaryOp::kExp}, {x});
+    net.mark_output(
+        net.add("y3", UnaryParams{UnaryOp::kNeg}, {net.add("eg", ConcatParams{axis}, {e, g})}),
+        "y3");
+    net.mark_output(
+        net.add("f", MatMulParams{}, {e, testing::random_constant(net, "wf", {6, 6}, 141)}), "f");
+    BuildReport report;
+    const Plan plan = build(net, BuilderConfig{}, &report);
+    EXPECT_EQ(report.changes("concat_in_place"), 3) << report.to_string();
+    EXPECT_EQ(in_place_concats(plan.network), 3);
+    EXPECT_EQ(testing::count_layers<ConcatParams>(plan.network), 3 + 2);  // m's and e's copies
+    std::vector<int> runs;
+    const auto built = run_batches(plan.network, &runs);
+    for (size_t li = 0; li < plan.network.layers().size(); ++li) {
+      const Layer& l = plan.network.layers()[li];
+      const auto* cp = std::get_if<ConcatParams>(&l.params);
+      if (cp) EXPECT_EQ(runs[li], cp->in_place ? 0 : 3) << l.name;
+    }
+    expect_same(built, run_batches(net, nullptr));
+  }
 }
 
 // A network marked in place by hand (a plan from elsewhere) where placing would be wrong: a

@@ -83,6 +83,10 @@ class CpuEngine final : public EngineBackend {
   std::unique_ptr<ContextBackend> create_context(size_t num_layers) const override {
     return std::make_unique<CpuContext>(net_, num_layers);
   }
+  bool writes_placed(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                     const TensorDesc& output, const Placement& where) const override {
+    return cpu::writes_placed(layer, inputs, output, where);
+  }
 
  private:
   const Network& net_;

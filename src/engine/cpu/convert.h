@@ -101,8 +101,21 @@ inline void load_block(const TensorView& v, const BroadcastMap& map, int64_t sta
   }
 }
 
+// Elements [start, start + n) of `out` in its row-major order, which a placed tensor (pitch != 0)
+// keeps along each row of `row` elements.
 template <class C>
 inline void store_block(const TensorView& out, int64_t start, int64_t n, const C* src) {
+  if (!out.dense()) {
+    for (int64_t i = 0; i < n;) {
+      const int64_t e = start + i, r = e / out.row, c = e % out.row;
+      const int64_t len = std::min(n - i, out.row - c);
+      TensorView row{out.dtype, {len}, static_cast<uint8_t*>(out.data) +
+                                           (r * out.pitch + c) * dtype_size(out.dtype)};
+      store_block<C>(row, 0, len, src + i);
+      i += len;
+    }
+    return;
+  }
   if (out.dtype == DataType::kF32 && std::is_same_v<C, float>) {
     float* dst = static_cast<float*>(out.data) + start;
     for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);

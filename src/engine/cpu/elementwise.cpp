@@ -138,7 +138,7 @@ void run_float_program(const std::vector<FusedOp>& ops, const std::vector<Tensor
   std::vector<BroadcastMap> maps;
   for (const auto& in : inputs) maps.emplace_back(in.shape, in.strides(), out.shape);
   const size_t num_in = inputs.size(), num_regs = num_in + ops.size();
-  const bool direct_out = out.dtype == DataType::kF32 && !ops.empty();
+  const bool direct_out = out.dtype == DataType::kF32 && !ops.empty() && out.dense();
   const int64_t blocks = (total + kBlock - 1) / kBlock;
 #pragma omp parallel if (total > 32 * 1024)
   {
@@ -327,6 +327,14 @@ void select_kernel(KernelArgs& args) {
 }
 
 }  // namespace
+
+bool writes_placed(const Layer& layer, const std::vector<TensorDesc>&, const TensorDesc&,
+                   const Placement&) {
+  const LayerParams& p = layer.params;
+  return std::holds_alternative<ElementwiseParams>(p) || std::holds_alternative<UnaryParams>(p) ||
+         std::holds_alternative<ActivationParams>(p) ||
+         std::holds_alternative<FusedElementwiseParams>(p);
+}
 
 void register_elementwise(KernelTable& t) {
   t.set<ElementwiseParams>(elementwise_kernel);

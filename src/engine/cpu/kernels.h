@@ -35,6 +35,11 @@ const KernelTable& kernel_table();
 void run_layer(const Layer& layer, const std::vector<TensorView>& inputs,
                const std::vector<TensorView>& outputs, std::unique_ptr<KernelState>& state);
 
+// Besides concats, the CPU writes placed outputs (network.h: WritesPlacedFn) from its elementwise
+// kernels (elementwise, unary, activation, fused chains: elementwise.cpp), wherever placed.
+bool writes_placed(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                   const TensorDesc& output, const Placement& where);
+
 // The families; each is defined in cpu/<family>.cpp.
 void register_elementwise(KernelTable& t);  // elementwise, unary, activation, select, cast, fused
 void register_matmul(KernelTable& t);

@@ -1,4 +1,5 @@
 // What the CPU backend takes, for the builder's passes (passes/pass.h).
+#include "engine/cpu/kernels.h"
 #include "engine/passes/pass.h"
 
 namespace kiln::engine {
@@ -22,6 +23,7 @@ BackendRules cpu_backend_rules() {
   r.squeeze_excitation_by_default = true;
   r.element_gathers = true;
   r.placed_concats = true;
+  r.writes_placed = cpu::writes_placed;
   return r;
 }
 

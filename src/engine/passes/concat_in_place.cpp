@@ -9,7 +9,10 @@
 // (ConcatParams::in_place): the root's output is those bytes, and the others' outputs are views of
 // them, rows of their own width at the root's row pitch, which only layers that read placed
 // tensors (reads_placed: the elementwise family, concats) may read. A concat computing a root's
-// input writes it in place itself (writes_placed). The runtime places what the shapes of a run
+// input writes it in place itself (writes_placed), as does a layer the backend writes placed
+// (BackendRules::writes_placed: the CPU's elementwise kernels, CUDA's convolutions run as GEMMs),
+// so that a lone concat of such layers' outputs copies nothing, and one of some copies the others'
+// (inception's blocks). The runtime places what the shapes of a run
 // allow (runtime.h: Resolution::row) and runs the rest as concats, which read and write placed
 // tensors.
 //
@@ -67,7 +70,8 @@ int64_t width(const Network& net, TensorId id, int axis) {
 
 }  // namespace
 
-int place_concat_inputs(Network& net, std::vector<std::string>& lines) {
+int place_concat_inputs(Network& net, const WritesPlacedFn& backend_writes,
+                        std::vector<std::string>& lines) {
   std::vector<Layer> layers = net.layers();
   const NetworkIndex index(net, layers);
   // Groups: candidates along one axis joined by the inputs they share (union-find over layer
@@ -124,10 +128,27 @@ int place_concat_inputs(Network& net, std::vector<std::string>& lines) {
     int64_t before = 0, after = 0;
     int copies = 0;
     for (size_t i : kept) before += width(net, layers[i].outputs[0], axis);
+    // Where each input sits in the root's rows (elements), where the dims after the axis are known.
+    int64_t inner = 1;
+    for (size_t d = static_cast<size_t>(axis) + 1; d < rshape.size(); ++d) {
+      inner = rshape[d] == kDynamic || inner < 0 ? -1 : inner * rshape[d];
+    }
+    int64_t column = 0;
+    const auto writes_here = [&](const Layer& l, TensorId x) {
+      if (writes_placed(l)) return true;
+      if (!backend_writes || l.outputs.size() != 1) return false;
+      std::vector<TensorDesc> ins;
+      for (TensorId id : l.inputs) ins.push_back(net.tensor(id));
+      const Placement where =
+          inner < 0 ? Placement{}
+                    : Placement{column * inner, width(net, x, axis) * inner, rshape[axis] * inner};
+      return backend_writes(l, ins, net.tensor(x), where);
+    };
     for (size_t k = 0; k < rl.inputs.size(); ++k) {
       const TensorId x = rl.inputs[k];
       const auto w = index.producer(x);
-      bool direct = w && writes_placed(layers[*w]) && !index.is_output(x);
+      bool direct = w && !index.is_output(x) && writes_here(layers[*w], x);
+      column += width(net, x, axis);
       for (size_t r : index.consumers(x)) {
         const bool member = std::find(kept.begin(), kept.end(), r) != kept.end();
         direct = direct && (member || reads_placed(layers[r]));

@@ -58,8 +58,10 @@ struct BackendRules {
   // small rows as typed words. The CUDA backend's is not measured on them yet.
   bool element_gathers = false;
   // Concats may be in place (concat_in_place.cpp): its concat and elementwise kernels read
-  // tensors placed in wider ones, and its concat writes them.
+  // tensors placed in wider ones, and its concat writes them, as do the layers writes_placed
+  // takes (null: no others).
   bool placed_concats = false;
+  WritesPlacedFn writes_placed;
   // Throws Unsupported naming a layer the backend cannot run; null: it runs every layer.
   std::function<void(const Network&)> check_supported;
   // Generates and compiles kernels for the built network into the target (cuda/codegen.h);

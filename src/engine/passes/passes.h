@@ -118,9 +118,10 @@ int fold_excitation_into_projection(
 int merge_elementwise_projections(Network& net, std::vector<std::string>& fusions);
 // Groups of concats along one axis whose inputs are runs of one concat's inputs (a dense block's)
 // become in place (ConcatParams::in_place): each input is written once into that concat's output,
-// by its own concat or by a copy, and the others' outputs are views of those bytes, where that
-// moves fewer bytes (concat_in_place.cpp).
-int place_concat_inputs(Network& net, std::vector<std::string>& lines);
+// by its own concat, by a layer `backend_writes` takes (null: none) or by a copy, and the others'
+// outputs are views of those bytes, where that moves fewer bytes (concat_in_place.cpp).
+int place_concat_inputs(Network& net, const WritesPlacedFn& backend_writes,
+                        std::vector<std::string>& lines);
 // A float cast whose result only feeds a shuffle becomes part of it (ShuffleParams::cast).
 int fuse_cast_into_shuffle(Network& net, std::vector<std::string>& fusions);
 // Layer `l` (fusible_elementwise) as an operation of a fused layer's program: its kind, op and

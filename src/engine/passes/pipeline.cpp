@@ -279,7 +279,9 @@ std::vector<Pass> make_pipeline() {
       {"concat_in_place",
        [](const PassContext& c) { return c.backend.placed_concats && c.config.concat_in_place; },
        [](Network& n, const PassContext& c) {
-         return fusion(c, [&](auto& lines) { return place_concat_inputs(n, lines); });
+         return fusion(c, [&](auto& lines) {
+           return place_concat_inputs(n, c.backend.writes_placed, lines);
+         });
        }});
   return p;
 }
