@@ -10,9 +10,9 @@
 // them, rows of their own width at the root's row pitch, which only layers that read placed
 // tensors (reads_placed: the elementwise family, concats) may read. A concat computing a root's
 // input writes it in place itself (writes_placed), as does a layer the backend writes placed
-// (BackendRules::writes_placed: the CPU's elementwise kernels, CUDA's convolutions run as GEMMs),
-// so that a lone concat of such layers' outputs copies nothing, and one of some copies the others'
-// (inception's blocks). The runtime places what the shapes of a run
+// (BackendRules::writes_placed: the CPU's elementwise kernels), so that a lone concat of such
+// layers' outputs copies nothing, and one of some copies the others' (where that moves fewer
+// bytes). The runtime places what the shapes of a run
 // allow (runtime.h: Resolution::row) and runs the rest as concats, which read and write placed
 // tensors.
 //
