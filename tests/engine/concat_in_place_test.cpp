@@ -211,7 +211,9 @@ TEST(ConcatInPlace, ProducersWriteIntoTheirSlices) {
     for (size_t li = 0; li < plan.network.layers().size(); ++li) {
       const Layer& l = plan.network.layers()[li];
       const auto* cp = std::get_if<ConcatParams>(&l.params);
-      if (cp) EXPECT_EQ(runs[li], cp->in_place ? 0 : 3) << l.name;
+      if (cp) {
+        EXPECT_EQ(runs[li], cp->in_place ? 0 : 3) << l.name;
+      }
     }
     expect_same(built, run_batches(net, nullptr));
   }
