@@ -109,8 +109,9 @@ inline void store_block(const TensorView& out, int64_t start, int64_t n, const C
     for (int64_t i = 0; i < n;) {
       const int64_t e = start + i, r = e / out.row, c = e % out.row;
       const int64_t len = std::min(n - i, out.row - c);
-      TensorView row{out.dtype, {len}, static_cast<uint8_t*>(out.data) +
-                                           (r * out.pitch + c) * dtype_size(out.dtype)};
+      TensorView row{out.dtype,
+                     {len},
+                     static_cast<uint8_t*>(out.data) + (r * out.pitch + c) * dtype_size(out.dtype)};
       store_block<C>(row, 0, len, src + i);
       i += len;
     }
